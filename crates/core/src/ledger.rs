@@ -1,0 +1,140 @@
+//! The traits that backends implement: `HotLedger` (the hot path) and `OrderStore` (the
+//! system of record).
+
+use async_trait::async_trait;
+use serde::{Deserialize, Serialize};
+
+use crate::error::{ErrorCode, LedgerError, StoreError};
+use crate::ids::{OrderNo, RequestId, SkuId, UserId};
+use crate::order::{Event, HotOrder, PurchaseOutcome};
+use crate::sale::{Counters, Sale, SaleState};
+
+/// One purchase attempt, already validated by the service (the ledger checks again).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PurchaseRequest {
+    pub sku_id: SkuId,
+    pub user_id: UserId,
+    pub request_id: RequestId,
+    pub quantity: u32,
+}
+
+/// Result of pay or cancel: the order after the change, or why nothing changed.
+pub type Resolution = Result<HotOrder, ErrorCode>;
+
+/// The hot path of a sale. Two implementations (Redis, embedded) pass one conformance suite.
+#[async_trait]
+pub trait HotLedger: Send + Sync + 'static {
+    /// "redis" or "embedded".
+    fn kind(&self) -> &'static str;
+
+    /// Loads a sale into the hot ledger with the given counters (from the system of record).
+    /// Refuses (`AlreadyWarm`) to overwrite a sale that has sold anything unless `force`.
+    async fn warm(
+        &self,
+        sale: &Sale,
+        counters: &Counters,
+        epoch: u64,
+        force: bool,
+    ) -> Result<(), LedgerError>;
+
+    /// Sets the operator state (live, paused, ended) of a warm sale.
+    async fn set_state(&self, sku: SkuId, state: SaleState) -> Result<(), LedgerError>;
+
+    /// Judges a batch of purchases of one sale atomically, in order; one outcome per request.
+    async fn purchase_batch(
+        &self,
+        sku: SkuId,
+        reqs: &[PurchaseRequest],
+    ) -> Result<Vec<PurchaseOutcome>, LedgerError>;
+
+    async fn pay(&self, order_no: &OrderNo, user: UserId) -> Result<Resolution, LedgerError>;
+
+    async fn cancel(&self, order_no: &OrderNo, user: UserId) -> Result<Resolution, LedgerError>;
+
+    /// Expires at most `max` due holds of a sale; returns how many it expired.
+    async fn expire_due(&self, sku: SkuId, max: usize) -> Result<usize, LedgerError>;
+
+    /// The hot counters of a sale, `None` when it is not warm.
+    async fn counters(&self, sku: SkuId) -> Result<Option<Counters>, LedgerError>;
+
+    /// An order as the hot ledger knows it (also while PENDING).
+    async fn order(&self, order_no: &OrderNo) -> Result<Option<HotOrder>, LedgerError>;
+
+    /// Cheap reachability check for /readyz and the breaker.
+    async fn ping(&self) -> Result<(), LedgerError>;
+}
+
+/// A sale as the system of record holds it: counters are at `counters.seq == applied_seq`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StoredSale {
+    pub sale: Sale,
+    pub counters: Counters,
+    pub epoch: u64,
+}
+
+/// A stream entry the persister could not apply after repeated tries.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DeadLetter {
+    pub sku_id: SkuId,
+    /// The stream entry id.
+    pub entry_id: String,
+    /// The event's seq, when the entry could be parsed at all.
+    pub seq: Option<u64>,
+    /// The entry's fields as `k=v` pairs, for an operator to read.
+    pub payload: String,
+    pub error: String,
+    pub attempts: u32,
+}
+
+/// What one `apply_events` call did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ApplyReport {
+    /// Events newly applied.
+    pub applied: usize,
+    /// Events that were already applied (a redelivery): skipped, effect exactly once.
+    pub duplicates: usize,
+    /// Accepted orders the database's guard refused: stored as REJECTED, counted, alerted.
+    pub rejected: Vec<OrderNo>,
+}
+
+/// The system of record (MySQL/MariaDB in production, SQLite embedded).
+#[async_trait]
+pub trait OrderStore: Send + Sync + 'static {
+    async fn create_sale(&self, sale: &Sale) -> Result<StoredSale, StoreError>;
+
+    async fn sale(&self, sku: SkuId) -> Result<Option<StoredSale>, StoreError>;
+
+    async fn sales(&self) -> Result<Vec<StoredSale>, StoreError>;
+
+    async fn set_state(&self, sku: SkuId, state: SaleState) -> Result<(), StoreError>;
+
+    /// Starts a new epoch of hot state (rebuild after loss); returns it.
+    async fn bump_epoch(&self, sku: SkuId) -> Result<u64, StoreError>;
+
+    async fn order(&self, order_no: &OrderNo) -> Result<Option<HotOrder>, StoreError>;
+
+    /// Orders of a sale (recovery, reconciliation, invariant checks).
+    async fn orders(&self, sku: SkuId) -> Result<Vec<HotOrder>, StoreError>;
+
+    /// Events of a sale in `seq` order (the audit log), for checks and reconciliation.
+    async fn events(&self, sku: SkuId) -> Result<Vec<Event>, StoreError>;
+
+    /// Events of a sale with `from_seq <= seq <= to_seq`, in `seq` order.
+    async fn events_between(
+        &self,
+        sku: SkuId,
+        from_seq: u64,
+        to_seq: u64,
+    ) -> Result<Vec<Event>, StoreError>;
+
+    /// Parks an entry that keeps failing, and pauses the sale's stream (it is never skipped).
+    async fn record_dead_letter(&self, letter: &DeadLetter) -> Result<(), StoreError>;
+
+    async fn dead_letters(&self, sku: SkuId) -> Result<Vec<DeadLetter>, StoreError>;
+
+    /// Applies events of one sale, in one transaction, exactly once. Events must start at
+    /// `applied_seq + 1` (or repeat already-applied ones) and be contiguous.
+    async fn apply_events(&self, sku: SkuId, events: &[Event]) -> Result<ApplyReport, StoreError>;
+
+    async fn ping(&self) -> Result<(), StoreError>;
+}

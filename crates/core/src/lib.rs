@@ -1,0 +1,46 @@
+//! flashsale-core: the domain of a flash sale, with no I/O.
+//!
+//! Map of the crate:
+//! - [`ids`]: `SkuId`, `UserId`, `RequestId`, `OrderNo` and their validation.
+//! - [`sale`]: a sale's definition, mode, state and counters.
+//! - [`order`]: order status, hot orders, events and the counter delta of each event.
+//! - [`error`]: the error codes of the HTTP contract and the errors of ledgers and stores.
+//! - [`rules`]: `SaleBook`, the reference state machine of one sale. The embedded ledger
+//!   runs it; the Lua scripts mirror it; tests compare both ledgers against it.
+//! - [`ledger`]: the `HotLedger` and `OrderStore` traits that backends implement.
+//! - [`invariants`]: checks I1–I7 over plain rows, shared by tests, bench and reconciler.
+//!
+//! May depend on serde, thiserror and async-trait only; never on tokio, redis or sqlx.
+
+pub mod error;
+pub mod ids;
+pub mod invariants;
+pub mod ledger;
+pub mod order;
+pub mod rules;
+pub mod sale;
+
+pub use error::{ErrorCode, LedgerError, StoreError};
+pub use ids::{OrderNo, RequestId, SkuId, UserId};
+pub use ledger::{
+    ApplyReport, DeadLetter, HotLedger, OrderStore, PurchaseRequest, Resolution, StoredSale,
+};
+pub use order::{Event, EventKind, HotOrder, OrderStatus, PurchaseOutcome};
+pub use rules::SaleBook;
+pub use sale::{Counters, Sale, SaleMode, SaleState};
+
+/// Hard limits that every layer enforces (TigerBeetle style: a bound on everything).
+pub mod limits {
+    /// Largest stock one sale may hold.
+    pub const TOTAL_STOCK_MAX: u64 = 1_000_000_000;
+    /// Largest per-user limit, and so the largest quantity of one purchase.
+    pub const PER_USER_LIMIT_MAX: u32 = 1_000;
+    /// Longest request id, in bytes.
+    pub const REQUEST_ID_LEN_MAX: usize = 64;
+    /// Longest sale name, in bytes.
+    pub const SALE_NAME_LEN_MAX: usize = 200;
+    /// Most requests one ledger call may carry.
+    pub const BATCH_LEN_MAX: usize = 1_024;
+    /// Longest payment timeout of a reserve-mode sale.
+    pub const PAYMENT_TIMEOUT_MS_MAX: u64 = 7 * 24 * 3_600_000;
+}

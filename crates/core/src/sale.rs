@@ -1,0 +1,256 @@
+//! A sale: what it sells, its rules, its state and its counters.
+
+use serde::{Deserialize, Serialize};
+
+use crate::ids::SkuId;
+use crate::limits::{
+    PAYMENT_TIMEOUT_MS_MAX, PER_USER_LIMIT_MAX, SALE_NAME_LEN_MAX, TOTAL_STOCK_MAX,
+};
+
+/// How a purchase takes stock.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum SaleMode {
+    /// available → sold at once.
+    #[default]
+    Direct,
+    /// available → reserved; pay moves it to sold, cancel and expiry give it back.
+    Reserve,
+}
+
+/// The state an operator sets. The time window is judged apart from it, by the ledger's clock.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum SaleState {
+    /// Created, not yet warmed into the hot ledger.
+    Scheduled,
+    Live,
+    Paused,
+    Ended,
+}
+
+impl SaleMode {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SaleMode::Direct => "direct",
+            SaleMode::Reserve => "reserve",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<SaleMode> {
+        match s {
+            "direct" => Some(SaleMode::Direct),
+            "reserve" => Some(SaleMode::Reserve),
+            _ => None,
+        }
+    }
+}
+
+impl SaleState {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SaleState::Scheduled => "scheduled",
+            SaleState::Live => "live",
+            SaleState::Paused => "paused",
+            SaleState::Ended => "ended",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<SaleState> {
+        match s {
+            "scheduled" => Some(SaleState::Scheduled),
+            "live" => Some(SaleState::Live),
+            "paused" => Some(SaleState::Paused),
+            "ended" => Some(SaleState::Ended),
+            _ => None,
+        }
+    }
+}
+
+/// A sale's definition. Times are Unix epoch milliseconds.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Sale {
+    pub sku_id: SkuId,
+    pub name: String,
+    pub total_stock: u64,
+    pub per_user_limit: u32,
+    pub mode: SaleMode,
+    /// Reserve mode: how long a hold waits for payment.
+    pub payment_timeout_ms: u64,
+    pub starts_at_ms: i64,
+    pub ends_at_ms: i64,
+    pub state: SaleState,
+}
+
+impl Sale {
+    /// Checks the definition; the message names the first field that is wrong.
+    pub fn validate(&self) -> Result<(), String> {
+        if self.sku_id.0 == 0 {
+            return Err("sku_id must be positive".into());
+        }
+        if self.name.is_empty() || self.name.len() > SALE_NAME_LEN_MAX {
+            return Err(format!("name must be 1..={SALE_NAME_LEN_MAX} bytes"));
+        }
+        if self.total_stock == 0 || self.total_stock > TOTAL_STOCK_MAX {
+            return Err(format!("total_stock must be 1..={TOTAL_STOCK_MAX}"));
+        }
+        if self.per_user_limit == 0 || self.per_user_limit > PER_USER_LIMIT_MAX {
+            return Err(format!("per_user_limit must be 1..={PER_USER_LIMIT_MAX}"));
+        }
+        let timeout_ok = (1..=PAYMENT_TIMEOUT_MS_MAX).contains(&self.payment_timeout_ms);
+        if self.mode == SaleMode::Reserve && !timeout_ok {
+            return Err(format!(
+                "payment_timeout_ms must be 1..={PAYMENT_TIMEOUT_MS_MAX}"
+            ));
+        }
+        if self.ends_at_ms <= self.starts_at_ms || self.starts_at_ms < 0 {
+            return Err("ends_at_ms must be after starts_at_ms (both >= 0)".into());
+        }
+        Ok(())
+    }
+
+    /// Counters of a sale that has sold nothing.
+    pub fn fresh_counters(&self) -> Counters {
+        Counters {
+            total: self.total_stock,
+            available: self.total_stock,
+            reserved: 0,
+            sold: 0,
+            seq: 0,
+        }
+    }
+}
+
+/// A sale's stock counters at `seq`. Always `available + reserved + sold == total` (I2).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+pub struct Counters {
+    pub total: u64,
+    pub available: u64,
+    pub reserved: u64,
+    pub sold: u64,
+    /// Number of state changes (events) applied.
+    pub seq: u64,
+}
+
+impl Counters {
+    /// I2: conservation.
+    pub fn conserved(&self) -> bool {
+        self.available
+            .checked_add(self.reserved)
+            .and_then(|s| s.checked_add(self.sold))
+            == Some(self.total)
+    }
+
+    /// Applies a delta, or says why it cannot (a counter would go negative).
+    pub fn apply(&self, delta: Delta) -> Option<Counters> {
+        Some(Counters {
+            total: self.total,
+            available: add_signed(self.available, delta.available)?,
+            reserved: add_signed(self.reserved, delta.reserved)?,
+            sold: add_signed(self.sold, delta.sold)?,
+            seq: self.seq + 1,
+        })
+    }
+
+    /// Undoes a delta (used to fold in-flight events out of hot counters).
+    pub fn unapply(&self, delta: Delta) -> Option<Counters> {
+        let back = Delta {
+            available: -delta.available,
+            reserved: -delta.reserved,
+            sold: -delta.sold,
+        };
+        let mut c = self.apply(back)?;
+        c.seq = self.seq.checked_sub(1)?;
+        Some(c)
+    }
+}
+
+fn add_signed(value: u64, delta: i64) -> Option<u64> {
+    if delta >= 0 {
+        value.checked_add(delta as u64)
+    } else {
+        value.checked_sub(delta.unsigned_abs())
+    }
+}
+
+/// How one event moves the counters. Always sums to zero.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Delta {
+    pub available: i64,
+    pub reserved: i64,
+    pub sold: i64,
+}
+
+impl Delta {
+    pub fn plus(self, other: Delta) -> Delta {
+        Delta {
+            available: self.available + other.available,
+            reserved: self.reserved + other.reserved,
+            sold: self.sold + other.sold,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sale() -> Sale {
+        Sale {
+            sku_id: SkuId(1),
+            name: "x".into(),
+            total_stock: 10,
+            per_user_limit: 1,
+            mode: SaleMode::Direct,
+            payment_timeout_ms: 0,
+            starts_at_ms: 0,
+            ends_at_ms: 1,
+            state: SaleState::Scheduled,
+        }
+    }
+
+    #[test]
+    fn validation_names_the_bad_field() {
+        assert!(sale().validate().is_ok());
+        let bad = Sale {
+            total_stock: 0,
+            ..sale()
+        };
+        assert!(bad.validate().unwrap_err().contains("total_stock"));
+        let bad = Sale {
+            per_user_limit: 0,
+            ..sale()
+        };
+        assert!(bad.validate().unwrap_err().contains("per_user_limit"));
+        let bad = Sale {
+            mode: SaleMode::Reserve,
+            ..sale()
+        };
+        assert!(bad.validate().unwrap_err().contains("payment_timeout_ms"));
+        let bad = Sale {
+            ends_at_ms: 0,
+            ..sale()
+        };
+        assert!(bad.validate().unwrap_err().contains("ends_at_ms"));
+    }
+
+    #[test]
+    fn counters_apply_and_unapply() {
+        let c = sale().fresh_counters();
+        let d = Delta {
+            available: -3,
+            reserved: 0,
+            sold: 3,
+        };
+        let after = c.apply(d).unwrap();
+        assert_eq!((after.available, after.sold, after.seq), (7, 3, 1));
+        assert!(after.conserved());
+        assert_eq!(after.unapply(d), Some(c));
+        let too_much = Delta {
+            available: -11,
+            reserved: 0,
+            sold: 11,
+        };
+        assert_eq!(c.apply(too_much), None);
+    }
+}

@@ -1,0 +1,1 @@
+//! mysql (in progress)

@@ -1,0 +1,1 @@
+//! persister (in progress)

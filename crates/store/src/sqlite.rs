@@ -1,0 +1,1 @@
+//! sqlite (in progress)

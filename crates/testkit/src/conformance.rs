@@ -1,0 +1,1 @@
+//! The conformance suite (filled in with the ledgers).

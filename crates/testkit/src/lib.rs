@@ -1,0 +1,30 @@
+//! flashsale-testkit: what the tests of every crate share.
+//!
+//! - [`redis_server`]: a throwaway `redis-server` on a free port in a temp dir (for tests that
+//!   kill, restart or reconfigure Redis), and a unique key prefix on the shared one.
+//! - [`mariadb`]: a throwaway `mariadbd` in a temp dir, and a fresh database of its own on the
+//!   shared server.
+//! - [`conformance`]: the one suite both hot ledgers must pass.
+//! - [`wait`]: polling with a deadline, the only way tests wait.
+//!
+//! Depends on flashsale-core and client libraries only; never on a backend crate.
+
+pub mod conformance;
+pub mod mariadb;
+pub mod redis_server;
+pub mod wait;
+
+use std::net::TcpListener;
+
+/// A TCP port that was free a moment ago on 127.0.0.1.
+pub fn free_port() -> u16 {
+    let listener = TcpListener::bind("127.0.0.1:0").expect("bind an ephemeral port");
+    listener.local_addr().expect("local addr").port()
+}
+
+/// A short random lowercase name, unique enough to keep parallel tests apart.
+pub fn unique_name(prefix: &str) -> String {
+    use rand::Rng;
+    let n: u64 = rand::rng().random();
+    format!("{prefix}_{n:016x}")
+}

@@ -1,0 +1,169 @@
+//! MariaDB for tests: a database of the test's own on the shared server, or a throwaway server.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use sqlx::{Connection, Executor, MySqlConnection};
+use tempfile::TempDir;
+
+/// URL of the shared server (the machine's, or `FLASHSALE_TEST_MYSQL_URL`), no database.
+pub fn shared_server_url() -> String {
+    std::env::var("FLASHSALE_TEST_MYSQL_URL")
+        .unwrap_or_else(|_| "mysql://root@127.0.0.1:3306".into())
+}
+
+/// A database created for one test and dropped when this guard drops.
+pub struct TestDatabase {
+    pub url: String,
+    server_url: String,
+    name: String,
+}
+
+impl TestDatabase {
+    /// Creates a fresh, empty database on the shared server.
+    pub async fn create() -> TestDatabase {
+        TestDatabase::create_on(&shared_server_url()).await
+    }
+
+    /// Creates a fresh, empty database on the server at `server_url`.
+    pub async fn create_on(server_url: &str) -> TestDatabase {
+        let name = crate::unique_name("fstest");
+        let mut conn = MySqlConnection::connect(server_url)
+            .await
+            .expect("connect to MariaDB");
+        conn.execute(format!("CREATE DATABASE `{name}`").as_str())
+            .await
+            .expect("create database");
+        let url = format!("{server_url}/{name}");
+        TestDatabase {
+            url,
+            server_url: server_url.to_owned(),
+            name,
+        }
+    }
+}
+
+impl Drop for TestDatabase {
+    fn drop(&mut self) {
+        let (server_url, name) = (self.server_url.clone(), self.name.clone());
+        // Drop runs outside any runtime guarantee; use a small thread with its own runtime.
+        let _ = std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build();
+            if let Ok(rt) = rt {
+                rt.block_on(async {
+                    if let Ok(mut conn) = MySqlConnection::connect(&server_url).await {
+                        let _ = conn
+                            .execute(format!("DROP DATABASE IF EXISTS `{name}`").as_str())
+                            .await;
+                    }
+                });
+            }
+        })
+        .join();
+    }
+}
+
+/// A `mariadbd` of this test's own (for tests that stop or kill the database).
+pub struct MariaDbServer {
+    pub port: u16,
+    dir: TempDir,
+    child: Option<Child>,
+}
+
+impl MariaDbServer {
+    pub async fn spawn() -> MariaDbServer {
+        let dir = tempfile::tempdir().expect("temp dir");
+        install_db(dir.path());
+        let mut server = MariaDbServer {
+            port: crate::free_port(),
+            dir,
+            child: None,
+        };
+        server.start().await;
+        server
+    }
+
+    /// Server URL without a database, as root with no password.
+    pub fn url(&self) -> String {
+        format!("mysql://root@127.0.0.1:{}", self.port)
+    }
+
+    fn data_dir(&self) -> PathBuf {
+        self.dir.path().join("data")
+    }
+
+    pub async fn start(&mut self) {
+        assert!(self.child.is_none(), "already running");
+        let dir = self.dir.path();
+        let child = Command::new(binary("FLASHSALE_TEST_MARIADBD", "mariadbd"))
+            .arg("--no-defaults")
+            .arg(format!("--datadir={}", self.data_dir().display()))
+            .arg(format!("--socket={}", dir.join("mysqld.sock").display()))
+            .arg(format!("--pid-file={}", dir.join("mysqld.pid").display()))
+            .arg(format!("--port={}", self.port))
+            .args([
+                "--bind-address=127.0.0.1",
+                "--skip-grant-tables",
+                "--user=root",
+            ])
+            .args([
+                "--innodb-buffer-pool-size=32M",
+                "--innodb-log-file-size=16M",
+            ])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("spawn mariadbd");
+        self.child = Some(child);
+        let url = self.url();
+        crate::wait::until(
+            "mariadbd to accept connections",
+            Duration::from_secs(60),
+            || {
+                let url = url.clone();
+                async move { MySqlConnection::connect(&url).await.ok().map(|_| ()) }
+            },
+        )
+        .await;
+    }
+
+    /// SIGKILL, like a crash.
+    pub fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+impl Drop for MariaDbServer {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+fn install_db(dir: &Path) {
+    let status = Command::new(binary(
+        "FLASHSALE_TEST_MARIADB_INSTALL_DB",
+        "mariadb-install-db",
+    ))
+    .arg("--no-defaults")
+    .arg(format!("--datadir={}", dir.join("data").display()))
+    .args([
+        "--auth-root-authentication-method=normal",
+        "--skip-test-db",
+        "--user=root",
+    ])
+    .stdout(Stdio::null())
+    .stderr(Stdio::null())
+    .status()
+    .expect("run mariadb-install-db");
+    assert!(status.success(), "mariadb-install-db failed");
+}
+
+fn binary(var: &str, default: &str) -> String {
+    std::env::var(var).unwrap_or_else(|_| default.into())
+}

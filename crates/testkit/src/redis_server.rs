@@ -1,0 +1,114 @@
+//! Redis for tests: a unique key prefix on the shared server, or a throwaway server.
+
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use tempfile::TempDir;
+
+/// URL of the shared Redis (the machine's, or `FLASHSALE_TEST_REDIS_URL`).
+pub fn shared_url() -> String {
+    std::env::var("FLASHSALE_TEST_REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".into())
+}
+
+/// A key prefix no other test uses; tests on the shared server put all their keys under it.
+pub fn unique_prefix() -> String {
+    crate::unique_name("fstest")
+}
+
+/// A `redis-server` of this test's own, killed and removed on drop.
+pub struct RedisServer {
+    pub port: u16,
+    dir: TempDir,
+    child: Option<Child>,
+    args: Vec<String>,
+}
+
+impl RedisServer {
+    /// Starts a server without persistence.
+    pub async fn spawn() -> RedisServer {
+        RedisServer::spawn_with(&["--save", "", "--appendonly", "no"]).await
+    }
+
+    /// Starts a server with extra arguments (e.g. `--appendonly yes --appendfsync always`).
+    pub async fn spawn_with(extra: &[&str]) -> RedisServer {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let port = crate::free_port();
+        let args = extra.iter().map(|s| s.to_string()).collect();
+        let mut server = RedisServer {
+            port,
+            dir,
+            child: None,
+            args,
+        };
+        server.start().await;
+        server
+    }
+
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}", self.port)
+    }
+
+    pub fn dir(&self) -> PathBuf {
+        self.dir.path().to_path_buf()
+    }
+
+    /// Starts (again) on the same port and directory.
+    pub async fn start(&mut self) {
+        assert!(self.child.is_none(), "already running");
+        let child = Command::new(redis_binary())
+            .args(["--port", &self.port.to_string(), "--bind", "127.0.0.1"])
+            .args(["--dir", self.dir.path().to_str().expect("utf-8 path")])
+            .args(&self.args)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("spawn redis-server (is it installed? see scripts/services.sh)");
+        self.child = Some(child);
+        let url = self.url();
+        crate::wait::until(
+            "redis-server to answer PING",
+            Duration::from_secs(10),
+            || {
+                let url = url.clone();
+                async move { ping(&url).await.then_some(()) }
+            },
+        )
+        .await;
+    }
+
+    /// SIGKILL: whatever was not persisted is gone.
+    pub fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    pub fn is_running(&self) -> bool {
+        self.child.is_some()
+    }
+}
+
+impl Drop for RedisServer {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+async fn ping(url: &str) -> bool {
+    let Ok(client) = redis::Client::open(url) else {
+        return false;
+    };
+    let Ok(mut conn) = client.get_multiplexed_async_connection().await else {
+        return false;
+    };
+    redis::cmd("PING")
+        .query_async::<String>(&mut conn)
+        .await
+        .is_ok()
+}
+
+fn redis_binary() -> String {
+    std::env::var("FLASHSALE_TEST_REDIS_SERVER").unwrap_or_else(|_| "redis-server".into())
+}

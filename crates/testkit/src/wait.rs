@@ -1,0 +1,23 @@
+//! Polling with a deadline. Tests never sleep to synchronise; they poll a condition.
+
+use std::future::Future;
+use std::time::{Duration, Instant};
+
+/// Polls `check` every 20 ms until it returns `Some`, or panics with `what` after `limit`.
+pub async fn until<T, F, Fut>(what: &str, limit: Duration, mut check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Option<T>>,
+{
+    let deadline = Instant::now() + limit;
+    loop {
+        if let Some(value) = check().await {
+            return value;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "timed out after {limit:?} waiting for {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
