@@ -62,7 +62,14 @@ pub trait HotLedger: Send + Sync + 'static {
 
     /// Cheap reachability check for /readyz and the breaker.
     async fn ping(&self) -> Result<(), LedgerError>;
+
+    /// Registers who to tell when a sale's stock comes back (cancel, expiry) on any instance,
+    /// so that local sold-out flags clear. Called once at start; a later call replaces it.
+    fn on_restock(&self, listener: RestockListener);
 }
+
+/// Told the sku whose stock came back.
+pub type RestockListener = std::sync::Arc<dyn Fn(SkuId) + Send + Sync>;
 
 /// A sale as the system of record holds it: counters are at `counters.seq == applied_seq`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
