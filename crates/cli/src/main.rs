@@ -1,1 +1,154 @@
-fn main() {}
+//! `flashsale`: the binary. Commands: `serve`, `worker`, `demo`, `token`, `migrate`.
+//!
+//! - [`settings`]: flags, environment, config file and secrets.
+//! - [`demo`]: the whole flash sale in one command, with a report.
+
+mod demo;
+mod settings;
+
+use std::path::PathBuf;
+
+use anyhow::Context;
+use clap::{Parser, Subcommand};
+use flashsale_core::UserId;
+use flashsale_server::auth::Auth;
+use flashsale_server::{Config, Limits, Server};
+
+use settings::Settings;
+
+#[derive(Debug, Parser)]
+#[command(name = "flashsale", version, about = "A flash-sale inventory service")]
+struct Cli {
+    /// A file of `NAME=value` lines (default ./flashsale.env when present).
+    #[arg(long, global = true)]
+    config: Option<PathBuf>,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Serve the HTTP API (embedded ledger unless a Redis URL is set).
+    Serve {
+        #[command(flatten)]
+        settings: Settings,
+        /// Do not run the stream persister in this process (run `flashsale worker` instead).
+        #[arg(long)]
+        no_persister: bool,
+    },
+    /// Run only the background workers (the stream persister and hold expiry).
+    Worker {
+        #[command(flatten)]
+        settings: Settings,
+    },
+    /// A whole flash sale in one command: server, sale, spike, report.
+    Demo(demo::DemoArgs),
+    /// Print a user token signed with the configured secret.
+    Token {
+        #[command(flatten)]
+        settings: Settings,
+        #[arg(long)]
+        user: u64,
+        /// Lifetime in seconds.
+        #[arg(long, default_value_t = 86_400)]
+        ttl_s: u64,
+    },
+    /// Create or upgrade the database schema.
+    Migrate {
+        #[command(flatten)]
+        settings: Settings,
+    },
+}
+
+fn main() -> anyhow::Result<()> {
+    let pre = Cli::try_parse();
+    if let Ok(cli) = &pre {
+        settings::load_config_file(cli.config.as_deref())?;
+    }
+    // Parse again so values from the config file are seen as environment.
+    let cli = Cli::parse();
+    init_tracing();
+    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+    runtime.block_on(run(cli.command))
+}
+
+fn init_tracing() {
+    let filter = tracing_subscriber::EnvFilter::try_from_env("FLASHSALE_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,sqlx=warn"));
+    tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).init();
+}
+
+async fn run(command: Command) -> anyhow::Result<()> {
+    match command {
+        Command::Serve { settings, no_persister } => serve(settings, !no_persister).await,
+        Command::Worker { settings } => worker(settings).await,
+        Command::Demo(args) => demo::run(args).await,
+        Command::Token { settings, user, ttl_s } => {
+            anyhow::ensure!(user > 0, "--user must be positive");
+            let (jwt, admin) = settings.secrets()?;
+            println!("{}", Auth::new(&jwt, &admin).sign(UserId(user), ttl_s));
+            Ok(())
+        }
+        Command::Migrate { settings } => {
+            let config = server_config(&settings, false)?;
+            flashsale_server::serve::open_store(&config.database_url).await?;
+            println!("schema of {} is current", config.database_url);
+            Ok(())
+        }
+    }
+}
+
+pub fn server_config(settings: &Settings, run_persister: bool) -> anyhow::Result<Config> {
+    let (jwt_secret, admin_token) = settings.secrets()?;
+    Ok(Config {
+        listen: settings.listen,
+        redis_url: settings.redis_url.clone(),
+        redis_prefix: settings.redis_prefix.clone(),
+        database_url: settings.database_url(),
+        jwt_secret,
+        admin_token,
+        limits: Limits::default(),
+        run_persister,
+        instance_id: instance_id(),
+    })
+}
+
+fn instance_id() -> String {
+    let host = std::env::var("HOSTNAME").unwrap_or_else(|_| "host".into());
+    format!("{host}-{}", std::process::id())
+}
+
+async fn serve(settings: Settings, run_persister: bool) -> anyhow::Result<()> {
+    let config = server_config(&settings, run_persister)?;
+    let server = Server::start(config).await?;
+    println!("flashsale listening on http://{} ({} ledger)", server.addr, server.state.ledger.kind());
+    shutdown_signal().await;
+    tracing::info!("shutting down: finishing in-flight requests");
+    server.shutdown().await
+}
+
+async fn worker(settings: Settings) -> anyhow::Result<()> {
+    let config = server_config(&settings, true)?;
+    anyhow::ensure!(config.redis_url.is_some(), "`flashsale worker` persists Redis streams: set FLASHSALE_REDIS_URL");
+    let workers = flashsale_server::serve::Workers::start(&config).await.context("start workers")?;
+    shutdown_signal().await;
+    workers.shutdown().await
+}
+
+async fn shutdown_signal() {
+    let ctrl_c = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    #[cfg(unix)]
+    let term = async {
+        if let Ok(mut s) = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            s.recv().await;
+        }
+    };
+    #[cfg(not(unix))]
+    let term = std::future::pending::<()>();
+    tokio::select! {
+        _ = ctrl_c => {},
+        _ = term => {},
+    }
+}

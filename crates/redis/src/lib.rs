@@ -4,5 +4,18 @@
 //! - [`scripts`]: the Lua scripts (`scripts/*.lua`, loaded with `include_str!`).
 //! - [`ledger`]: `RedisLedger`, the `HotLedger` over Redis or Redis Cluster.
 //! - [`stream`]: reading a sale's event stream (consumer group, claim, ack, trim, lease).
+//! - [`conn`]: one connection type over a node or a cluster, and error mapping.
+//! - [`codec`]: how orders and events are stored and parsed.
 //!
 //! May depend on flashsale-core and redis-rs; never on sqlx or the server.
+
+pub mod codec;
+pub mod conn;
+pub mod keys;
+pub mod ledger;
+pub mod scripts;
+pub mod stream;
+
+pub use keys::{slot, Keys};
+pub use ledger::{RedisLedger, Snapshot};
+pub use stream::{AutoClaimed, PendingSummary, StreamReader, GROUP};

@@ -1,1 +1,76 @@
-//! placeholder
+//! flashsale-server: the HTTP service.
+//!
+//! - [`app`]: the axum router, built apart from `main` so tests call it.
+//! - [`routes`]: handlers (sales, purchases, orders, health).
+//! - [`auth`]: user tokens and the admin token.
+//! - [`batch`]: natural batching of purchases per sale.
+//! - [`cache`]: sale cache and sold-out flags; [`breaker`]: fast failure when Redis is down.
+//! - [`error`]: `AppError`, the one error answer.
+//! - [`workers`]: background workers (persister, hold expiry) behind one `Worker` trait.
+//! - [`serve`]: `Config` → ledger, store, workers, listener; graceful shutdown.
+//! - [`metrics`]: the Prometheus recorder.
+//!
+//! May depend on every backend crate; the domain rules stay in flashsale-core.
+
+pub mod auth;
+pub mod batch;
+pub mod breaker;
+pub mod cache;
+pub mod error;
+pub mod metrics;
+pub mod routes;
+pub mod serve;
+pub mod state;
+pub mod workers;
+
+use axum::extract::{DefaultBodyLimit, MatchedPath, Request, State};
+use axum::middleware::{self, Next};
+use axum::response::Response;
+use axum::routing::{get, post};
+use axum::Router;
+use flashsale_core::ErrorCode;
+
+pub use error::AppError;
+pub use serve::{Config, Server};
+pub use state::{AppState, Limits};
+
+/// The whole HTTP API.
+pub fn app(state: AppState) -> Router {
+    use routes::{health, orders, purchases, sales};
+    let api = Router::new()
+        .route("/sales", post(sales::create))
+        .route("/sales/{sku_id}", get(sales::get))
+        .route("/sales/{sku_id}/warm", post(sales::warm))
+        .route("/sales/{sku_id}/pause", post(sales::pause))
+        .route("/sales/{sku_id}/resume", post(sales::resume))
+        .route("/sales/{sku_id}/end", post(sales::end))
+        .route("/sales/{sku_id}/purchases", post(purchases::purchase))
+        .route("/orders/{order_no}", get(orders::get))
+        .route("/orders/{order_no}/pay", post(orders::pay))
+        .route("/orders/{order_no}/cancel", post(orders::cancel));
+    Router::new()
+        .nest("/api/v1", api)
+        .route("/healthz", get(health::healthz))
+        .route("/readyz", get(health::readyz))
+        .route("/metrics", get(health::metrics))
+        .fallback(|| async { AppError::new(ErrorCode::RouteNotFound, "no such route") })
+        .method_not_allowed_fallback(|| async {
+            AppError::new(ErrorCode::MethodNotAllowed, "method not allowed on this route")
+        })
+        .layer(DefaultBodyLimit::max(state.limits.body_bytes_max))
+        .layer(middleware::from_fn_with_state(state.clone(), count_requests))
+        .with_state(state)
+}
+
+/// Counts every answer by route template and status.
+async fn count_requests(State(_): State<AppState>, req: Request, next: Next) -> Response {
+    let route = req
+        .extensions()
+        .get::<MatchedPath>()
+        .map(|p| p.as_str().to_owned())
+        .unwrap_or_else(|| "unmatched".into());
+    let response = next.run(req).await;
+    let status = response.status().as_u16().to_string();
+    ::metrics::counter!(metrics::HTTP_REQUESTS, "route" => route, "status" => status).increment(1);
+    response
+}

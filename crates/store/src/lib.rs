@@ -8,8 +8,10 @@
 //! Migrations live in `migrations/mysql` and `migrations/sqlite` beside this crate.
 //! May depend on flashsale-core, flashsale-redis (the persister reads streams), sqlx, redis.
 
+mod batch;
 pub mod mysql;
 pub mod persister;
+mod rows;
 pub mod sqlite;
 
 pub use mysql::MySqlStore;

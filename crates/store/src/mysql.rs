@@ -1,1 +1,526 @@
-//! mysql (in progress)
+//! `MySqlStore`: the production system of record over MySQL / MariaDB.
+//!
+//! `apply_events` locks the sale row (`SELECT ... FOR UPDATE`), so concurrent writers of one
+//! sale serialize on it; the guarded counter update is the last word either way.
+
+use std::time::Duration;
+
+use async_trait::async_trait;
+use sqlx::mysql::{MySqlPool, MySqlPoolOptions, MySqlRow};
+use sqlx::{MySql, Row, Transaction};
+
+use flashsale_core::{
+    ApplyReport, DeadLetter, Event, HotOrder, OrderNo, OrderStatus, OrderStore, Sale, SaleState,
+    SkuId, StoreError, StoredSale,
+};
+
+use crate::batch::{self, Head, KnownOrder, Plan, CHUNK_ROWS};
+use crate::rows::{
+    self, db_error, DeadLetterRow, EventRow, OrderRow, SaleRow,
+};
+
+static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations/mysql");
+
+/// The system of record on MySQL / MariaDB.
+#[derive(Clone)]
+pub struct MySqlStore {
+    pool: MySqlPool,
+}
+
+impl std::fmt::Debug for MySqlStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MySqlStore").finish_non_exhaustive()
+    }
+}
+
+impl MySqlStore {
+    /// Connects a pool of 16 to `url` (`mysql://user:pass@host:port/db`) and runs the
+    /// migrations.
+    pub async fn connect(url: &str) -> Result<MySqlStore, StoreError> {
+        MySqlStore::connect_with(url, 16).await
+    }
+
+    /// Like [`MySqlStore::connect`] with a pool of `max_connections`.
+    pub async fn connect_with(url: &str, max_connections: u32) -> Result<MySqlStore, StoreError> {
+        let pool = MySqlPoolOptions::new()
+            .max_connections(max_connections.max(1))
+            .acquire_timeout(Duration::from_secs(5))
+            .connect(url)
+            .await
+            .map_err(|e| StoreError::Unavailable(e.to_string()))?;
+        let store = MySqlStore { pool };
+        store.migrate().await?;
+        Ok(store)
+    }
+
+    /// Runs the pending migrations (idempotent; concurrent callers take an advisory lock).
+    pub async fn migrate(&self) -> Result<(), StoreError> {
+        MIGRATOR.run(&self.pool).await.map_err(|e| match e {
+            sqlx::migrate::MigrateError::Execute(e) => db_error(e),
+            e => StoreError::Internal(format!("migration: {e}")),
+        })
+    }
+
+    pub fn pool(&self) -> &MySqlPool {
+        &self.pool
+    }
+
+    /// Whether a dead letter has paused the sale's stream.
+    pub async fn stream_paused(&self, sku: SkuId) -> Result<bool, StoreError> {
+        let row = sqlx::query("SELECT stream_paused FROM sales WHERE sku_id = ?")
+            .bind(sku.0)
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(db_error)?
+            .ok_or(StoreError::SaleNotFound)?;
+        row.try_get::<bool, _>(0).map_err(db_error)
+    }
+
+    /// Pauses or resumes the sale's stream (an operator resumes after fixing a dead letter).
+    pub async fn set_stream_paused(&self, sku: SkuId, paused: bool) -> Result<(), StoreError> {
+        let done = sqlx::query("UPDATE sales SET stream_paused = ? WHERE sku_id = ?")
+            .bind(paused)
+            .bind(sku.0)
+            .execute(&self.pool)
+            .await
+            .map_err(db_error)?;
+        // MySQL counts found rows (sqlx sets CLIENT_FOUND_ROWS): 0 means no such sale.
+        if done.rows_affected() == 0 {
+            return Err(StoreError::SaleNotFound);
+        }
+        Ok(())
+    }
+
+    async fn known_orders(
+        tx: &mut Transaction<'_, MySql>,
+        sku: SkuId,
+        nos: &[String],
+        users: &[u64],
+    ) -> Result<Vec<KnownOrder>, StoreError> {
+        const COLS: &str = "sku_id, order_no, user_id, request_id, quantity, status";
+        let mut known = Vec::new();
+        for chunk in nos.chunks(CHUNK_ROWS) {
+            let sql = format!(
+                "SELECT {COLS} FROM orders WHERE order_no IN ({})",
+                batch::list_placeholders(chunk.len())
+            );
+            let mut q = sqlx::query(&sql);
+            for no in chunk {
+                q = q.bind(no);
+            }
+            for row in q.fetch_all(&mut **tx).await.map_err(db_error)? {
+                known.push(known_order(&row)?);
+            }
+        }
+        for chunk in users.chunks(CHUNK_ROWS) {
+            let sql = format!(
+                "SELECT {COLS} FROM orders WHERE sku_id = ? AND user_id IN ({})",
+                batch::list_placeholders(chunk.len())
+            );
+            let mut q = sqlx::query(&sql).bind(sku.0);
+            for user in chunk {
+                q = q.bind(user);
+            }
+            for row in q.fetch_all(&mut **tx).await.map_err(db_error)? {
+                known.push(known_order(&row)?);
+            }
+        }
+        Ok(known)
+    }
+
+    async fn write_plan(
+        tx: &mut Transaction<'_, MySql>,
+        sku: SkuId,
+        head: &Head,
+        plan: &Plan<'_>,
+    ) -> Result<(), StoreError> {
+        for chunk in plan.events.chunks(CHUNK_ROWS) {
+            let sql = format!(
+                "{}{}",
+                batch::INSERT_EVENTS,
+                batch::values_placeholders(chunk.len(), batch::EVENT_COLS)
+            );
+            let mut q = sqlx::query(&sql);
+            for (e, rejected) in chunk {
+                q = q
+                    .bind(e.sku_id.0)
+                    .bind(e.seq)
+                    .bind(e.kind.as_str())
+                    .bind(e.order_no.as_str())
+                    .bind(e.request_id.as_str())
+                    .bind(e.user_id.0)
+                    .bind(e.quantity)
+                    .bind(e.at_ms)
+                    .bind(e.deadline_ms)
+                    .bind(*rejected);
+            }
+            q.execute(&mut **tx).await.map_err(db_error)?;
+        }
+        for chunk in plan.new_orders.chunks(CHUNK_ROWS) {
+            let sql = format!(
+                "{}{}",
+                batch::INSERT_ORDERS,
+                batch::values_placeholders(chunk.len(), batch::ORDER_COLS)
+            );
+            let mut q = sqlx::query(&sql);
+            for o in chunk {
+                q = q
+                    .bind(o.order_no.as_str())
+                    .bind(sku.0)
+                    .bind(o.user_id)
+                    .bind(o.request_id.as_str())
+                    .bind(o.quantity)
+                    .bind(o.status.as_str())
+                    .bind(o.deadline_ms)
+                    .bind(o.created_at_ms)
+                    .bind(o.updated_at_ms);
+            }
+            q.execute(&mut **tx).await.map_err(db_error)?;
+        }
+        for u in &plan.updates {
+            let sql = format!(
+                "UPDATE orders SET status = ?, updated_at_ms = ? WHERE sku_id = ? AND order_no IN ({})",
+                batch::list_placeholders(u.order_nos.len())
+            );
+            let mut q = sqlx::query(&sql)
+                .bind(u.status.as_str())
+                .bind(u.at_ms)
+                .bind(sku.0);
+            for no in &u.order_nos {
+                q = q.bind(no.as_str());
+            }
+            q.execute(&mut **tx).await.map_err(db_error)?;
+        }
+        let (old, new) = (head.counters, plan.after);
+        let done = sqlx::query(batch::GUARDED_UPDATE)
+            .bind(signed(new.available)?)
+            .bind(signed(new.reserved)?)
+            .bind(signed(new.sold)?)
+            .bind(new.seq)
+            .bind(sku.0)
+            .bind(old.seq)
+            .bind(signed(old.available)?)
+            .bind(signed(old.reserved)?)
+            .bind(signed(old.sold)?)
+            .bind(signed(new.available)?)
+            .bind(signed(new.reserved)?)
+            .bind(signed(new.sold)?)
+            .execute(&mut **tx)
+            .await
+            .map_err(db_error)?;
+        // Found rows: 1 when the guard matched, whatever changed.
+        if done.rows_affected() != 1 {
+            return Err(StoreError::Internal(format!(
+                "guarded counter update of sku {sku} matched no row (applied_seq {})",
+                old.seq
+            )));
+        }
+        Ok(())
+    }
+}
+
+fn signed(v: u64) -> Result<i64, StoreError> {
+    i64::try_from(v).map_err(|_| StoreError::Internal(format!("counter out of range: {v}")))
+}
+
+/// Strings are read unchecked: `ascii_bin` columns carry the BINARY flag, which sqlx's
+/// `String` refuses, though the bytes are ASCII text.
+fn text(row: &MySqlRow, col: &str) -> Result<String, StoreError> {
+    row.try_get_unchecked::<String, _>(col).map_err(db_error)
+}
+
+fn get<'r, T>(row: &'r MySqlRow, col: &str) -> Result<T, StoreError>
+where
+    T: sqlx::Decode<'r, MySql> + sqlx::Type<MySql>,
+{
+    row.try_get::<T, _>(col).map_err(db_error)
+}
+
+fn sale_row(row: &MySqlRow) -> Result<SaleRow, StoreError> {
+    Ok(SaleRow {
+        sku_id: get(row, "sku_id")?,
+        name: text(row, "name")?,
+        total_stock: get(row, "total_stock")?,
+        available: get(row, "available")?,
+        reserved: get(row, "reserved")?,
+        sold: get(row, "sold")?,
+        applied_seq: get(row, "applied_seq")?,
+        epoch: get(row, "epoch")?,
+        per_user_limit: get(row, "per_user_limit")?,
+        mode: text(row, "mode")?,
+        payment_timeout_ms: get(row, "payment_timeout_ms")?,
+        starts_at_ms: get(row, "starts_at_ms")?,
+        ends_at_ms: get(row, "ends_at_ms")?,
+        state: text(row, "state")?,
+    })
+}
+
+fn order_row(row: &MySqlRow) -> Result<HotOrder, StoreError> {
+    OrderRow {
+        order_no: text(row, "order_no")?,
+        sku_id: get(row, "sku_id")?,
+        user_id: get(row, "user_id")?,
+        request_id: text(row, "request_id")?,
+        quantity: get(row, "quantity")?,
+        status: text(row, "status")?,
+        deadline_ms: get(row, "deadline_ms")?,
+        created_at_ms: get(row, "created_at_ms")?,
+    }
+    .into_order()
+}
+
+fn event_row(row: &MySqlRow) -> Result<Event, StoreError> {
+    EventRow {
+        sku_id: get(row, "sku_id")?,
+        seq: get(row, "seq")?,
+        kind: text(row, "kind")?,
+        order_no: text(row, "order_no")?,
+        request_id: text(row, "request_id")?,
+        user_id: get(row, "user_id")?,
+        quantity: get(row, "quantity")?,
+        at_ms: get(row, "at_ms")?,
+        deadline_ms: get(row, "deadline_ms")?,
+    }
+    .into_event()
+}
+
+fn known_order(row: &MySqlRow) -> Result<KnownOrder, StoreError> {
+    let status = text(row, "status")?;
+    Ok(KnownOrder {
+        sku_id: SkuId(get(row, "sku_id")?),
+        order_no: text(row, "order_no")?,
+        user_id: get(row, "user_id")?,
+        request_id: text(row, "request_id")?,
+        quantity: get(row, "quantity")?,
+        status: batch::parse("status", &status, OrderStatus::parse)?,
+    })
+}
+
+#[async_trait]
+impl OrderStore for MySqlStore {
+    async fn create_sale(&self, sale: &Sale) -> Result<StoredSale, StoreError> {
+        rows::validate(sale)?;
+        let stored = rows::created(sale);
+        let s = &stored.sale;
+        let total = signed(s.total_stock)?;
+        let result = sqlx::query(
+            "INSERT INTO sales (sku_id, name, total_stock, available, reserved, sold, applied_seq, \
+             epoch, per_user_limit, mode, payment_timeout_ms, starts_at_ms, ends_at_ms, state) \
+             VALUES (?, ?, ?, ?, 0, 0, 0, 1, ?, ?, ?, ?, ?, ?)",
+        )
+        .bind(s.sku_id.0)
+        .bind(&s.name)
+        .bind(total)
+        .bind(total)
+        .bind(s.per_user_limit)
+        .bind(s.mode.as_str())
+        .bind(s.payment_timeout_ms)
+        .bind(s.starts_at_ms)
+        .bind(s.ends_at_ms)
+        .bind(s.state.as_str())
+        .execute(&self.pool)
+        .await;
+        match result {
+            Ok(_) => Ok(stored),
+            Err(e) if rows::is_unique_violation(&e) => Err(StoreError::SaleExists),
+            Err(e) => Err(db_error(e)),
+        }
+    }
+
+    async fn sale(&self, sku: SkuId) -> Result<Option<StoredSale>, StoreError> {
+        let sql = format!("SELECT {} FROM sales WHERE sku_id = ?", batch::SALE_COLUMNS);
+        let row = sqlx::query(&sql)
+            .bind(sku.0)
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(db_error)?;
+        row.map(|r| sale_row(&r)?.into_stored()).transpose()
+    }
+
+    async fn sales(&self) -> Result<Vec<StoredSale>, StoreError> {
+        let sql = format!("SELECT {} FROM sales ORDER BY sku_id", batch::SALE_COLUMNS);
+        let rows = sqlx::query(&sql)
+            .fetch_all(&self.pool)
+            .await
+            .map_err(db_error)?;
+        rows.iter().map(|r| sale_row(r)?.into_stored()).collect()
+    }
+
+    async fn set_state(&self, sku: SkuId, state: SaleState) -> Result<(), StoreError> {
+        let done = sqlx::query("UPDATE sales SET state = ? WHERE sku_id = ?")
+            .bind(state.as_str())
+            .bind(sku.0)
+            .execute(&self.pool)
+            .await
+            .map_err(db_error)?;
+        if done.rows_affected() == 0 {
+            return Err(StoreError::SaleNotFound);
+        }
+        Ok(())
+    }
+
+    async fn bump_epoch(&self, sku: SkuId) -> Result<u64, StoreError> {
+        let mut tx = self.pool.begin().await.map_err(db_error)?;
+        sqlx::query("UPDATE sales SET epoch = epoch + 1 WHERE sku_id = ?")
+            .bind(sku.0)
+            .execute(&mut *tx)
+            .await
+            .map_err(db_error)?;
+        let row = sqlx::query("SELECT epoch FROM sales WHERE sku_id = ?")
+            .bind(sku.0)
+            .fetch_optional(&mut *tx)
+            .await
+            .map_err(db_error)?
+            .ok_or(StoreError::SaleNotFound)?;
+        let epoch: u64 = get(&row, "epoch")?;
+        tx.commit().await.map_err(db_error)?;
+        Ok(epoch)
+    }
+
+    async fn order(&self, order_no: &OrderNo) -> Result<Option<HotOrder>, StoreError> {
+        let sql = format!(
+            "SELECT {} FROM orders WHERE order_no = ?",
+            batch::ORDER_COLUMNS
+        );
+        let row = sqlx::query(&sql)
+            .bind(order_no.as_str())
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(db_error)?;
+        row.map(|r| order_row(&r)).transpose()
+    }
+
+    async fn orders(&self, sku: SkuId) -> Result<Vec<HotOrder>, StoreError> {
+        let sql = format!(
+            "SELECT {} FROM orders WHERE sku_id = ? ORDER BY id",
+            batch::ORDER_COLUMNS
+        );
+        let rows = sqlx::query(&sql)
+            .bind(sku.0)
+            .fetch_all(&self.pool)
+            .await
+            .map_err(db_error)?;
+        rows.iter().map(order_row).collect()
+    }
+
+    async fn events(&self, sku: SkuId) -> Result<Vec<Event>, StoreError> {
+        self.events_between(sku, 0, u64::MAX).await
+    }
+
+    async fn events_between(
+        &self,
+        sku: SkuId,
+        from_seq: u64,
+        to_seq: u64,
+    ) -> Result<Vec<Event>, StoreError> {
+        let sql = format!(
+            "SELECT {} FROM stock_events WHERE sku_id = ? AND seq >= ? AND seq <= ? ORDER BY seq",
+            batch::EVENT_COLUMNS
+        );
+        let rows = sqlx::query(&sql)
+            .bind(sku.0)
+            .bind(from_seq)
+            .bind(to_seq)
+            .fetch_all(&self.pool)
+            .await
+            .map_err(db_error)?;
+        rows.iter().map(event_row).collect()
+    }
+
+    async fn record_dead_letter(&self, letter: &DeadLetter) -> Result<(), StoreError> {
+        let mut tx = self.pool.begin().await.map_err(db_error)?;
+        let sql = format!(
+            "INSERT INTO dead_letters ({}) VALUES (?, ?, ?, ?, ?, ?) \
+             ON DUPLICATE KEY UPDATE seq = VALUES(seq), payload = VALUES(payload), \
+             error = VALUES(error), attempts = VALUES(attempts)",
+            batch::DEAD_LETTER_COLUMNS
+        );
+        sqlx::query(&sql)
+            .bind(letter.sku_id.0)
+            .bind(&letter.entry_id)
+            .bind(letter.seq)
+            .bind(&letter.payload)
+            .bind(&letter.error)
+            .bind(letter.attempts)
+            .execute(&mut *tx)
+            .await
+            .map_err(db_error)?;
+        sqlx::query("UPDATE sales SET stream_paused = TRUE WHERE sku_id = ?")
+            .bind(letter.sku_id.0)
+            .execute(&mut *tx)
+            .await
+            .map_err(db_error)?;
+        tx.commit().await.map_err(db_error)
+    }
+
+    async fn dead_letters(&self, sku: SkuId) -> Result<Vec<DeadLetter>, StoreError> {
+        let sql = format!(
+            "SELECT {} FROM dead_letters WHERE sku_id = ? ORDER BY id",
+            batch::DEAD_LETTER_COLUMNS
+        );
+        let rows = sqlx::query(&sql)
+            .bind(sku.0)
+            .fetch_all(&self.pool)
+            .await
+            .map_err(db_error)?;
+        rows.iter()
+            .map(|r| {
+                Ok(DeadLetterRow {
+                    sku_id: get(r, "sku_id")?,
+                    entry_id: text(r, "entry_id")?,
+                    seq: get(r, "seq")?,
+                    payload: text(r, "payload")?,
+                    error: text(r, "error")?,
+                    attempts: get(r, "attempts")?,
+                }
+                .into_letter())
+            })
+            .collect()
+    }
+
+    async fn apply_events(&self, sku: SkuId, events: &[Event]) -> Result<ApplyReport, StoreError> {
+        if events.is_empty() {
+            return Ok(ApplyReport::default());
+        }
+        let mut tx = self.pool.begin().await.map_err(db_error)?;
+        let sql = format!(
+            "SELECT {} FROM sales WHERE sku_id = ? FOR UPDATE",
+            batch::SALE_COLUMNS
+        );
+        let row = sqlx::query(&sql)
+            .bind(sku.0)
+            .fetch_optional(&mut *tx)
+            .await
+            .map_err(db_error)?
+            .ok_or(StoreError::SaleNotFound)?;
+        let sale = sale_row(&row)?;
+        let head = Head {
+            counters: sale.counters()?,
+            mode: sale.mode()?,
+        };
+        let (fresh, duplicates) = batch::split(sku, head.counters.seq, events)?;
+        if fresh.is_empty() {
+            tx.rollback().await.map_err(db_error)?;
+            return Ok(ApplyReport {
+                duplicates,
+                ..ApplyReport::default()
+            });
+        }
+        let (nos, users) = batch::lookups(&fresh);
+        let known = MySqlStore::known_orders(&mut tx, sku, &nos, &users).await?;
+        let mut plan = batch::fold(sku, head, &fresh, known);
+        MySqlStore::write_plan(&mut tx, sku, &head, &plan).await?;
+        tx.commit().await.map_err(db_error)?;
+        plan.report.duplicates = duplicates;
+        batch::alert(sku, &plan.report);
+        Ok(plan.report)
+    }
+
+    async fn ping(&self) -> Result<(), StoreError> {
+        sqlx::query("SELECT 1")
+            .execute(&self.pool)
+            .await
+            .map(|_| ())
+            .map_err(db_error)
+    }
+}

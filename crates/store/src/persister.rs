@@ -1,1 +1,312 @@
-//! persister (in progress)
+//! The persister: moves each sale's Redis Stream into the system of record.
+//!
+//! One writer per sale at a time: a per-sale task holds the sale's lease in Redis (renewed
+//! every loop; another instance takes over when it lapses), so events apply in `seq` order.
+//! Each read is one `OrderStore::apply_events` transaction (multi-row inserts and one
+//! conditional counter update that is both contiguity check and oversell guard), then XACK,
+//! then XTRIM below what was acknowledged. Effects are exactly once because the store skips
+//! events at or below its `applied_seq` and refuses gaps.
+//!
+//! Recovery: after a restart or any failure the task reads its own pending entries first;
+//! a gap means earlier entries are pending with a dead consumer, so it claims entries idle
+//! longer than `claim_idle_ms` (XAUTOCLAIM). The database down → back off and retry, the
+//! entries stay pending. An entry that keeps failing is parked in `dead_letters` and the sale's
+//! stream stops (never skipped): an operator decides.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use flashsale_core::{DeadLetter, Event, LedgerError, OrderStore, SaleState, SkuId, StoreError};
+use flashsale_redis::StreamReader;
+use tokio::sync::{broadcast, watch};
+use tokio::task::JoinHandle;
+
+/// Tunables; every one a bound.
+#[derive(Debug, Clone)]
+pub struct PersisterConfig {
+    pub redis_url: String,
+    pub prefix: String,
+    /// This instance's name in the consumer group and as lease owner.
+    pub consumer: String,
+    /// Entries per read, and so events per transaction.
+    pub batch_max: usize,
+    /// How long one read waits for new entries.
+    pub block_ms: u64,
+    pub lease_ttl_ms: u64,
+    /// Entries pending this long with another consumer are claimed.
+    pub claim_idle_ms: u64,
+    /// Tries of one entry before it is parked as a dead letter.
+    pub attempts_max: u32,
+    pub backoff_ms_max: u64,
+    /// How often the set of sales is read again.
+    pub discover_every: Duration,
+}
+
+impl PersisterConfig {
+    pub fn new(redis_url: &str, prefix: &str, consumer: &str) -> PersisterConfig {
+        PersisterConfig {
+            redis_url: redis_url.to_owned(),
+            prefix: prefix.to_owned(),
+            consumer: consumer.to_owned(),
+            batch_max: 1_024,
+            block_ms: 100,
+            lease_ttl_ms: 3_000,
+            claim_idle_ms: 2_000,
+            attempts_max: 5,
+            backoff_ms_max: 2_000,
+            discover_every: Duration::from_millis(500),
+        }
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum PersistError {
+    #[error(transparent)]
+    Ledger(#[from] LedgerError),
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+pub struct Persister {
+    config: PersisterConfig,
+    store: Arc<dyn OrderStore>,
+}
+
+impl Persister {
+    pub fn new(config: PersisterConfig, store: Arc<dyn OrderStore>) -> Persister {
+        assert!(config.batch_max > 0 && config.lease_ttl_ms > config.block_ms * 2);
+        Persister { config, store }
+    }
+
+    /// Runs one task per live sale until `shutdown` fires; new sales are picked up as they
+    /// are warmed.
+    pub async fn run(self, mut shutdown: broadcast::Receiver<()>) -> Result<(), PersistError> {
+        let (stop_tx, stop_rx) = watch::channel(false);
+        let mut tasks: HashMap<SkuId, JoinHandle<()>> = HashMap::new();
+        let mut tick = tokio::time::interval(self.config.discover_every);
+        loop {
+            tokio::select! {
+                _ = shutdown.recv() => break,
+                _ = tick.tick() => self.discover(&mut tasks, &stop_rx).await,
+            }
+        }
+        let _ = stop_tx.send(true);
+        for (_, task) in tasks {
+            let _ = task.await;
+        }
+        Ok(())
+    }
+
+    async fn discover(&self, tasks: &mut HashMap<SkuId, JoinHandle<()>>, stop: &watch::Receiver<bool>) {
+        let sales = match self.store.sales().await {
+            Ok(sales) => sales,
+            Err(e) => return tracing::warn!(error = %e, "persister cannot list sales; keeps running ones"),
+        };
+        for stored in sales.into_iter().filter(|s| s.sale.state != SaleState::Scheduled) {
+            let sku = stored.sale.sku_id;
+            if tasks.get(&sku).is_some_and(|t| !t.is_finished()) {
+                continue;
+            }
+            let worker = SaleWorker::new(self.config.clone(), self.store.clone(), sku, stop.clone());
+            tasks.insert(sku, tokio::spawn(worker.run()));
+        }
+    }
+}
+
+/// What a sale's task does next.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Mode {
+    /// Read own pending entries, then claim idle ones of others, then go on with new ones.
+    Recover,
+    Tail,
+    /// A dead letter stopped the stream.
+    Parked,
+}
+
+struct SaleWorker {
+    config: PersisterConfig,
+    store: Arc<dyn OrderStore>,
+    sku: SkuId,
+    stop: watch::Receiver<bool>,
+    mode: Mode,
+    backoff_ms: u64,
+    /// Failed tries by the first entry id of a batch.
+    attempts: HashMap<String, u32>,
+}
+
+type Entry = (String, Result<Event, String>);
+
+impl SaleWorker {
+    fn new(config: PersisterConfig, store: Arc<dyn OrderStore>, sku: SkuId, stop: watch::Receiver<bool>) -> SaleWorker {
+        SaleWorker { config, store, sku, stop, mode: Mode::Recover, backoff_ms: 0, attempts: HashMap::new() }
+    }
+
+    async fn run(mut self) {
+        let sku = self.sku;
+        let reader = loop {
+            match StreamReader::connect(&self.config.redis_url, &self.config.prefix, &self.config.consumer).await {
+                Ok(r) => break r,
+                Err(e) => {
+                    tracing::warn!(%sku, error = %e, "persister cannot reach Redis; retrying");
+                    if self.pause(500).await {
+                        return;
+                    }
+                }
+            }
+        };
+        while !*self.stop.borrow() {
+            if let Err(e) = self.step(&reader).await {
+                self.fail(&e).await;
+            }
+        }
+        let _ = reader.release_lease(sku, &self.config.consumer).await;
+    }
+
+    /// Sleeps `ms` unless told to stop; true when told to stop.
+    async fn pause(&mut self, ms: u64) -> bool {
+        let sleep = tokio::time::sleep(Duration::from_millis(ms));
+        tokio::select! {
+            _ = sleep => *self.stop.borrow(),
+            _ = self.stop.changed() => true,
+        }
+    }
+
+    async fn fail(&mut self, e: &PersistError) {
+        self.mode = if self.mode == Mode::Parked { Mode::Parked } else { Mode::Recover };
+        self.backoff_ms = (self.backoff_ms * 2).clamp(50, self.config.backoff_ms_max);
+        tracing::warn!(sku = %self.sku, error = %e, backoff_ms = self.backoff_ms, "persist failed; will retry");
+        self.pause(self.backoff_ms).await;
+    }
+
+    async fn step(&mut self, reader: &StreamReader) -> Result<(), PersistError> {
+        let (sku, owner) = (self.sku, self.config.consumer.clone());
+        if !reader.acquire_lease(sku, &owner, self.config.lease_ttl_ms).await? {
+            self.mode = Mode::Recover;
+            self.pause(self.config.lease_ttl_ms / 3).await;
+            return Ok(());
+        }
+        reader.ensure_group(sku).await?;
+        let entries = match self.mode {
+            Mode::Parked => {
+                self.pause(self.config.lease_ttl_ms / 3).await;
+                return Ok(());
+            }
+            Mode::Recover => self.recover(reader).await?,
+            Mode::Tail => reader.read_new(sku, self.config.batch_max, self.config.block_ms).await?,
+        };
+        if !entries.is_empty() {
+            self.persist(reader, entries).await?;
+        }
+        self.backoff_ms = 0;
+        Ok(())
+    }
+
+    /// Own pending entries first, then entries idle with other consumers; when neither has
+    /// any, recovery is over.
+    async fn recover(&mut self, reader: &StreamReader) -> Result<Vec<Entry>, PersistError> {
+        let own = reader.read_own_pending(self.sku, self.config.batch_max).await?;
+        if !own.is_empty() {
+            return Ok(own);
+        }
+        let claimed = reader.autoclaim(self.sku, self.config.claim_idle_ms, self.config.batch_max).await?;
+        if claimed.entries.is_empty() {
+            let others_pending = reader.pending_summary(self.sku).await?.count;
+            if others_pending == 0 {
+                self.mode = Mode::Tail;
+            } else {
+                // Entries of a consumer not yet idle long enough: wait for them to be.
+                self.pause(self.config.claim_idle_ms / 4).await;
+            }
+        }
+        Ok(claimed.entries)
+    }
+
+    async fn persist(&mut self, reader: &StreamReader, entries: Vec<Entry>) -> Result<(), PersistError> {
+        let started = Instant::now();
+        let first_id = entries[0].0.clone();
+        let (mut events, bad) = split(entries.iter());
+        let mut entries = entries;
+        match bad {
+            // Persist what parses before the bad entry; the bad one comes first next time.
+            Some(_) if !events.is_empty() => entries.truncate(events.len()),
+            Some((id, why)) => return self.count_failure(&first_id, &entries, Some((id, why))).await,
+            None => {}
+        }
+        events.sort_by_key(|e| e.seq);
+        let report = match self.store.apply_events(self.sku, &events).await {
+            Ok(report) => report,
+            Err(StoreError::Gap { applied_seq, first_seq }) => {
+                tracing::info!(sku = %self.sku, applied_seq, first_seq, "earlier events pending elsewhere; claiming");
+                self.mode = Mode::Recover;
+                return Ok(());
+            }
+            Err(StoreError::Unavailable(m)) => return Err(StoreError::Unavailable(m).into()),
+            Err(e) => {
+                tracing::warn!(sku = %self.sku, error = %e, "batch refused");
+                return self.count_failure(&first_id, &entries, None).await;
+            }
+        };
+        let ids: Vec<String> = entries.iter().map(|(id, _)| id.clone()).collect();
+        reader.ack(self.sku, &ids).await?;
+        if let Some(last) = ids.last() {
+            reader.trim_below(self.sku, last).await?;
+        }
+        self.attempts.remove(&first_id);
+        self.record(&report, events.len(), started);
+        Ok(())
+    }
+
+    fn record(&self, report: &flashsale_core::ApplyReport, events: usize, started: Instant) {
+        let sku = self.sku.to_string();
+        metrics::histogram!("flashsale_persist_batch_seconds").record(started.elapsed().as_secs_f64());
+        metrics::counter!("flashsale_persisted_events_total", "sku" => sku.clone()).increment(report.applied as u64);
+        if !report.rejected.is_empty() {
+            metrics::counter!("flashsale_db_guard_rejections_total", "sku" => sku)
+                .increment(report.rejected.len() as u64);
+            tracing::error!(sku = %self.sku, rejected = ?report.rejected, "database guard REJECTED accepted orders");
+        }
+        tracing::debug!(sku = %self.sku, events, applied = report.applied, dup = report.duplicates, "batch persisted");
+    }
+
+    /// Counts a failed try of the batch starting at `first_id`; parks the stream after
+    /// `attempts_max` tries.
+    async fn count_failure(&mut self, first_id: &str, entries: &[Entry], bad: Option<(String, String)>)
+        -> Result<(), PersistError> {
+        let tries = self.attempts.entry(first_id.to_owned()).or_default();
+        *tries += 1;
+        let tries = *tries;
+        if tries < self.config.attempts_max {
+            self.mode = Mode::Recover;
+            self.pause(50 << tries.min(6)).await;
+            return Ok(());
+        }
+        let (entry_id, error) = bad.unwrap_or_else(|| (first_id.to_owned(), "the store refused this batch".into()));
+        let event = entries.iter().find(|(id, _)| *id == entry_id).and_then(|(_, e)| e.as_ref().ok());
+        let letter = DeadLetter {
+            sku_id: self.sku,
+            entry_id,
+            seq: event.map(|e| e.seq),
+            payload: event.map(|e| format!("{e:?}")).unwrap_or_default(),
+            error,
+            attempts: tries,
+        };
+        self.store.record_dead_letter(&letter).await?;
+        metrics::counter!("flashsale_dead_letters_total", "sku" => self.sku.to_string()).increment(1);
+        tracing::error!(sku = %self.sku, entry = %letter.entry_id, "stream parked: entry moved to dead_letters");
+        self.mode = Mode::Parked;
+        Ok(())
+    }
+}
+
+/// Parsed events, and the first entry that did not parse.
+fn split<'a>(entries: impl Iterator<Item = &'a Entry>) -> (Vec<Event>, Option<(String, String)>) {
+    let mut events = Vec::new();
+    for (id, parsed) in entries {
+        match parsed {
+            Ok(e) => events.push(e.clone()),
+            Err(why) => return (events, Some((id.clone(), why.clone()))),
+        }
+    }
+    (events, None)
+}

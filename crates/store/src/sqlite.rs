@@ -1,1 +1,583 @@
-//! sqlite (in progress)
+//! `SqliteStore`: the embedded system of record over one SQLite file (WAL, synchronous=FULL).
+//!
+//! Every write goes through ONE writer connection (a pool of one) and every write
+//! transaction starts with `BEGIN IMMEDIATE`, so writes of this process queue in Rust instead
+//! of failing with SQLITE_BUSY, and a transaction never has to upgrade a read lock. Reads use
+//! a small pool of their own (WAL readers do not block the writer).
+//! SQLite integers are signed: u64 ids and sequence numbers are stored bit-for-bit as i64.
+
+use std::path::Path;
+use std::str::FromStr;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use sqlx::sqlite::{
+    SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteRow,
+    SqliteSynchronous,
+};
+use sqlx::{Row, Sqlite, Transaction};
+
+use flashsale_core::{
+    ApplyReport, DeadLetter, Event, HotOrder, OrderNo, OrderStatus, OrderStore, Sale, SaleState,
+    SkuId, StoreError, StoredSale,
+};
+
+use crate::batch::{self, Head, KnownOrder, Plan, CHUNK_ROWS};
+use crate::rows::{self, db_error, DeadLetterRow, EventRow, OrderRow, SaleRow};
+
+static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations/sqlite");
+
+const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
+const READERS: u32 = 4;
+
+/// The system of record in one SQLite file.
+#[derive(Clone)]
+pub struct SqliteStore {
+    writer: SqlitePool,
+    reader: SqlitePool,
+}
+
+impl std::fmt::Debug for SqliteStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SqliteStore").finish_non_exhaustive()
+    }
+}
+
+/// u64 → i64 bit-for-bit (SQLite has no unsigned integers).
+fn i(v: u64) -> i64 {
+    v as i64
+}
+
+/// i64 → u64 bit-for-bit, the inverse of [`i`].
+fn u(v: i64) -> u64 {
+    v as u64
+}
+
+impl SqliteStore {
+    /// Opens (creating the file and its directory when missing) `sqlite://path`,
+    /// `sqlite:path`, `sqlite::memory:` or a plain path, and runs the migrations.
+    pub async fn open(url_or_path: &str) -> Result<SqliteStore, StoreError> {
+        let base = if url_or_path.starts_with("sqlite:") {
+            SqliteConnectOptions::from_str(url_or_path)
+                .map_err(|e| StoreError::Unavailable(format!("bad sqlite url: {e}")))?
+        } else {
+            SqliteConnectOptions::new().filename(url_or_path)
+        };
+        let in_memory = url_or_path.contains(":memory:") || url_or_path.contains("mode=memory");
+        if !in_memory {
+            if let Some(dir) = base.get_filename().parent() {
+                if !dir.as_os_str().is_empty() && !Path::new(dir).exists() {
+                    std::fs::create_dir_all(dir).map_err(|e| {
+                        StoreError::Unavailable(format!("create {}: {e}", dir.display()))
+                    })?;
+                }
+            }
+        }
+        let opts = base
+            .create_if_missing(true)
+            .journal_mode(SqliteJournalMode::Wal)
+            .synchronous(SqliteSynchronous::Full)
+            .busy_timeout(BUSY_TIMEOUT);
+        let writer = SqlitePoolOptions::new()
+            .max_connections(1)
+            .min_connections(1)
+            .acquire_timeout(Duration::from_secs(30))
+            .connect_with(opts.clone())
+            .await
+            .map_err(|e| StoreError::Unavailable(e.to_string()))?;
+        MIGRATOR.run(&writer).await.map_err(|e| match e {
+            sqlx::migrate::MigrateError::Execute(e) => db_error(e),
+            e => StoreError::Internal(format!("migration: {e}")),
+        })?;
+        let reader = if in_memory {
+            writer.clone()
+        } else {
+            SqlitePoolOptions::new()
+                .max_connections(READERS)
+                .acquire_timeout(Duration::from_secs(30))
+                .connect_with(opts)
+                .await
+                .map_err(|e| StoreError::Unavailable(e.to_string()))?
+        };
+        Ok(SqliteStore { writer, reader })
+    }
+
+    /// The read pool (tests, ad-hoc queries). Never write through it.
+    pub fn pool(&self) -> &SqlitePool {
+        &self.reader
+    }
+
+    /// The single writer connection's pool.
+    pub fn writer(&self) -> &SqlitePool {
+        &self.writer
+    }
+
+    /// Closes both pools (waits for connections to return).
+    pub async fn close(&self) {
+        self.writer.close().await;
+        self.reader.close().await;
+    }
+
+    /// Whether a dead letter has paused the sale's stream.
+    pub async fn stream_paused(&self, sku: SkuId) -> Result<bool, StoreError> {
+        let row = sqlx::query("SELECT stream_paused FROM sales WHERE sku_id = ?")
+            .bind(i(sku.0))
+            .fetch_optional(&self.reader)
+            .await
+            .map_err(db_error)?
+            .ok_or(StoreError::SaleNotFound)?;
+        row.try_get::<bool, _>(0).map_err(db_error)
+    }
+
+    /// Pauses or resumes the sale's stream.
+    pub async fn set_stream_paused(&self, sku: SkuId, paused: bool) -> Result<(), StoreError> {
+        let done = sqlx::query("UPDATE sales SET stream_paused = ?, updated_at = strftime('%Y-%m-%dT%H:%M:%fZ', 'now') WHERE sku_id = ?")
+            .bind(paused)
+            .bind(i(sku.0))
+            .execute(&self.writer)
+            .await
+            .map_err(db_error)?;
+        if done.rows_affected() == 0 {
+            return Err(StoreError::SaleNotFound);
+        }
+        Ok(())
+    }
+
+    async fn begin(&self) -> Result<Transaction<'static, Sqlite>, StoreError> {
+        self.writer
+            .begin_with("BEGIN IMMEDIATE")
+            .await
+            .map_err(db_error)
+    }
+
+    async fn known_orders(
+        tx: &mut Transaction<'_, Sqlite>,
+        sku: SkuId,
+        nos: &[String],
+        users: &[u64],
+    ) -> Result<Vec<KnownOrder>, StoreError> {
+        const COLS: &str = "sku_id, order_no, user_id, request_id, quantity, status";
+        let mut known = Vec::new();
+        for chunk in nos.chunks(CHUNK_ROWS) {
+            let sql = format!(
+                "SELECT {COLS} FROM orders WHERE order_no IN ({})",
+                batch::list_placeholders(chunk.len())
+            );
+            let mut q = sqlx::query(&sql);
+            for no in chunk {
+                q = q.bind(no.as_str());
+            }
+            for row in q.fetch_all(&mut **tx).await.map_err(db_error)? {
+                known.push(known_order(&row)?);
+            }
+        }
+        for chunk in users.chunks(CHUNK_ROWS) {
+            let sql = format!(
+                "SELECT {COLS} FROM orders WHERE sku_id = ? AND user_id IN ({})",
+                batch::list_placeholders(chunk.len())
+            );
+            let mut q = sqlx::query(&sql).bind(i(sku.0));
+            for user in chunk {
+                q = q.bind(i(*user));
+            }
+            for row in q.fetch_all(&mut **tx).await.map_err(db_error)? {
+                known.push(known_order(&row)?);
+            }
+        }
+        Ok(known)
+    }
+
+    async fn write_plan(
+        tx: &mut Transaction<'_, Sqlite>,
+        sku: SkuId,
+        head: &Head,
+        plan: &Plan<'_>,
+    ) -> Result<(), StoreError> {
+        for chunk in plan.events.chunks(CHUNK_ROWS) {
+            let sql = format!(
+                "{}{}",
+                batch::INSERT_EVENTS,
+                batch::values_placeholders(chunk.len(), batch::EVENT_COLS)
+            );
+            let mut q = sqlx::query(&sql);
+            for (e, rejected) in chunk {
+                q = q
+                    .bind(i(e.sku_id.0))
+                    .bind(i(e.seq))
+                    .bind(e.kind.as_str())
+                    .bind(e.order_no.as_str())
+                    .bind(e.request_id.as_str())
+                    .bind(i(e.user_id.0))
+                    .bind(e.quantity)
+                    .bind(e.at_ms)
+                    .bind(e.deadline_ms)
+                    .bind(*rejected);
+            }
+            q.execute(&mut **tx).await.map_err(db_error)?;
+        }
+        for chunk in plan.new_orders.chunks(CHUNK_ROWS) {
+            let sql = format!(
+                "{}{}",
+                batch::INSERT_ORDERS,
+                batch::values_placeholders(chunk.len(), batch::ORDER_COLS)
+            );
+            let mut q = sqlx::query(&sql);
+            for o in chunk {
+                q = q
+                    .bind(o.order_no.as_str())
+                    .bind(i(sku.0))
+                    .bind(i(o.user_id))
+                    .bind(o.request_id.as_str())
+                    .bind(o.quantity)
+                    .bind(o.status.as_str())
+                    .bind(o.deadline_ms)
+                    .bind(o.created_at_ms)
+                    .bind(o.updated_at_ms);
+            }
+            q.execute(&mut **tx).await.map_err(db_error)?;
+        }
+        for up in &plan.updates {
+            let sql = format!(
+                "UPDATE orders SET status = ?, updated_at_ms = ? WHERE sku_id = ? AND order_no IN ({})",
+                batch::list_placeholders(up.order_nos.len())
+            );
+            let mut q = sqlx::query(&sql)
+                .bind(up.status.as_str())
+                .bind(up.at_ms)
+                .bind(i(sku.0));
+            for no in &up.order_nos {
+                q = q.bind(no.as_str());
+            }
+            q.execute(&mut **tx).await.map_err(db_error)?;
+        }
+        let (old, new) = (head.counters, plan.after);
+        let done = sqlx::query(batch::GUARDED_UPDATE)
+            .bind(i(new.available))
+            .bind(i(new.reserved))
+            .bind(i(new.sold))
+            .bind(i(new.seq))
+            .bind(i(sku.0))
+            .bind(i(old.seq))
+            .bind(i(old.available))
+            .bind(i(old.reserved))
+            .bind(i(old.sold))
+            .bind(i(new.available))
+            .bind(i(new.reserved))
+            .bind(i(new.sold))
+            .execute(&mut **tx)
+            .await
+            .map_err(db_error)?;
+        if done.rows_affected() != 1 {
+            return Err(StoreError::Internal(format!(
+                "guarded counter update of sku {sku} matched no row (applied_seq {})",
+                old.seq
+            )));
+        }
+        Ok(())
+    }
+}
+
+fn get<'r, T>(row: &'r SqliteRow, col: &str) -> Result<T, StoreError>
+where
+    T: sqlx::Decode<'r, Sqlite> + sqlx::Type<Sqlite>,
+{
+    row.try_get::<T, _>(col).map_err(db_error)
+}
+
+fn id(row: &SqliteRow, col: &str) -> Result<u64, StoreError> {
+    get::<i64>(row, col).map(u)
+}
+
+fn sale_row(row: &SqliteRow) -> Result<SaleRow, StoreError> {
+    Ok(SaleRow {
+        sku_id: id(row, "sku_id")?,
+        name: get(row, "name")?,
+        total_stock: get(row, "total_stock")?,
+        available: get(row, "available")?,
+        reserved: get(row, "reserved")?,
+        sold: get(row, "sold")?,
+        applied_seq: id(row, "applied_seq")?,
+        epoch: id(row, "epoch")?,
+        per_user_limit: get(row, "per_user_limit")?,
+        mode: get(row, "mode")?,
+        payment_timeout_ms: id(row, "payment_timeout_ms")?,
+        starts_at_ms: get(row, "starts_at_ms")?,
+        ends_at_ms: get(row, "ends_at_ms")?,
+        state: get(row, "state")?,
+    })
+}
+
+fn order_row(row: &SqliteRow) -> Result<HotOrder, StoreError> {
+    OrderRow {
+        order_no: get(row, "order_no")?,
+        sku_id: id(row, "sku_id")?,
+        user_id: id(row, "user_id")?,
+        request_id: get(row, "request_id")?,
+        quantity: get(row, "quantity")?,
+        status: get(row, "status")?,
+        deadline_ms: get(row, "deadline_ms")?,
+        created_at_ms: get(row, "created_at_ms")?,
+    }
+    .into_order()
+}
+
+fn event_row(row: &SqliteRow) -> Result<Event, StoreError> {
+    EventRow {
+        sku_id: id(row, "sku_id")?,
+        seq: id(row, "seq")?,
+        kind: get(row, "kind")?,
+        order_no: get(row, "order_no")?,
+        request_id: get(row, "request_id")?,
+        user_id: id(row, "user_id")?,
+        quantity: get(row, "quantity")?,
+        at_ms: get(row, "at_ms")?,
+        deadline_ms: get(row, "deadline_ms")?,
+    }
+    .into_event()
+}
+
+fn known_order(row: &SqliteRow) -> Result<KnownOrder, StoreError> {
+    let status: String = get(row, "status")?;
+    Ok(KnownOrder {
+        sku_id: SkuId(id(row, "sku_id")?),
+        order_no: get(row, "order_no")?,
+        user_id: id(row, "user_id")?,
+        request_id: get(row, "request_id")?,
+        quantity: get(row, "quantity")?,
+        status: batch::parse("status", &status, OrderStatus::parse)?,
+    })
+}
+
+#[async_trait]
+impl OrderStore for SqliteStore {
+    async fn create_sale(&self, sale: &Sale) -> Result<StoredSale, StoreError> {
+        rows::validate(sale)?;
+        let stored = rows::created(sale);
+        let s = &stored.sale;
+        let total = i(s.total_stock);
+        let result = sqlx::query(
+            "INSERT INTO sales (sku_id, name, total_stock, available, reserved, sold, applied_seq, \
+             epoch, per_user_limit, mode, payment_timeout_ms, starts_at_ms, ends_at_ms, state) \
+             VALUES (?, ?, ?, ?, 0, 0, 0, 1, ?, ?, ?, ?, ?, ?)",
+        )
+        .bind(i(s.sku_id.0))
+        .bind(&s.name)
+        .bind(total)
+        .bind(total)
+        .bind(s.per_user_limit)
+        .bind(s.mode.as_str())
+        .bind(i(s.payment_timeout_ms))
+        .bind(s.starts_at_ms)
+        .bind(s.ends_at_ms)
+        .bind(s.state.as_str())
+        .execute(&self.writer)
+        .await;
+        match result {
+            Ok(_) => Ok(stored),
+            Err(e) if rows::is_unique_violation(&e) => Err(StoreError::SaleExists),
+            Err(e) => Err(db_error(e)),
+        }
+    }
+
+    async fn sale(&self, sku: SkuId) -> Result<Option<StoredSale>, StoreError> {
+        let sql = format!("SELECT {} FROM sales WHERE sku_id = ?", batch::SALE_COLUMNS);
+        let row = sqlx::query(&sql)
+            .bind(i(sku.0))
+            .fetch_optional(&self.reader)
+            .await
+            .map_err(db_error)?;
+        row.map(|r| sale_row(&r)?.into_stored()).transpose()
+    }
+
+    async fn sales(&self) -> Result<Vec<StoredSale>, StoreError> {
+        let sql = format!("SELECT {} FROM sales ORDER BY sku_id", batch::SALE_COLUMNS);
+        let rows = sqlx::query(&sql)
+            .fetch_all(&self.reader)
+            .await
+            .map_err(db_error)?;
+        rows.iter().map(|r| sale_row(r)?.into_stored()).collect()
+    }
+
+    async fn set_state(&self, sku: SkuId, state: SaleState) -> Result<(), StoreError> {
+        let done = sqlx::query(
+            "UPDATE sales SET state = ?, updated_at = strftime('%Y-%m-%dT%H:%M:%fZ', 'now') \
+             WHERE sku_id = ?",
+        )
+        .bind(state.as_str())
+        .bind(i(sku.0))
+        .execute(&self.writer)
+        .await
+        .map_err(db_error)?;
+        if done.rows_affected() == 0 {
+            return Err(StoreError::SaleNotFound);
+        }
+        Ok(())
+    }
+
+    async fn bump_epoch(&self, sku: SkuId) -> Result<u64, StoreError> {
+        let row = sqlx::query("UPDATE sales SET epoch = epoch + 1 WHERE sku_id = ? RETURNING epoch")
+            .bind(i(sku.0))
+            .fetch_optional(&self.writer)
+            .await
+            .map_err(db_error)?
+            .ok_or(StoreError::SaleNotFound)?;
+        id(&row, "epoch")
+    }
+
+    async fn order(&self, order_no: &OrderNo) -> Result<Option<HotOrder>, StoreError> {
+        let sql = format!(
+            "SELECT {} FROM orders WHERE order_no = ?",
+            batch::ORDER_COLUMNS
+        );
+        let row = sqlx::query(&sql)
+            .bind(order_no.as_str())
+            .fetch_optional(&self.reader)
+            .await
+            .map_err(db_error)?;
+        row.map(|r| order_row(&r)).transpose()
+    }
+
+    async fn orders(&self, sku: SkuId) -> Result<Vec<HotOrder>, StoreError> {
+        let sql = format!(
+            "SELECT {} FROM orders WHERE sku_id = ? ORDER BY id",
+            batch::ORDER_COLUMNS
+        );
+        let rows = sqlx::query(&sql)
+            .bind(i(sku.0))
+            .fetch_all(&self.reader)
+            .await
+            .map_err(db_error)?;
+        rows.iter().map(order_row).collect()
+    }
+
+    async fn events(&self, sku: SkuId) -> Result<Vec<Event>, StoreError> {
+        let sql = format!(
+            "SELECT {} FROM stock_events WHERE sku_id = ? ORDER BY seq",
+            batch::EVENT_COLUMNS
+        );
+        let rows = sqlx::query(&sql)
+            .bind(i(sku.0))
+            .fetch_all(&self.reader)
+            .await
+            .map_err(db_error)?;
+        rows.iter().map(event_row).collect()
+    }
+
+    async fn events_between(
+        &self,
+        sku: SkuId,
+        from_seq: u64,
+        to_seq: u64,
+    ) -> Result<Vec<Event>, StoreError> {
+        // Sequence numbers stay far below i64::MAX; clamp the bounds so the range is signed.
+        let to = i64::try_from(to_seq).unwrap_or(i64::MAX);
+        let from = i64::try_from(from_seq).unwrap_or(i64::MAX);
+        let sql = format!(
+            "SELECT {} FROM stock_events WHERE sku_id = ? AND seq >= ? AND seq <= ? ORDER BY seq",
+            batch::EVENT_COLUMNS
+        );
+        let rows = sqlx::query(&sql)
+            .bind(i(sku.0))
+            .bind(from)
+            .bind(to)
+            .fetch_all(&self.reader)
+            .await
+            .map_err(db_error)?;
+        rows.iter().map(event_row).collect()
+    }
+
+    async fn record_dead_letter(&self, letter: &DeadLetter) -> Result<(), StoreError> {
+        let mut tx = self.begin().await?;
+        let sql = format!(
+            "INSERT INTO dead_letters ({}) VALUES (?, ?, ?, ?, ?, ?) \
+             ON CONFLICT (sku_id, entry_id) DO UPDATE SET seq = excluded.seq, \
+             payload = excluded.payload, error = excluded.error, attempts = excluded.attempts",
+            batch::DEAD_LETTER_COLUMNS
+        );
+        sqlx::query(&sql)
+            .bind(i(letter.sku_id.0))
+            .bind(&letter.entry_id)
+            .bind(letter.seq.map(i))
+            .bind(&letter.payload)
+            .bind(&letter.error)
+            .bind(letter.attempts)
+            .execute(&mut *tx)
+            .await
+            .map_err(db_error)?;
+        sqlx::query("UPDATE sales SET stream_paused = 1 WHERE sku_id = ?")
+            .bind(i(letter.sku_id.0))
+            .execute(&mut *tx)
+            .await
+            .map_err(db_error)?;
+        tx.commit().await.map_err(db_error)
+    }
+
+    async fn dead_letters(&self, sku: SkuId) -> Result<Vec<DeadLetter>, StoreError> {
+        let sql = format!(
+            "SELECT {} FROM dead_letters WHERE sku_id = ? ORDER BY id",
+            batch::DEAD_LETTER_COLUMNS
+        );
+        let rows = sqlx::query(&sql)
+            .bind(i(sku.0))
+            .fetch_all(&self.reader)
+            .await
+            .map_err(db_error)?;
+        rows.iter()
+            .map(|r| {
+                Ok(DeadLetterRow {
+                    sku_id: id(r, "sku_id")?,
+                    entry_id: get(r, "entry_id")?,
+                    seq: get::<Option<i64>>(r, "seq")?.map(u),
+                    payload: get(r, "payload")?,
+                    error: get(r, "error")?,
+                    attempts: get(r, "attempts")?,
+                }
+                .into_letter())
+            })
+            .collect()
+    }
+
+    async fn apply_events(&self, sku: SkuId, events: &[Event]) -> Result<ApplyReport, StoreError> {
+        if events.is_empty() {
+            return Ok(ApplyReport::default());
+        }
+        // The writer connection plus BEGIN IMMEDIATE is the lock on the sale row.
+        let mut tx = self.begin().await?;
+        let sql = format!("SELECT {} FROM sales WHERE sku_id = ?", batch::SALE_COLUMNS);
+        let row = sqlx::query(&sql)
+            .bind(i(sku.0))
+            .fetch_optional(&mut *tx)
+            .await
+            .map_err(db_error)?
+            .ok_or(StoreError::SaleNotFound)?;
+        let sale = sale_row(&row)?;
+        let head = Head {
+            counters: sale.counters()?,
+            mode: sale.mode()?,
+        };
+        let (fresh, duplicates) = batch::split(sku, head.counters.seq, events)?;
+        if fresh.is_empty() {
+            tx.rollback().await.map_err(db_error)?;
+            return Ok(ApplyReport {
+                duplicates,
+                ..ApplyReport::default()
+            });
+        }
+        let (nos, users) = batch::lookups(&fresh);
+        let known = SqliteStore::known_orders(&mut tx, sku, &nos, &users).await?;
+        let mut plan = batch::fold(sku, head, &fresh, known);
+        SqliteStore::write_plan(&mut tx, sku, &head, &plan).await?;
+        tx.commit().await.map_err(db_error)?;
+        plan.report.duplicates = duplicates;
+        batch::alert(sku, &plan.report);
+        Ok(plan.report)
+    }
+
+    async fn ping(&self) -> Result<(), StoreError> {
+        sqlx::query("SELECT 1")
+            .execute(&self.reader)
+            .await
+            .map(|_| ())
+            .map_err(db_error)
+    }
+}

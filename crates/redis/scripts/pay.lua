@@ -1,0 +1,72 @@
+#!lua
+-- Pays a reservation: reserved -> sold.
+-- Mirrors SaleBook::resolve: not the owner -> ORDER_NOT_FOUND; RESERVED and now < deadline ->
+-- change; RESERVED past its deadline or EXPIRED -> HOLD_EXPIRED; else ALREADY_RESOLVED.
+-- KEYS: 1 sale, 2 buyers, 3 orders, 4 holds, 5 events (all tagged {<sku>})
+-- ARGV: 1 order_no, 2 user_id
+-- Returns {'OK', encoded_order_after, restocked (1 when available came back from 0)}
+--      or {'X', CODE}. Error replies: 'INVALID_ARGS', 'NOT_WARMED', 'CORRUPT'.
+local KIND, STATUS = 'paid', 'PAID'
+if #KEYS ~= 5 or #ARGV ~= 2 then
+  return redis.error_reply('INVALID_ARGS pay needs 5 keys and 2 args')
+end
+local K_SALE, K_BUYERS, K_ORDERS, K_HOLDS, K_EVENTS = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
+local order_no, user = ARGV[1], ARGV[2]
+if not string.match(order_no, '^%d+%-%d+%-%d+$') or #order_no > 64
+    or not string.match(user, '^[1-9]%d*$') or #user > 20 then
+  return redis.error_reply('INVALID_ARGS bad order_no or user_id')
+end
+
+local function int(n) return string.format('%d', n) end
+
+local encoded = redis.call('HGET', K_ORDERS, order_no)
+if not encoded then return { 'X', 'ORDER_NOT_FOUND' } end
+local o_user, o_rid, o_q, o_status, o_deadline, o_created =
+  string.match(encoded, '^(%d+):([%w_%-]+):(%d+):(%u+):(%-?%d+):(%-?%d+)$')
+if not o_user then return redis.error_reply('CORRUPT order ' .. order_no) end
+if o_user ~= user then return { 'X', 'ORDER_NOT_FOUND' } end
+
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local q, deadline = tonumber(o_q), tonumber(o_deadline)
+if o_status == 'RESERVED' and now >= deadline then return { 'X', 'HOLD_EXPIRED' } end
+if o_status == 'EXPIRED' then return { 'X', 'HOLD_EXPIRED' } end
+if o_status ~= 'RESERVED' then return { 'X', 'ALREADY_RESOLVED' } end
+
+local f = redis.call('HMGET', K_SALE, 'available', 'reserved', 'sold', 'seq', 'sku')
+if not f[1] then return redis.error_reply('NOT_WARMED sale is not in the hot ledger') end
+local available, reserved, sold, seq, sku =
+  tonumber(f[1]), tonumber(f[2]), tonumber(f[3]), tonumber(f[4]), f[5]
+if not (available and reserved and sold and seq and sku) or reserved < q then
+  return redis.error_reply('CORRUPT sale counters cannot take back ' .. order_no)
+end
+local held = tonumber(redis.call('HGET', K_BUYERS, user) or '0') or 0
+if KIND ~= 'paid' and held < q then
+  return redis.error_reply('CORRUPT buyer ' .. user .. ' holds fewer units than ' .. order_no)
+end
+
+-- Every check done; the writes.
+local restocked = 0
+seq = seq + 1
+reserved = reserved - q
+if KIND == 'paid' then
+  sold = sold + q
+else
+  if available == 0 then restocked = 1 end
+  available = available + q
+  if held - q > 0 then
+    redis.call('HSET', K_BUYERS, user, int(held - q))
+  else
+    redis.call('HDEL', K_BUYERS, user)
+  end
+end
+local after = o_user .. ':' .. o_rid .. ':' .. o_q .. ':' .. STATUS .. ':' .. o_deadline .. ':'
+  .. o_created
+redis.call('HSET', K_ORDERS, order_no, after)
+redis.call('ZREM', K_HOLDS, order_no)
+redis.call('HSET', K_SALE, 'available', int(available), 'reserved', int(reserved),
+  'sold', int(sold), 'seq', int(seq))
+redis.call('XADD', K_EVENTS, '*', 'sku_id', sku, 'seq', int(seq), 'kind', KIND,
+  'order_no', order_no, 'request_id', o_rid, 'user_id', o_user, 'quantity', o_q,
+  'at_ms', int(now), 'deadline_ms', '0')
+return { 'OK', after, restocked }

@@ -1,0 +1,51 @@
+#!lua
+-- Loads a sale into the hot ledger with the given counters and epoch (from the system of
+-- record). Refuses when the sale hash exists and has seq > 0, unless force; force first drops
+-- the sale's buyers, requests, orders and holds. The events stream is never deleted here.
+-- KEYS: 1 sale, 2 buyers, 3 requests, 4 orders, 5 holds (all tagged {<sku>})
+-- ARGV: 1 sku, 2 total, 3 available, 4 reserved, 5 sold, 6 seq, 7 epoch, 8 limit, 9 mode,
+--       10 timeout_ms, 11 starts_at_ms, 12 ends_at_ms, 13 state, 14 force ('0' | '1')
+-- Returns 'OK' or 'ALREADY_WARM'. Error reply 'INVALID_ARGS' (nothing changed).
+if #KEYS ~= 5 or #ARGV ~= 14 then
+  return redis.error_reply('INVALID_ARGS warm needs 5 keys and 14 args')
+end
+local function uint(s)
+  if type(s) ~= 'string' or #s > 15 or not string.match(s, '^%d+$') then return nil end
+  return tonumber(s)
+end
+local sku, total, available, reserved, sold, seq, epoch, limit =
+  uint(ARGV[1]), uint(ARGV[2]), uint(ARGV[3]), uint(ARGV[4]), uint(ARGV[5]), uint(ARGV[6]),
+  uint(ARGV[7]), uint(ARGV[8])
+local mode, timeout_ms, starts_at, ends_at, state, force =
+  ARGV[9], uint(ARGV[10]), uint(ARGV[11]), uint(ARGV[12]), ARGV[13], ARGV[14]
+local function bad(why) return redis.error_reply('INVALID_ARGS warm: ' .. why) end
+if not (sku and total and available and reserved and sold and seq and epoch and limit
+    and timeout_ms and starts_at and ends_at) then
+  return bad('numbers must be non-negative integers')
+end
+if sku < 1 then return bad('sku must be positive') end
+if total < 1 or total > 1000000000 then return bad('total must be 1..=10^9') end
+if available + reserved + sold ~= total then return bad('counters not conserved') end
+if limit < 1 or limit > 1000 then return bad('limit must be 1..=1000') end
+if mode ~= 'direct' and mode ~= 'reserve' then return bad('mode must be direct|reserve') end
+if timeout_ms > 604800000 or (mode == 'reserve' and timeout_ms < 1) then
+  return bad('timeout_ms must be 1..=604800000 in reserve mode')
+end
+if ends_at <= starts_at then return bad('ends_at_ms must be after starts_at_ms') end
+if state ~= 'scheduled' and state ~= 'live' and state ~= 'paused' and state ~= 'ended' then
+  return bad('state must be scheduled|live|paused|ended')
+end
+if force ~= '0' and force ~= '1' then return bad("force must be '0' or '1'") end
+if string.match(KEYS[1], '{(.-)}') ~= ARGV[1] then return bad('sku does not match the keys') end
+
+local cur_seq = redis.call('HGET', KEYS[1], 'seq')
+if cur_seq and (tonumber(cur_seq) or 0) > 0 and force ~= '1' then
+  return 'ALREADY_WARM'
+end
+
+redis.call('DEL', KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5])
+redis.call('HSET', KEYS[1], 'sku', ARGV[1], 'total', ARGV[2], 'available', ARGV[3],
+  'reserved', ARGV[4], 'sold', ARGV[5], 'seq', ARGV[6], 'epoch', ARGV[7], 'limit', ARGV[8],
+  'mode', mode, 'timeout_ms', ARGV[10], 'starts_at_ms', ARGV[11], 'ends_at_ms', ARGV[12],
+  'state', state)
+return 'OK'

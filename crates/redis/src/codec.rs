@@ -1,0 +1,188 @@
+//! Encoding of what the scripts store and answer: orders in the `orders` hash, events in the
+//! stream, and the loose `redis::Value` replies of scripts.
+
+use std::collections::HashMap;
+
+use flashsale_core::{
+    Event, EventKind, HotOrder, LedgerError, OrderNo, OrderStatus, RequestId, SkuId, UserId,
+};
+use redis::Value;
+
+/// Decodes an order of the `orders` hash: `user:request_id:quantity:status:deadline_ms:created_at_ms`.
+pub fn decode_order(order_no: &str, encoded: &str) -> Result<HotOrder, String> {
+    let bad = |what: &str| format!("order {order_no}: bad {what} in {encoded:?}");
+    let no = OrderNo::parse(order_no).ok_or_else(|| bad("order_no"))?;
+    let parts: Vec<&str> = encoded.split(':').collect();
+    let [user, rid, q, status, deadline, created] = parts[..] else {
+        return Err(bad("field count"));
+    };
+    Ok(HotOrder {
+        sku_id: no.sku(),
+        user_id: UserId(user.parse().map_err(|_| bad("user"))?),
+        request_id: RequestId::parse(rid).ok_or_else(|| bad("request_id"))?,
+        quantity: q.parse().map_err(|_| bad("quantity"))?,
+        status: OrderStatus::parse(status).ok_or_else(|| bad("status"))?,
+        deadline_ms: deadline.parse().map_err(|_| bad("deadline_ms"))?,
+        created_at_ms: created.parse().map_err(|_| bad("created_at_ms"))?,
+        order_no: no,
+    })
+}
+
+/// Parses the fields of one stream entry into an event of sale `sku`.
+pub fn parse_event(sku: SkuId, fields: &HashMap<String, String>) -> Result<Event, String> {
+    let get = |name: &str| {
+        fields
+            .get(name)
+            .map(String::as_str)
+            .ok_or_else(|| format!("missing field {name}"))
+    };
+    let num = |name: &str| -> Result<i64, String> {
+        get(name)?
+            .parse::<i64>()
+            .map_err(|_| format!("field {name} is not an integer"))
+    };
+    let unsigned = |name: &str| -> Result<u64, String> {
+        get(name)?
+            .parse::<u64>()
+            .map_err(|_| format!("field {name} is not a non-negative integer"))
+    };
+    let event = Event {
+        sku_id: SkuId(unsigned("sku_id")?),
+        seq: unsigned("seq")?,
+        kind: EventKind::parse(get("kind")?).ok_or("field kind is unknown")?,
+        order_no: OrderNo::parse(get("order_no")?).ok_or("field order_no is malformed")?,
+        request_id: RequestId::parse(get("request_id")?).ok_or("field request_id is malformed")?,
+        user_id: UserId(unsigned("user_id")?),
+        quantity: u32::try_from(unsigned("quantity")?).map_err(|_| "quantity too large")?,
+        at_ms: num("at_ms")?,
+        deadline_ms: num("deadline_ms")?,
+    };
+    if event.sku_id != sku || event.order_no.sku() != sku {
+        return Err(format!("entry of sale {} in the stream of {sku}", event.sku_id));
+    }
+    if event.seq == 0 || event.quantity == 0 {
+        return Err("seq and quantity must be positive".into());
+    }
+    Ok(event)
+}
+
+/// One stream entry, parsed: its id, and the event or why it is not one.
+pub type Entry = (String, Result<Event, String>);
+
+/// Parses `[[id, [field, value, …]], …]` (XRANGE, XREADGROUP, XAUTOCLAIM). A deleted entry
+/// (nil fields, in a pending read) or a malformed one is an `Err` with the reason.
+pub fn parse_entries(sku: SkuId, value: &Value) -> Result<Vec<Entry>, LedgerError> {
+    let items = match value {
+        Value::Nil => return Ok(Vec::new()),
+        Value::Array(items) => items,
+        other => return Err(unexpected("stream entries", other)),
+    };
+    items.iter().map(|item| parse_entry(sku, item)).collect()
+}
+
+fn parse_entry(sku: SkuId, item: &Value) -> Result<Entry, LedgerError> {
+    let Value::Array(pair) = item else {
+        return Err(unexpected("stream entry", item));
+    };
+    let id = pair
+        .first()
+        .and_then(as_string)
+        .ok_or_else(|| unexpected("stream entry id", item))?;
+    let fields = match pair.get(1) {
+        Some(Value::Array(kv)) => kv,
+        None | Some(Value::Nil) => return Ok((id, Err("entry was deleted".into()))),
+        Some(other) => return Ok((id, Err(format!("fields are not a list: {other:?}")))),
+    };
+    if fields.len() % 2 != 0 {
+        return Ok((id, Err("odd number of field values".into())));
+    }
+    let mut map = HashMap::with_capacity(fields.len() / 2);
+    for kv in fields.chunks(2) {
+        match (as_string(&kv[0]), as_string(&kv[1])) {
+            (Some(k), Some(v)) => {
+                map.insert(k, v);
+            }
+            _ => return Ok((id, Err("a field is not a string".into()))),
+        }
+    }
+    Ok((id, parse_event(sku, &map)))
+}
+
+/// A bulk, simple or integer reply as text.
+pub fn as_string(v: &Value) -> Option<String> {
+    match v {
+        Value::BulkString(b) => String::from_utf8(b.clone()).ok(),
+        Value::SimpleString(s) => Some(s.clone()),
+        Value::Okay => Some("OK".into()),
+        Value::Int(i) => Some(i.to_string()),
+        _ => None,
+    }
+}
+
+/// An integer reply (or its text).
+pub fn as_int(v: &Value) -> Option<i64> {
+    match v {
+        Value::Int(i) => Some(*i),
+        other => as_string(other)?.parse().ok(),
+    }
+}
+
+pub fn unexpected(what: &str, v: &Value) -> LedgerError {
+    LedgerError::Internal(format!("unexpected reply for {what}: {v:?}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn orders_decode_and_malformed_ones_are_errors() {
+        let o = decode_order("42-1-7", "9:req-1:2:RESERVED:1700:1600").unwrap();
+        assert_eq!(o.sku_id, SkuId(42));
+        assert_eq!((o.user_id, o.quantity, o.deadline_ms), (UserId(9), 2, 1700));
+        assert_eq!(o.status, OrderStatus::Reserved);
+        assert!(decode_order("42-1-7", "9:req:2:WHAT:0:0").is_err());
+        assert!(decode_order("42-1-7", "9:req:2:CREATED:0").is_err());
+        assert!(decode_order("bad", "9:req:2:CREATED:0:0").is_err());
+    }
+
+    #[test]
+    fn entries_parse_and_never_panic() {
+        let bulk = |s: &str| Value::BulkString(s.as_bytes().to_vec());
+        let fields = [
+            ("sku_id", "5"),
+            ("seq", "1"),
+            ("kind", "deducted"),
+            ("order_no", "5-1-1"),
+            ("request_id", "r1"),
+            ("user_id", "3"),
+            ("quantity", "1"),
+            ("at_ms", "10"),
+            ("deadline_ms", "0"),
+        ];
+        let kv = |skip: &str| {
+            Value::Array(
+                fields
+                    .iter()
+                    .filter(|(k, _)| *k != skip)
+                    .flat_map(|(k, v)| [bulk(k), bulk(v)])
+                    .collect(),
+            )
+        };
+        let reply = Value::Array(vec![
+            Value::Array(vec![bulk("1-0"), kv("")]),
+            Value::Array(vec![bulk("1-1"), kv("seq")]),
+            Value::Array(vec![bulk("1-2"), Value::Nil]),
+            Value::Array(vec![bulk("1-3"), Value::Array(vec![bulk("odd")])]),
+        ]);
+        let entries = parse_entries(SkuId(5), &reply).unwrap();
+        assert_eq!(entries.len(), 4);
+        assert_eq!(entries[0].1.as_ref().unwrap().seq, 1);
+        assert!(entries[1].1.as_ref().unwrap_err().contains("seq"));
+        assert!(entries[2].1.as_ref().unwrap_err().contains("deleted"));
+        assert!(entries[3].1.is_err());
+        let other_sale = parse_entries(SkuId(6), &reply).unwrap();
+        assert!(other_sale[0].1.is_err());
+        assert!(parse_entries(SkuId(5), &bulk("x")).is_err());
+    }
+}

@@ -1,0 +1,161 @@
+//! One connection type over a single Redis node (`ConnectionManager`, reconnects by itself) or
+//! a Redis Cluster (`cluster_async`), and the mapping of redis errors to `LedgerError`.
+
+use std::future::Future;
+use std::time::Duration;
+
+use flashsale_core::LedgerError;
+use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
+use redis::cluster::ClusterClientBuilder;
+use redis::cluster_async::ClusterConnection;
+use redis::{Cmd, ErrorKind, Pipeline, RedisError, RedisFuture, Value};
+
+/// Timeouts of one connection.
+#[derive(Debug, Clone, Copy)]
+pub struct Timeouts {
+    /// Bound on opening a TCP connection.
+    pub connect: Duration,
+    /// Bound on one command's answer (longer than any BLOCK sent on the connection).
+    pub response: Duration,
+    /// Bound on a whole call, reconnecting included.
+    pub call: Duration,
+}
+
+impl Timeouts {
+    /// The purchase path: fail fast, so the breaker can open.
+    pub const HOT: Timeouts = Timeouts {
+        connect: Duration::from_millis(300),
+        response: Duration::from_secs(1),
+        call: Duration::from_millis(1_500),
+    };
+}
+
+/// A connection to one node or to a cluster. Cheap to clone (both are multiplexed).
+#[derive(Clone)]
+pub enum Conn {
+    Single(ConnectionManager),
+    Cluster(ClusterConnection),
+}
+
+impl Conn {
+    /// `url` is `redis://…`, or a comma-separated list of cluster nodes.
+    pub async fn connect(url: &str, t: Timeouts) -> Result<Conn, LedgerError> {
+        let nodes = split_urls(url);
+        let connecting = async {
+            if nodes.len() > 1 {
+                let client = ClusterClientBuilder::new(nodes)
+                    .connection_timeout(t.connect)
+                    .response_timeout(t.response)
+                    .retries(2)
+                    .min_retry_wait(10)
+                    .max_retry_wait(200)
+                    .build()?;
+                Ok(Conn::Cluster(client.get_async_connection().await?))
+            } else {
+                let client = redis::Client::open(nodes[0].as_str())?;
+                let config = ConnectionManagerConfig::new()
+                    .set_connection_timeout(t.connect)
+                    .set_response_timeout(t.response)
+                    .set_number_of_retries(1)
+                    .set_factor(50)
+                    .set_max_delay(100);
+                Ok(Conn::Single(
+                    ConnectionManager::new_with_config(client, config).await?,
+                ))
+            }
+        };
+        bounded(t.call * 2, connecting).await
+    }
+
+    pub fn is_cluster(&self) -> bool {
+        matches!(self, Conn::Cluster(_))
+    }
+}
+
+/// Splits a comma-separated URL list; a cluster is named by more than one node.
+pub fn split_urls(url: &str) -> Vec<String> {
+    let nodes: Vec<String> = url
+        .split(',')
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .map(|s| {
+            if s.contains("://") {
+                s.to_owned()
+            } else {
+                format!("redis://{s}")
+            }
+        })
+        .collect();
+    if nodes.is_empty() {
+        vec![url.to_owned()]
+    } else {
+        nodes
+    }
+}
+
+impl ConnectionLike for Conn {
+    fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
+        match self {
+            Conn::Single(c) => c.req_packed_command(cmd),
+            Conn::Cluster(c) => c.req_packed_command(cmd),
+        }
+    }
+
+    fn req_packed_commands<'a>(
+        &'a mut self,
+        cmd: &'a Pipeline,
+        offset: usize,
+        count: usize,
+    ) -> RedisFuture<'a, Vec<Value>> {
+        match self {
+            Conn::Single(c) => c.req_packed_commands(cmd, offset, count),
+            Conn::Cluster(c) => c.req_packed_commands(cmd, offset, count),
+        }
+    }
+
+    fn get_db(&self) -> i64 {
+        match self {
+            Conn::Single(c) => c.get_db(),
+            Conn::Cluster(c) => c.get_db(),
+        }
+    }
+}
+
+/// Runs a redis call under a deadline; a miss or a connection fault is `Unavailable`.
+pub async fn bounded<T>(
+    limit: Duration,
+    call: impl Future<Output = Result<T, RedisError>>,
+) -> Result<T, LedgerError> {
+    match tokio::time::timeout(limit, call).await {
+        Ok(result) => result.map_err(map_err),
+        Err(_) => Err(LedgerError::Unavailable(format!(
+            "redis did not answer within {limit:?}"
+        ))),
+    }
+}
+
+/// Connection faults, timeouts and "cannot serve now" answers are `Unavailable` (503, the
+/// breaker counts them); a script's `NOT_WARMED` is `NotWarmed`; the rest is `Internal`.
+pub fn map_err(e: RedisError) -> LedgerError {
+    if e.code() == Some("NOT_WARMED") {
+        return LedgerError::NotWarmed;
+    }
+    let unavailable = matches!(
+        e.kind(),
+        ErrorKind::IoError
+            | ErrorKind::BusyLoadingError
+            | ErrorKind::TryAgain
+            | ErrorKind::ClusterDown
+            | ErrorKind::MasterDown
+            | ErrorKind::ReadOnly
+            | ErrorKind::ClusterConnectionNotFound
+    ) || matches!(e.code(), Some("OOM" | "BUSY" | "NOREPLICAS"))
+        || e.is_timeout()
+        || e.is_connection_dropped()
+        || e.is_connection_refusal();
+    if unavailable {
+        LedgerError::Unavailable(e.to_string())
+    } else {
+        LedgerError::Internal(e.to_string())
+    }
+}

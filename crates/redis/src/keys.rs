@@ -1,0 +1,181 @@
+//! The key schema. Every key of one sale carries the hash tag `{<sku>}`, so every script of a
+//! sale touches one Redis Cluster slot; the few keys shared by all sales are never touched
+//! inside a script.
+
+use flashsale_core::SkuId;
+
+/// Builds the keys of a prefix (default `fs`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Keys {
+    prefix: String,
+}
+
+impl Default for Keys {
+    fn default() -> Self {
+        Keys {
+            prefix: "fs".into(),
+        }
+    }
+}
+
+impl Keys {
+    /// A prefix must be non-empty and free of `{`, `}` and whitespace (a brace would change the
+    /// hash tag and so the slot of every key).
+    pub fn new(prefix: &str) -> Result<Keys, String> {
+        let ok = !prefix.is_empty()
+            && prefix.len() <= 64
+            && !prefix
+                .chars()
+                .any(|c| c == '{' || c == '}' || c.is_whitespace() || c.is_control());
+        if ok {
+            Ok(Keys {
+                prefix: prefix.to_owned(),
+            })
+        } else {
+            Err(format!(
+                "bad key prefix {prefix:?}: 1..=64 chars, no braces or spaces"
+            ))
+        }
+    }
+
+    pub fn prefix(&self) -> &str {
+        &self.prefix
+    }
+
+    fn tagged(&self, sku: SkuId, what: &str) -> String {
+        format!("{}:{{{}}}:{}", self.prefix, sku.0, what)
+    }
+
+    /// Hash: counters, seq, epoch, limit, mode, timeout_ms, starts_at_ms, ends_at_ms, state, sku.
+    pub fn sale(&self, sku: SkuId) -> String {
+        self.tagged(sku, "sale")
+    }
+
+    /// Hash: user id → units held in live orders.
+    pub fn buyers(&self, sku: SkuId) -> String {
+        self.tagged(sku, "buyers")
+    }
+
+    /// Hash: `<user>:<request_id>` → order_no of the accepted request (replay).
+    pub fn requests(&self, sku: SkuId) -> String {
+        self.tagged(sku, "requests")
+    }
+
+    /// Hash: order_no → encoded order (see `scripts::decode_order`).
+    pub fn orders(&self, sku: SkuId) -> String {
+        self.tagged(sku, "orders")
+    }
+
+    /// Sorted set: order_no of each hold, scored by its payment deadline (epoch ms).
+    pub fn holds(&self, sku: SkuId) -> String {
+        self.tagged(sku, "holds")
+    }
+
+    /// Stream: one entry per event of the sale.
+    pub fn events(&self, sku: SkuId) -> String {
+        self.tagged(sku, "events")
+    }
+
+    /// String: the persister lease of the sale (owner name, with a TTL).
+    pub fn lease(&self, sku: SkuId) -> String {
+        self.tagged(sku, "lease")
+    }
+
+    /// Every per-sale key, in a fixed order (for tests and tools).
+    pub fn all_of_sale(&self, sku: SkuId) -> [String; 7] {
+        [
+            self.sale(sku),
+            self.buyers(sku),
+            self.requests(sku),
+            self.orders(sku),
+            self.holds(sku),
+            self.events(sku),
+            self.lease(sku),
+        ]
+    }
+
+    /// Set: sku ids of warm sales. Never touched inside a script (no hash tag).
+    pub fn sales(&self) -> String {
+        format!("{}:sales", self.prefix)
+    }
+
+    /// Set: blocked user ids. Never touched inside a script.
+    pub fn blacklist(&self) -> String {
+        format!("{}:blacklist", self.prefix)
+    }
+
+    /// Pub/sub channel: a sku whose stock came back from 0 (cancel, expiry).
+    pub fn restock_channel(&self) -> String {
+        format!("{}:restock", self.prefix)
+    }
+}
+
+/// CRC16/XMODEM (poly 0x1021, init 0), as Redis Cluster uses for key slots.
+pub fn crc16(data: &[u8]) -> u16 {
+    let mut crc: u16 = 0;
+    for &byte in data {
+        crc ^= u16::from(byte) << 8;
+        for _ in 0..8 {
+            crc = if crc & 0x8000 != 0 {
+                (crc << 1) ^ 0x1021
+            } else {
+                crc << 1
+            };
+        }
+    }
+    crc
+}
+
+/// The Redis Cluster slot of a key, honoring a hash tag: the bytes between the first `{` and
+/// the next `}`, when that is non-empty.
+pub fn slot(key: &str) -> u16 {
+    let bytes = key.as_bytes();
+    let tagged = bytes.iter().position(|&b| b == b'{').and_then(|open| {
+        let rest = &bytes[open + 1..];
+        let close = rest.iter().position(|&b| b == b'}')?;
+        (close > 0).then(|| &rest[..close])
+    });
+    crc16(tagged.unwrap_or(bytes)) % 16384
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keys_follow_the_schema() {
+        let k = Keys::default();
+        assert_eq!(k.sale(SkuId(42)), "fs:{42}:sale");
+        assert_eq!(k.events(SkuId(42)), "fs:{42}:events");
+        assert_eq!(k.sales(), "fs:sales");
+        assert_eq!(k.blacklist(), "fs:blacklist");
+        assert_eq!(k.restock_channel(), "fs:restock");
+        assert!(Keys::new("a{b").is_err());
+        assert!(Keys::new("").is_err());
+        assert_eq!(Keys::new("t1").unwrap().buyers(SkuId(7)), "t1:{7}:buyers");
+    }
+
+    #[test]
+    fn crc16_matches_redis_cluster() {
+        // Values from the Redis Cluster specification and `CLUSTER KEYSLOT`.
+        assert_eq!(crc16(b"123456789"), 0x31C3);
+        assert_eq!(slot("foo"), 12182);
+        assert_eq!(slot("bar"), 5061);
+        assert_eq!(slot("{user1000}.following"), slot("{user1000}.followers"));
+        assert_eq!(slot("foo{}{bar}"), crc16(b"foo{}{bar}") % 16384);
+        assert_eq!(slot("foo{{bar}}zap"), crc16(b"{bar") % 16384);
+        assert_eq!(slot("foo{bar}{zap}"), slot("bar"));
+    }
+
+    #[test]
+    fn every_key_of_a_sale_hashes_to_one_slot() {
+        let k = Keys::new("fs").unwrap();
+        for sku in [1u64, 42, 7_777, u64::MAX] {
+            let keys = k.all_of_sale(SkuId(sku));
+            let first = slot(&keys[0]);
+            assert!(keys.iter().all(|key| slot(key) == first), "{keys:?}");
+            assert_eq!(first, slot(&sku.to_string()));
+        }
+        assert_ne!(slot(&k.sale(SkuId(1))), slot(&k.sale(SkuId(2))));
+    }
+}

@@ -1,0 +1,483 @@
+//! `RedisLedger`: the hot ledger over Redis or Redis Cluster.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, RwLock, Weak};
+use std::time::{Duration, Instant};
+
+use async_trait::async_trait;
+use flashsale_core::ledger::RestockListener;
+use flashsale_core::limits::BATCH_LEN_MAX;
+use flashsale_core::{
+    Counters, ErrorCode, HotLedger, HotOrder, LedgerError, OrderNo, OrderStatus, PurchaseOutcome,
+    PurchaseRequest, Resolution, Sale, SaleState, SkuId, UserId,
+};
+use futures::StreamExt;
+use redis::{FromRedisValue, Script, ScriptInvocation, Value};
+use tokio::task::JoinHandle;
+
+use crate::codec::{as_int, as_string, decode_order, parse_entries, unexpected, Entry};
+use crate::conn::{bounded, split_urls, Conn, Timeouts};
+use crate::keys::Keys;
+use crate::scripts::Scripts;
+
+/// Most holds one `expire_due` call may expire (the script's own bound).
+pub const EXPIRE_MAX: usize = 10_000;
+
+/// The hot ledger on Redis: one script call per batch, pay, cancel, expiry or warm.
+pub struct RedisLedger {
+    conn: Conn,
+    keys: Keys,
+    scripts: Scripts,
+    restock: Arc<RestockHub>,
+}
+
+/// Who hears about restocks, and the task that listens on the restock channel.
+struct RestockHub {
+    url: String,
+    channel: String,
+    listener: RwLock<Option<RestockListener>>,
+    task: Mutex<Option<JoinHandle<()>>>,
+}
+
+/// A sale's hash and every event of its stream, read in one atomic step (for the reconciler).
+#[derive(Debug, Clone)]
+pub struct Snapshot {
+    pub counters: Counters,
+    pub epoch: u64,
+    /// Every field of the sale hash, as stored.
+    pub fields: HashMap<String, String>,
+    /// Every entry of the events stream (not yet trimmed), in stream order.
+    pub events: Vec<Entry>,
+}
+
+impl RedisLedger {
+    /// Connects to one node (`redis://host:port`) or to a cluster (a comma-separated list of
+    /// node URLs), with a 300 ms connection timeout and a 1 s response timeout.
+    pub async fn connect(url: &str, prefix: &str) -> Result<RedisLedger, LedgerError> {
+        let keys = Keys::new(prefix).map_err(LedgerError::Internal)?;
+        let conn = Conn::connect(url, Timeouts::HOT).await?;
+        let restock = Arc::new(RestockHub {
+            url: split_urls(url).remove(0),
+            channel: keys.restock_channel(),
+            listener: RwLock::new(None),
+            task: Mutex::new(None),
+        });
+        Ok(RedisLedger {
+            conn,
+            keys,
+            scripts: Scripts::new(),
+            restock,
+        })
+    }
+
+    pub fn keys(&self) -> &Keys {
+        &self.keys
+    }
+
+    pub fn is_cluster(&self) -> bool {
+        self.conn.is_cluster()
+    }
+
+    /// The skus of warmed sales (`fs:sales`), e.g. for the expiry worker.
+    pub async fn sales(&self) -> Result<Vec<SkuId>, LedgerError> {
+        let mut conn = self.conn.clone();
+        let cmd = redis::cmd("SMEMBERS").arg(self.keys.sales()).clone();
+        let ids: Vec<u64> = bounded(Timeouts::HOT.call, cmd.query_async(&mut conn)).await?;
+        let mut ids: Vec<SkuId> = ids.into_iter().map(SkuId).collect();
+        ids.sort();
+        Ok(ids)
+    }
+
+    /// The sale hash and all events of its stream, atomically; `None` when not warm.
+    pub async fn snapshot(&self, sku: SkuId) -> Result<Option<Snapshot>, LedgerError> {
+        let mut inv = self.scripts.snapshot.prepare_invoke();
+        inv.key(self.keys.sale(sku)).key(self.keys.events(sku));
+        let reply: Vec<Value> = self.run("snapshot", &inv).await?;
+        let (Some(Value::Array(flat)), Some(events)) = (reply.first(), reply.get(1)) else {
+            return Err(unexpected("snapshot", &Value::Array(reply)));
+        };
+        if flat.is_empty() {
+            return Ok(None);
+        }
+        let fields: HashMap<String, String> = flat
+            .chunks(2)
+            .filter_map(|kv| Some((as_string(kv.first()?)?, as_string(kv.get(1)?)?)))
+            .collect();
+        let num = |name: &str| -> Result<u64, LedgerError> {
+            fields
+                .get(name)
+                .and_then(|v| v.parse().ok())
+                .ok_or_else(|| LedgerError::Internal(format!("sale {sku}: bad field {name}")))
+        };
+        Ok(Some(Snapshot {
+            counters: Counters {
+                total: num("total")?,
+                available: num("available")?,
+                reserved: num("reserved")?,
+                sold: num("sold")?,
+                seq: num("seq")?,
+            },
+            epoch: num("epoch")?,
+            events: parse_entries(sku, events)?,
+            fields,
+        }))
+    }
+
+    /// Runs a script under the call deadline and records its latency.
+    async fn run<T: FromRedisValue>(
+        &self,
+        name: &'static str,
+        inv: &ScriptInvocation<'_>,
+    ) -> Result<T, LedgerError> {
+        let started = Instant::now();
+        let mut conn = self.conn.clone();
+        let result = bounded(Timeouts::HOT.call, inv.invoke_async(&mut conn)).await;
+        metrics::histogram!("flashsale_script_latency_seconds", "script" => name)
+            .record(started.elapsed().as_secs_f64());
+        result
+    }
+
+    fn resolve_keys<'a>(&self, inv: &mut ScriptInvocation<'a>, sku: SkuId) {
+        inv.key(self.keys.sale(sku))
+            .key(self.keys.buyers(sku))
+            .key(self.keys.orders(sku))
+            .key(self.keys.holds(sku))
+            .key(self.keys.events(sku));
+    }
+
+    async fn resolve(
+        &self,
+        name: &'static str,
+        script: &Script,
+        order_no: &OrderNo,
+        user: UserId,
+    ) -> Result<Resolution, LedgerError> {
+        let sku = order_no.sku();
+        let mut inv = script.prepare_invoke();
+        self.resolve_keys(&mut inv, sku);
+        inv.arg(order_no.as_str()).arg(user.0);
+        let reply: Vec<Value> = self.run(name, &inv).await?;
+        let head = reply.first().and_then(as_string);
+        match head.as_deref() {
+            Some("OK") => {
+                let encoded = reply.get(1).and_then(as_string).unwrap_or_default();
+                let order =
+                    decode_order(order_no.as_str(), &encoded).map_err(LedgerError::Internal)?;
+                if reply.get(2).and_then(as_int) == Some(1) {
+                    self.announce_restock(sku).await;
+                }
+                Ok(Ok(order))
+            }
+            Some("X") => Ok(Err(code_of(reply.get(1))?)),
+            _ => Err(unexpected(name, &Value::Array(reply))),
+        }
+    }
+
+    /// Tells this instance's listener at once, and every instance through the channel.
+    async fn announce_restock(&self, sku: SkuId) {
+        if let Some(listener) = self.restock.listener() {
+            listener(sku);
+        }
+        let mut conn = self.conn.clone();
+        let cmd = redis::cmd("PUBLISH")
+            .arg(&self.restock.channel)
+            .arg(sku.0)
+            .clone();
+        let sent: Result<i64, _> = bounded(Timeouts::HOT.call, cmd.query_async(&mut conn)).await;
+        if let Err(e) = sent {
+            tracing::warn!(%sku, error = %e, "could not publish a restock");
+        }
+    }
+}
+
+fn code_of(v: Option<&Value>) -> Result<ErrorCode, LedgerError> {
+    let text = v.and_then(as_string).unwrap_or_default();
+    ErrorCode::parse(&text)
+        .ok_or_else(|| LedgerError::Internal(format!("script answered unknown code {text:?}")))
+}
+
+/// The purchase answer carries the ledger's truth: an order not yet resolved is `PENDING`
+/// until the persister has stored it.
+fn as_answered(mut order: HotOrder) -> HotOrder {
+    if matches!(order.status, OrderStatus::Created | OrderStatus::Reserved) {
+        order.status = OrderStatus::Pending;
+    }
+    order
+}
+
+fn outcome_of(entry: &[String]) -> Result<PurchaseOutcome, LedgerError> {
+    let bad = || LedgerError::Internal(format!("unexpected purchase result {entry:?}"));
+    match entry {
+        [tag, order_no, encoded] if tag == "A" || tag == "R" => {
+            let order = decode_order(order_no, encoded).map_err(LedgerError::Internal)?;
+            Ok(PurchaseOutcome::Accepted {
+                order: as_answered(order),
+                replayed: tag == "R",
+            })
+        }
+        [tag, code] if tag == "X" => ErrorCode::parse(code)
+            .map(PurchaseOutcome::Rejected)
+            .ok_or_else(bad),
+        _ => Err(bad()),
+    }
+}
+
+#[async_trait]
+impl HotLedger for RedisLedger {
+    fn kind(&self) -> &'static str {
+        "redis"
+    }
+
+    async fn warm(
+        &self,
+        sale: &Sale,
+        counters: &Counters,
+        epoch: u64,
+        force: bool,
+    ) -> Result<(), LedgerError> {
+        sale.validate().map_err(LedgerError::Internal)?;
+        if !counters.conserved() || counters.total != sale.total_stock {
+            return Err(LedgerError::Internal(format!(
+                "counters do not fit the sale: {counters:?}"
+            )));
+        }
+        let sku = sale.sku_id;
+        let mut inv = self.scripts.warm.prepare_invoke();
+        inv.key(self.keys.sale(sku))
+            .key(self.keys.buyers(sku))
+            .key(self.keys.requests(sku))
+            .key(self.keys.orders(sku))
+            .key(self.keys.holds(sku));
+        inv.arg(sku.0)
+            .arg(counters.total)
+            .arg(counters.available)
+            .arg(counters.reserved)
+            .arg(counters.sold)
+            .arg(counters.seq)
+            .arg(epoch)
+            .arg(sale.per_user_limit)
+            .arg(sale.mode.as_str())
+            .arg(sale.payment_timeout_ms)
+            .arg(sale.starts_at_ms)
+            .arg(sale.ends_at_ms)
+            .arg(sale.state.as_str())
+            .arg(if force { "1" } else { "0" });
+        let answer: String = self.run("warm", &inv).await?;
+        if answer == "ALREADY_WARM" {
+            return Err(LedgerError::AlreadyWarm);
+        }
+        let mut conn = self.conn.clone();
+        let cmd = redis::cmd("SADD").arg(self.keys.sales()).arg(sku.0).clone();
+        let _: i64 = bounded(Timeouts::HOT.call, cmd.query_async(&mut conn)).await?;
+        Ok(())
+    }
+
+    async fn set_state(&self, sku: SkuId, state: SaleState) -> Result<(), LedgerError> {
+        let mut inv = self.scripts.set_state.prepare_invoke();
+        inv.key(self.keys.sale(sku)).arg(state.as_str());
+        let _: String = self.run("set_state", &inv).await?;
+        Ok(())
+    }
+
+    async fn purchase_batch(
+        &self,
+        sku: SkuId,
+        reqs: &[PurchaseRequest],
+    ) -> Result<Vec<PurchaseOutcome>, LedgerError> {
+        if reqs.is_empty() {
+            return Ok(Vec::new());
+        }
+        if reqs.len() > BATCH_LEN_MAX {
+            return Err(LedgerError::Internal(format!(
+                "batch of {} requests > {BATCH_LEN_MAX}",
+                reqs.len()
+            )));
+        }
+        if let Some(other) = reqs.iter().find(|r| r.sku_id != sku) {
+            return Err(LedgerError::Internal(format!(
+                "request for sale {} in a batch of sale {sku}",
+                other.sku_id
+            )));
+        }
+        let mut inv = self.scripts.purchase.prepare_invoke();
+        inv.key(self.keys.sale(sku))
+            .key(self.keys.buyers(sku))
+            .key(self.keys.requests(sku))
+            .key(self.keys.orders(sku))
+            .key(self.keys.holds(sku))
+            .key(self.keys.events(sku));
+        inv.arg(reqs.len());
+        for r in reqs {
+            inv.arg(r.user_id.0)
+                .arg(r.request_id.as_str())
+                .arg(r.quantity);
+        }
+        let results: Vec<Vec<String>> = self.run("purchase", &inv).await?;
+        if results.len() != reqs.len() {
+            return Err(LedgerError::Internal(format!(
+                "{} results for {} requests",
+                results.len(),
+                reqs.len()
+            )));
+        }
+        results.iter().map(|r| outcome_of(r)).collect()
+    }
+
+    async fn pay(&self, order_no: &OrderNo, user: UserId) -> Result<Resolution, LedgerError> {
+        self.resolve("pay", &self.scripts.pay, order_no, user).await
+    }
+
+    async fn cancel(&self, order_no: &OrderNo, user: UserId) -> Result<Resolution, LedgerError> {
+        self.resolve("cancel", &self.scripts.cancel, order_no, user)
+            .await
+    }
+
+    async fn expire_due(&self, sku: SkuId, max: usize) -> Result<usize, LedgerError> {
+        if max == 0 {
+            return Ok(0);
+        }
+        let mut inv = self.scripts.expire_due.prepare_invoke();
+        self.resolve_keys(&mut inv, sku);
+        inv.arg(max.min(EXPIRE_MAX));
+        let reply: Vec<i64> = self.run("expire_due", &inv).await?;
+        let [expired, restocked] = reply[..] else {
+            return Err(LedgerError::Internal(format!(
+                "unexpected expire_due reply {reply:?}"
+            )));
+        };
+        if restocked == 1 {
+            self.announce_restock(sku).await;
+        }
+        usize::try_from(expired).map_err(|_| LedgerError::Internal("negative count".into()))
+    }
+
+    async fn counters(&self, sku: SkuId) -> Result<Option<Counters>, LedgerError> {
+        let mut conn = self.conn.clone();
+        let cmd = redis::cmd("HMGET")
+            .arg(self.keys.sale(sku))
+            .arg(&["total", "available", "reserved", "sold", "seq"])
+            .clone();
+        let v: Vec<Option<u64>> = bounded(Timeouts::HOT.call, cmd.query_async(&mut conn)).await?;
+        match v[..] {
+            [None, ..] => Ok(None),
+            [Some(total), Some(available), Some(reserved), Some(sold), Some(seq)] => {
+                Ok(Some(Counters {
+                    total,
+                    available,
+                    reserved,
+                    sold,
+                    seq,
+                }))
+            }
+            _ => Err(LedgerError::Internal(format!(
+                "sale {sku}: incomplete counters {v:?}"
+            ))),
+        }
+    }
+
+    async fn order(&self, order_no: &OrderNo) -> Result<Option<HotOrder>, LedgerError> {
+        let mut conn = self.conn.clone();
+        let cmd = redis::cmd("HGET")
+            .arg(self.keys.orders(order_no.sku()))
+            .arg(order_no.as_str())
+            .clone();
+        let v: Option<String> = bounded(Timeouts::HOT.call, cmd.query_async(&mut conn)).await?;
+        v.map(|encoded| decode_order(order_no.as_str(), &encoded))
+            .transpose()
+            .map_err(LedgerError::Internal)
+    }
+
+    async fn ping(&self) -> Result<(), LedgerError> {
+        let mut conn = self.conn.clone();
+        let cmd = redis::cmd("PING");
+        let _: String = bounded(Timeouts::HOT.call, cmd.query_async(&mut conn)).await?;
+        Ok(())
+    }
+
+    async fn accepted_keys(
+        &self,
+        sku: SkuId,
+        max: usize,
+    ) -> Result<Option<Vec<String>>, LedgerError> {
+        let mut conn = self.conn.clone();
+        let mut pipe = redis::pipe();
+        pipe.cmd("EXISTS")
+            .arg(self.keys.sale(sku))
+            .cmd("HLEN")
+            .arg(self.keys.requests(sku));
+        let (warm, len): (bool, usize) =
+            bounded(Timeouts::HOT.call, pipe.query_async(&mut conn)).await?;
+        if !warm || len > max {
+            return Ok(None);
+        }
+        let cmd = redis::cmd("HKEYS").arg(self.keys.requests(sku)).clone();
+        let keys: Vec<String> = bounded(Timeouts::HOT.call, cmd.query_async(&mut conn)).await?;
+        Ok((keys.len() <= max).then_some(keys))
+    }
+
+    fn on_restock(&self, listener: RestockListener) {
+        *self.restock.listener.write().expect("restock lock") = Some(listener);
+        RestockHub::ensure_task(&self.restock);
+    }
+}
+
+impl Drop for RedisLedger {
+    fn drop(&mut self) {
+        if let Some(task) = self.restock.task.lock().expect("restock lock").take() {
+            task.abort();
+        }
+    }
+}
+
+impl RestockHub {
+    fn listener(&self) -> Option<RestockListener> {
+        self.listener.read().expect("restock lock").clone()
+    }
+
+    /// Starts the subscriber on its own connection, once (needs a tokio runtime).
+    fn ensure_task(hub: &Arc<RestockHub>) {
+        let mut task = hub.task.lock().expect("restock lock");
+        if task.is_some() {
+            return;
+        }
+        match tokio::runtime::Handle::try_current() {
+            Ok(rt) => *task = Some(rt.spawn(subscribe_loop(Arc::downgrade(hub)))),
+            Err(_) => tracing::warn!("on_restock outside a tokio runtime: no restock channel"),
+        }
+    }
+}
+
+/// Listens on the restock channel until the ledger is dropped; reconnects after a fault.
+async fn subscribe_loop(hub: Weak<RestockHub>) {
+    loop {
+        let Some((url, channel)) = hub.upgrade().map(|h| (h.url.clone(), h.channel.clone()))
+        else {
+            return;
+        };
+        if let Err(e) = subscribe_once(&url, &channel, &hub).await {
+            tracing::debug!(error = %e, "restock subscriber reconnecting");
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+async fn subscribe_once(
+    url: &str,
+    channel: &str,
+    hub: &Weak<RestockHub>,
+) -> Result<(), LedgerError> {
+    let client = redis::Client::open(url).map_err(crate::conn::map_err)?;
+    let mut pubsub = bounded(Timeouts::HOT.call, client.get_async_pubsub()).await?;
+    bounded(Timeouts::HOT.call, pubsub.subscribe(channel)).await?;
+    let mut messages = pubsub.into_on_message();
+    while let Some(msg) = messages.next().await {
+        let Some(hub) = hub.upgrade() else {
+            return Ok(());
+        };
+        let sku = msg.get_payload::<u64>().ok().map(SkuId);
+        if let (Some(sku), Some(listener)) = (sku, hub.listener()) {
+            listener(sku);
+        }
+    }
+    Ok(())
+}

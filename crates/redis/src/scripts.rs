@@ -1,0 +1,80 @@
+//! The Lua scripts, compiled into the binary with `include_str!`.
+//!
+//! Every script starts with `#!lua` (Redis 7 refuses a write script before it runs when out of
+//! memory), names every key it touches in KEYS (all keys of one sale share a hash tag, so a
+//! script runs on one cluster slot), does every check for a request before any write for it,
+//! reads the clock with `TIME`, and validates its own arguments. `redis::Script` sends EVALSHA
+//! and reloads the script on NOSCRIPT (after a restart, a failover or SCRIPT FLUSH).
+
+use redis::Script;
+
+pub const PURCHASE: &str = include_str!("../scripts/purchase.lua");
+pub const PAY: &str = include_str!("../scripts/pay.lua");
+pub const CANCEL: &str = include_str!("../scripts/cancel.lua");
+pub const EXPIRE_DUE: &str = include_str!("../scripts/expire_due.lua");
+pub const WARM: &str = include_str!("../scripts/warm.lua");
+pub const SET_STATE: &str = include_str!("../scripts/set_state.lua");
+pub const SNAPSHOT: &str = include_str!("../scripts/snapshot.lua");
+pub const LEASE_ACQUIRE: &str = include_str!("../scripts/lease_acquire.lua");
+pub const LEASE_RELEASE: &str = include_str!("../scripts/lease_release.lua");
+
+/// Every script with its name (the `script` label of `flashsale_script_latency_seconds`).
+pub const ALL: [(&str, &str); 9] = [
+    ("purchase", PURCHASE),
+    ("pay", PAY),
+    ("cancel", CANCEL),
+    ("expire_due", EXPIRE_DUE),
+    ("warm", WARM),
+    ("set_state", SET_STATE),
+    ("snapshot", SNAPSHOT),
+    ("lease_acquire", LEASE_ACQUIRE),
+    ("lease_release", LEASE_RELEASE),
+];
+
+/// The scripts of the hot ledger, hashed once.
+pub struct Scripts {
+    pub purchase: Script,
+    pub pay: Script,
+    pub cancel: Script,
+    pub expire_due: Script,
+    pub warm: Script,
+    pub set_state: Script,
+    pub snapshot: Script,
+}
+
+impl Scripts {
+    pub fn new() -> Scripts {
+        Scripts {
+            purchase: Script::new(PURCHASE),
+            pay: Script::new(PAY),
+            cancel: Script::new(CANCEL),
+            expire_due: Script::new(EXPIRE_DUE),
+            warm: Script::new(WARM),
+            set_state: Script::new(SET_STATE),
+            snapshot: Script::new(SNAPSHOT),
+        }
+    }
+}
+
+impl Default for Scripts {
+    fn default() -> Self {
+        Scripts::new()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_script_starts_with_the_shebang_and_uses_the_server_clock() {
+        for (name, src) in ALL {
+            assert_eq!(src.lines().next(), Some("#!lua"), "{name}");
+            assert!(!src.contains("PUBLISH"), "{name} publishes inside a script");
+        }
+        for src in [PURCHASE, PAY, CANCEL, EXPIRE_DUE] {
+            assert!(src.contains("redis.call('TIME')"));
+            assert!(src.contains("XADD"));
+        }
+    }
+}

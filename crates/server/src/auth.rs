@@ -1,0 +1,134 @@
+//! Who is asking: HS256 user tokens (`sub` = user id) and the admin bearer token.
+
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use axum::extract::FromRequestParts;
+use axum::http::header::AUTHORIZATION;
+use axum::http::request::Parts;
+use flashsale_core::{ErrorCode, UserId};
+use jsonwebtoken::{Algorithm, DecodingKey, EncodingKey, Header, Validation};
+use serde::{Deserialize, Serialize};
+
+use crate::error::AppError;
+use crate::state::AppState;
+
+/// Longest bearer token accepted, in bytes (a limit on everything).
+const TOKEN_LEN_MAX: usize = 2_048;
+
+/// Signs and checks tokens with the configured secrets.
+pub struct Auth {
+    encoding: EncodingKey,
+    decoding: DecodingKey,
+    validation: Validation,
+    admin_token: String,
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+struct Claims {
+    sub: String,
+    exp: u64,
+}
+
+impl Auth {
+    pub fn new(jwt_secret: &str, admin_token: &str) -> Auth {
+        assert!(!jwt_secret.is_empty() && !admin_token.is_empty(), "secrets must not be empty");
+        let mut validation = Validation::new(Algorithm::HS256);
+        validation.set_required_spec_claims(&["exp", "sub"]);
+        validation.leeway = 5;
+        Auth {
+            encoding: EncodingKey::from_secret(jwt_secret.as_bytes()),
+            decoding: DecodingKey::from_secret(jwt_secret.as_bytes()),
+            validation,
+            admin_token: admin_token.to_owned(),
+        }
+    }
+
+    /// A user token valid for `ttl_s` seconds.
+    pub fn sign(&self, user: UserId, ttl_s: u64) -> String {
+        let claims = Claims { sub: user.0.to_string(), exp: now_s() + ttl_s };
+        jsonwebtoken::encode(&Header::new(Algorithm::HS256), &claims, &self.encoding)
+            .expect("HS256 signing cannot fail")
+    }
+
+    pub fn verify_user(&self, token: &str) -> Result<UserId, AppError> {
+        let data = jsonwebtoken::decode::<Claims>(token, &self.decoding, &self.validation)
+            .map_err(|e| AppError::new(ErrorCode::Unauthorized, format!("invalid token: {e}")))?;
+        match data.claims.sub.parse::<u64>() {
+            Ok(id) if id > 0 => Ok(UserId(id)),
+            _ => Err(AppError::new(ErrorCode::Unauthorized, "token subject is not a user id")),
+        }
+    }
+
+    fn is_admin(&self, token: &str) -> bool {
+        constant_time_eq(token.as_bytes(), self.admin_token.as_bytes())
+    }
+}
+
+fn now_s() -> u64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0)
+}
+
+fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+fn bearer(parts: &Parts) -> Result<&str, AppError> {
+    let unauthorized = |m: &str| AppError::new(ErrorCode::Unauthorized, m);
+    let value = parts.headers.get(AUTHORIZATION).ok_or_else(|| unauthorized("missing bearer token"))?;
+    let value = value.to_str().map_err(|_| unauthorized("malformed authorization header"))?;
+    let token = value.strip_prefix("Bearer ").ok_or_else(|| unauthorized("expected a Bearer token"))?;
+    if token.is_empty() || token.len() > TOKEN_LEN_MAX {
+        return Err(unauthorized("malformed bearer token"));
+    }
+    Ok(token)
+}
+
+/// A request from a user, named by a valid token.
+#[derive(Debug, Clone, Copy)]
+pub struct User(pub UserId);
+
+/// A request with the admin token.
+#[derive(Debug, Clone, Copy)]
+pub struct Admin;
+
+impl FromRequestParts<AppState> for User {
+    type Rejection = AppError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<User, AppError> {
+        let token = bearer(parts)?;
+        if state.auth.is_admin(token) {
+            return Err(AppError::new(ErrorCode::Forbidden, "the admin token is not a user"));
+        }
+        state.auth.verify_user(token).map(User)
+    }
+}
+
+impl FromRequestParts<AppState> for Admin {
+    type Rejection = AppError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Admin, AppError> {
+        let token = bearer(parts)?;
+        if state.auth.is_admin(token) {
+            return Ok(Admin);
+        }
+        // A valid user token is known but not allowed; anything else is not known at all.
+        state.auth.verify_user(token)?;
+        Err(AppError::new(ErrorCode::Forbidden, "admin only"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tokens_round_trip_and_wrong_secrets_fail() {
+        let auth = Auth::new("secret-a", "admin");
+        let token = auth.sign(UserId(7), 60);
+        assert_eq!(auth.verify_user(&token).unwrap(), UserId(7));
+        let other = Auth::new("secret-b", "admin");
+        assert_eq!(other.verify_user(&token).unwrap_err().code, ErrorCode::Unauthorized);
+        assert!(auth.verify_user("not.a.token").is_err());
+        assert!(auth.is_admin("admin") && !auth.is_admin("admin2") && !auth.is_admin(""));
+    }
+}

@@ -1,0 +1,143 @@
+//! Per-instance caches: sale metadata (and public counters, at most 1 s old), and sold-out
+//! flags that answer SOLD_OUT without asking the ledger.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use flashsale_core::ledger::StoredSale;
+use flashsale_core::{Counters, SkuId, UserId};
+
+/// Entries kept at most; the map is cleared when full (a bound on memory under junk ids).
+const ENTRIES_MAX: usize = 10_000;
+
+/// Sales by sku, refreshed after `ttl`; unknown skus are remembered too (as `None`).
+pub struct SaleCache {
+    ttl: Duration,
+    entries: Mutex<HashMap<SkuId, (Instant, Option<Arc<StoredSale>>)>>,
+    counters: Mutex<HashMap<SkuId, (Instant, Counters)>>,
+}
+
+impl SaleCache {
+    pub fn new(ttl: Duration) -> SaleCache {
+        SaleCache { ttl, entries: Mutex::new(HashMap::new()), counters: Mutex::new(HashMap::new()) }
+    }
+
+    /// `Some(entry)` when fresh; the entry itself is `None` for a sku known not to exist.
+    pub fn get(&self, sku: SkuId) -> Option<Option<Arc<StoredSale>>> {
+        let entries = self.entries.lock().expect("sale cache lock");
+        match entries.get(&sku) {
+            Some((at, sale)) if at.elapsed() < self.ttl => Some(sale.clone()),
+            _ => None,
+        }
+    }
+
+    pub fn put(&self, sku: SkuId, sale: Option<StoredSale>) -> Option<Arc<StoredSale>> {
+        let sale = sale.map(Arc::new);
+        let mut entries = self.entries.lock().expect("sale cache lock");
+        if entries.len() >= ENTRIES_MAX {
+            entries.clear();
+        }
+        entries.insert(sku, (Instant::now(), sale.clone()));
+        sale
+    }
+
+    pub fn forget(&self, sku: SkuId) {
+        self.entries.lock().expect("sale cache lock").remove(&sku);
+        self.counters.lock().expect("counter cache lock").remove(&sku);
+    }
+
+    pub fn counters(&self, sku: SkuId) -> Option<Counters> {
+        let counters = self.counters.lock().expect("counter cache lock");
+        counters.get(&sku).filter(|(at, _)| at.elapsed() < self.ttl).map(|(_, c)| *c)
+    }
+
+    pub fn put_counters(&self, sku: SkuId, c: Counters) {
+        let mut counters = self.counters.lock().expect("counter cache lock");
+        if counters.len() >= ENTRIES_MAX {
+            counters.clear();
+        }
+        counters.insert(sku, (Instant::now(), c));
+    }
+}
+
+enum Flag {
+    /// Someone is loading the accepted keys; meanwhile ask the ledger.
+    Loading(Instant),
+    /// Sold out as of `Instant`; requests not in `accepted` are answered locally.
+    Set(Instant, Arc<HashSet<String>>),
+}
+
+/// Local sold-out flags, cleared by restock notices and by a short TTL.
+pub struct SoldOutFlags {
+    ttl: Duration,
+    flags: Mutex<HashMap<SkuId, Flag>>,
+}
+
+/// The key under which a ledger remembers an accepted request.
+pub fn request_key(user: UserId, request_id: &str) -> String {
+    format!("{}:{}", user.0, request_id)
+}
+
+impl SoldOutFlags {
+    pub fn new(ttl: Duration) -> SoldOutFlags {
+        SoldOutFlags { ttl, flags: Mutex::new(HashMap::new()) }
+    }
+
+    /// True when this request can be answered SOLD_OUT without the ledger: the sale is
+    /// flagged and the request is not a retry of an accepted one.
+    pub fn answers(&self, sku: SkuId, key: &str) -> bool {
+        let flags = self.flags.lock().expect("flags lock");
+        match flags.get(&sku) {
+            Some(Flag::Set(at, accepted)) => at.elapsed() < self.ttl && !accepted.contains(key),
+            _ => false,
+        }
+    }
+
+    /// Claims the right to load the accepted keys after a SOLD_OUT answer; false when a
+    /// fresh flag or load is already there.
+    pub fn begin_load(&self, sku: SkuId) -> bool {
+        let mut flags = self.flags.lock().expect("flags lock");
+        let fresh = match flags.get(&sku) {
+            Some(Flag::Set(at, _)) | Some(Flag::Loading(at)) => at.elapsed() < self.ttl,
+            None => false,
+        };
+        if !fresh {
+            flags.insert(sku, Flag::Loading(Instant::now()));
+        }
+        !fresh
+    }
+
+    pub fn set(&self, sku: SkuId, accepted: HashSet<String>, loaded_at: Instant) {
+        let mut flags = self.flags.lock().expect("flags lock");
+        // A restock that arrived during the load removed the Loading mark: do not set.
+        if matches!(flags.get(&sku), Some(Flag::Loading(_))) {
+            flags.insert(sku, Flag::Set(loaded_at, Arc::new(accepted)));
+        }
+    }
+
+    pub fn clear(&self, sku: SkuId) {
+        self.flags.lock().expect("flags lock").remove(&sku);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_flag_answers_new_requests_but_not_retries_and_clears_on_restock() {
+        let flags = SoldOutFlags::new(Duration::from_secs(60));
+        let sku = SkuId(1);
+        assert!(!flags.answers(sku, "1:a"));
+        assert!(flags.begin_load(sku));
+        assert!(!flags.begin_load(sku), "one loader at a time");
+        flags.set(sku, HashSet::from(["1:a".to_string()]), Instant::now());
+        assert!(flags.answers(sku, "2:b"));
+        assert!(!flags.answers(sku, "1:a"), "a retry of an accepted request goes to the ledger");
+        flags.clear(sku);
+        assert!(!flags.answers(sku, "2:b"));
+        flags.set(sku, HashSet::new(), Instant::now());
+        assert!(!flags.answers(sku, "2:b"), "a set after a restock is ignored");
+    }
+}

@@ -1,0 +1,34 @@
+//! Liveness, readiness and metrics.
+
+use std::time::Duration;
+
+use axum::extract::State;
+use axum::http::{header, StatusCode};
+use axum::response::IntoResponse;
+use axum::Json;
+use serde_json::json;
+
+use crate::state::AppState;
+
+/// How long readiness waits for each dependency.
+const PING_TIMEOUT: Duration = Duration::from_secs(1);
+
+pub async fn healthz() -> impl IntoResponse {
+    Json(json!({"status": "ok"}))
+}
+
+/// Ready only while both the hot ledger and the database answer.
+pub async fn readyz(State(st): State<AppState>) -> impl IntoResponse {
+    let ledger = tokio::time::timeout(PING_TIMEOUT, st.ledger.ping()).await;
+    let store = tokio::time::timeout(PING_TIMEOUT, st.store.ping()).await;
+    let ledger_ok = matches!(ledger, Ok(Ok(())));
+    let store_ok = matches!(store, Ok(Ok(())));
+    let word = |ok: bool| if ok { "ok" } else { "unreachable" };
+    let body = json!({"ledger": word(ledger_ok), "database": word(store_ok), "ledger_kind": st.ledger.kind()});
+    let status = if ledger_ok && store_ok { StatusCode::OK } else { StatusCode::SERVICE_UNAVAILABLE };
+    (status, Json(body))
+}
+
+pub async fn metrics(State(st): State<AppState>) -> impl IntoResponse {
+    ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], st.metrics.render())
+}

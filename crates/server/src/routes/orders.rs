@@ -1,0 +1,69 @@
+//! Orders: status for their owner, pay and cancel.
+
+use axum::extract::rejection::PathRejection;
+use axum::extract::{Path, State};
+use axum::Json;
+use flashsale_core::{ErrorCode, HotOrder, LedgerError, OrderNo, OrderStatus, Resolution, UserId};
+
+use super::OrderView;
+use crate::auth::User;
+use crate::error::AppError;
+use crate::state::AppState;
+
+fn parse(p: Result<Path<String>, PathRejection>) -> Result<OrderNo, AppError> {
+    let raw = super::path(p)?;
+    // A malformed number names no order: the same 404 as someone else's order.
+    OrderNo::parse(&raw).ok_or_else(|| AppError::from_code(ErrorCode::OrderNotFound))
+}
+
+/// The database's status once stored; PENDING from the hot ledger until then.
+pub async fn get(State(st): State<AppState>, User(user): User, p: Result<Path<String>, PathRejection>)
+    -> Result<Json<OrderView>, AppError> {
+    let no = parse(p)?;
+    match st.store.order(&no).await {
+        Ok(Some(order)) => return owned(order, user, None),
+        Ok(None) => {}
+        Err(e) => tracing::warn!(error = %e, "database unreachable; answering from the hot ledger"),
+    }
+    let hot = st.ledger.order(&no).await?;
+    let pending = (st.ledger.kind() == "redis").then_some(OrderStatus::Pending);
+    match hot {
+        Some(order) => owned(order, user, pending),
+        None => Err(AppError::from_code(ErrorCode::OrderNotFound)),
+    }
+}
+
+fn owned(order: HotOrder, user: UserId, status: Option<OrderStatus>) -> Result<Json<OrderView>, AppError> {
+    if order.user_id != user {
+        return Err(AppError::from_code(ErrorCode::OrderNotFound));
+    }
+    Ok(Json(OrderView::new(&order, status.unwrap_or(order.status))))
+}
+
+async fn resolve(st: &AppState, result: Result<Resolution, LedgerError>) -> Result<Json<OrderView>, AppError> {
+    match &result {
+        Err(LedgerError::Unavailable(_)) => st.breaker.failure(),
+        Ok(_) => st.breaker.success(),
+        Err(_) => {}
+    }
+    let order = result?.map_err(AppError::from_code)?;
+    Ok(Json(OrderView::new(&order, order.status)))
+}
+
+pub async fn pay(State(st): State<AppState>, User(user): User, p: Result<Path<String>, PathRejection>)
+    -> Result<Json<OrderView>, AppError> {
+    let no = parse(p)?;
+    let result = st.ledger.pay(&no, user).await;
+    resolve(&st, result).await
+}
+
+pub async fn cancel(State(st): State<AppState>, User(user): User, p: Result<Path<String>, PathRejection>)
+    -> Result<Json<OrderView>, AppError> {
+    let no = parse(p)?;
+    let result = st.ledger.cancel(&no, user).await;
+    let answer = resolve(&st, result).await;
+    if answer.is_ok() {
+        st.sold_out.clear(no.sku());
+    }
+    answer
+}

@@ -1,0 +1,109 @@
+//! `POST /api/v1/sales/{sku}/purchases`: the hot path.
+
+use std::collections::HashSet;
+use std::time::Instant;
+
+use axum::extract::rejection::{JsonRejection, PathRejection};
+use axum::extract::{Path, State};
+use axum::http::StatusCode;
+use axum::Json;
+use flashsale_core::limits::PER_USER_LIMIT_MAX;
+use flashsale_core::{ErrorCode, LedgerError, PurchaseOutcome, PurchaseRequest, RequestId, SkuId, UserId};
+use serde::Deserialize;
+
+use super::{path, OrderView};
+use crate::auth::User;
+use crate::cache::request_key;
+use crate::error::AppError;
+use crate::metrics::{PURCHASE_LATENCY, SOLD_OUT_LOCAL};
+use crate::state::AppState;
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PurchaseBody {
+    pub request_id: String,
+    /// Units. Signed so that a negative number gets our message, not a parse error's.
+    pub quantity: i64,
+}
+
+impl PurchaseBody {
+    fn validate(self, sku: SkuId, user: UserId) -> Result<PurchaseRequest, AppError> {
+        let request_id = RequestId::parse(&self.request_id)
+            .ok_or_else(|| AppError::invalid("request_id must be 1..=64 of [A-Za-z0-9_-]"))?;
+        if !(1..=i64::from(PER_USER_LIMIT_MAX)).contains(&self.quantity) {
+            return Err(AppError::invalid(format!("quantity must be 1..={PER_USER_LIMIT_MAX}")));
+        }
+        Ok(PurchaseRequest { sku_id: sku, user_id: user, request_id, quantity: self.quantity as u32 })
+    }
+}
+
+pub async fn purchase(
+    State(st): State<AppState>,
+    User(user): User,
+    p: Result<Path<u64>, PathRejection>,
+    body: Result<Json<PurchaseBody>, JsonRejection>,
+) -> Result<(StatusCode, Json<OrderView>), AppError> {
+    let started = Instant::now();
+    let sku = SkuId(path(p)?);
+    let Json(body) = body?;
+    let req = body.validate(sku, user)?;
+    super::sales::lookup(&st, sku).await?;
+    let result = decide(&st, req).await;
+    let label = match &result {
+        Ok(view) if view.replayed == Some(true) => "replayed",
+        Ok(_) => "accepted",
+        Err(e) => e.code.as_str(),
+    };
+    metrics::histogram!(PURCHASE_LATENCY, "outcome" => label).record(started.elapsed().as_secs_f64());
+    metrics::counter!("flashsale_purchases_total", "outcome" => label).increment(1);
+    result.map(|view| (StatusCode::ACCEPTED, Json(view)))
+}
+
+async fn decide(st: &AppState, req: PurchaseRequest) -> Result<OrderView, AppError> {
+    let sku = req.sku_id;
+    if st.sold_out.answers(sku, &request_key(req.user_id, req.request_id.as_str())) {
+        metrics::counter!(SOLD_OUT_LOCAL).increment(1);
+        return Err(AppError::from_code(ErrorCode::SoldOut));
+    }
+    if !st.breaker.allows() {
+        return Err(AppError::new(ErrorCode::Unavailable, "hot ledger unavailable; retry shortly"));
+    }
+    let outcome = st.batcher.purchase(req).await;
+    match &outcome {
+        Err(LedgerError::Unavailable(_)) => st.breaker.failure(),
+        Ok(_) => st.breaker.success(),
+        Err(_) => {}
+    }
+    match outcome? {
+        PurchaseOutcome::Accepted { order, replayed } => {
+            let mut view = OrderView::new(&order, order.status);
+            if st.ledger.kind() == "redis" && !replayed {
+                view.status = flashsale_core::OrderStatus::Pending;
+            }
+            view.replayed = Some(replayed);
+            Ok(view)
+        }
+        PurchaseOutcome::Rejected(code) => {
+            if code == ErrorCode::SoldOut {
+                flag_sold_out(st, sku);
+            }
+            Err(AppError::from_code(code))
+        }
+    }
+}
+
+/// Loads the accepted request keys in the background and sets the local sold-out flag.
+fn flag_sold_out(st: &AppState, sku: SkuId) {
+    if !st.sold_out.begin_load(sku) {
+        return;
+    }
+    let st = st.clone();
+    tokio::spawn(async move {
+        let loaded_at = Instant::now();
+        match st.ledger.accepted_keys(sku, st.limits.accepted_keys_max).await {
+            Ok(Some(keys)) => st.sold_out.set(sku, keys.into_iter().collect::<HashSet<_>>(), loaded_at),
+            Ok(None) => {}
+            Err(e) => tracing::warn!(%sku, error = %e, "could not load accepted keys for the sold-out flag"),
+        }
+    });
+}

@@ -1,0 +1,183 @@
+//! Sales: admin create / warm / pause / resume / end, and the public view.
+
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use axum::extract::rejection::{JsonRejection, PathRejection, QueryRejection};
+use axum::extract::{Path, Query, State};
+use axum::http::StatusCode;
+use axum::Json;
+use flashsale_core::ledger::StoredSale;
+use flashsale_core::{Counters, ErrorCode, LedgerError, Sale, SaleMode, SaleState, SkuId};
+use serde::{Deserialize, Serialize};
+
+use super::path;
+use crate::auth::Admin;
+use crate::error::AppError;
+use crate::state::AppState;
+
+/// Default payment timeout of a reserve-mode sale.
+const PAYMENT_TIMEOUT_MS_DEFAULT: u64 = 15 * 60 * 1_000;
+/// Default length of a sale when `ends_at_ms` is not given.
+const SALE_LENGTH_MS_DEFAULT: i64 = 24 * 3_600 * 1_000;
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CreateSale {
+    pub sku_id: u64,
+    pub name: String,
+    pub total_stock: u64,
+    pub per_user_limit: Option<u32>,
+    pub mode: Option<SaleMode>,
+    pub payment_timeout_ms: Option<u64>,
+    pub starts_at_ms: Option<i64>,
+    pub ends_at_ms: Option<i64>,
+}
+
+/// A sale as the API shows it, with its stock.
+#[derive(Debug, Serialize)]
+pub struct SaleView {
+    #[serde(flatten)]
+    pub sale: Sale,
+    pub available: u64,
+    pub reserved: u64,
+    pub sold: u64,
+    pub seq: u64,
+}
+
+impl SaleView {
+    fn new(sale: &Sale, c: &Counters) -> SaleView {
+        SaleView { sale: sale.clone(), available: c.available, reserved: c.reserved, sold: c.sold, seq: c.seq }
+    }
+}
+
+pub fn now_ms() -> i64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as i64).unwrap_or(0)
+}
+
+impl CreateSale {
+    fn into_sale(self) -> Result<Sale, AppError> {
+        let starts_at_ms = self.starts_at_ms.unwrap_or_else(now_ms);
+        let mode = self.mode.unwrap_or_default();
+        let sale = Sale {
+            sku_id: SkuId(self.sku_id),
+            name: self.name,
+            total_stock: self.total_stock,
+            per_user_limit: self.per_user_limit.unwrap_or(1),
+            mode,
+            payment_timeout_ms: match mode {
+                SaleMode::Reserve => self.payment_timeout_ms.unwrap_or(PAYMENT_TIMEOUT_MS_DEFAULT),
+                SaleMode::Direct => self.payment_timeout_ms.unwrap_or(0),
+            },
+            starts_at_ms,
+            ends_at_ms: self.ends_at_ms.unwrap_or(starts_at_ms.saturating_add(SALE_LENGTH_MS_DEFAULT)),
+            state: SaleState::Scheduled,
+        };
+        sale.validate().map_err(AppError::invalid)?;
+        Ok(sale)
+    }
+}
+
+pub async fn create(
+    State(st): State<AppState>,
+    _: Admin,
+    body: Result<Json<CreateSale>, JsonRejection>,
+) -> Result<(StatusCode, Json<SaleView>), AppError> {
+    let Json(body) = body?;
+    let sale = body.into_sale()?;
+    let stored = st.store.create_sale(&sale).await?;
+    st.sales.forget(sale.sku_id);
+    Ok((StatusCode::CREATED, Json(SaleView::new(&stored.sale, &stored.counters))))
+}
+
+/// The sale from the instance cache, or the database.
+pub async fn lookup(st: &AppState, sku: SkuId) -> Result<std::sync::Arc<StoredSale>, AppError> {
+    let cached = match st.sales.get(sku) {
+        Some(entry) => entry,
+        None => st.sales.put(sku, st.store.sale(sku).await?),
+    };
+    cached.ok_or_else(|| AppError::from_code(ErrorCode::SaleNotFound))
+}
+
+pub async fn get(State(st): State<AppState>, p: Result<Path<u64>, PathRejection>) -> Result<Json<SaleView>, AppError> {
+    let sku = SkuId(path(p)?);
+    let stored = lookup(&st, sku).await?;
+    let counters = match st.sales.counters(sku) {
+        Some(c) => c,
+        None => hot_or_stored_counters(&st, &stored).await,
+    };
+    Ok(Json(SaleView::new(&stored.sale, &counters)))
+}
+
+/// Hot counters when the sale is warm and the ledger answers; else the database's.
+async fn hot_or_stored_counters(st: &AppState, stored: &StoredSale) -> Counters {
+    let hot = match stored.sale.state {
+        SaleState::Scheduled => None,
+        _ => st.ledger.counters(stored.sale.sku_id).await.ok().flatten(),
+    };
+    let c = hot.unwrap_or(stored.counters);
+    st.sales.put_counters(stored.sale.sku_id, c);
+    c
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct WarmQuery {
+    #[serde(default)]
+    pub force: bool,
+}
+
+pub async fn warm(
+    State(st): State<AppState>,
+    _: Admin,
+    p: Result<Path<u64>, PathRejection>,
+    q: Result<Query<WarmQuery>, QueryRejection>,
+) -> Result<Json<SaleView>, AppError> {
+    let sku = SkuId(path(p)?);
+    let Query(q) = q?;
+    let stored = st.store.sale(sku).await?.ok_or_else(|| AppError::from_code(ErrorCode::SaleNotFound))?;
+    if stored.sale.state == SaleState::Ended {
+        return Err(AppError::from_code(ErrorCode::Ended));
+    }
+    let mut sale = stored.sale.clone();
+    if sale.state == SaleState::Scheduled {
+        sale.state = SaleState::Live;
+    }
+    st.ledger.warm(&sale, &stored.counters, stored.epoch, q.force).await?;
+    st.store.set_state(sku, sale.state).await?;
+    st.sales.forget(sku);
+    st.sold_out.clear(sku);
+    Ok(Json(SaleView::new(&sale, &stored.counters)))
+}
+
+async fn set_state(st: AppState, p: Result<Path<u64>, PathRejection>, state: SaleState) -> Result<Json<SaleView>, AppError> {
+    let sku = SkuId(path(p)?);
+    let stored = st.store.sale(sku).await?.ok_or_else(|| AppError::from_code(ErrorCode::SaleNotFound))?;
+    if stored.sale.state == SaleState::Ended {
+        return Err(AppError::from_code(ErrorCode::Ended));
+    }
+    if stored.sale.state == SaleState::Scheduled {
+        return Err(AppError::new(ErrorCode::NotStarted, "warm the sale first"));
+    }
+    st.store.set_state(sku, state).await?;
+    match st.ledger.set_state(sku, state).await {
+        Ok(()) | Err(LedgerError::NotWarmed) => {}
+        Err(e) => return Err(e.into()),
+    }
+    st.sales.forget(sku);
+    let mut sale = stored.sale.clone();
+    sale.state = state;
+    let counters = hot_or_stored_counters(&st, &StoredSale { sale: sale.clone(), ..stored }).await;
+    Ok(Json(SaleView::new(&sale, &counters)))
+}
+
+pub async fn pause(State(st): State<AppState>, _: Admin, p: Result<Path<u64>, PathRejection>) -> Result<Json<SaleView>, AppError> {
+    set_state(st, p, SaleState::Paused).await
+}
+
+pub async fn resume(State(st): State<AppState>, _: Admin, p: Result<Path<u64>, PathRejection>) -> Result<Json<SaleView>, AppError> {
+    set_state(st, p, SaleState::Live).await
+}
+
+pub async fn end(State(st): State<AppState>, _: Admin, p: Result<Path<u64>, PathRejection>) -> Result<Json<SaleView>, AppError> {
+    set_state(st, p, SaleState::Ended).await
+}

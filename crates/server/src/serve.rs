@@ -1,0 +1,177 @@
+//! From a `Config` to a running service: ledger, store, workers, listener, graceful shutdown.
+//!
+//! Shutdown follows mini-redis: one broadcast tells the listener and every worker to stop;
+//! the listener stops accepting, finishes in-flight requests, then the workers finish their
+//! current batch and return.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{bail, Context};
+use flashsale_core::{HotLedger, OrderStore};
+use flashsale_embedded::EmbeddedLedger;
+use flashsale_redis::RedisLedger;
+use flashsale_store::{MySqlStore, SqliteStore};
+use tokio::net::TcpListener;
+use tokio::sync::broadcast;
+use tokio::task::JoinHandle;
+
+use crate::auth::Auth;
+use crate::state::{AppState, Limits};
+use crate::workers::{ExpiryWorker, PersisterWorker, Worker};
+
+/// Everything the service needs to start. The CLI fills it from flags, env and a file.
+#[derive(Debug, Clone)]
+pub struct Config {
+    pub listen: SocketAddr,
+    /// Set → Redis ledger; unset → embedded ledger.
+    pub redis_url: Option<String>,
+    pub redis_prefix: String,
+    pub database_url: String,
+    pub jwt_secret: String,
+    pub admin_token: String,
+    pub limits: Limits,
+    /// Run the stream persister inside this process (Redis ledger only).
+    pub run_persister: bool,
+    /// Names this instance as a stream consumer and lease owner.
+    pub instance_id: String,
+}
+
+/// A running service.
+pub struct Server {
+    pub addr: SocketAddr,
+    pub state: AppState,
+    tasks: Tasks,
+}
+
+/// Opens the system of record a URL names (and runs its migrations).
+pub async fn open_store(url: &str) -> anyhow::Result<Arc<dyn OrderStore>> {
+    if url.starts_with("mysql://") || url.starts_with("mariadb://") {
+        Ok(Arc::new(MySqlStore::connect(url).await.context("connect to the database")?))
+    } else if url.starts_with("sqlite:") {
+        Ok(Arc::new(SqliteStore::open(url).await.context("open the SQLite database")?))
+    } else {
+        bail!("unsupported database URL {url}: use mysql://… or sqlite://…")
+    }
+}
+
+/// The ledger and store a config names.
+pub async fn backends(config: &Config) -> anyhow::Result<(Arc<dyn HotLedger>, Arc<dyn OrderStore>)> {
+    let url = config.database_url.as_str();
+    match &config.redis_url {
+        Some(redis_url) => {
+            let store = open_store(url).await?;
+            let ledger = RedisLedger::connect(redis_url, &config.redis_prefix).await.context("connect to Redis")?;
+            Ok((Arc::new(ledger), store))
+        }
+        None => {
+            if !url.starts_with("sqlite:") {
+                bail!("the embedded ledger (no FLASHSALE_REDIS_URL) needs a sqlite:// database, not {url}");
+            }
+            let store = Arc::new(SqliteStore::open(url).await.context("open the SQLite database")?);
+            let ledger = EmbeddedLedger::open(store.clone()).await.context("open the embedded ledger")?;
+            Ok((Arc::new(ledger), store))
+        }
+    }
+}
+
+/// Tasks stopped together by one broadcast.
+struct Tasks {
+    shutdown: broadcast::Sender<()>,
+    handles: Vec<(&'static str, JoinHandle<anyhow::Result<()>>)>,
+}
+
+impl Tasks {
+    fn new() -> Tasks {
+        Tasks { shutdown: broadcast::channel(1).0, handles: Vec::new() }
+    }
+
+    fn spawn_worker(&mut self, worker: Box<dyn Worker>) {
+        let name = worker.name();
+        let rx = self.shutdown.subscribe();
+        self.handles.push((name, tokio::spawn(worker.run(rx))));
+    }
+
+    /// Fires the broadcast and waits for every task, in the order they were started.
+    async fn stop(mut self) -> anyhow::Result<()> {
+        let _ = self.shutdown.send(());
+        let mut first_error = None;
+        for (name, task) in self.handles.drain(..) {
+            match tokio::time::timeout(Duration::from_secs(30), task).await {
+                Ok(Ok(Ok(()))) => {}
+                Ok(Ok(Err(e))) => first_error = first_error.or(Some(e.context(name))),
+                Ok(Err(join)) => first_error = first_error.or(Some(anyhow::anyhow!("{name} panicked: {join}"))),
+                Err(_) => first_error = first_error.or(Some(anyhow::anyhow!("{name} did not stop in 30 s"))),
+            }
+        }
+        first_error.map_or(Ok(()), Err)
+    }
+}
+
+/// Only the background workers (`flashsale worker`).
+pub struct Workers {
+    tasks: Tasks,
+}
+
+impl Workers {
+    pub async fn start(config: &Config) -> anyhow::Result<Workers> {
+        let (ledger, store) = backends(config).await?;
+        let mut tasks = Tasks::new();
+        for worker in workers(config, ledger, store) {
+            tasks.spawn_worker(worker);
+        }
+        Ok(Workers { tasks })
+    }
+
+    pub async fn shutdown(self) -> anyhow::Result<()> {
+        self.tasks.stop().await
+    }
+}
+
+impl Server {
+    /// Binds, builds the backends and starts serving and the workers.
+    pub async fn start(config: Config) -> anyhow::Result<Server> {
+        let listener = TcpListener::bind(config.listen).await.with_context(|| format!("bind {}", config.listen))?;
+        let addr = listener.local_addr()?;
+        let (ledger, store) = backends(&config).await?;
+        let auth = Auth::new(&config.jwt_secret, &config.admin_token);
+        let state = AppState::new(ledger.clone(), store.clone(), auth, config.limits.clone());
+        let mut tasks = Tasks::new();
+        let mut stop = tasks.shutdown.subscribe();
+        let app = crate::app(state.clone());
+        let serve = async move {
+            let graceful = async move {
+                let _ = stop.recv().await;
+            };
+            axum::serve(listener, app).with_graceful_shutdown(graceful).await?;
+            Ok(())
+        };
+        // The listener first: on shutdown it drains in-flight requests before workers stop.
+        tasks.handles.push(("http", tokio::spawn(serve)));
+        for worker in workers(&config, ledger, store) {
+            tasks.spawn_worker(worker);
+        }
+        let server = Server { addr, state, tasks };
+        tracing::info!(%addr, "flashsale listening");
+        Ok(server)
+    }
+
+    /// Stops accepting, finishes in-flight requests, then stops the workers.
+    pub async fn shutdown(self) -> anyhow::Result<()> {
+        self.tasks.stop().await
+    }
+}
+
+fn workers(config: &Config, ledger: Arc<dyn HotLedger>, store: Arc<dyn OrderStore>) -> Vec<Box<dyn Worker>> {
+    let mut workers: Vec<Box<dyn Worker>> = vec![Box::new(ExpiryWorker {
+        ledger,
+        store: store.clone(),
+        interval: Duration::from_millis(250),
+        batch_max: 256,
+    })];
+    if let (Some(redis_url), true) = (&config.redis_url, config.run_persister) {
+        workers.push(Box::new(PersisterWorker::new(redis_url, &config.redis_prefix, &config.instance_id, store)));
+    }
+    workers
+}

@@ -1,0 +1,84 @@
+//! `AppState`: what every handler shares.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use flashsale_core::{HotLedger, OrderStore};
+use metrics_exporter_prometheus::PrometheusHandle;
+
+use crate::auth::Auth;
+use crate::batch::Batcher;
+use crate::breaker::Breaker;
+use crate::cache::{SaleCache, SoldOutFlags};
+
+/// Tunables of the request path. Every queue and batch has a bound.
+#[derive(Debug, Clone)]
+pub struct Limits {
+    pub batch_max: usize,
+    pub queue_cap: usize,
+    pub body_bytes_max: usize,
+    pub request_timeout: Duration,
+    /// Sold-out flag and sale cache lifetime.
+    pub cache_ttl: Duration,
+    /// A sold-out flag remembers at most this many accepted request keys.
+    pub accepted_keys_max: usize,
+}
+
+impl Default for Limits {
+    fn default() -> Limits {
+        Limits {
+            batch_max: 256,
+            queue_cap: 8_192,
+            body_bytes_max: 4_096,
+            request_timeout: Duration::from_secs(10),
+            cache_ttl: Duration::from_secs(1),
+            accepted_keys_max: 1_000_000,
+        }
+    }
+}
+
+#[derive(Clone)]
+pub struct AppState(Arc<Inner>);
+
+pub struct Inner {
+    pub ledger: Arc<dyn HotLedger>,
+    pub store: Arc<dyn OrderStore>,
+    pub batcher: Batcher,
+    pub auth: Auth,
+    pub sales: SaleCache,
+    pub sold_out: SoldOutFlags,
+    pub breaker: Breaker,
+    pub metrics: PrometheusHandle,
+    pub limits: Limits,
+}
+
+impl std::ops::Deref for AppState {
+    type Target = Inner;
+    fn deref(&self) -> &Inner {
+        &self.0
+    }
+}
+
+impl AppState {
+    pub fn new(ledger: Arc<dyn HotLedger>, store: Arc<dyn OrderStore>, auth: Auth, limits: Limits) -> AppState {
+        let inner = Arc::new(Inner {
+            batcher: Batcher::new(ledger.clone(), limits.batch_max, limits.queue_cap),
+            ledger,
+            store,
+            auth,
+            sales: SaleCache::new(limits.cache_ttl),
+            sold_out: SoldOutFlags::new(limits.cache_ttl),
+            breaker: Breaker::new(5, 1_000),
+            metrics: crate::metrics::handle(),
+            limits,
+        });
+        let weak = Arc::downgrade(&inner);
+        inner.ledger.on_restock(Arc::new(move |sku| {
+            if let Some(inner) = weak.upgrade() {
+                inner.sold_out.clear(sku);
+                inner.sales.forget(sku);
+            }
+        }));
+        AppState(inner)
+    }
+}

@@ -1,0 +1,89 @@
+//! Background workers behind one trait, stopped together by a broadcast.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use flashsale_core::{HotLedger, OrderStore, SaleMode, SaleState};
+use tokio::sync::broadcast;
+
+/// A long-running task of the service.
+#[async_trait]
+pub trait Worker: Send + 'static {
+    fn name(&self) -> &'static str;
+
+    /// Runs until `shutdown` fires (or the sender is dropped).
+    async fn run(self: Box<Self>, shutdown: broadcast::Receiver<()>) -> anyhow::Result<()>;
+}
+
+/// Expires due holds of every live reserve-mode sale, in bounded batches.
+pub struct ExpiryWorker {
+    pub ledger: Arc<dyn HotLedger>,
+    pub store: Arc<dyn OrderStore>,
+    pub interval: Duration,
+    /// Holds expired per ledger call.
+    pub batch_max: usize,
+}
+
+#[async_trait]
+impl Worker for ExpiryWorker {
+    fn name(&self) -> &'static str {
+        "expiry"
+    }
+
+    async fn run(self: Box<Self>, mut shutdown: broadcast::Receiver<()>) -> anyhow::Result<()> {
+        let mut tick = tokio::time::interval(self.interval);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                _ = shutdown.recv() => return Ok(()),
+                _ = tick.tick() => {
+                    if let Err(e) = self.expire_all().await {
+                        tracing::warn!(error = %e, "hold expiry pass failed; will retry");
+                    }
+                }
+            }
+        }
+    }
+}
+
+impl ExpiryWorker {
+    async fn expire_all(&self) -> anyhow::Result<()> {
+        let sales = self.store.sales().await?;
+        let reserve = sales.iter().filter(|s| s.sale.mode == SaleMode::Reserve && s.sale.state != SaleState::Scheduled);
+        for stored in reserve {
+            // Bounded: at most 64 calls per sale per pass.
+            for _ in 0..64 {
+                let expired = self.ledger.expire_due(stored.sale.sku_id, self.batch_max).await?;
+                if expired < self.batch_max {
+                    break;
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Moves every warm sale's Redis Stream into the system of record.
+pub struct PersisterWorker {
+    persister: flashsale_store::persister::Persister,
+}
+
+impl PersisterWorker {
+    pub fn new(redis_url: &str, prefix: &str, consumer: &str, store: Arc<dyn OrderStore>) -> PersisterWorker {
+        let config = flashsale_store::persister::PersisterConfig::new(redis_url, prefix, consumer);
+        PersisterWorker { persister: flashsale_store::persister::Persister::new(config, store) }
+    }
+}
+
+#[async_trait]
+impl Worker for PersisterWorker {
+    fn name(&self) -> &'static str {
+        "persister"
+    }
+
+    async fn run(self: Box<Self>, shutdown: broadcast::Receiver<()>) -> anyhow::Result<()> {
+        self.persister.run(shutdown).await?;
+        Ok(())
+    }
+}

@@ -1,0 +1,442 @@
+//! The pure part of `apply_events`, shared by both backends: split a batch into duplicates
+//! and new events, then fold the new events over the locked counters into a plan of writes.
+//! No I/O here; the backends read what the fold needs, call it, and write the plan.
+
+use std::collections::{HashMap, HashSet};
+
+use flashsale_core::{
+    ApplyReport, Counters, Event, EventKind, OrderNo, OrderStatus, SaleMode, SkuId, StoreError,
+};
+
+/// Most rows one multi-row statement carries (and most values in one `IN (...)` list).
+pub(crate) const CHUNK_ROWS: usize = 500;
+
+/// The locked sale row, as `apply_events` reads it.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Head {
+    pub counters: Counters,
+    pub mode: SaleMode,
+}
+
+/// An order already in the database that the batch names (by order_no or request key).
+#[derive(Debug, Clone)]
+pub(crate) struct KnownOrder {
+    pub sku_id: SkuId,
+    pub order_no: String,
+    pub user_id: u64,
+    pub request_id: String,
+    pub quantity: u32,
+    pub status: OrderStatus,
+}
+
+/// An order row to insert.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct NewOrder {
+    pub order_no: String,
+    pub user_id: u64,
+    pub request_id: String,
+    pub quantity: u32,
+    pub status: OrderStatus,
+    pub deadline_ms: i64,
+    pub created_at_ms: i64,
+    pub updated_at_ms: i64,
+}
+
+/// A status change of orders that were already in the database. Changes with the same status
+/// and time are grouped into one statement.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct StatusUpdate {
+    pub status: OrderStatus,
+    pub at_ms: i64,
+    pub order_nos: Vec<String>,
+}
+
+/// What one batch writes.
+#[derive(Debug)]
+pub(crate) struct Plan<'a> {
+    /// Every new event, with whether the guard rejected it (a rejected event is stored too).
+    pub events: Vec<(&'a Event, bool)>,
+    pub new_orders: Vec<NewOrder>,
+    pub updates: Vec<StatusUpdate>,
+    /// The counters after the batch; `seq` is the new applied_seq.
+    pub after: Counters,
+    pub report: ApplyReport,
+}
+
+/// Splits off the events already applied (`seq <= applied_seq`, a redelivery) and checks
+/// that the rest continue the sequence without a gap. Returns the new events and the
+/// number of duplicates.
+pub(crate) fn split(
+    sku: SkuId,
+    applied_seq: u64,
+    events: &[Event],
+) -> Result<(Vec<&Event>, usize), StoreError> {
+    if let Some(e) = events.iter().find(|e| e.sku_id != sku) {
+        return Err(StoreError::Internal(format!(
+            "event seq {} of sku {} in a batch of sku {sku}",
+            e.seq, e.sku_id
+        )));
+    }
+    let fresh: Vec<&Event> = events.iter().filter(|e| e.seq > applied_seq).collect();
+    let duplicates = events.len() - fresh.len();
+    let contiguous = fresh
+        .iter()
+        .enumerate()
+        .all(|(i, e)| e.seq == applied_seq + 1 + i as u64);
+    if !contiguous {
+        return Err(StoreError::Gap {
+            applied_seq,
+            first_seq: fresh.first().map(|e| e.seq).unwrap_or(0),
+        });
+    }
+    Ok((fresh, duplicates))
+}
+
+/// Order numbers (all kinds) and request keys (deductions) the fold must know about.
+pub(crate) fn lookups(fresh: &[&Event]) -> (Vec<String>, Vec<u64>) {
+    let mut nos: Vec<String> = fresh.iter().map(|e| e.order_no.to_string()).collect();
+    nos.sort_unstable();
+    nos.dedup();
+    let mut users: Vec<u64> = fresh
+        .iter()
+        .filter(|e| e.kind == EventKind::Deducted)
+        .map(|e| e.user_id.0)
+        .collect();
+    users.sort_unstable();
+    users.dedup();
+    (nos, users)
+}
+
+enum Place {
+    /// Index into `Plan::new_orders`.
+    New(usize),
+    /// Already in the database, with its current status (as changed by this batch).
+    Stored { status: OrderStatus },
+}
+
+struct Tracked {
+    sku_id: SkuId,
+    quantity: u32,
+    place: Place,
+}
+
+/// Folds the new events over the locked counters. A deduction that would drive a counter
+/// negative, or that repeats an order number or request key, and a resolution of an order
+/// that is not RESERVED (in the database or earlier in the batch) are rejected: stored, but
+/// they move no counter; a rejected deduction's order is stored as REJECTED when it can be.
+pub(crate) fn fold<'a>(
+    sku: SkuId,
+    head: Head,
+    fresh: &[&'a Event],
+    known: Vec<KnownOrder>,
+) -> Plan<'a> {
+    let mut tracked: HashMap<String, Tracked> = HashMap::new();
+    let mut request_keys: HashSet<(u64, String)> = HashSet::new();
+    for k in known {
+        if k.sku_id == sku {
+            request_keys.insert((k.user_id, k.request_id.clone()));
+        }
+        tracked.insert(
+            k.order_no,
+            Tracked {
+                sku_id: k.sku_id,
+                quantity: k.quantity,
+                place: Place::Stored { status: k.status },
+            },
+        );
+    }
+
+    let mut c = head.counters;
+    let mut plan = Plan {
+        events: Vec::with_capacity(fresh.len()),
+        new_orders: Vec::new(),
+        updates: Vec::new(),
+        after: c,
+        report: ApplyReport {
+            applied: fresh.len(),
+            ..ApplyReport::default()
+        },
+    };
+    // Final status of stored orders changed by this batch, in first-change order.
+    let mut changed: Vec<(String, OrderStatus, i64)> = Vec::new();
+
+    for &e in fresh {
+        let no = e.order_no.as_str();
+        let next = c.apply(e.delta(head.mode));
+        let accepted = match e.kind {
+            EventKind::Deducted => {
+                let key = (e.user_id.0, e.request_id.to_string());
+                let repeated = tracked.contains_key(no) || request_keys.contains(&key);
+                match (repeated, next) {
+                    (false, Some(n)) => {
+                        c = n;
+                        push_order(&mut plan, &mut tracked, e, e.kind.status_after(head.mode));
+                        request_keys.insert(key);
+                        true
+                    }
+                    (false, None) => {
+                        // The oversell guard: the order is kept, as REJECTED.
+                        push_order(&mut plan, &mut tracked, e, OrderStatus::Rejected);
+                        request_keys.insert(key);
+                        false
+                    }
+                    // Would break a unique key: the event is the only record.
+                    (true, _) => false,
+                }
+            }
+            EventKind::Paid | EventKind::Cancelled | EventKind::Expired => {
+                let status = e.kind.status_after(head.mode);
+                match (tracked.get_mut(no), next) {
+                    (Some(t), Some(n)) if t.sku_id == sku && t.quantity == e.quantity => {
+                        let current = match &t.place {
+                            Place::New(i) => plan.new_orders[*i].status,
+                            Place::Stored { status } => *status,
+                        };
+                        if current == OrderStatus::Reserved {
+                            c = n;
+                            match &mut t.place {
+                                Place::New(i) => {
+                                    plan.new_orders[*i].status = status;
+                                    plan.new_orders[*i].updated_at_ms = e.at_ms;
+                                }
+                                Place::Stored { status: s } => {
+                                    *s = status;
+                                    match changed.iter_mut().find(|(n, _, _)| n == no) {
+                                        Some(entry) => *entry = (no.to_owned(), status, e.at_ms),
+                                        None => changed.push((no.to_owned(), status, e.at_ms)),
+                                    }
+                                }
+                            }
+                            true
+                        } else {
+                            false
+                        }
+                    }
+                    _ => false,
+                }
+            }
+        };
+        if !accepted {
+            c.seq += 1;
+            plan.report.rejected.push(e.order_no.clone());
+        }
+        debug_assert_eq!(c.seq, e.seq);
+        plan.events.push((e, !accepted));
+    }
+
+    plan.updates = group_updates(changed);
+    plan.after = c;
+    plan
+}
+
+fn push_order(
+    plan: &mut Plan<'_>,
+    tracked: &mut HashMap<String, Tracked>,
+    e: &Event,
+    status: OrderStatus,
+) {
+    tracked.insert(
+        e.order_no.to_string(),
+        Tracked {
+            sku_id: e.sku_id,
+            quantity: e.quantity,
+            place: Place::New(plan.new_orders.len()),
+        },
+    );
+    plan.new_orders.push(NewOrder {
+        order_no: e.order_no.to_string(),
+        user_id: e.user_id.0,
+        request_id: e.request_id.to_string(),
+        quantity: e.quantity,
+        status,
+        deadline_ms: e.deadline_ms,
+        created_at_ms: e.at_ms,
+        updated_at_ms: e.at_ms,
+    });
+}
+
+fn group_updates(changed: Vec<(String, OrderStatus, i64)>) -> Vec<StatusUpdate> {
+    let mut groups: Vec<StatusUpdate> = Vec::new();
+    for (no, status, at_ms) in changed {
+        match groups
+            .iter_mut()
+            .find(|g| g.status == status && g.at_ms == at_ms && g.order_nos.len() < CHUNK_ROWS)
+        {
+            Some(g) => g.order_nos.push(no),
+            None => groups.push(StatusUpdate {
+                status,
+                at_ms,
+                order_nos: vec![no],
+            }),
+        }
+    }
+    groups
+}
+
+/// Counts and reports what the guard refused: must never happen in a healthy system.
+pub(crate) fn alert(sku: SkuId, report: &ApplyReport) {
+    if report.rejected.is_empty() {
+        return;
+    }
+    metrics::counter!("flashsale_db_guard_rejections_total", "sku" => sku.to_string())
+        .increment(report.rejected.len() as u64);
+    tracing::error!(
+        %sku,
+        rejected = ?report.rejected,
+        "the database guard rejected events: hot ledger and system of record disagree"
+    );
+}
+
+/// `(?, ?, ...), (?, ?, ...)` for `rows` rows of `cols` placeholders.
+pub(crate) fn values_placeholders(rows: usize, cols: usize) -> String {
+    let row = format!("({})", vec!["?"; cols].join(", "));
+    vec![row; rows].join(", ")
+}
+
+/// `?, ?, ?` for an `IN (...)` list.
+pub(crate) fn list_placeholders(n: usize) -> String {
+    vec!["?"; n].join(", ")
+}
+
+pub(crate) const INSERT_EVENTS: &str = "INSERT INTO stock_events \
+     (sku_id, seq, kind, order_no, request_id, user_id, quantity, at_ms, deadline_ms, rejected) \
+     VALUES ";
+pub(crate) const EVENT_COLS: usize = 10;
+
+pub(crate) const INSERT_ORDERS: &str = "INSERT INTO orders \
+     (order_no, sku_id, user_id, request_id, quantity, status, deadline_ms, created_at_ms, updated_at_ms) \
+     VALUES ";
+pub(crate) const ORDER_COLS: usize = 9;
+
+pub(crate) const ORDER_COLUMNS: &str =
+    "order_no, sku_id, user_id, request_id, quantity, status, deadline_ms, created_at_ms";
+pub(crate) const EVENT_COLUMNS: &str =
+    "sku_id, seq, kind, order_no, request_id, user_id, quantity, at_ms, deadline_ms";
+pub(crate) const SALE_COLUMNS: &str = "sku_id, name, total_stock, available, reserved, sold, \
+     applied_seq, epoch, per_user_limit, mode, payment_timeout_ms, starts_at_ms, ends_at_ms, state";
+pub(crate) const DEAD_LETTER_COLUMNS: &str = "sku_id, entry_id, seq, payload, error, attempts";
+
+/// The guarded counter update: the contiguity check (`applied_seq` as read) and the final
+/// guard (the counters are what the fold started from, the new ones conserve the total and
+/// none is negative) in one statement. Binds: available, reserved, sold, applied_seq (new);
+/// sku_id; applied_seq, available, reserved, sold (old); available, reserved, sold (new).
+pub(crate) const GUARDED_UPDATE: &str = "UPDATE sales SET available = ?, reserved = ?, sold = ?, \
+     applied_seq = ? \
+     WHERE sku_id = ? AND applied_seq = ? AND available = ? AND reserved = ? AND sold = ? \
+     AND ? >= 0 AND ? >= 0 AND ? >= 0";
+
+/// Parses the strings of a stored row, naming what was wrong.
+pub(crate) fn parse<T>(what: &str, value: &str, f: impl Fn(&str) -> Option<T>) -> Result<T, StoreError> {
+    f(value).ok_or_else(|| StoreError::Internal(format!("bad {what} in the database: {value:?}")))
+}
+
+pub(crate) fn order_no(value: &str) -> Result<OrderNo, StoreError> {
+    parse("order_no", value, OrderNo::parse)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use flashsale_core::{RequestId, UserId};
+
+    fn ev(seq: u64, kind: EventKind, order: u64, user: u64, q: u32) -> Event {
+        Event {
+            sku_id: SkuId(1),
+            seq,
+            kind,
+            order_no: OrderNo::new(SkuId(1), 1, order),
+            request_id: RequestId::parse(&format!("r{order}")).unwrap(),
+            user_id: UserId(user),
+            quantity: q,
+            at_ms: seq as i64,
+            deadline_ms: 0,
+        }
+    }
+
+    fn head(total: u64, mode: SaleMode) -> Head {
+        Head {
+            counters: Counters {
+                total,
+                available: total,
+                reserved: 0,
+                sold: 0,
+                seq: 0,
+            },
+            mode,
+        }
+    }
+
+    #[test]
+    fn split_skips_duplicates_and_finds_gaps() {
+        let events: Vec<Event> = (1..=4)
+            .map(|s| ev(s, EventKind::Deducted, s, s, 1))
+            .collect();
+        let (fresh, dup) = split(SkuId(1), 2, &events).unwrap();
+        assert_eq!((fresh.len(), dup), (2, 2));
+        assert!(matches!(
+            split(SkuId(1), 0, &events[1..]),
+            Err(StoreError::Gap {
+                applied_seq: 0,
+                first_seq: 2
+            })
+        ));
+        assert!(split(SkuId(2), 0, &events).is_err());
+    }
+
+    #[test]
+    fn fold_guards_oversell_and_resolutions() {
+        let events = vec![
+            ev(1, EventKind::Deducted, 1, 1, 2),
+            ev(2, EventKind::Deducted, 2, 2, 2), // only 1 left: rejected
+            ev(3, EventKind::Paid, 1, 1, 2),
+            ev(4, EventKind::Cancelled, 1, 1, 2), // already paid: rejected
+            ev(5, EventKind::Deducted, 5, 1, 1),
+        ];
+        let fresh: Vec<&Event> = events.iter().collect();
+        let plan = fold(SkuId(1), head(3, SaleMode::Reserve), &fresh, vec![]);
+        assert_eq!(
+            (plan.after.available, plan.after.reserved, plan.after.sold, plan.after.seq),
+            (0, 1, 2, 5)
+        );
+        assert_eq!(
+            plan.report.rejected,
+            vec![events[1].order_no.clone(), events[3].order_no.clone()]
+        );
+        let statuses: Vec<OrderStatus> = plan.new_orders.iter().map(|o| o.status).collect();
+        assert_eq!(
+            statuses,
+            vec![OrderStatus::Paid, OrderStatus::Rejected, OrderStatus::Reserved]
+        );
+        assert!(plan.updates.is_empty());
+        let flags: Vec<bool> = plan.events.iter().map(|(_, r)| *r).collect();
+        assert_eq!(flags, vec![false, true, false, true, false]);
+    }
+
+    #[test]
+    fn fold_updates_stored_orders_and_refuses_repeats() {
+        let known = vec![KnownOrder {
+            sku_id: SkuId(1),
+            order_no: OrderNo::new(SkuId(1), 1, 1).to_string(),
+            user_id: 1,
+            request_id: "r1".into(),
+            quantity: 1,
+            status: OrderStatus::Reserved,
+        }];
+        let mut c = head(3, SaleMode::Reserve);
+        c.counters.available = 2;
+        c.counters.reserved = 1;
+        c.counters.seq = 1;
+        let events = vec![
+            ev(2, EventKind::Expired, 1, 1, 1),
+            ev(3, EventKind::Deducted, 1, 9, 1), // order_no taken: rejected
+        ];
+        let fresh: Vec<&Event> = events.iter().collect();
+        let plan = fold(SkuId(1), c, &fresh, known);
+        assert_eq!(plan.after.available, 3);
+        assert_eq!(plan.after.seq, 3);
+        assert!(plan.new_orders.is_empty());
+        assert_eq!(plan.updates.len(), 1);
+        assert_eq!(plan.updates[0].status, OrderStatus::Expired);
+        assert_eq!(plan.report.rejected.len(), 1);
+    }
+}

@@ -1,0 +1,199 @@
+//! Plain rows as both backends read them, and their conversion to domain types. Each backend
+//! only decodes its columns into these (the column types differ: MySQL has unsigned ints).
+
+use flashsale_core::{
+    Counters, DeadLetter, Event, EventKind, HotOrder, OrderStatus, RequestId, Sale, SaleMode,
+    SaleState, SkuId, StoreError, StoredSale, UserId,
+};
+
+use crate::batch::{order_no, parse};
+
+pub(crate) struct SaleRow {
+    pub sku_id: u64,
+    pub name: String,
+    pub total_stock: i64,
+    pub available: i64,
+    pub reserved: i64,
+    pub sold: i64,
+    pub applied_seq: u64,
+    pub epoch: u64,
+    pub per_user_limit: u32,
+    pub mode: String,
+    pub payment_timeout_ms: u64,
+    pub starts_at_ms: i64,
+    pub ends_at_ms: i64,
+    pub state: String,
+}
+
+fn count(what: &str, v: i64) -> Result<u64, StoreError> {
+    u64::try_from(v).map_err(|_| StoreError::Internal(format!("negative {what} in the database: {v}")))
+}
+
+impl SaleRow {
+    pub fn mode(&self) -> Result<SaleMode, StoreError> {
+        parse("mode", &self.mode, SaleMode::parse)
+    }
+
+    pub fn counters(&self) -> Result<Counters, StoreError> {
+        Ok(Counters {
+            total: count("total_stock", self.total_stock)?,
+            available: count("available", self.available)?,
+            reserved: count("reserved", self.reserved)?,
+            sold: count("sold", self.sold)?,
+            seq: self.applied_seq,
+        })
+    }
+
+    pub fn into_stored(self) -> Result<StoredSale, StoreError> {
+        let counters = self.counters()?;
+        let mode = self.mode()?;
+        let state = parse("state", &self.state, SaleState::parse)?;
+        Ok(StoredSale {
+            sale: Sale {
+                sku_id: SkuId(self.sku_id),
+                name: self.name,
+                total_stock: counters.total,
+                per_user_limit: self.per_user_limit,
+                mode,
+                payment_timeout_ms: self.payment_timeout_ms,
+                starts_at_ms: self.starts_at_ms,
+                ends_at_ms: self.ends_at_ms,
+                state,
+            },
+            counters,
+            epoch: self.epoch,
+        })
+    }
+}
+
+pub(crate) struct OrderRow {
+    pub order_no: String,
+    pub sku_id: u64,
+    pub user_id: u64,
+    pub request_id: String,
+    pub quantity: u32,
+    pub status: String,
+    pub deadline_ms: i64,
+    pub created_at_ms: i64,
+}
+
+impl OrderRow {
+    pub fn into_order(self) -> Result<HotOrder, StoreError> {
+        Ok(HotOrder {
+            order_no: order_no(&self.order_no)?,
+            sku_id: SkuId(self.sku_id),
+            user_id: UserId(self.user_id),
+            request_id: parse("request_id", &self.request_id, RequestId::parse)?,
+            quantity: self.quantity,
+            status: parse("status", &self.status, OrderStatus::parse)?,
+            deadline_ms: self.deadline_ms,
+            created_at_ms: self.created_at_ms,
+        })
+    }
+}
+
+pub(crate) struct EventRow {
+    pub sku_id: u64,
+    pub seq: u64,
+    pub kind: String,
+    pub order_no: String,
+    pub request_id: String,
+    pub user_id: u64,
+    pub quantity: u32,
+    pub at_ms: i64,
+    pub deadline_ms: i64,
+}
+
+impl EventRow {
+    pub fn into_event(self) -> Result<Event, StoreError> {
+        Ok(Event {
+            sku_id: SkuId(self.sku_id),
+            seq: self.seq,
+            kind: parse("kind", &self.kind, EventKind::parse)?,
+            order_no: order_no(&self.order_no)?,
+            request_id: parse("request_id", &self.request_id, RequestId::parse)?,
+            user_id: UserId(self.user_id),
+            quantity: self.quantity,
+            at_ms: self.at_ms,
+            deadline_ms: self.deadline_ms,
+        })
+    }
+}
+
+pub(crate) struct DeadLetterRow {
+    pub sku_id: u64,
+    pub entry_id: String,
+    pub seq: Option<u64>,
+    pub payload: String,
+    pub error: String,
+    pub attempts: u32,
+}
+
+impl DeadLetterRow {
+    pub fn into_letter(self) -> DeadLetter {
+        DeadLetter {
+            sku_id: SkuId(self.sku_id),
+            entry_id: self.entry_id,
+            seq: self.seq,
+            payload: self.payload,
+            error: self.error,
+            attempts: self.attempts,
+        }
+    }
+}
+
+/// Checks a sale before it is stored (the service validated it; the store checks again).
+pub(crate) fn validate(sale: &Sale) -> Result<(), StoreError> {
+    sale.validate()
+        .map_err(|e| StoreError::Internal(format!("invalid sale: {e}")))?;
+    i64::try_from(sale.total_stock)
+        .map(|_| ())
+        .map_err(|_| StoreError::Internal("total_stock too large".into()))
+}
+
+/// A sale as `create_sale` stores it: scheduled, fresh counters, epoch 1.
+pub(crate) fn created(sale: &Sale) -> StoredSale {
+    StoredSale {
+        sale: Sale {
+            state: SaleState::Scheduled,
+            ..sale.clone()
+        },
+        counters: sale.fresh_counters(),
+        epoch: 1,
+    }
+}
+
+/// Maps a sqlx error: connection-level trouble is `Unavailable` (retry later), the rest
+/// `Internal`.
+pub(crate) fn db_error(e: sqlx::Error) -> StoreError {
+    use sqlx::Error as E;
+    match &e {
+        E::Io(_)
+        | E::Tls(_)
+        | E::PoolTimedOut
+        | E::PoolClosed
+        | E::WorkerCrashed
+        | E::Protocol(_) => StoreError::Unavailable(e.to_string()),
+        E::Database(db) => {
+            let transient = match db.try_downcast_ref::<sqlx::mysql::MySqlDatabaseError>() {
+                // Server shutdown, connection killed, gone away, lost, lock wait, deadlock.
+                Some(my) => matches!(my.number(), 1053 | 1927 | 2006 | 2013 | 1205 | 1213),
+                // SQLite primary codes: BUSY, LOCKED, IOERR, FULL, CANTOPEN.
+                None => db
+                    .code()
+                    .and_then(|c| c.parse::<i64>().ok())
+                    .is_some_and(|c| matches!(c & 0xff, 5 | 6 | 10 | 13 | 14)),
+            };
+            if transient {
+                StoreError::Unavailable(e.to_string())
+            } else {
+                StoreError::Internal(e.to_string())
+            }
+        }
+        _ => StoreError::Internal(e.to_string()),
+    }
+}
+
+pub(crate) fn is_unique_violation(e: &sqlx::Error) -> bool {
+    matches!(e, sqlx::Error::Database(db) if db.is_unique_violation())
+}
