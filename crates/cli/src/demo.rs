@@ -1,10 +1,260 @@
-//! `flashsale demo` (in progress).
+//! `flashsale demo`: a whole flash sale in one command.
+//!
+//! Starts the server in-process on a free loopback port (embedded ledger over a fresh SQLite
+//! file unless `--redis-url` is given), creates and warms a sale over HTTP, signs a token per
+//! buyer, fires every buyer at it within `--ramp-ms` over real HTTP (timeouts retried with the
+//! same request id), then counts from the database, checks I1–I7 and the reconciliation, and
+//! writes a JSON and an HTML report.
 
+use std::collections::{BTreeMap, HashSet};
+use std::path::PathBuf;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use anyhow::Context;
 use clap::Args;
+use flashsale_bench::load::{self, Arrival, Buyer, Plan};
+use flashsale_bench::report::{Check, Report};
+use flashsale_bench::summary;
+use flashsale_core::{Counters, OrderStatus, SaleMode, SkuId, UserId};
+use flashsale_server::auth::Auth;
+use flashsale_server::{Config, Limits, Server};
+use indicatif::{ProgressBar, ProgressStyle};
+use rand::distr::{Alphanumeric, SampleString};
+use serde_json::json;
 
 #[derive(Debug, Clone, Args)]
-pub struct DemoArgs {}
+pub struct DemoArgs {
+    /// Units on sale.
+    #[arg(long, default_value_t = 10_000)]
+    pub stock: u64,
+    /// Buyers, each with a token of their own.
+    #[arg(long, default_value_t = 100_000)]
+    pub users: u64,
+    /// HTTP clients (keep-alive connections) firing at once.
+    #[arg(long, default_value_t = 256)]
+    pub concurrency: usize,
+    /// Units one buyer may hold.
+    #[arg(long, default_value_t = 1)]
+    pub limit: u32,
+    #[arg(long, value_enum, default_value_t = DemoMode::Direct)]
+    pub mode: DemoMode,
+    /// Every buyer arrives within this many milliseconds.
+    #[arg(long, default_value_t = 1_000)]
+    pub ramp_ms: u64,
+    /// Run on the production path: Redis ledger (needs --database-url too).
+    #[arg(long, env = "FLASHSALE_REDIS_URL")]
+    pub redis_url: Option<String>,
+    /// The system of record; default a fresh `<data dir>/demo.db`.
+    #[arg(long)]
+    pub database_url: Option<String>,
+    #[arg(long, env = "FLASHSALE_DATA_DIR", default_value = "./flashsale-data")]
+    pub data_dir: PathBuf,
+}
 
-pub async fn run(_args: DemoArgs) -> anyhow::Result<()> {
-    anyhow::bail!("the demo is not built yet")
+#[derive(Debug, Clone, Copy, clap::ValueEnum)]
+pub enum DemoMode {
+    Direct,
+    Reserve,
+}
+
+/// Everything the demo measured, for the report.
+struct Outcome {
+    records: Vec<load::Record>,
+    counters_hot: Option<Counters>,
+    database_url: String,
+    sku: u64,
+}
+
+pub async fn run(args: DemoArgs) -> anyhow::Result<()> {
+    anyhow::ensure!(args.stock > 0 && args.users > 0 && args.concurrency > 0, "--stock, --users and --concurrency must be positive");
+    let config = demo_config(&args)?;
+    let server = Server::start(config.clone()).await?;
+    let base = format!("http://{}", server.addr);
+    let auth = Auth::new(&config.jwt_secret, &config.admin_token);
+    let sku = pick_sku(&args);
+    println!("flashsale demo: {} ledger at {base}, sale {sku}: {} units, {} buyers, {} clients",
+        server.state.ledger.kind(), args.stock, args.users, args.concurrency);
+    open_sale(&base, &config.admin_token, sku, &args).await?;
+    let records = spike(&base, &auth, sku, &args).await?;
+    if config.redis_url.is_some() {
+        wait_for_drain(&server, sku).await?;
+    }
+    let counters_hot = server.state.ledger.counters(SkuId(sku)).await?;
+    let outcome = Outcome { records, counters_hot, database_url: config.database_url.clone(), sku };
+    let report = build_report(&server, &args, outcome).await?;
+    server.shutdown().await?;
+    print_report(&report);
+    let stamp = SystemTime::now().duration_since(UNIX_EPOCH)?.as_secs();
+    let html = report.write(&args.data_dir.join("reports"), &format!("demo-{stamp}"))?;
+    println!("\nreport: {}", html.display());
+    anyhow::ensure!(report.all_held(), "an invariant was broken: see the report");
+    Ok(())
+}
+
+fn demo_config(args: &DemoArgs) -> anyhow::Result<Config> {
+    let database_url = match (&args.database_url, &args.redis_url) {
+        (Some(url), _) => url.clone(),
+        (None, Some(_)) => anyhow::bail!("--redis-url needs --database-url (mysql://…)"),
+        (None, None) => fresh_sqlite(&args.data_dir)?,
+    };
+    let secret = || Alphanumeric.sample_string(&mut rand::rng(), 32);
+    let mut limits = Limits::default();
+    limits.queue_cap = limits.queue_cap.max(args.concurrency * 4);
+    Ok(Config {
+        listen: "127.0.0.1:0".parse()?,
+        redis_url: args.redis_url.clone(),
+        redis_prefix: "fsdemo".into(),
+        database_url,
+        jwt_secret: secret(),
+        admin_token: secret(),
+        limits,
+        run_persister: true,
+        instance_id: format!("demo-{}", std::process::id()),
+    })
+}
+
+/// A new, empty `<data dir>/demo.db` (the previous demo's is replaced).
+fn fresh_sqlite(dir: &std::path::Path) -> anyhow::Result<String> {
+    std::fs::create_dir_all(dir).with_context(|| format!("create {}", dir.display()))?;
+    for suffix in ["", "-wal", "-shm"] {
+        let _ = std::fs::remove_file(dir.join(format!("demo.db{suffix}")));
+    }
+    Ok(format!("sqlite://{}/demo.db", dir.display()))
+}
+
+/// Sku 1 in a fresh SQLite file; on a shared database, a new sku each run.
+fn pick_sku(args: &DemoArgs) -> u64 {
+    match args.database_url {
+        None => 1,
+        Some(_) => SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(1),
+    }
+}
+
+async fn open_sale(base: &str, admin: &str, sku: u64, args: &DemoArgs) -> anyhow::Result<()> {
+    let http = reqwest::Client::new();
+    let mode = match args.mode {
+        DemoMode::Direct => SaleMode::Direct,
+        DemoMode::Reserve => SaleMode::Reserve,
+    };
+    let body = json!({"sku_id": sku, "name": "demo phone", "total_stock": args.stock,
+        "per_user_limit": args.limit, "mode": mode});
+    let created = http.post(format!("{base}/api/v1/sales")).bearer_auth(admin).json(&body).send().await?;
+    anyhow::ensure!(created.status().as_u16() == 201, "create sale: {}", created.text().await?);
+    let warmed = http.post(format!("{base}/api/v1/sales/{sku}/warm")).bearer_auth(admin).send().await?;
+    anyhow::ensure!(warmed.status().is_success(), "warm sale: {}", warmed.text().await?);
+    Ok(())
+}
+
+async fn spike(base: &str, auth: &Auth, sku: u64, args: &DemoArgs) -> anyhow::Result<Vec<load::Record>> {
+    let buyers: Vec<Buyer> = (1..=args.users).map(|u| Buyer { user_id: u, token: auth.sign(UserId(u), 3_600) }).collect();
+    let bar = ProgressBar::new(args.users);
+    bar.set_style(ProgressStyle::with_template("{bar:40} {pos}/{len} buyers answered ({per_sec}) {elapsed}")?);
+    let plan = Plan {
+        targets: vec![base.to_owned()],
+        sku_id: sku,
+        buyers,
+        quantity: 1,
+        concurrency: args.concurrency,
+        arrival: Arrival::Spike { ramp_ms: args.ramp_ms },
+        timeout: Duration::from_secs(5),
+        retries_max: 3,
+    };
+    let tick = bar.clone();
+    let records = load::run(plan, move || tick.inc(1)).await?;
+    bar.finish();
+    Ok(records)
+}
+
+async fn wait_for_drain(server: &Server, sku: u64) -> anyhow::Result<()> {
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        let hot = server.state.ledger.counters(SkuId(sku)).await?.map(|c| c.seq);
+        let stored = server.state.store.sale(SkuId(sku)).await?.map(|s| s.counters.seq);
+        if hot == stored {
+            return Ok(());
+        }
+        anyhow::ensure!(std::time::Instant::now() < deadline, "the persister did not drain in 60 s");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+async fn build_report(server: &Server, args: &DemoArgs, run: Outcome) -> anyhow::Result<Report> {
+    let store = server.state.store.clone();
+    let sku = SkuId(run.sku);
+    let stored = store.sale(sku).await?.context("sale vanished from the database")?;
+    let orders = store.orders(sku).await?;
+    let events = store.events(sku).await?;
+    let invariants = flashsale_core::invariants::check_sale(&stored.sale, &stored.counters, &orders, &events, true);
+    let summary = summary::summarize(&run.records, args.stock, 1);
+
+    let mut database = BTreeMap::new();
+    for status in [OrderStatus::Created, OrderStatus::Reserved, OrderStatus::Paid, OrderStatus::Pending, OrderStatus::Rejected] {
+        let n = orders.iter().filter(|o| o.status == status).count();
+        database.insert(format!("orders {}", status.as_str()), n as i64);
+    }
+    let live_units: u64 = orders.iter().filter(|o| o.status.is_live()).map(|o| u64::from(o.quantity)).sum();
+    database.insert("units in live orders".into(), live_units as i64);
+    database.insert("stock_events".into(), events.len() as i64);
+    database.insert("sales.available".into(), stored.counters.available as i64);
+    database.insert("sales.sold".into(), stored.counters.sold as i64);
+    database.insert("sales.reserved".into(), stored.counters.reserved as i64);
+
+    let answered: HashSet<&str> = run.records.iter().filter(|r| r.status == 202).filter_map(|r| r.order_no.as_deref()).collect();
+    let in_db: HashSet<&str> = orders.iter().map(|o| o.order_no.as_str()).collect();
+    let diff = reconciliation_diff(run.counters_hot, &stored.counters);
+    let mut checks = Vec::new();
+    let named = |name: &str, held: bool, detail: String| Check { name: name.into(), held, detail };
+    let detail = |inv: &str| {
+        let v: Vec<String> = invariants.violations.iter().filter(|v| v.invariant == inv).map(|v| v.detail.clone()).collect();
+        if v.is_empty() { "held".to_string() } else { v.join("; ") }
+    };
+    checks.push(named("I1 no oversell", invariants.held("I1") && live_units <= args.stock, format!("{live_units} units in live orders of {} ({})", args.stock, detail("I1"))));
+    checks.push(named("I2 conservation", invariants.held("I2"), detail("I2")));
+    checks.push(named("I3 per-user limit", invariants.held("I3"), detail("I3")));
+    checks.push(named("I4 idempotency", invariants.held("I4"), detail("I4")));
+    let lost: Vec<&&str> = answered.difference(&in_db).take(5).collect();
+    checks.push(named("I5 no lost sale", invariants.held("I5") && lost.is_empty(),
+        format!("{} orders answered accepted, {} in the database, missing: {:?}; {}", answered.len(), in_db.len(), lost, detail("I5"))));
+    checks.push(named("I6 exact reconciliation", diff.values().all(|d| *d == 0), format!("{diff:?}")));
+    checks.push(named("I7 one resolution", invariants.held("I7"), detail("I7")));
+
+    let mut setup = BTreeMap::new();
+    setup.insert("ledger".into(), server.state.ledger.kind().to_owned());
+    setup.insert("database".into(), run.database_url.clone());
+    setup.insert("sku".into(), run.sku.to_string());
+    setup.insert("stock / buyers / clients / limit".into(), format!("{} / {} / {} / {}", args.stock, args.users, args.concurrency, args.limit));
+    setup.insert("mode".into(), format!("{:?}", args.mode).to_lowercase());
+    setup.insert("arrivals".into(), format!("every buyer within {} ms", args.ramp_ms));
+    Ok(Report { title: "flashsale demo".into(), setup, summary, database, checks, reconciliation_diff: diff })
+}
+
+fn reconciliation_diff(hot: Option<Counters>, db: &Counters) -> BTreeMap<String, i64> {
+    let hot = hot.unwrap_or_default();
+    let d = |a: u64, b: u64| a as i64 - b as i64;
+    BTreeMap::from([
+        ("available".to_string(), d(hot.available, db.available)),
+        ("reserved".to_string(), d(hot.reserved, db.reserved)),
+        ("sold".to_string(), d(hot.sold, db.sold)),
+        ("seq".to_string(), d(hot.seq, db.seq)),
+        ("total".to_string(), d(hot.total, db.total)),
+    ])
+}
+
+fn print_report(r: &Report) {
+    let s = &r.summary;
+    println!("\n{} buyers, {} requests in {:.2} s: {:.0} buyers/s, {:.0} requests/s",
+        s.buyers, s.requests, s.elapsed_s, s.buyers_per_s, s.requests_per_s);
+    println!("latency p50 {:.2} ms, p99 {:.2} ms, p99.9 {:.2} ms (from each buyer's arrival)",
+        s.latency.p50_ms, s.latency.p99_ms, s.latency.p999_ms);
+    for (outcome, n) in &s.outcomes {
+        println!("  {outcome:<22} {n}");
+    }
+    println!("database:");
+    for (k, v) in &r.database {
+        println!("  {k:<22} {v}");
+    }
+    println!("checks:");
+    for c in &r.checks {
+        println!("  {:<26} {}  {}", c.name, if c.held { "held" } else { "BROKEN" }, c.detail);
+    }
 }

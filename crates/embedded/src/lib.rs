@@ -1,1 +1,614 @@
-//! placeholder
+//! flashsale-embedded: the embedded hot ledger. No servers: one in-process writer per sale,
+//! group commit to SQLite, recovery from SQLite at start.
+//!
+//! Per sale, a [`SaleBook`] (core's reference rules) sits behind an async mutex. Callers
+//! never touch it directly: each call queues a job on the sale and spawns a drain task; the
+//! task that gets the lock takes every queued job (flat combining), runs them through the
+//! book with one clock reading, commits all their events with ONE
+//! `SqliteStore::apply_events` (one transaction, synchronous=FULL), and only then answers
+//! every job. Nothing is answered before its commit, so an accepted purchase survives
+//! kill -9. The drain runs in its own task, so a caller that gives up (timeout, closed
+//! connection) cannot leave the book ahead of the database. If a commit fails, the book is
+//! reloaded from SQLite and every job of the group gets `Unavailable`.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use async_trait::async_trait;
+use tokio::sync::{oneshot, Mutex as AsyncMutex, OwnedMutexGuard};
+
+use flashsale_core::ledger::RestockListener;
+use flashsale_core::limits::BATCH_LEN_MAX;
+use flashsale_core::{
+    Counters, ErrorCode, Event, EventKind, HotLedger, HotOrder, LedgerError, OrderNo, OrderStore,
+    PurchaseOutcome, PurchaseRequest, Resolution, Sale, SaleBook, SaleState, SkuId, StoreError,
+    UserId,
+};
+use flashsale_store::SqliteStore;
+
+/// Most requests one group commit takes from the queue (the rest wait for the next one).
+const GROUP_REQUESTS_MAX: usize = 4 * BATCH_LEN_MAX;
+
+/// The embedded hot ledger over a [`SqliteStore`].
+#[derive(Clone)]
+pub struct EmbeddedLedger {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    store: Arc<SqliteStore>,
+    sales: RwLock<HashMap<SkuId, Arc<Slot>>>,
+    /// Serializes `warm` calls (rare, operator-driven) so two cannot race on one sku.
+    warm_lock: AsyncMutex<()>,
+    restock: RwLock<Option<RestockListener>>,
+}
+
+/// One sale: its book and its queue of jobs.
+struct Slot {
+    sku: SkuId,
+    book: Arc<AsyncMutex<Loaded>>,
+    queue: Mutex<VecDeque<Job>>,
+    /// Requests (purchase requests, one per other job) queued and not yet answered.
+    depth: AtomicUsize,
+}
+
+/// A book as committed to SQLite (`stale` when a failure may have left it ahead).
+struct Loaded {
+    book: SaleBook,
+    stale: bool,
+    /// `<user>:<request_id>` of every accepted request (for `accepted_keys`).
+    accepted: Vec<String>,
+}
+
+enum Job {
+    Purchase {
+        reqs: Vec<PurchaseRequest>,
+        reply: oneshot::Sender<Result<Vec<PurchaseOutcome>, LedgerError>>,
+    },
+    Resolve {
+        order_no: OrderNo,
+        user: UserId,
+        kind: EventKind,
+        reply: oneshot::Sender<Result<Resolution, LedgerError>>,
+    },
+    Expire {
+        max: usize,
+        reply: oneshot::Sender<Result<usize, LedgerError>>,
+    },
+}
+
+impl Job {
+    fn weight(&self) -> usize {
+        match self {
+            Job::Purchase { reqs, .. } => reqs.len().max(1),
+            _ => 1,
+        }
+    }
+
+    fn fail(self, err: impl Fn() -> LedgerError) {
+        // A caller that went away does not need the answer.
+        let _ = match self {
+            Job::Purchase { reply, .. } => reply.send(Err(err())).map_err(drop),
+            Job::Resolve { reply, .. } => reply.send(Err(err())).map_err(drop),
+            Job::Expire { reply, .. } => reply.send(Err(err())).map_err(drop),
+        };
+    }
+}
+
+/// A job's answer, held back until the group's commit.
+enum Answer {
+    Purchase(
+        oneshot::Sender<Result<Vec<PurchaseOutcome>, LedgerError>>,
+        Vec<PurchaseOutcome>,
+    ),
+    Resolve(oneshot::Sender<Result<Resolution, LedgerError>>, Resolution),
+    Expire(oneshot::Sender<Result<usize, LedgerError>>, usize),
+}
+
+impl Answer {
+    fn send(self) {
+        let _ = match self {
+            Answer::Purchase(tx, v) => tx.send(Ok(v)).map_err(drop),
+            Answer::Resolve(tx, v) => tx.send(Ok(v)).map_err(drop),
+            Answer::Expire(tx, v) => tx.send(Ok(v)).map_err(drop),
+        };
+    }
+
+    fn fail(self, err: &LedgerError) {
+        let e = || LedgerError::Unavailable(err.to_string());
+        let _ = match self {
+            Answer::Purchase(tx, _) => tx.send(Err(e())).map_err(drop),
+            Answer::Resolve(tx, _) => tx.send(Err(e())).map_err(drop),
+            Answer::Expire(tx, _) => tx.send(Err(e())).map_err(drop),
+        };
+    }
+}
+
+fn now_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or(0)
+}
+
+fn unavailable(e: StoreError) -> LedgerError {
+    LedgerError::Unavailable(e.to_string())
+}
+
+fn key(user: UserId, request_id: &str) -> String {
+    format!("{user}:{request_id}")
+}
+
+impl EmbeddedLedger {
+    /// Opens the ledger over `store` and rebuilds, from SQLite, the book of every sale that
+    /// is not `scheduled` or has sold anything.
+    pub async fn open(store: Arc<SqliteStore>) -> Result<EmbeddedLedger, LedgerError> {
+        let inner = Arc::new(Inner {
+            store,
+            sales: RwLock::new(HashMap::new()),
+            warm_lock: AsyncMutex::new(()),
+            restock: RwLock::new(None),
+        });
+        let stored = inner.store.sales().await.map_err(unavailable)?;
+        for s in stored {
+            if s.sale.state == SaleState::Scheduled && s.counters.seq == 0 {
+                continue;
+            }
+            let sku = s.sale.sku_id;
+            let loaded = inner.load(sku).await?;
+            inner.insert(sku, loaded);
+        }
+        Ok(EmbeddedLedger { inner })
+    }
+
+    /// The system of record this ledger commits to.
+    pub fn store(&self) -> &Arc<SqliteStore> {
+        &self.inner.store
+    }
+
+    /// Requests queued on a sale and not yet answered (0 when it is not warm): for
+    /// back-pressure.
+    pub fn queue_depth(&self, sku: SkuId) -> usize {
+        self.inner
+            .slot(sku)
+            .map(|s| s.depth.load(Ordering::Relaxed))
+            .unwrap_or(0)
+    }
+
+    /// Skus of the sales this ledger holds.
+    pub fn warm_skus(&self) -> Vec<SkuId> {
+        let mut skus: Vec<SkuId> = self.inner.sales().keys().copied().collect();
+        skus.sort_unstable();
+        skus
+    }
+
+    /// Queues a job on a warm sale and makes sure a drain runs; returns the answer.
+    async fn submit<T>(
+        &self,
+        slot: Arc<Slot>,
+        job: Job,
+        rx: oneshot::Receiver<Result<T, LedgerError>>,
+    ) -> Result<T, LedgerError> {
+        slot.depth.fetch_add(job.weight(), Ordering::Relaxed);
+        slot.queue.lock().expect("queue lock").push_back(job);
+        tokio::spawn(Inner::drain(self.inner.clone(), slot));
+        rx.await
+            .map_err(|_| LedgerError::Internal("the sale's writer stopped".into()))?
+    }
+
+    /// Runs `f` on a sale's book under its lock, in a task of its own (so the caller giving
+    /// up cannot cut it short), after reloading a stale book.
+    async fn with_book<T, F>(&self, slot: Arc<Slot>, f: F) -> Result<T, LedgerError>
+    where
+        T: Send + 'static,
+        F: for<'a> FnOnce(
+                &'a Inner,
+                &'a mut Loaded,
+            ) -> std::pin::Pin<
+                Box<dyn std::future::Future<Output = Result<T, LedgerError>> + Send + 'a>,
+            > + Send
+            + 'static,
+    {
+        let inner = self.inner.clone();
+        let task = tokio::spawn(async move {
+            let mut guard = slot.book.clone().lock_owned().await;
+            inner.refresh(slot.sku, &mut guard).await?;
+            f(&inner, &mut guard).await
+        });
+        task.await
+            .map_err(|e| LedgerError::Internal(format!("ledger task: {e}")))?
+    }
+}
+
+impl Inner {
+    fn sales(&self) -> std::sync::RwLockReadGuard<'_, HashMap<SkuId, Arc<Slot>>> {
+        self.sales.read().expect("sales lock")
+    }
+
+    fn slot(&self, sku: SkuId) -> Option<Arc<Slot>> {
+        self.sales().get(&sku).cloned()
+    }
+
+    fn insert(&self, sku: SkuId, loaded: Loaded) -> Arc<Slot> {
+        let slot = Arc::new(Slot {
+            sku,
+            book: Arc::new(AsyncMutex::new(loaded)),
+            queue: Mutex::new(VecDeque::new()),
+            depth: AtomicUsize::new(0),
+        });
+        self.sales
+            .write()
+            .expect("sales lock")
+            .insert(sku, slot.clone());
+        slot
+    }
+
+    /// A sale's book, rebuilt from its counters and orders in SQLite.
+    async fn load(&self, sku: SkuId) -> Result<Loaded, LedgerError> {
+        let stored = self
+            .store
+            .sale(sku)
+            .await
+            .map_err(unavailable)?
+            .ok_or(LedgerError::NotWarmed)?;
+        let orders = self.store.orders(sku).await.map_err(unavailable)?;
+        if !stored.counters.conserved() {
+            return Err(LedgerError::Internal(format!(
+                "stored counters of sku {sku} are not conserved: {:?}",
+                stored.counters
+            )));
+        }
+        let mut book = SaleBook::new(stored.sale, stored.counters, stored.epoch);
+        let mut accepted = Vec::with_capacity(orders.len());
+        for order in orders {
+            accepted.push(key(order.user_id, order.request_id.as_str()));
+            book.restore_order(order);
+        }
+        Ok(Loaded {
+            book,
+            stale: false,
+            accepted,
+        })
+    }
+
+    /// Reloads a book that a failure may have left ahead of SQLite.
+    async fn refresh(&self, sku: SkuId, loaded: &mut Loaded) -> Result<(), LedgerError> {
+        if loaded.stale {
+            *loaded = self.load(sku).await?;
+        }
+        Ok(())
+    }
+
+    fn announce_restock(&self, sku: SkuId) {
+        let listener = self.restock.read().expect("restock lock").clone();
+        if let Some(listener) = listener {
+            listener(sku);
+        }
+    }
+
+    /// Takes the queued jobs of a sale (up to a bound), applies them to the book, commits
+    /// their events in one transaction, then answers them.
+    async fn drain(self: Arc<Self>, slot: Arc<Slot>) {
+        let mut guard: OwnedMutexGuard<Loaded> = slot.book.clone().lock_owned().await;
+        let jobs = {
+            let mut queue = slot.queue.lock().expect("queue lock");
+            let mut jobs = Vec::new();
+            let mut weight = 0;
+            while let Some(job) = queue.front() {
+                if weight > 0 && weight + job.weight() > GROUP_REQUESTS_MAX {
+                    break;
+                }
+                weight += job.weight();
+                jobs.push(queue.pop_front().expect("front exists"));
+            }
+            jobs
+        };
+        if jobs.is_empty() {
+            return; // another drain took them
+        }
+        let weight: usize = jobs.iter().map(Job::weight).sum();
+        self.run_group(slot.sku, &mut guard, jobs).await;
+        slot.depth.fetch_sub(weight, Ordering::Relaxed);
+    }
+
+    async fn run_group(&self, sku: SkuId, loaded: &mut Loaded, jobs: Vec<Job>) {
+        if let Err(e) = self.refresh(sku, loaded).await {
+            let msg = e.to_string();
+            for job in jobs {
+                job.fail(|| LedgerError::Unavailable(msg.clone()));
+            }
+            return;
+        }
+        // Until the commit: a panic halfway leaves the book to be reloaded, not trusted.
+        loaded.stale = true;
+        let now = now_ms();
+        let before = loaded.book.counters;
+        let mut events: Vec<Event> = Vec::new();
+        let mut answers = Vec::with_capacity(jobs.len());
+        let mut keys = Vec::new();
+        let mut requests = 0usize;
+        let mut gave_back = false;
+        for job in jobs {
+            match job {
+                Job::Purchase { reqs, reply } => {
+                    requests += reqs.len();
+                    let mut outcomes = Vec::with_capacity(reqs.len());
+                    for r in &reqs {
+                        let (outcome, event) = loaded.book.purchase(r, now);
+                        if let Some(e) = event {
+                            keys.push(key(e.user_id, e.request_id.as_str()));
+                            events.push(e);
+                        }
+                        outcomes.push(outcome);
+                    }
+                    answers.push(Answer::Purchase(reply, outcomes));
+                }
+                Job::Resolve {
+                    order_no,
+                    user,
+                    kind,
+                    reply,
+                } => {
+                    let result = match kind {
+                        EventKind::Paid => loaded.book.pay(&order_no, user, now),
+                        _ => loaded.book.cancel(&order_no, user, now),
+                    };
+                    let resolution = result.map(|(order, event)| {
+                        gave_back |= kind == EventKind::Cancelled;
+                        events.push(event);
+                        order
+                    });
+                    answers.push(Answer::Resolve(reply, resolution));
+                }
+                Job::Expire { max, reply } => {
+                    let expired = loaded.book.expire_due(now, max);
+                    gave_back |= !expired.is_empty();
+                    answers.push(Answer::Expire(reply, expired.len()));
+                    events.extend(expired);
+                }
+            }
+        }
+        if requests > 0 {
+            metrics::histogram!("flashsale_batch_size", "ledger" => "embedded")
+                .record(requests as f64);
+        }
+        if !events.is_empty() {
+            if let Err(err) = self.commit(sku, &events).await {
+                tracing::warn!(%sku, error = %err, events = events.len(), "group commit failed");
+                loaded.stale = true;
+                if let Ok(fresh) = self.load(sku).await {
+                    *loaded = fresh;
+                }
+                for answer in answers {
+                    answer.fail(&err);
+                }
+                return;
+            }
+        }
+        loaded.stale = false;
+        loaded.accepted.extend(keys);
+        for answer in answers {
+            answer.send();
+        }
+        if gave_back && before.available == 0 && loaded.book.counters.available > 0 {
+            self.announce_restock(sku);
+        }
+    }
+
+    /// Commits a group's events. Anything but a clean apply means the book and SQLite
+    /// disagree: the caller reloads the book.
+    async fn commit(&self, sku: SkuId, events: &[Event]) -> Result<(), LedgerError> {
+        let report = self
+            .store
+            .apply_events(sku, events)
+            .await
+            .map_err(unavailable)?;
+        if !report.rejected.is_empty() {
+            metrics::counter!("flashsale_db_guard_rejections_total", "sku" => sku.to_string())
+                .increment(report.rejected.len() as u64);
+        }
+        if report.applied != events.len() || !report.rejected.is_empty() {
+            tracing::error!(%sku, ?report, "SQLite refused part of a group the book accepted");
+            return Err(LedgerError::Internal(format!(
+                "system of record disagreed with the book: {report:?}"
+            )));
+        }
+        Ok(())
+    }
+}
+
+#[async_trait]
+impl HotLedger for EmbeddedLedger {
+    fn kind(&self) -> &'static str {
+        "embedded"
+    }
+
+    async fn warm(
+        &self,
+        sale: &Sale,
+        counters: &Counters,
+        epoch: u64,
+        force: bool,
+    ) -> Result<(), LedgerError> {
+        let sku = sale.sku_id;
+        if counters.total != sale.total_stock || !counters.conserved() || epoch == 0 {
+            return Err(LedgerError::Internal(format!(
+                "warm with counters {counters:?} for total {} at epoch {epoch}",
+                sale.total_stock
+            )));
+        }
+        // The sale as given, state included (the server passes `live`, or `paused` for a
+        // paused sale it re-warms), like the Redis ledger.
+        let wanted = sale.clone();
+        let inner = self.inner.clone();
+        let (counters, force) = (*counters, force);
+        // In a task of its own: a caller giving up must not leave book and store apart.
+        let task = tokio::spawn(async move {
+            let _serial = inner.warm_lock.lock().await;
+            let slot = inner.slot(sku);
+            let mut guard = match &slot {
+                Some(slot) => Some(slot.book.clone().lock_owned().await),
+                None => None,
+            };
+            let stored = inner.store.sale(sku).await.map_err(unavailable)?;
+            let sold_in_book = guard.as_ref().is_some_and(|g| g.book.counters.seq > 0);
+            let sold_in_store = stored.as_ref().is_some_and(|s| s.counters.seq > 0);
+            if (sold_in_book || sold_in_store) && !force {
+                return Err(LedgerError::AlreadyWarm);
+            }
+            if let Some(g) = guard.as_mut() {
+                g.stale = true; // until it is loaded again below
+            }
+            let same = stored
+                .as_ref()
+                .is_some_and(|s| s.sale == wanted && s.counters == counters && s.epoch == epoch);
+            if !same {
+                inner
+                    .store
+                    .put_sale(&wanted, &counters, epoch)
+                    .await
+                    .map_err(unavailable)?;
+            }
+            let loaded = inner.load(sku).await?;
+            match guard.as_mut() {
+                Some(g) => **g = loaded,
+                None => {
+                    inner.insert(sku, loaded);
+                }
+            }
+            Ok(())
+        });
+        task.await
+            .map_err(|e| LedgerError::Internal(format!("warm task: {e}")))?
+    }
+
+    async fn set_state(&self, sku: SkuId, state: SaleState) -> Result<(), LedgerError> {
+        let slot = self.inner.slot(sku).ok_or(LedgerError::NotWarmed)?;
+        self.with_book(slot, move |inner, loaded| {
+            Box::pin(async move {
+                match inner.store.set_state(sku, state).await {
+                    Ok(()) => {}
+                    Err(StoreError::SaleNotFound) => return Err(LedgerError::NotWarmed),
+                    Err(e) => return Err(unavailable(e)),
+                }
+                loaded.book.sale.state = state;
+                Ok(())
+            })
+        })
+        .await
+    }
+
+    async fn purchase_batch(
+        &self,
+        sku: SkuId,
+        reqs: &[PurchaseRequest],
+    ) -> Result<Vec<PurchaseOutcome>, LedgerError> {
+        if reqs.len() > BATCH_LEN_MAX {
+            return Err(LedgerError::Internal(format!(
+                "batch of {} requests, at most {BATCH_LEN_MAX}",
+                reqs.len()
+            )));
+        }
+        if let Some(r) = reqs.iter().find(|r| r.sku_id != sku) {
+            return Err(LedgerError::Internal(format!(
+                "request for sku {} in a batch of sku {sku}",
+                r.sku_id
+            )));
+        }
+        let slot = self.inner.slot(sku).ok_or(LedgerError::NotWarmed)?;
+        if reqs.is_empty() {
+            return Ok(Vec::new());
+        }
+        let (reply, rx) = oneshot::channel();
+        let job = Job::Purchase {
+            reqs: reqs.to_vec(),
+            reply,
+        };
+        self.submit(slot, job, rx).await
+    }
+
+    async fn pay(&self, order_no: &OrderNo, user: UserId) -> Result<Resolution, LedgerError> {
+        self.resolve(order_no, user, EventKind::Paid).await
+    }
+
+    async fn cancel(&self, order_no: &OrderNo, user: UserId) -> Result<Resolution, LedgerError> {
+        self.resolve(order_no, user, EventKind::Cancelled).await
+    }
+
+    async fn expire_due(&self, sku: SkuId, max: usize) -> Result<usize, LedgerError> {
+        let slot = self.inner.slot(sku).ok_or(LedgerError::NotWarmed)?;
+        if max == 0 {
+            return Ok(0);
+        }
+        let (reply, rx) = oneshot::channel();
+        self.submit(slot, Job::Expire { max, reply }, rx).await
+    }
+
+    async fn counters(&self, sku: SkuId) -> Result<Option<Counters>, LedgerError> {
+        let Some(slot) = self.inner.slot(sku) else {
+            return Ok(None);
+        };
+        self.with_book(slot, |_, loaded| {
+            Box::pin(async move { Ok(Some(loaded.book.counters)) })
+        })
+        .await
+    }
+
+    async fn order(&self, order_no: &OrderNo) -> Result<Option<HotOrder>, LedgerError> {
+        let Some(slot) = self.inner.slot(order_no.sku()) else {
+            return Ok(None);
+        };
+        let no = order_no.clone();
+        self.with_book(slot, move |_, loaded| {
+            Box::pin(async move { Ok(loaded.book.order(&no).cloned()) })
+        })
+        .await
+    }
+
+    async fn ping(&self) -> Result<(), LedgerError> {
+        self.inner.store.ping().await.map_err(unavailable)
+    }
+
+    async fn accepted_keys(
+        &self,
+        sku: SkuId,
+        max: usize,
+    ) -> Result<Option<Vec<String>>, LedgerError> {
+        let Some(slot) = self.inner.slot(sku) else {
+            return Ok(None);
+        };
+        self.with_book(slot, move |_, loaded| {
+            Box::pin(
+                async move { Ok((loaded.accepted.len() <= max).then(|| loaded.accepted.clone())) },
+            )
+        })
+        .await
+    }
+
+    fn on_restock(&self, listener: RestockListener) {
+        *self.inner.restock.write().expect("restock lock") = Some(listener);
+    }
+}
+
+impl EmbeddedLedger {
+    async fn resolve(
+        &self,
+        order_no: &OrderNo,
+        user: UserId,
+        kind: EventKind,
+    ) -> Result<Resolution, LedgerError> {
+        let Some(slot) = self.inner.slot(order_no.sku()) else {
+            return Ok(Err(ErrorCode::OrderNotFound));
+        };
+        let (reply, rx) = oneshot::channel();
+        let job = Job::Resolve {
+            order_no: order_no.clone(),
+            user,
+            kind,
+            reply,
+        };
+        self.submit(slot, job, rx).await
+    }
+}

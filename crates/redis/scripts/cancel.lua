@@ -11,9 +11,15 @@ if #KEYS ~= 5 or #ARGV ~= 2 then
   return redis.error_reply('INVALID_ARGS cancel needs 5 keys and 2 args')
 end
 local K_SALE, K_BUYERS, K_ORDERS, K_HOLDS, K_EVENTS = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
+-- A user id as Rust's u64 prints it: canonical decimal, at most 18446744073709551615.
+local function is_user(s)
+  if s == '0' then return true end
+  if not string.match(s, '^[1-9]%d*$') or #s > 20 then return false end
+  return #s < 20 or s <= '18446744073709551615'
+end
 local order_no, user = ARGV[1], ARGV[2]
 if not string.match(order_no, '^%d+%-%d+%-%d+$') or #order_no > 64
-    or not string.match(user, '^[1-9]%d*$') or #user > 20 then
+    or not is_user(user) then
   return redis.error_reply('INVALID_ARGS bad order_no or user_id')
 end
 

@@ -16,6 +16,12 @@ if #KEYS ~= 6 then
 end
 
 local function int(n) return string.format('%d', n) end
+-- A user id as Rust's u64 prints it: canonical decimal, at most 18446744073709551615.
+local function is_user(s)
+  if s == '0' then return true end
+  if not string.match(s, '^[1-9]%d*$') or #s > 20 then return false end
+  return #s < 20 or s <= '18446744073709551615'
+end
 
 local n = tonumber(ARGV[1])
 if not (ARGV[1] and string.match(ARGV[1], '^[1-9]%d?%d?%d?$')) or n > 1024
@@ -71,8 +77,7 @@ local out = {}
 for i = 1, n do
   local user, rid, qs = ARGV[3 * i - 1], ARGV[3 * i], ARGV[3 * i + 1]
   local result
-  if not string.match(user, '^[1-9]%d*$') or #user > 20
-      or #rid < 1 or #rid > 64 or string.find(rid, '[^%w_%-]') then
+  if not is_user(user) or #rid < 1 or #rid > 64 or string.find(rid, '[^%w_%-]') then
     result = { 'X', 'INVALID_REQUEST' }
   else
     local rkey = user .. ':' .. rid

@@ -58,7 +58,10 @@ pub fn parse_event(sku: SkuId, fields: &HashMap<String, String>) -> Result<Event
         deadline_ms: num("deadline_ms")?,
     };
     if event.sku_id != sku || event.order_no.sku() != sku {
-        return Err(format!("entry of sale {} in the stream of {sku}", event.sku_id));
+        return Err(format!(
+            "entry of sale {} in the stream of {sku}",
+            event.sku_id
+        ));
     }
     if event.seq == 0 || event.quantity == 0 {
         return Err("seq and quantity must be positive".into());

@@ -56,7 +56,7 @@ impl Conn {
                 let config = ConnectionManagerConfig::new()
                     .set_connection_timeout(t.connect)
                     .set_response_timeout(t.response)
-                    .set_number_of_retries(1)
+                    .set_number_of_retries(0)
                     .set_factor(50)
                     .set_max_delay(100);
                 Ok(Conn::Single(

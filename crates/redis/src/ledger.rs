@@ -33,7 +33,8 @@ pub struct RedisLedger {
 
 /// Who hears about restocks, and the task that listens on the restock channel.
 struct RestockHub {
-    url: String,
+    /// Nodes to subscribe on, tried in turn (on a cluster, PUBLISH reaches every node).
+    urls: Vec<String>,
     channel: String,
     listener: RwLock<Option<RestockListener>>,
     task: Mutex<Option<JoinHandle<()>>>,
@@ -57,7 +58,7 @@ impl RedisLedger {
         let keys = Keys::new(prefix).map_err(LedgerError::Internal)?;
         let conn = Conn::connect(url, Timeouts::HOT).await?;
         let restock = Arc::new(RestockHub {
-            url: split_urls(url).remove(0),
+            urls: split_urls(url),
             channel: keys.restock_channel(),
             listener: RwLock::new(None),
             task: Mutex::new(None),
@@ -121,6 +122,49 @@ impl RedisLedger {
             events: parse_entries(sku, events)?,
             fields,
         }))
+    }
+
+    /// Rebuild after a loss of hot state: puts orders read back from the system of record
+    /// into a warm sale (its order, request, buyer units and hold), in chunks of
+    /// `BATCH_LEN_MAX`; orders already present are skipped, so it can be repeated. Counters
+    /// are not touched. Warm the sale paused (`force`, next epoch), restore, then set its
+    /// state. Returns how many orders were added.
+    pub async fn restore_orders(
+        &self,
+        sku: SkuId,
+        orders: &[HotOrder],
+    ) -> Result<usize, LedgerError> {
+        if let Some(other) = orders
+            .iter()
+            .find(|o| o.sku_id != sku || o.order_no.sku() != sku)
+        {
+            return Err(LedgerError::Internal(format!(
+                "order {} is not of sale {sku}",
+                other.order_no
+            )));
+        }
+        let mut added = 0;
+        for chunk in orders.chunks(BATCH_LEN_MAX) {
+            let mut inv = self.scripts.restore_orders.prepare_invoke();
+            inv.key(self.keys.sale(sku))
+                .key(self.keys.buyers(sku))
+                .key(self.keys.requests(sku))
+                .key(self.keys.orders(sku))
+                .key(self.keys.holds(sku));
+            inv.arg(chunk.len());
+            for o in chunk {
+                inv.arg(o.order_no.as_str())
+                    .arg(o.user_id.0)
+                    .arg(o.request_id.as_str())
+                    .arg(o.quantity)
+                    .arg(o.status.as_str())
+                    .arg(o.deadline_ms)
+                    .arg(o.created_at_ms);
+            }
+            let n: usize = self.run("restore_orders", &inv).await?;
+            added += n;
+        }
+        Ok(added)
     }
 
     /// Runs a script under the call deadline and records its latency.
@@ -449,8 +493,10 @@ impl RestockHub {
 
 /// Listens on the restock channel until the ledger is dropped; reconnects after a fault.
 async fn subscribe_loop(hub: Weak<RestockHub>) {
-    loop {
-        let Some((url, channel)) = hub.upgrade().map(|h| (h.url.clone(), h.channel.clone()))
+    for attempt in 0usize.. {
+        let Some((url, channel)) = hub
+            .upgrade()
+            .map(|h| (h.urls[attempt % h.urls.len()].clone(), h.channel.clone()))
         else {
             return;
         };

@@ -16,6 +16,7 @@ pub mod ledger;
 pub mod scripts;
 pub mod stream;
 
+pub use codec::Entry;
 pub use keys::{slot, Keys};
 pub use ledger::{RedisLedger, Snapshot};
 pub use stream::{AutoClaimed, PendingSummary, StreamReader, GROUP};

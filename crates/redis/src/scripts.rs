@@ -17,9 +17,10 @@ pub const SET_STATE: &str = include_str!("../scripts/set_state.lua");
 pub const SNAPSHOT: &str = include_str!("../scripts/snapshot.lua");
 pub const LEASE_ACQUIRE: &str = include_str!("../scripts/lease_acquire.lua");
 pub const LEASE_RELEASE: &str = include_str!("../scripts/lease_release.lua");
+pub const RESTORE_ORDERS: &str = include_str!("../scripts/restore_orders.lua");
 
 /// Every script with its name (the `script` label of `flashsale_script_latency_seconds`).
-pub const ALL: [(&str, &str); 9] = [
+pub const ALL: [(&str, &str); 10] = [
     ("purchase", PURCHASE),
     ("pay", PAY),
     ("cancel", CANCEL),
@@ -29,6 +30,7 @@ pub const ALL: [(&str, &str); 9] = [
     ("snapshot", SNAPSHOT),
     ("lease_acquire", LEASE_ACQUIRE),
     ("lease_release", LEASE_RELEASE),
+    ("restore_orders", RESTORE_ORDERS),
 ];
 
 /// The scripts of the hot ledger, hashed once.
@@ -40,6 +42,7 @@ pub struct Scripts {
     pub warm: Script,
     pub set_state: Script,
     pub snapshot: Script,
+    pub restore_orders: Script,
 }
 
 impl Scripts {
@@ -52,6 +55,7 @@ impl Scripts {
             warm: Script::new(WARM),
             set_state: Script::new(SET_STATE),
             snapshot: Script::new(SNAPSHOT),
+            restore_orders: Script::new(RESTORE_ORDERS),
         }
     }
 }

@@ -70,7 +70,9 @@ impl StreamReader {
     ) -> Result<StreamReader, LedgerError> {
         let keys = Keys::new(prefix).map_err(LedgerError::Internal)?;
         if consumer_name.is_empty() || consumer_name.len() > 200 {
-            return Err(LedgerError::Internal("consumer name must be 1..=200 bytes".into()));
+            return Err(LedgerError::Internal(
+                "consumer name must be 1..=200 bytes".into(),
+            ));
         }
         Ok(StreamReader {
             conn: Conn::connect(url, TIMEOUTS).await?,

@@ -32,6 +32,13 @@ impl SaleCache {
         }
     }
 
+    /// The last known sale however old: used while the database is unreachable, so that
+    /// purchases go on (the hot ledger, not this copy, judges them).
+    pub fn stale(&self, sku: SkuId) -> Option<Arc<StoredSale>> {
+        let entries = self.entries.lock().expect("sale cache lock");
+        entries.get(&sku).and_then(|(_, sale)| sale.clone())
+    }
+
     pub fn put(&self, sku: SkuId, sale: Option<StoredSale>) -> Option<Arc<StoredSale>> {
         let sale = sale.map(Arc::new);
         let mut entries = self.entries.lock().expect("sale cache lock");

@@ -76,7 +76,6 @@ impl AppState {
         inner.ledger.on_restock(Arc::new(move |sku| {
             if let Some(inner) = weak.upgrade() {
                 inner.sold_out.clear(sku);
-                inner.sales.forget(sku);
             }
         }));
         AppState(inner)

@@ -273,13 +273,12 @@ fn group_updates(changed: Vec<(String, OrderStatus, i64)>) -> Vec<StatusUpdate> 
     groups
 }
 
-/// Counts and reports what the guard refused: must never happen in a healthy system.
+/// Logs what the guard refused: must never happen in a healthy system. The caller (the
+/// persister, the embedded ledger) counts it in `flashsale_db_guard_rejections_total`.
 pub(crate) fn alert(sku: SkuId, report: &ApplyReport) {
     if report.rejected.is_empty() {
         return;
     }
-    metrics::counter!("flashsale_db_guard_rejections_total", "sku" => sku.to_string())
-        .increment(report.rejected.len() as u64);
     tracing::error!(
         %sku,
         rejected = ?report.rejected,
@@ -326,7 +325,11 @@ pub(crate) const GUARDED_UPDATE: &str = "UPDATE sales SET available = ?, reserve
      AND ? >= 0 AND ? >= 0 AND ? >= 0";
 
 /// Parses the strings of a stored row, naming what was wrong.
-pub(crate) fn parse<T>(what: &str, value: &str, f: impl Fn(&str) -> Option<T>) -> Result<T, StoreError> {
+pub(crate) fn parse<T>(
+    what: &str,
+    value: &str,
+    f: impl Fn(&str) -> Option<T>,
+) -> Result<T, StoreError> {
     f(value).ok_or_else(|| StoreError::Internal(format!("bad {what} in the database: {value:?}")))
 }
 
@@ -385,7 +388,7 @@ mod tests {
 
     #[test]
     fn fold_guards_oversell_and_resolutions() {
-        let events = vec![
+        let events = [
             ev(1, EventKind::Deducted, 1, 1, 2),
             ev(2, EventKind::Deducted, 2, 2, 2), // only 1 left: rejected
             ev(3, EventKind::Paid, 1, 1, 2),
@@ -395,7 +398,12 @@ mod tests {
         let fresh: Vec<&Event> = events.iter().collect();
         let plan = fold(SkuId(1), head(3, SaleMode::Reserve), &fresh, vec![]);
         assert_eq!(
-            (plan.after.available, plan.after.reserved, plan.after.sold, plan.after.seq),
+            (
+                plan.after.available,
+                plan.after.reserved,
+                plan.after.sold,
+                plan.after.seq
+            ),
             (0, 1, 2, 5)
         );
         assert_eq!(
@@ -405,7 +413,11 @@ mod tests {
         let statuses: Vec<OrderStatus> = plan.new_orders.iter().map(|o| o.status).collect();
         assert_eq!(
             statuses,
-            vec![OrderStatus::Paid, OrderStatus::Rejected, OrderStatus::Reserved]
+            vec![
+                OrderStatus::Paid,
+                OrderStatus::Rejected,
+                OrderStatus::Reserved
+            ]
         );
         assert!(plan.updates.is_empty());
         let flags: Vec<bool> = plan.events.iter().map(|(_, r)| *r).collect();
@@ -426,7 +438,7 @@ mod tests {
         c.counters.available = 2;
         c.counters.reserved = 1;
         c.counters.seq = 1;
-        let events = vec![
+        let events = [
             ev(2, EventKind::Expired, 1, 1, 1),
             ev(3, EventKind::Deducted, 1, 9, 1), // order_no taken: rejected
         ];

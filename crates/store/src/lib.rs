@@ -5,7 +5,14 @@
 //! - [`persister`]: the worker that moves a sale's Redis Stream into an `OrderStore`, one
 //!   writer per sale (lease), one transaction per batch, XACK after commit.
 //!
-//! Migrations live in `migrations/mysql` and `migrations/sqlite` beside this crate.
+//! Migrations live in `migrations/mysql` and `migrations/sqlite` beside this crate (one
+//! logical schema: `sales`, `orders`, `stock_events`, `dead_letters`).
+//!
+//! Both stores share, in private modules, everything that does not touch a connection:
+//! `batch` (the fold of an `apply_events` batch into a plan of writes, the SQL text) and
+//! `rows` (rows to domain types, error mapping). Each backend only reads, binds and writes
+//! with its own column types (MySQL has unsigned integers, SQLite does not).
+//!
 //! May depend on flashsale-core, flashsale-redis (the persister reads streams), sqlx, redis.
 
 mod batch;

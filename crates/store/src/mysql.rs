@@ -15,9 +15,7 @@ use flashsale_core::{
 };
 
 use crate::batch::{self, Head, KnownOrder, Plan, CHUNK_ROWS};
-use crate::rows::{
-    self, db_error, DeadLetterRow, EventRow, OrderRow, SaleRow,
-};
+use crate::rows::{self, db_error, DeadLetterRow, EventRow, OrderRow, SaleRow};
 
 static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations/mysql");
 

@@ -98,17 +98,27 @@ impl Persister {
         Ok(())
     }
 
-    async fn discover(&self, tasks: &mut HashMap<SkuId, JoinHandle<()>>, stop: &watch::Receiver<bool>) {
+    async fn discover(
+        &self,
+        tasks: &mut HashMap<SkuId, JoinHandle<()>>,
+        stop: &watch::Receiver<bool>,
+    ) {
         let sales = match self.store.sales().await {
             Ok(sales) => sales,
-            Err(e) => return tracing::warn!(error = %e, "persister cannot list sales; keeps running ones"),
+            Err(e) => {
+                return tracing::warn!(error = %e, "persister cannot list sales; keeps running ones")
+            }
         };
-        for stored in sales.into_iter().filter(|s| s.sale.state != SaleState::Scheduled) {
+        for stored in sales
+            .into_iter()
+            .filter(|s| s.sale.state != SaleState::Scheduled)
+        {
             let sku = stored.sale.sku_id;
             if tasks.get(&sku).is_some_and(|t| !t.is_finished()) {
                 continue;
             }
-            let worker = SaleWorker::new(self.config.clone(), self.store.clone(), sku, stop.clone());
+            let worker =
+                SaleWorker::new(self.config.clone(), self.store.clone(), sku, stop.clone());
             tasks.insert(sku, tokio::spawn(worker.run()));
         }
     }
@@ -138,14 +148,33 @@ struct SaleWorker {
 type Entry = (String, Result<Event, String>);
 
 impl SaleWorker {
-    fn new(config: PersisterConfig, store: Arc<dyn OrderStore>, sku: SkuId, stop: watch::Receiver<bool>) -> SaleWorker {
-        SaleWorker { config, store, sku, stop, mode: Mode::Recover, backoff_ms: 0, attempts: HashMap::new() }
+    fn new(
+        config: PersisterConfig,
+        store: Arc<dyn OrderStore>,
+        sku: SkuId,
+        stop: watch::Receiver<bool>,
+    ) -> SaleWorker {
+        SaleWorker {
+            config,
+            store,
+            sku,
+            stop,
+            mode: Mode::Recover,
+            backoff_ms: 0,
+            attempts: HashMap::new(),
+        }
     }
 
     async fn run(mut self) {
         let sku = self.sku;
         let reader = loop {
-            match StreamReader::connect(&self.config.redis_url, &self.config.prefix, &self.config.consumer).await {
+            match StreamReader::connect(
+                &self.config.redis_url,
+                &self.config.prefix,
+                &self.config.consumer,
+            )
+            .await
+            {
                 Ok(r) => break r,
                 Err(e) => {
                     tracing::warn!(%sku, error = %e, "persister cannot reach Redis; retrying");
@@ -173,7 +202,11 @@ impl SaleWorker {
     }
 
     async fn fail(&mut self, e: &PersistError) {
-        self.mode = if self.mode == Mode::Parked { Mode::Parked } else { Mode::Recover };
+        self.mode = if self.mode == Mode::Parked {
+            Mode::Parked
+        } else {
+            Mode::Recover
+        };
         self.backoff_ms = (self.backoff_ms * 2).clamp(50, self.config.backoff_ms_max);
         tracing::warn!(sku = %self.sku, error = %e, backoff_ms = self.backoff_ms, "persist failed; will retry");
         self.pause(self.backoff_ms).await;
@@ -181,7 +214,10 @@ impl SaleWorker {
 
     async fn step(&mut self, reader: &StreamReader) -> Result<(), PersistError> {
         let (sku, owner) = (self.sku, self.config.consumer.clone());
-        if !reader.acquire_lease(sku, &owner, self.config.lease_ttl_ms).await? {
+        if !reader
+            .acquire_lease(sku, &owner, self.config.lease_ttl_ms)
+            .await?
+        {
             self.mode = Mode::Recover;
             self.pause(self.config.lease_ttl_ms / 3).await;
             return Ok(());
@@ -193,7 +229,11 @@ impl SaleWorker {
                 return Ok(());
             }
             Mode::Recover => self.recover(reader).await?,
-            Mode::Tail => reader.read_new(sku, self.config.batch_max, self.config.block_ms).await?,
+            Mode::Tail => {
+                reader
+                    .read_new(sku, self.config.batch_max, self.config.block_ms)
+                    .await?
+            }
         };
         if !entries.is_empty() {
             self.persist(reader, entries).await?;
@@ -205,11 +245,15 @@ impl SaleWorker {
     /// Own pending entries first, then entries idle with other consumers; when neither has
     /// any, recovery is over.
     async fn recover(&mut self, reader: &StreamReader) -> Result<Vec<Entry>, PersistError> {
-        let own = reader.read_own_pending(self.sku, self.config.batch_max).await?;
+        let own = reader
+            .read_own_pending(self.sku, self.config.batch_max)
+            .await?;
         if !own.is_empty() {
             return Ok(own);
         }
-        let claimed = reader.autoclaim(self.sku, self.config.claim_idle_ms, self.config.batch_max).await?;
+        let claimed = reader
+            .autoclaim(self.sku, self.config.claim_idle_ms, self.config.batch_max)
+            .await?;
         if claimed.entries.is_empty() {
             let others_pending = reader.pending_summary(self.sku).await?.count;
             if others_pending == 0 {
@@ -222,7 +266,11 @@ impl SaleWorker {
         Ok(claimed.entries)
     }
 
-    async fn persist(&mut self, reader: &StreamReader, entries: Vec<Entry>) -> Result<(), PersistError> {
+    async fn persist(
+        &mut self,
+        reader: &StreamReader,
+        entries: Vec<Entry>,
+    ) -> Result<(), PersistError> {
         let started = Instant::now();
         let first_id = entries[0].0.clone();
         let (mut events, bad) = split(entries.iter());
@@ -230,13 +278,20 @@ impl SaleWorker {
         match bad {
             // Persist what parses before the bad entry; the bad one comes first next time.
             Some(_) if !events.is_empty() => entries.truncate(events.len()),
-            Some((id, why)) => return self.count_failure(&first_id, &entries, Some((id, why))).await,
+            Some((id, why)) => {
+                return self
+                    .count_failure(&first_id, &entries, Some((id, why)))
+                    .await
+            }
             None => {}
         }
         events.sort_by_key(|e| e.seq);
         let report = match self.store.apply_events(self.sku, &events).await {
             Ok(report) => report,
-            Err(StoreError::Gap { applied_seq, first_seq }) => {
+            Err(StoreError::Gap {
+                applied_seq,
+                first_seq,
+            }) => {
                 tracing::info!(sku = %self.sku, applied_seq, first_seq, "earlier events pending elsewhere; claiming");
                 self.mode = Mode::Recover;
                 return Ok(());
@@ -251,6 +306,10 @@ impl SaleWorker {
         reader.ack(self.sku, &ids).await?;
         if let Some(last) = ids.last() {
             reader.trim_below(self.sku, last).await?;
+            // What stays is the last acknowledged entry and everything not yet persisted.
+            let lag = reader.backlog(self.sku).await?.saturating_sub(1);
+            metrics::gauge!("flashsale_stream_lag_events", "sku" => self.sku.to_string())
+                .set(lag as f64);
         }
         self.attempts.remove(&first_id);
         self.record(&report, events.len(), started);
@@ -259,8 +318,10 @@ impl SaleWorker {
 
     fn record(&self, report: &flashsale_core::ApplyReport, events: usize, started: Instant) {
         let sku = self.sku.to_string();
-        metrics::histogram!("flashsale_persist_batch_seconds").record(started.elapsed().as_secs_f64());
-        metrics::counter!("flashsale_persisted_events_total", "sku" => sku.clone()).increment(report.applied as u64);
+        metrics::histogram!("flashsale_persist_batch_seconds")
+            .record(started.elapsed().as_secs_f64());
+        metrics::counter!("flashsale_persisted_events_total", "sku" => sku.clone())
+            .increment(report.applied as u64);
         if !report.rejected.is_empty() {
             metrics::counter!("flashsale_db_guard_rejections_total", "sku" => sku)
                 .increment(report.rejected.len() as u64);
@@ -271,8 +332,12 @@ impl SaleWorker {
 
     /// Counts a failed try of the batch starting at `first_id`; parks the stream after
     /// `attempts_max` tries.
-    async fn count_failure(&mut self, first_id: &str, entries: &[Entry], bad: Option<(String, String)>)
-        -> Result<(), PersistError> {
+    async fn count_failure(
+        &mut self,
+        first_id: &str,
+        entries: &[Entry],
+        bad: Option<(String, String)>,
+    ) -> Result<(), PersistError> {
         let tries = self.attempts.entry(first_id.to_owned()).or_default();
         *tries += 1;
         let tries = *tries;
@@ -281,8 +346,12 @@ impl SaleWorker {
             self.pause(50 << tries.min(6)).await;
             return Ok(());
         }
-        let (entry_id, error) = bad.unwrap_or_else(|| (first_id.to_owned(), "the store refused this batch".into()));
-        let event = entries.iter().find(|(id, _)| *id == entry_id).and_then(|(_, e)| e.as_ref().ok());
+        let (entry_id, error) =
+            bad.unwrap_or_else(|| (first_id.to_owned(), "the store refused this batch".into()));
+        let event = entries
+            .iter()
+            .find(|(id, _)| *id == entry_id)
+            .and_then(|(_, e)| e.as_ref().ok());
         let letter = DeadLetter {
             sku_id: self.sku,
             entry_id,
@@ -292,7 +361,8 @@ impl SaleWorker {
             attempts: tries,
         };
         self.store.record_dead_letter(&letter).await?;
-        metrics::counter!("flashsale_dead_letters_total", "sku" => self.sku.to_string()).increment(1);
+        metrics::counter!("flashsale_dead_letters_total", "sku" => self.sku.to_string())
+            .increment(1);
         tracing::error!(sku = %self.sku, entry = %letter.entry_id, "stream parked: entry moved to dead_letters");
         self.mode = Mode::Parked;
         Ok(())

@@ -26,7 +26,8 @@ pub(crate) struct SaleRow {
 }
 
 fn count(what: &str, v: i64) -> Result<u64, StoreError> {
-    u64::try_from(v).map_err(|_| StoreError::Internal(format!("negative {what} in the database: {v}")))
+    u64::try_from(v)
+        .map_err(|_| StoreError::Internal(format!("negative {what} in the database: {v}")))
 }
 
 impl SaleRow {

@@ -18,8 +18,8 @@ use sqlx::sqlite::{
 use sqlx::{Row, Sqlite, Transaction};
 
 use flashsale_core::{
-    ApplyReport, DeadLetter, Event, HotOrder, OrderNo, OrderStatus, OrderStore, Sale, SaleState,
-    SkuId, StoreError, StoredSale,
+    ApplyReport, Counters, DeadLetter, Event, HotOrder, OrderNo, OrderStatus, OrderStore, Sale,
+    SaleState, SkuId, StoreError, StoredSale,
 };
 
 use crate::batch::{self, Head, KnownOrder, Plan, CHUNK_ROWS};
@@ -140,6 +140,55 @@ impl SqliteStore {
         if done.rows_affected() == 0 {
             return Err(StoreError::SaleNotFound);
         }
+        Ok(())
+    }
+
+    /// Creates or overwrites a sale's definition, state, counters (`applied_seq` =
+    /// `counters.seq`) and epoch, leaving its orders and events alone. For the embedded
+    /// ledger's `warm` (the operator's word: refused unless the sale sold nothing, or forced).
+    pub async fn put_sale(
+        &self,
+        sale: &Sale,
+        counters: &Counters,
+        epoch: u64,
+    ) -> Result<(), StoreError> {
+        rows::validate(sale)?;
+        if counters.total != sale.total_stock || !counters.conserved() {
+            return Err(StoreError::Internal(format!(
+                "counters {counters:?} do not conserve total {}",
+                sale.total_stock
+            )));
+        }
+        sqlx::query(
+            "INSERT INTO sales (sku_id, name, total_stock, available, reserved, sold, applied_seq, \
+             epoch, per_user_limit, mode, payment_timeout_ms, starts_at_ms, ends_at_ms, state) \
+             VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) \
+             ON CONFLICT (sku_id) DO UPDATE SET name = excluded.name, \
+             total_stock = excluded.total_stock, available = excluded.available, \
+             reserved = excluded.reserved, sold = excluded.sold, \
+             applied_seq = excluded.applied_seq, epoch = excluded.epoch, \
+             per_user_limit = excluded.per_user_limit, mode = excluded.mode, \
+             payment_timeout_ms = excluded.payment_timeout_ms, \
+             starts_at_ms = excluded.starts_at_ms, ends_at_ms = excluded.ends_at_ms, \
+             state = excluded.state, updated_at = strftime('%Y-%m-%dT%H:%M:%fZ', 'now')",
+        )
+        .bind(i(sale.sku_id.0))
+        .bind(&sale.name)
+        .bind(i(counters.total))
+        .bind(i(counters.available))
+        .bind(i(counters.reserved))
+        .bind(i(counters.sold))
+        .bind(i(counters.seq))
+        .bind(i(epoch))
+        .bind(sale.per_user_limit)
+        .bind(sale.mode.as_str())
+        .bind(i(sale.payment_timeout_ms))
+        .bind(sale.starts_at_ms)
+        .bind(sale.ends_at_ms)
+        .bind(sale.state.as_str())
+        .execute(&self.writer)
+        .await
+        .map_err(db_error)?;
         Ok(())
     }
 
@@ -415,12 +464,13 @@ impl OrderStore for SqliteStore {
     }
 
     async fn bump_epoch(&self, sku: SkuId) -> Result<u64, StoreError> {
-        let row = sqlx::query("UPDATE sales SET epoch = epoch + 1 WHERE sku_id = ? RETURNING epoch")
-            .bind(i(sku.0))
-            .fetch_optional(&self.writer)
-            .await
-            .map_err(db_error)?
-            .ok_or(StoreError::SaleNotFound)?;
+        let row =
+            sqlx::query("UPDATE sales SET epoch = epoch + 1 WHERE sku_id = ? RETURNING epoch")
+                .bind(i(sku.0))
+                .fetch_optional(&self.writer)
+                .await
+                .map_err(db_error)?
+                .ok_or(StoreError::SaleNotFound)?;
         id(&row, "epoch")
     }
 

@@ -93,7 +93,13 @@ pub async fn create(
 pub async fn lookup(st: &AppState, sku: SkuId) -> Result<std::sync::Arc<StoredSale>, AppError> {
     let cached = match st.sales.get(sku) {
         Some(entry) => entry,
-        None => st.sales.put(sku, st.store.sale(sku).await?),
+        None => match st.store.sale(sku).await {
+            Ok(sale) => st.sales.put(sku, sale),
+            Err(e) => match st.sales.stale(sku) {
+                Some(sale) => Some(sale),
+                None => return Err(e.into()),
+            },
+        },
     };
     cached.ok_or_else(|| AppError::from_code(ErrorCode::SaleNotFound))
 }

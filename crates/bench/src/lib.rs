@@ -1,0 +1,14 @@
+//! flashsale-bench: load that tells the truth about a flash sale.
+//!
+//! - [`load`]: fires buyers at a sale over HTTP: open-loop spike arrivals (every buyer within
+//!   `ramp_ms`) or closed-loop concurrency, keep-alive connections, timeouts and retries with the
+//!   same request id. Latency counts from the scheduled arrival, so a stalled server is not
+//!   hidden by the client waiting politely (coordinated omission).
+//! - [`summary`]: outcomes, latency percentiles (hdrhistogram) and a timeline from the records.
+//! - [`report`]: the JSON and the self-contained HTML (inline SVG charts) of a run.
+//!
+//! Depends on core (for ids) and client libraries; never on a server crate.
+
+pub mod load;
+pub mod report;
+pub mod summary;

@@ -1,0 +1,153 @@
+//! The load generator.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use serde::Serialize;
+use serde_json::json;
+
+/// One buyer: user id and bearer token.
+#[derive(Debug, Clone)]
+pub struct Buyer {
+    pub user_id: u64,
+    pub token: String,
+}
+
+/// How buyers arrive.
+#[derive(Debug, Clone, Copy)]
+pub enum Arrival {
+    /// Buyer `i` of `n` is due at `ramp_ms * i / n` after the start.
+    Spike { ramp_ms: u64 },
+    /// As fast as `concurrency` clients can go.
+    Closed,
+}
+
+#[derive(Debug, Clone)]
+pub struct Plan {
+    /// Base URLs, used round-robin (several instances).
+    pub targets: Vec<String>,
+    pub sku_id: u64,
+    pub buyers: Vec<Buyer>,
+    pub quantity: u32,
+    pub concurrency: usize,
+    pub arrival: Arrival,
+    pub timeout: Duration,
+    /// Tries after the first, each with the same request id.
+    pub retries_max: u32,
+}
+
+/// What happened to one buyer.
+#[derive(Debug, Clone, Serialize)]
+pub struct Record {
+    pub user_id: u64,
+    /// Microseconds from the run's start to when the buyer was due.
+    pub due_us: u64,
+    /// Microseconds from due to the final answer (includes waiting for a client and retries).
+    pub latency_us: u64,
+    /// HTTP status of the final answer; 0 when every try failed in transport.
+    pub status: u16,
+    /// Error code of the final answer, or "ACCEPTED" / "REPLAYED".
+    pub outcome: String,
+    pub order_no: Option<String>,
+    pub tries: u32,
+}
+
+/// Fires the plan; `on_done` is called once per finished buyer (a progress bar).
+pub async fn run(plan: Plan, on_done: impl Fn() + Send + Sync + 'static) -> anyhow::Result<Vec<Record>> {
+    anyhow::ensure!(!plan.targets.is_empty() && plan.concurrency > 0, "need targets and concurrency");
+    let client = reqwest::Client::builder()
+        .pool_max_idle_per_host(plan.concurrency)
+        .timeout(plan.timeout)
+        .tcp_nodelay(true)
+        .build()?;
+    let plan = Arc::new(plan);
+    let next = Arc::new(AtomicUsize::new(0));
+    let on_done = Arc::new(on_done);
+    let start = Instant::now();
+    let workers: Vec<_> = (0..plan.concurrency)
+        .map(|_| tokio::spawn(client_loop(plan.clone(), client.clone(), next.clone(), start, on_done.clone())))
+        .collect();
+    let mut records = Vec::with_capacity(plan.buyers.len());
+    for w in workers {
+        records.extend(w.await?);
+    }
+    records.sort_by_key(|r| r.due_us);
+    Ok(records)
+}
+
+async fn client_loop(
+    plan: Arc<Plan>,
+    client: reqwest::Client,
+    next: Arc<AtomicUsize>,
+    start: Instant,
+    on_done: Arc<dyn Fn() + Send + Sync>,
+) -> Vec<Record> {
+    let mut records = Vec::new();
+    loop {
+        let i = next.fetch_add(1, Ordering::Relaxed);
+        let Some(buyer) = plan.buyers.get(i) else { break };
+        let due = due_at(&plan, i);
+        if let Some(wait) = due.checked_sub(start.elapsed()) {
+            tokio::time::sleep(wait).await;
+        }
+        let target = &plan.targets[i % plan.targets.len()];
+        let mut record = buy(&client, &plan, target, buyer, i).await;
+        record.due_us = due.as_micros() as u64;
+        record.latency_us = (start.elapsed().saturating_sub(due)).as_micros() as u64;
+        records.push(record);
+        on_done();
+    }
+    records
+}
+
+fn due_at(plan: &Plan, i: usize) -> Duration {
+    match plan.arrival {
+        Arrival::Spike { ramp_ms } => {
+            let n = plan.buyers.len().max(1) as u64;
+            Duration::from_micros(ramp_ms * 1_000 * i as u64 / n)
+        }
+        Arrival::Closed => Duration::ZERO,
+    }
+}
+
+/// One buyer's purchase, retried with the same request id on timeouts, transport errors,
+/// 429 and 503.
+async fn buy(client: &reqwest::Client, plan: &Plan, target: &str, buyer: &Buyer, i: usize) -> Record {
+    let url = format!("{target}/api/v1/sales/{}/purchases", plan.sku_id);
+    let body = json!({"request_id": format!("demo-{i}"), "quantity": plan.quantity});
+    let mut record = Record {
+        user_id: buyer.user_id,
+        due_us: 0,
+        latency_us: 0,
+        status: 0,
+        outcome: "TRANSPORT_ERROR".into(),
+        order_no: None,
+        tries: 0,
+    };
+    while record.tries <= plan.retries_max {
+        record.tries += 1;
+        let sent = client.post(&url).bearer_auth(&buyer.token).json(&body).send().await;
+        let Ok(resp) = sent else {
+            record.outcome = "TIMEOUT_OR_TRANSPORT".into();
+            continue;
+        };
+        record.status = resp.status().as_u16();
+        let value: serde_json::Value = resp.json().await.unwrap_or_default();
+        record.outcome = outcome_of(record.status, &value);
+        record.order_no = value["order_no"].as_str().map(str::to_owned);
+        if !matches!(record.status, 429 | 503) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20 << record.tries.min(5))).await;
+    }
+    record
+}
+
+fn outcome_of(status: u16, body: &serde_json::Value) -> String {
+    match (status, body["replayed"].as_bool()) {
+        (202, Some(true)) => "REPLAYED".into(),
+        (202, _) => "ACCEPTED".into(),
+        _ => body["code"].as_str().unwrap_or("UNKNOWN").to_owned(),
+    }
+}

@@ -1,0 +1,299 @@
+//! Durability and recovery of the embedded ledger: what it answered is in SQLite, a reopened
+//! ledger picks up exactly where the old one stopped, and a failed commit leaves the book
+//! equal to SQLite.
+
+use std::collections::HashSet;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use flashsale_core::invariants::check_sale;
+use flashsale_core::{
+    Counters, ErrorCode, HotLedger, LedgerError, OrderStatus, OrderStore, PurchaseOutcome, Sale,
+    SaleMode, SaleState, SkuId, UserId,
+};
+use flashsale_embedded::EmbeddedLedger;
+use flashsale_store::SqliteStore;
+use flashsale_testkit::conformance::{accepted, buy, buy_ok, buy_refused, live_sale, req, warm};
+
+const HOLD_MS: u64 = 1_500;
+
+async fn open(path: &Path) -> (Arc<SqliteStore>, EmbeddedLedger) {
+    let store = Arc::new(
+        SqliteStore::open(path.to_str().unwrap())
+            .await
+            .expect("open"),
+    );
+    let ledger = EmbeddedLedger::open(store.clone()).await.expect("ledger");
+    (store, ledger)
+}
+
+/// I1–I7 from SQLite, and the hot counters equal the stored ones.
+async fn check(store: &SqliteStore, ledger: &EmbeddedLedger, sku: SkuId) -> Counters {
+    let s = store.sale(sku).await.unwrap().expect("stored sale");
+    let orders = store.orders(sku).await.unwrap();
+    let events = store.events(sku).await.unwrap();
+    let report = check_sale(&s.sale, &s.counters, &orders, &events, true);
+    assert!(report.is_ok(), "{:?}", report.violations);
+    assert_eq!(ledger.counters(sku).await.unwrap(), Some(s.counters));
+    s.counters
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reopened_ledger_remembers_everything() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("data/flashsale.db");
+
+    let direct = live_sale(SaleMode::Direct, 5, 2);
+    let mut reserve = live_sale(SaleMode::Reserve, 10, 2);
+    // Long enough that a loaded machine does not expire holds before the test pays them.
+    reserve.payment_timeout_ms = HOLD_MS;
+    let (d, r) = (direct.sku_id, reserve.sku_id);
+    let (first, held, paid, cancelled, before_d, before_r);
+    {
+        let (store, ledger) = open(&path).await;
+        warm(&ledger, &direct).await;
+        warm(&ledger, &reserve).await;
+        first = buy_ok(&ledger, d, 1, "a", 2).await;
+        buy_ok(&ledger, d, 2, "a", 1).await;
+        held = buy_ok(&ledger, r, 1, "h", 1).await;
+        paid = buy_ok(&ledger, r, 2, "p", 2).await;
+        cancelled = buy_ok(&ledger, r, 3, "c", 1).await;
+        ledger
+            .pay(&paid.order_no, UserId(2))
+            .await
+            .unwrap()
+            .unwrap();
+        ledger
+            .cancel(&cancelled.order_no, UserId(3))
+            .await
+            .unwrap()
+            .unwrap();
+        ledger.set_state(d, SaleState::Paused).await.unwrap();
+        before_d = check(&store, &ledger, d).await;
+        before_r = check(&store, &ledger, r).await;
+        // No close: the process "dies" with the ledger and pools dropped.
+    }
+
+    let (store, ledger) = open(&path).await;
+    let mut skus = ledger.warm_skus();
+    skus.sort();
+    let mut expected = vec![d, r];
+    expected.sort();
+    assert_eq!(skus, expected);
+    assert_eq!(check(&store, &ledger, d).await, before_d);
+    assert_eq!(check(&store, &ledger, r).await, before_r);
+
+    // The operator state came back too.
+    buy_refused(&ledger, d, 3, "x", 1, ErrorCode::Paused).await;
+    ledger.set_state(d, SaleState::Live).await.unwrap();
+    // Replays answer the first order, same number.
+    match buy(&ledger, d, 1, "a", 1).await {
+        PurchaseOutcome::Accepted { order, replayed } => {
+            assert!(replayed);
+            assert_eq!(order.order_no, first.order_no);
+        }
+        other => panic!("{other:?}"),
+    }
+    // Per-user limits: user 1 holds 2 of 2; user 2 holds 1.
+    buy_refused(&ledger, d, 1, "b", 1, ErrorCode::LimitExceeded).await;
+    buy_ok(&ledger, d, 2, "b", 1).await;
+    buy_refused(&ledger, d, 3, "c", 2, ErrorCode::SoldOut).await;
+    // Reserve: statuses, quota given back by the cancel, the hold still there.
+    let o = |no| {
+        let ledger = ledger.clone();
+        async move { ledger.order(&no).await.unwrap().unwrap().status }
+    };
+    assert_eq!(o(paid.order_no.clone()).await, OrderStatus::Paid);
+    assert_eq!(o(cancelled.order_no.clone()).await, OrderStatus::Cancelled);
+    assert_eq!(o(held.order_no.clone()).await, OrderStatus::Reserved);
+    buy_ok(&ledger, r, 3, "c2", 2).await;
+    assert_eq!(
+        ledger.pay(&paid.order_no, UserId(2)).await.unwrap(),
+        Err(ErrorCode::AlreadyResolved)
+    );
+    // The recovered hold (and the new one) expire when due.
+    tokio::time::sleep(Duration::from_millis(HOLD_MS + 50)).await;
+    assert_eq!(ledger.expire_due(r, 10).await.unwrap(), 2);
+    assert_eq!(o(held.order_no.clone()).await, OrderStatus::Expired);
+    let c = check(&store, &ledger, r).await;
+    assert_eq!((c.available, c.reserved, c.sold), (8, 0, 2));
+    check(&store, &ledger, d).await;
+    // Order numbers keep counting from the stored seq: no reuse after restart.
+    let next = buy_ok(&ledger, r, 4, "n", 1).await;
+    assert_eq!(next.order_no.as_str(), format!("{r}-1-{}", c.seq + 1));
+    // A sale that sold refuses a plain warm; it is warm already.
+    let again = ledger
+        .warm(&reserve, &reserve.fresh_counters(), 1, false)
+        .await;
+    assert!(matches!(again, Err(LedgerError::AlreadyWarm)), "{again:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn warm_takes_a_sale_created_in_the_store() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("fs.db");
+    let (store, ledger) = open(&path).await;
+    let sale = live_sale(SaleMode::Direct, 3, 1);
+    let sku = sale.sku_id;
+    let stored = store.create_sale(&sale).await.unwrap();
+    assert_eq!(stored.sale.state, SaleState::Scheduled);
+    let r = ledger.purchase_batch(sku, &[req(sku, 1, "a", 1)]).await;
+    assert!(matches!(r, Err(LedgerError::NotWarmed)), "{r:?}");
+    // As the server does: warm with the state to go to.
+    let to_warm = Sale {
+        state: SaleState::Live,
+        ..stored.sale.clone()
+    };
+    ledger
+        .warm(&to_warm, &stored.counters, stored.epoch, false)
+        .await
+        .unwrap();
+    assert_eq!(
+        store.sale(sku).await.unwrap().unwrap().sale.state,
+        SaleState::Live
+    );
+    buy_ok(&ledger, sku, 1, "a", 1).await;
+    assert_eq!(ledger.queue_depth(sku), 0);
+    assert_eq!(
+        ledger.accepted_keys(sku, 10).await.unwrap(),
+        Some(vec!["1:a".to_string()])
+    );
+    assert_eq!(ledger.accepted_keys(sku, 0).await.unwrap(), None);
+    assert_eq!(ledger.accepted_keys(SkuId(1), 10).await.unwrap(), None);
+    // A scheduled sale that sold nothing is not loaded at open; one that is live is.
+    let other = live_sale(SaleMode::Direct, 3, 1);
+    store.create_sale(&other).await.unwrap();
+    drop(ledger);
+    let ledger = EmbeddedLedger::open(store.clone()).await.unwrap();
+    assert_eq!(ledger.warm_skus(), vec![sku]);
+    assert_eq!(ledger.counters(other.sku_id).await.unwrap(), None);
+    check(&store, &ledger, sku).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_commit_answers_unavailable_and_keeps_the_book_equal_to_sqlite() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("fs.db");
+    let (store, ledger) = open(&path).await;
+    let sale = live_sale(SaleMode::Direct, 10, 1);
+    let sku = warm(&ledger, &sale).await;
+    buy_ok(&ledger, sku, 1, "a", 1).await;
+
+    // Inject a fault: SQLite refuses any event of user 666 (the whole group rolls back).
+    sqlx::query(
+        "CREATE TRIGGER inject_fault BEFORE INSERT ON stock_events WHEN NEW.user_id = 666 \
+         BEGIN SELECT RAISE(ABORT, 'injected fault'); END",
+    )
+    .execute(store.writer())
+    .await
+    .unwrap();
+    let batch = [
+        req(sku, 2, "a", 1),
+        req(sku, 666, "a", 1),
+        req(sku, 3, "a", 1),
+    ];
+    let r = ledger.purchase_batch(sku, &batch).await;
+    assert!(matches!(r, Err(LedgerError::Unavailable(_))), "{r:?}");
+    // Nothing of the failed group is in the book or in SQLite.
+    let c = check(&store, &ledger, sku).await;
+    assert_eq!((c.available, c.sold, c.seq), (9, 1, 1));
+    assert_eq!(
+        ledger.accepted_keys(sku, 10).await.unwrap().unwrap().len(),
+        1
+    );
+    // Others go on, with the next seq (no gap in SQLite).
+    let o = buy_ok(&ledger, sku, 2, "a", 1).await;
+    assert_eq!(o.order_no.as_str(), format!("{sku}-1-2"));
+
+    sqlx::query("DROP TRIGGER inject_fault")
+        .execute(store.writer())
+        .await
+        .unwrap();
+    // The refused buyer retries with the same request id: a fresh, accepted purchase.
+    buy_ok(&ledger, sku, 666, "a", 1).await;
+    let c = check(&store, &ledger, sku).await;
+    assert_eq!((c.available, c.sold, c.seq), (7, 3, 3));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_callers_are_group_committed_and_all_answered_after_commit() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("fs.db");
+    let (store, ledger) = open(&path).await;
+    let ledger = Arc::new(ledger);
+    let mut sale = live_sale(SaleMode::Reserve, 300, 1);
+    sale.payment_timeout_ms = 600_000; // no hold comes due during the test
+    let sku = warm(ledger.as_ref(), &sale).await;
+    let mut tasks = Vec::new();
+    for t in 0..40u64 {
+        let ledger = ledger.clone();
+        tasks.push(tokio::spawn(async move {
+            let reqs: Vec<_> = (0..10).map(|i| req(sku, t * 10 + i + 1, "r", 1)).collect();
+            let out = ledger.purchase_batch(sku, &reqs).await.unwrap();
+            let mut nos = Vec::new();
+            for o in &out {
+                if o.code().is_none() {
+                    let order = accepted(o);
+                    // Answered after commit: SQLite has it, with its final status.
+                    nos.push(order.order_no);
+                } else {
+                    assert_eq!(o.code(), Some(ErrorCode::SoldOut));
+                }
+            }
+            nos
+        }));
+    }
+    let mut all = HashSet::new();
+    for t in tasks {
+        for no in t.await.unwrap() {
+            let stored = store
+                .order(&no)
+                .await
+                .unwrap()
+                .expect("committed before answered");
+            assert_eq!(stored.status, OrderStatus::Reserved);
+            assert!(all.insert(no));
+        }
+    }
+    assert_eq!(all.len(), 300);
+    let c = check(&store, ledger.as_ref(), sku).await;
+    assert_eq!((c.available, c.reserved, c.seq), (0, 300, 300));
+    // Expiry goes through the same writer; deadlines are in the future: nothing to do yet.
+    assert_eq!(ledger.expire_due(sku, 1000).await.unwrap(), 0);
+}
+
+/// If SQLite's guard ever refuses what the book accepted (here: counters changed behind the
+/// ledger's back), the caller gets `Unavailable`, the book is rebuilt from SQLite, and the
+/// refused order is kept as REJECTED (a retry sees it), never silently dropped.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_guard_rejection_rebuilds_the_book_from_sqlite() {
+    let dir = tempfile::tempdir().unwrap();
+    let (store, ledger) = open(&dir.path().join("fs.db")).await;
+    let sale = live_sale(SaleMode::Direct, 2, 1);
+    let sku = warm(&ledger, &sale).await;
+    buy_ok(&ledger, sku, 1, "a", 1).await;
+    sqlx::query("UPDATE sales SET available = 0, sold = 2 WHERE sku_id = ?")
+        .bind(sku.0 as i64)
+        .execute(store.writer())
+        .await
+        .unwrap();
+    let r = ledger.purchase_batch(sku, &[req(sku, 2, "b", 1)]).await;
+    assert!(matches!(r, Err(LedgerError::Unavailable(_))), "{r:?}");
+    assert_eq!(
+        ledger
+            .counters(sku)
+            .await
+            .unwrap()
+            .map(|c| (c.available, c.seq)),
+        Some((0, 2))
+    );
+    match buy(&ledger, sku, 2, "b", 1).await {
+        PurchaseOutcome::Accepted { order, replayed } => {
+            assert!(replayed);
+            assert_eq!(order.status, OrderStatus::Rejected);
+        }
+        other => panic!("{other:?}"),
+    }
+    buy_refused(&ledger, sku, 3, "c", 1, ErrorCode::SoldOut).await;
+}

@@ -1,0 +1,70 @@
+//! Redis Cluster: the key schema keeps a sale on one slot, and the whole conformance suite
+//! runs through the cluster client on a one-node cluster that owns every slot.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use flashsale_core::{HotLedger, SkuId};
+use flashsale_redis::{slot, Keys, RedisLedger};
+use flashsale_testkit::conformance;
+use flashsale_testkit::redis_server::RedisServer;
+use flashsale_testkit::wait;
+
+async fn one_node_cluster() -> RedisServer {
+    let server = RedisServer::spawn_with(&[
+        "--save",
+        "",
+        "--appendonly",
+        "no",
+        "--cluster-enabled",
+        "yes",
+        "--cluster-config-file",
+        "nodes.conf",
+    ])
+    .await;
+    let client = redis::Client::open(server.url()).unwrap();
+    let mut conn = client.get_multiplexed_async_connection().await.unwrap();
+    let _: () = redis::cmd("CLUSTER")
+        .arg(&["ADDSLOTSRANGE", "0", "16383"])
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    wait::until("the cluster to be ok", Duration::from_secs(10), || {
+        let mut conn = conn.clone();
+        async move {
+            let info: String = redis::cmd("CLUSTER")
+                .arg("INFO")
+                .query_async(&mut conn)
+                .await
+                .ok()?;
+            info.contains("cluster_state:ok").then_some(())
+        }
+    })
+    .await;
+    server
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_conformance_suite_passes_on_a_cluster() {
+    let server = one_node_cluster().await;
+    let client = redis::Client::open(server.url()).unwrap();
+    let mut conn = client.get_multiplexed_async_connection().await.unwrap();
+    let keys = Keys::default();
+    for sku in [1u64, 42, 123_456_789] {
+        for key in keys.all_of_sale(SkuId(sku)) {
+            let theirs: u16 = redis::cmd("CLUSTER")
+                .arg("KEYSLOT")
+                .arg(&key)
+                .query_async(&mut conn)
+                .await
+                .unwrap();
+            assert_eq!(slot(&key), theirs, "{key}");
+        }
+    }
+    // Two URLs name a cluster (here the same node twice).
+    let urls = format!("{},{}", server.url(), server.url());
+    let ledger = RedisLedger::connect(&urls, "fs").await.unwrap();
+    assert!(ledger.is_cluster());
+    let ledger: Arc<dyn HotLedger> = Arc::new(ledger);
+    conformance::run_all(ledger).await;
+}

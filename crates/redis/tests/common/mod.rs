@@ -1,0 +1,58 @@
+//! Shared by the integration tests: a ledger on the shared Redis under a prefix of its own,
+//! removed when the test is done.
+#![allow(dead_code)]
+
+use std::sync::Arc;
+
+use flashsale_core::HotLedger;
+use flashsale_redis::RedisLedger;
+use flashsale_testkit::redis_server::{shared_url, unique_prefix};
+
+/// A ledger on the shared server with its own key prefix.
+pub struct TestLedger {
+    pub ledger: Arc<RedisLedger>,
+    pub prefix: String,
+}
+
+impl TestLedger {
+    pub async fn new() -> TestLedger {
+        let prefix = unique_prefix();
+        let ledger = RedisLedger::connect(&shared_url(), &prefix)
+            .await
+            .expect("connect to the shared redis (is it running? see scripts/services.sh)");
+        TestLedger {
+            ledger: Arc::new(ledger),
+            prefix,
+        }
+    }
+
+    pub fn dyn_ledger(&self) -> Arc<dyn HotLedger> {
+        self.ledger.clone()
+    }
+
+    /// Deletes every key under the prefix.
+    pub async fn cleanup(self) {
+        let mut conn = raw().await;
+        let keys: Vec<String> = redis::cmd("KEYS")
+            .arg(format!("{}:*", self.prefix))
+            .query_async(&mut conn)
+            .await
+            .expect("KEYS");
+        if !keys.is_empty() {
+            let _: i64 = redis::cmd("DEL")
+                .arg(&keys)
+                .query_async(&mut conn)
+                .await
+                .expect("DEL");
+        }
+    }
+}
+
+/// A plain connection to the shared server.
+pub async fn raw() -> redis::aio::MultiplexedConnection {
+    redis::Client::open(shared_url())
+        .expect("url")
+        .get_multiplexed_async_connection()
+        .await
+        .expect("connect")
+}

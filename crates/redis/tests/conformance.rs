@@ -1,0 +1,47 @@
+//! The ledger conformance suite (flashsale-testkit) against the real, shared Redis.
+
+mod common;
+
+use common::TestLedger;
+use flashsale_testkit::conformance;
+
+macro_rules! conformance_test {
+    ($($name:ident),* $(,)?) => {$(
+        #[tokio::test]
+        async fn $name() {
+            let t = TestLedger::new().await;
+            conformance::$name(t.ledger.as_ref()).await;
+            t.cleanup().await;
+        }
+    )*};
+}
+
+conformance_test!(
+    accepts_until_sold_out,
+    per_user_limit_counts_units,
+    window_and_state_are_judged,
+    not_warmed_sales_are_refused,
+    replay_returns_the_first_outcome,
+    warm_refuses_to_overwrite_a_sale_that_sold,
+    batch_results_come_in_order,
+    accepted_keys_list_accepted_requests,
+    oversized_batch_is_refused,
+    reserve_pay_cancel_expire,
+    one_resolution_per_reservation,
+    direct_orders_are_already_resolved,
+    restock_is_announced,
+);
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_buyers_keep_invariants() {
+    let t = TestLedger::new().await;
+    conformance::concurrent_buyers_keep_invariants(t.dyn_ledger()).await;
+    t.cleanup().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn run_all_on_one_ledger() {
+    let t = TestLedger::new().await;
+    conformance::run_all(t.dyn_ledger()).await;
+    t.cleanup().await;
+}

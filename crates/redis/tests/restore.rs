@@ -1,0 +1,61 @@
+//! Rebuild after a loss of hot state: warm (force, next epoch, paused), restore the orders
+//! read back from the system of record, go live. Replays, limits and holds survive.
+
+mod common;
+
+use common::TestLedger;
+use flashsale_core::{
+    Counters, ErrorCode, HotLedger, OrderStatus, PurchaseOutcome, SaleMode, SaleState, UserId,
+};
+use flashsale_testkit::conformance::{
+    buy, buy_ok, buy_refused, expire_until, live_sale, stock, warm,
+};
+
+#[tokio::test]
+async fn restored_orders_keep_replays_limits_and_holds() {
+    let t = TestLedger::new().await;
+    let l = t.ledger.as_ref();
+    let sale = live_sale(SaleMode::Reserve, 10, 2);
+    let sku = warm(l, &sale).await;
+    let a = buy_ok(l, sku, 1, "a", 2).await;
+    let b = buy_ok(l, sku, 2, "b", 1).await;
+    let c = buy_ok(l, sku, 3, "c", 1).await;
+    l.pay(&a.order_no, UserId(1)).await.unwrap().unwrap();
+    l.cancel(&c.order_no, UserId(3)).await.unwrap().unwrap();
+    let mut orders = Vec::new();
+    for no in [&a.order_no, &b.order_no, &c.order_no] {
+        orders.push(l.order(no).await.unwrap().unwrap());
+    }
+    let counters: Counters = l.counters(sku).await.unwrap().unwrap();
+
+    // Hot state lost and rebuilt from the "database" in a new epoch.
+    let paused = flashsale_core::Sale {
+        state: SaleState::Paused,
+        ..sale.clone()
+    };
+    l.warm(&paused, &counters, 2, true).await.unwrap();
+    assert_eq!(t.ledger.restore_orders(sku, &orders).await.unwrap(), 3);
+    assert_eq!(
+        t.ledger.restore_orders(sku, &orders).await.unwrap(),
+        0,
+        "idempotent"
+    );
+    l.set_state(sku, SaleState::Live).await.unwrap();
+
+    match buy(l, sku, 1, "a", 2).await {
+        PurchaseOutcome::Accepted { order, replayed } => {
+            assert!(replayed);
+            assert_eq!(
+                (order.order_no, order.status),
+                (a.order_no, OrderStatus::Paid)
+            );
+        }
+        other => panic!("{other:?}"),
+    }
+    buy_refused(l, sku, 1, "z", 1, ErrorCode::LimitExceeded).await;
+    let next = buy_ok(l, sku, 3, "c2", 2).await;
+    assert_eq!(next.order_no.as_str(), format!("{sku}-2-6"));
+    expire_until(l, sku, 2).await;
+    assert_eq!(stock(l, sku).await, (8, 0, 2, 8));
+    t.cleanup().await;
+}

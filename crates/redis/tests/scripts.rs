@@ -1,0 +1,201 @@
+//! The scripts validate their own arguments: a malformed call or request changes nothing.
+
+mod common;
+
+use common::{raw, TestLedger};
+use flashsale_core::{HotLedger, SaleMode, SkuId};
+use flashsale_redis::{scripts, Keys};
+use flashsale_testkit::conformance::{live_sale, stock, warm};
+use redis::{RedisResult, Script, Value};
+
+fn purchase_call(keys: &Keys, sku: SkuId, argv: &[&str]) -> redis::Cmd {
+    let mut cmd = redis::cmd("EVAL");
+    cmd.arg(scripts::PURCHASE).arg(6);
+    cmd.arg(keys.sale(sku))
+        .arg(keys.buyers(sku))
+        .arg(keys.requests(sku))
+        .arg(keys.orders(sku))
+        .arg(keys.holds(sku))
+        .arg(keys.events(sku));
+    cmd.arg(argv);
+    cmd
+}
+
+async fn state_of(conn: &mut redis::aio::MultiplexedConnection, keys: &Keys, sku: SkuId) -> Value {
+    let mut pipe = redis::pipe();
+    pipe.cmd("HGETALL").arg(keys.sale(sku));
+    for key in [keys.buyers(sku), keys.requests(sku), keys.orders(sku)] {
+        pipe.cmd("HLEN").arg(key);
+    }
+    pipe.cmd("ZCARD").arg(keys.holds(sku));
+    pipe.cmd("XLEN").arg(keys.events(sku));
+    pipe.query_async(conn).await.expect("state")
+}
+
+#[tokio::test]
+async fn bad_quantities_are_invalid_and_change_nothing() {
+    let t = TestLedger::new().await;
+    let keys = t.ledger.keys().clone();
+    let sku = warm(t.ledger.as_ref(), &live_sale(SaleMode::Reserve, 5, 3)).await;
+    let mut conn = raw().await;
+    let before = state_of(&mut conn, &keys, sku).await;
+    for q in ["0", "-1", "x", "1e12", "", " 1", "1.5", "0x1", "01"] {
+        let cmd = purchase_call(&keys, sku, &["1", "7", "r1", q]);
+        let out: Vec<Vec<String>> = cmd.query_async(&mut conn).await.expect("answered");
+        assert_eq!(
+            out,
+            vec![vec!["X".to_string(), "INVALID_REQUEST".into()]],
+            "{q:?}"
+        );
+    }
+    let users = [
+        ("01", "r"),
+        ("x", "r"),
+        ("-3", "r"),
+        ("18446744073709551616", "r"),
+    ];
+    for (user, rid) in users
+        .into_iter()
+        .chain([("7", ""), ("7", "a b"), ("7", "é")])
+    {
+        let cmd = purchase_call(&keys, sku, &["1", user, rid, "1"]);
+        let out: Vec<Vec<String>> = cmd.query_async(&mut conn).await.expect("answered");
+        assert_eq!(out[0][1], "INVALID_REQUEST", "user {user:?} rid {rid:?}");
+    }
+    let cmd = purchase_call(&keys, sku, &["1", "7", "r1", "99999999999999999999"]);
+    let out: Vec<Vec<String>> = cmd.query_async(&mut conn).await.expect("answered");
+    assert_eq!(out[0][1], "LIMIT_EXCEEDED", "an integer above the limit");
+    assert_eq!(state_of(&mut conn, &keys, sku).await, before);
+    t.cleanup().await;
+}
+
+#[tokio::test]
+async fn malformed_calls_are_refused_before_any_write() {
+    let t = TestLedger::new().await;
+    let keys = t.ledger.keys().clone();
+    let sku = warm(t.ledger.as_ref(), &live_sale(SaleMode::Direct, 5, 1)).await;
+    let mut conn = raw().await;
+    let before = state_of(&mut conn, &keys, sku).await;
+    let bad_batches: [&[&str]; 6] = [
+        &[],
+        &["0"],
+        &["x", "7", "r", "1"],
+        &["2", "7", "r", "1"],
+        &["1", "7", "r"],
+        &["1025"],
+    ];
+    for argv in bad_batches {
+        let r: RedisResult<Value> = purchase_call(&keys, sku, argv).query_async(&mut conn).await;
+        let err = r.expect_err("refused");
+        assert_eq!(err.code(), Some("INVALID_ARGS"), "{argv:?}: {err}");
+    }
+    let other = [
+        (scripts::PAY, vec![keys.sale(sku)], vec!["1-1-1", "7"]),
+        (scripts::EXPIRE_DUE, five_keys(&keys, sku), vec!["0"]),
+        (scripts::SET_STATE, vec![keys.sale(sku)], vec!["bogus"]),
+        (
+            scripts::CANCEL,
+            five_keys(&keys, sku),
+            vec!["not-an-order", "7"],
+        ),
+    ];
+    for (src, k, argv) in other {
+        let r: RedisResult<Value> = Script::new(src)
+            .key(k)
+            .arg(argv)
+            .invoke_async(&mut conn)
+            .await;
+        assert_eq!(r.expect_err("refused").code(), Some("INVALID_ARGS"));
+    }
+    assert_eq!(state_of(&mut conn, &keys, sku).await, before);
+    t.cleanup().await;
+}
+
+fn five_keys(keys: &Keys, sku: SkuId) -> Vec<String> {
+    vec![
+        keys.sale(sku),
+        keys.buyers(sku),
+        keys.orders(sku),
+        keys.holds(sku),
+        keys.events(sku),
+    ]
+}
+
+#[tokio::test]
+async fn warm_validates_its_arguments() {
+    let t = TestLedger::new().await;
+    let keys = t.ledger.keys().clone();
+    let sku = SkuId(77);
+    let mut conn = raw().await;
+    let k = [
+        keys.sale(sku),
+        keys.buyers(sku),
+        keys.requests(sku),
+        keys.orders(sku),
+        keys.holds(sku),
+    ];
+    let good = [
+        "77", "10", "10", "0", "0", "0", "1", "1", "direct", "0", "0", "100", "live", "0",
+    ];
+    let warm = Script::new(scripts::WARM);
+    let bad_at = [
+        (0, "78"),
+        (2, "9"),
+        (1, "0"),
+        (7, "0"),
+        (8, "both"),
+        (9, "x"),
+        (11, "0"),
+        (12, "open"),
+        (13, "yes"),
+    ];
+    for (i, value) in bad_at {
+        let mut argv = good;
+        argv[i] = value;
+        let r: RedisResult<String> = warm.key(&k).arg(&argv).invoke_async(&mut conn).await;
+        assert_eq!(
+            r.expect_err("refused").code(),
+            Some("INVALID_ARGS"),
+            "arg {i}"
+        );
+    }
+    let exists: i64 = redis::cmd("EXISTS")
+        .arg(&k[0])
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(exists, 0);
+    let ok: String = warm
+        .key(&k)
+        .arg(&good)
+        .invoke_async(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(ok, "OK");
+    assert_eq!(stock(t.ledger.as_ref(), sku).await, (10, 0, 0, 0));
+    t.cleanup().await;
+}
+
+#[tokio::test]
+async fn snapshot_reads_counters_and_events_together() {
+    let t = TestLedger::new().await;
+    let l = t.ledger.as_ref();
+    let sku = warm(l, &live_sale(SaleMode::Reserve, 5, 2)).await;
+    let o = flashsale_testkit::conformance::buy_ok(l, sku, 1, "a", 2).await;
+    l.pay(&o.order_no, o.user_id).await.unwrap().unwrap();
+    let snap = t.ledger.snapshot(sku).await.unwrap().expect("warm");
+    assert_eq!(snap.counters, l.counters(sku).await.unwrap().unwrap());
+    assert_eq!(snap.epoch, 1);
+    assert_eq!(snap.fields["mode"], "reserve");
+    let events: Vec<_> = snap.events.into_iter().map(|(_, e)| e.unwrap()).collect();
+    assert_eq!(events.iter().map(|e| e.seq).collect::<Vec<_>>(), vec![1, 2]);
+    assert_eq!(events[0].order_no, o.order_no);
+    assert_eq!(events[0].deadline_ms, o.deadline_ms);
+    assert_eq!(
+        (events[1].kind.as_str(), events[1].deadline_ms),
+        ("paid", 0)
+    );
+    assert!(t.ledger.snapshot(SkuId(1)).await.unwrap().is_none());
+    assert_eq!(t.ledger.sales().await.unwrap(), vec![sku]);
+    t.cleanup().await;
+}

@@ -1,0 +1,125 @@
+//! Faults on the production path, with throwaway servers where a server must die.
+
+mod common;
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use common::Stack;
+use flashsale_core::{OrderStore, SkuId};
+use flashsale_redis::StreamReader;
+use flashsale_store::persister::{Persister, PersisterConfig};
+use flashsale_testkit::mariadb::{MariaDbServer, TestDatabase};
+use flashsale_testkit::redis_server::{self, RedisServer};
+use flashsale_testkit::wait;
+use reqwest::StatusCode;
+use serde_json::json;
+use tokio::sync::broadcast;
+
+async fn buy_range(stack: &Stack, sku: u64, users: std::ops::RangeInclusive<u64>) -> usize {
+    let mut accepted = 0;
+    for u in users {
+        let (s, b) = stack.buy(u, sku, &format!("r{u}"), json!(1)).await;
+        assert!(s == StatusCode::ACCEPTED || s == StatusCode::CONFLICT, "{s} {b}");
+        accepted += usize::from(s == StatusCode::ACCEPTED);
+    }
+    accepted
+}
+
+async fn stored_orders(store: &dyn OrderStore, sku: u64) -> usize {
+    store.orders(SkuId(sku)).await.unwrap().len()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_down_answers_503_fast_writes_nothing_and_recovers() {
+    let mut redis = RedisServer::spawn_with(&["--appendonly", "yes", "--appendfsync", "always"]).await;
+    let stack = Stack::with(&redis.url(), TestDatabase::create().await).await;
+    stack.live_sale(41, 100, 1).await;
+    assert_eq!(buy_range(&stack, 41, 1..=10).await, 10);
+    stack.drain(41).await;
+    let before = stored_orders(stack.store().as_ref(), 41).await;
+
+    redis.kill();
+    for u in 11..=30 {
+        let started = Instant::now();
+        let (s, b) = stack.buy(u, 41, &format!("r{u}"), json!(1)).await;
+        assert_eq!((s, b["code"].as_str()), (StatusCode::SERVICE_UNAVAILABLE, Some("UNAVAILABLE")));
+        assert!(started.elapsed() < Duration::from_secs(5), "a bound, not a hang: {:?}", started.elapsed());
+    }
+    let (s, _) = stack.call("GET", "/readyz", None, None).await;
+    assert_eq!(s, StatusCode::SERVICE_UNAVAILABLE);
+    assert_eq!(stored_orders(stack.store().as_ref(), 41).await, before, "no database fallback");
+
+    redis.start().await;
+    wait::until("purchases to succeed again", Duration::from_secs(30), || async {
+        (stack.buy(11, 41, "r11", json!(1)).await.0 == StatusCode::ACCEPTED).then_some(())
+    })
+    .await;
+    assert_eq!(buy_range(&stack, 41, 12..=20).await, 9);
+    stack.drain(41).await;
+    assert_eq!(stored_orders(stack.store().as_ref(), 41).await, 20);
+    common::assert_invariants(stack.store().as_ref(), 41).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mariadb_down_mid_sale_then_the_persister_catches_up() {
+    let mut maria = MariaDbServer::spawn().await;
+    let db = TestDatabase::create_on(&maria.url()).await;
+    let stack = Stack::with(&redis_server::shared_url(), db).await;
+    stack.live_sale(42, 200, 1).await;
+    assert_eq!(buy_range(&stack, 42, 1..=30).await, 30);
+
+    maria.kill();
+    // Purchases go on while the database is down.
+    assert_eq!(buy_range(&stack, 42, 31..=80).await, 50);
+    maria.start().await;
+    assert_eq!(buy_range(&stack, 42, 81..=100).await, 20);
+
+    stack.drain(42).await;
+    assert_eq!(stored_orders(stack.store().as_ref(), 42).await, 100, "nothing lost");
+    common::assert_invariants(stack.store().as_ref(), 42).await;
+}
+
+/// A persister that dies after its commit (before XACK) and one that dies before its commit:
+/// the next persister claims their entries and every effect lands exactly once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dead_persisters_entries_are_claimed_and_applied_exactly_once() {
+    let db = TestDatabase::create().await;
+    let mut cfg = common::config(Some(redis_server::shared_url()), db.url.clone());
+    cfg.run_persister = false;
+    let stack = Stack::start(cfg.clone(), Some(db), None).await;
+    let sku = SkuId(43);
+    stack.live_sale(43, 100, 1).await;
+    assert_eq!(buy_range(&stack, 43, 1..=40).await, 40);
+    let store = stack.store();
+    let url = redis_server::shared_url();
+
+    let committed = StreamReader::connect(&url, &cfg.redis_prefix, "died-after-commit").await.unwrap();
+    committed.ensure_group(sku).await.unwrap();
+    let first = committed.read_new(sku, 20, 0).await.unwrap();
+    let events: Vec<_> = first.iter().map(|(_, e)| e.clone().unwrap()).collect();
+    store.apply_events(sku, &events).await.unwrap();
+    let uncommitted = StreamReader::connect(&url, &cfg.redis_prefix, "died-before-commit").await.unwrap();
+    assert_eq!(uncommitted.read_new(sku, 20, 0).await.unwrap().len(), 20);
+    assert_eq!(stored_orders(store.as_ref(), 43).await, 20);
+
+    let mut config = PersisterConfig::new(&url, &cfg.redis_prefix, "next-owner");
+    config.claim_idle_ms = 200;
+    let (stop, rx) = broadcast::channel(1);
+    let task = tokio::spawn(Persister::new(config, store.clone()).run(rx));
+    stack.drain(43).await;
+    wait::until("no entry left pending", Duration::from_secs(30), || async {
+        (committed.pending_summary(sku).await.unwrap().count == 0).then_some(())
+    })
+    .await;
+    stop.send(()).unwrap();
+    task.await.unwrap().unwrap();
+
+    assert_eq!(stored_orders(store.as_ref(), 43).await, 40);
+    let events = store.events(sku).await.unwrap();
+    assert_eq!(events.len(), 40, "each event stored once");
+    common::assert_invariants(store.as_ref(), 43).await;
+    let (n, units, sold) = common::mysql_counts(&stack.db.as_ref().unwrap().url, 43).await;
+    assert_eq!((n, units, sold), (40, 40, 40));
+    let _: Arc<dyn OrderStore> = store;
+}
