@@ -54,8 +54,14 @@ pub struct Record {
 }
 
 /// Fires the plan; `on_done` is called once per finished buyer (a progress bar).
-pub async fn run(plan: Plan, on_done: impl Fn() + Send + Sync + 'static) -> anyhow::Result<Vec<Record>> {
-    anyhow::ensure!(!plan.targets.is_empty() && plan.concurrency > 0, "need targets and concurrency");
+pub async fn run(
+    plan: Plan,
+    on_done: impl Fn() + Send + Sync + 'static,
+) -> anyhow::Result<Vec<Record>> {
+    anyhow::ensure!(
+        !plan.targets.is_empty() && plan.concurrency > 0,
+        "need targets and concurrency"
+    );
     let client = reqwest::Client::builder()
         .pool_max_idle_per_host(plan.concurrency)
         .timeout(plan.timeout)
@@ -66,7 +72,15 @@ pub async fn run(plan: Plan, on_done: impl Fn() + Send + Sync + 'static) -> anyh
     let on_done = Arc::new(on_done);
     let start = Instant::now();
     let workers: Vec<_> = (0..plan.concurrency)
-        .map(|_| tokio::spawn(client_loop(plan.clone(), client.clone(), next.clone(), start, on_done.clone())))
+        .map(|_| {
+            tokio::spawn(client_loop(
+                plan.clone(),
+                client.clone(),
+                next.clone(),
+                start,
+                on_done.clone(),
+            ))
+        })
         .collect();
     let mut records = Vec::with_capacity(plan.buyers.len());
     for w in workers {
@@ -86,7 +100,9 @@ async fn client_loop(
     let mut records = Vec::new();
     loop {
         let i = next.fetch_add(1, Ordering::Relaxed);
-        let Some(buyer) = plan.buyers.get(i) else { break };
+        let Some(buyer) = plan.buyers.get(i) else {
+            break;
+        };
         let due = due_at(&plan, i);
         if let Some(wait) = due.checked_sub(start.elapsed()) {
             tokio::time::sleep(wait).await;
@@ -113,7 +129,13 @@ fn due_at(plan: &Plan, i: usize) -> Duration {
 
 /// One buyer's purchase, retried with the same request id on timeouts, transport errors,
 /// 429 and 503.
-async fn buy(client: &reqwest::Client, plan: &Plan, target: &str, buyer: &Buyer, i: usize) -> Record {
+async fn buy(
+    client: &reqwest::Client,
+    plan: &Plan,
+    target: &str,
+    buyer: &Buyer,
+    i: usize,
+) -> Record {
     let url = format!("{target}/api/v1/sales/{}/purchases", plan.sku_id);
     let body = json!({"request_id": format!("demo-{i}"), "quantity": plan.quantity});
     let mut record = Record {
@@ -127,7 +149,12 @@ async fn buy(client: &reqwest::Client, plan: &Plan, target: &str, buyer: &Buyer,
     };
     while record.tries <= plan.retries_max {
         record.tries += 1;
-        let sent = client.post(&url).bearer_auth(&buyer.token).json(&body).send().await;
+        let sent = client
+            .post(&url)
+            .bearer_auth(&buyer.token)
+            .json(&body)
+            .send()
+            .await;
         let Ok(resp) = sent else {
             record.outcome = "TIMEOUT_OR_TRANSPORT".into();
             continue;

@@ -52,7 +52,13 @@ fn histogram() -> Histogram<u64> {
 
 fn percentiles(h: &Histogram<u64>) -> Percentiles {
     let ms = |q: f64| h.value_at_quantile(q) as f64 / 1_000.0;
-    Percentiles { count: h.len(), p50_ms: ms(0.5), p99_ms: ms(0.99), p999_ms: ms(0.999), max_ms: h.max() as f64 / 1_000.0 }
+    Percentiles {
+        count: h.len(),
+        p50_ms: ms(0.5),
+        p99_ms: ms(0.99),
+        p999_ms: ms(0.999),
+        max_ms: h.max() as f64 / 1_000.0,
+    }
 }
 
 /// Summarises a run that sold from `total_stock` units of `quantity` each.
@@ -64,7 +70,10 @@ pub fn summarize(records: &[Record], total_stock: u64, quantity: u32) -> Summary
     for r in records {
         let v = r.latency_us.max(1);
         all.saturating_record(v);
-        by_outcome.entry(r.outcome.clone()).or_insert_with(histogram).saturating_record(v);
+        by_outcome
+            .entry(r.outcome.clone())
+            .or_insert_with(histogram)
+            .saturating_record(v);
         *outcomes.entry(r.outcome.clone()).or_default() += 1;
         end_us = end_us.max(r.due_us + r.latency_us);
     }
@@ -79,7 +88,10 @@ pub fn summarize(records: &[Record], total_stock: u64, quantity: u32) -> Summary
         buyers_per_s: records.len() as f64 / elapsed_s,
         requests_per_s: requests as f64 / elapsed_s,
         latency: percentiles(&all),
-        latency_by_outcome: by_outcome.iter().map(|(k, h)| (k.clone(), percentiles(h))).collect(),
+        latency_by_outcome: by_outcome
+            .iter()
+            .map(|(k, h)| (k.clone(), percentiles(h)))
+            .collect(),
         latency_curve: curve(&all),
         timeline: timeline(records, total_stock, quantity, end_us),
         outcomes,
@@ -87,11 +99,20 @@ pub fn summarize(records: &[Record], total_stock: u64, quantity: u32) -> Summary
 }
 
 fn curve(h: &Histogram<u64>) -> Vec<(f64, f64)> {
-    let qs = [0.0, 10.0, 25.0, 50.0, 75.0, 90.0, 95.0, 99.0, 99.5, 99.9, 99.95, 99.99, 100.0];
-    qs.iter().map(|q| (*q, h.value_at_percentile(*q) as f64 / 1_000.0)).collect()
+    let qs = [
+        0.0, 10.0, 25.0, 50.0, 75.0, 90.0, 95.0, 99.0, 99.5, 99.9, 99.95, 99.99, 100.0,
+    ];
+    qs.iter()
+        .map(|q| (*q, h.value_at_percentile(*q) as f64 / 1_000.0))
+        .collect()
 }
 
-fn timeline(records: &[Record], total_stock: u64, quantity: u32, end_us: u64) -> Vec<TimelinePoint> {
+fn timeline(
+    records: &[Record],
+    total_stock: u64,
+    quantity: u32,
+    end_us: u64,
+) -> Vec<TimelinePoint> {
     let buckets = (end_us / 1_000 / BUCKET_MS + 1) as usize;
     let mut answered = vec![0u64; buckets];
     let mut accepted = vec![0u64; buckets];
@@ -119,12 +140,24 @@ mod tests {
     use super::*;
 
     fn rec(due_us: u64, latency_us: u64, outcome: &str) -> Record {
-        Record { user_id: 1, due_us, latency_us, status: 202, outcome: outcome.into(), order_no: None, tries: 1 }
+        Record {
+            user_id: 1,
+            due_us,
+            latency_us,
+            status: 202,
+            outcome: outcome.into(),
+            order_no: None,
+            tries: 1,
+        }
     }
 
     #[test]
     fn counts_outcomes_and_draws_the_stock_down() {
-        let records = vec![rec(0, 1_000, "ACCEPTED"), rec(50_000, 2_000, "ACCEPTED"), rec(150_000, 500, "SOLD_OUT")];
+        let records = vec![
+            rec(0, 1_000, "ACCEPTED"),
+            rec(50_000, 2_000, "ACCEPTED"),
+            rec(150_000, 500, "SOLD_OUT"),
+        ];
         let s = summarize(&records, 2, 1);
         assert_eq!(s.outcomes["ACCEPTED"], 2);
         assert_eq!(s.accepted_units, 2);

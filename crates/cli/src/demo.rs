@@ -66,21 +66,34 @@ struct Outcome {
 }
 
 pub async fn run(args: DemoArgs) -> anyhow::Result<()> {
-    anyhow::ensure!(args.stock > 0 && args.users > 0 && args.concurrency > 0, "--stock, --users and --concurrency must be positive");
+    anyhow::ensure!(
+        args.stock > 0 && args.users > 0 && args.concurrency > 0,
+        "--stock, --users and --concurrency must be positive"
+    );
     let config = demo_config(&args)?;
     let server = Server::start(config.clone()).await?;
     let base = format!("http://{}", server.addr);
     let auth = Auth::new(&config.jwt_secret, &config.admin_token);
     let sku = pick_sku(&args);
-    println!("flashsale demo: {} ledger at {base}, sale {sku}: {} units, {} buyers, {} clients",
-        server.state.ledger.kind(), args.stock, args.users, args.concurrency);
+    println!(
+        "flashsale demo: {} ledger at {base}, sale {sku}: {} units, {} buyers, {} clients",
+        server.state.ledger.kind(),
+        args.stock,
+        args.users,
+        args.concurrency
+    );
     open_sale(&base, &config.admin_token, sku, &args).await?;
     let records = spike(&base, &auth, sku, &args).await?;
     if config.redis_url.is_some() {
         wait_for_drain(&server, sku).await?;
     }
     let counters_hot = server.state.ledger.counters(SkuId(sku)).await?;
-    let outcome = Outcome { records, counters_hot, database_url: config.database_url.clone(), sku };
+    let outcome = Outcome {
+        records,
+        counters_hot,
+        database_url: config.database_url.clone(),
+        sku,
+    };
     let report = build_report(&server, &args, outcome).await?;
     server.shutdown().await?;
     print_report(&report);
@@ -126,7 +139,10 @@ fn fresh_sqlite(dir: &std::path::Path) -> anyhow::Result<String> {
 fn pick_sku(args: &DemoArgs) -> u64 {
     match args.database_url {
         None => 1,
-        Some(_) => SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(1),
+        Some(_) => SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map(|d| d.as_millis() as u64)
+            .unwrap_or(1),
     }
 }
 
@@ -138,24 +154,55 @@ async fn open_sale(base: &str, admin: &str, sku: u64, args: &DemoArgs) -> anyhow
     };
     let body = json!({"sku_id": sku, "name": "demo phone", "total_stock": args.stock,
         "per_user_limit": args.limit, "mode": mode});
-    let created = http.post(format!("{base}/api/v1/sales")).bearer_auth(admin).json(&body).send().await?;
-    anyhow::ensure!(created.status().as_u16() == 201, "create sale: {}", created.text().await?);
-    let warmed = http.post(format!("{base}/api/v1/sales/{sku}/warm")).bearer_auth(admin).send().await?;
-    anyhow::ensure!(warmed.status().is_success(), "warm sale: {}", warmed.text().await?);
+    let created = http
+        .post(format!("{base}/api/v1/sales"))
+        .bearer_auth(admin)
+        .json(&body)
+        .send()
+        .await?;
+    anyhow::ensure!(
+        created.status().as_u16() == 201,
+        "create sale: {}",
+        created.text().await?
+    );
+    let warmed = http
+        .post(format!("{base}/api/v1/sales/{sku}/warm"))
+        .bearer_auth(admin)
+        .send()
+        .await?;
+    anyhow::ensure!(
+        warmed.status().is_success(),
+        "warm sale: {}",
+        warmed.text().await?
+    );
     Ok(())
 }
 
-async fn spike(base: &str, auth: &Auth, sku: u64, args: &DemoArgs) -> anyhow::Result<Vec<load::Record>> {
-    let buyers: Vec<Buyer> = (1..=args.users).map(|u| Buyer { user_id: u, token: auth.sign(UserId(u), 3_600) }).collect();
+async fn spike(
+    base: &str,
+    auth: &Auth,
+    sku: u64,
+    args: &DemoArgs,
+) -> anyhow::Result<Vec<load::Record>> {
+    let buyers: Vec<Buyer> = (1..=args.users)
+        .map(|u| Buyer {
+            user_id: u,
+            token: auth.sign(UserId(u), 3_600),
+        })
+        .collect();
     let bar = ProgressBar::new(args.users);
-    bar.set_style(ProgressStyle::with_template("{bar:40} {pos}/{len} buyers answered ({per_sec}) {elapsed}")?);
+    bar.set_style(ProgressStyle::with_template(
+        "{bar:40} {pos}/{len} buyers answered ({per_sec}) {elapsed}",
+    )?);
     let plan = Plan {
         targets: vec![base.to_owned()],
         sku_id: sku,
         buyers,
         quantity: 1,
         concurrency: args.concurrency,
-        arrival: Arrival::Spike { ramp_ms: args.ramp_ms },
+        arrival: Arrival::Spike {
+            ramp_ms: args.ramp_ms,
+        },
         timeout: Duration::from_secs(5),
         retries_max: 3,
     };
@@ -168,12 +215,25 @@ async fn spike(base: &str, auth: &Auth, sku: u64, args: &DemoArgs) -> anyhow::Re
 async fn wait_for_drain(server: &Server, sku: u64) -> anyhow::Result<()> {
     let deadline = std::time::Instant::now() + Duration::from_secs(60);
     loop {
-        let hot = server.state.ledger.counters(SkuId(sku)).await?.map(|c| c.seq);
-        let stored = server.state.store.sale(SkuId(sku)).await?.map(|s| s.counters.seq);
+        let hot = server
+            .state
+            .ledger
+            .counters(SkuId(sku))
+            .await?
+            .map(|c| c.seq);
+        let stored = server
+            .state
+            .store
+            .sale(SkuId(sku))
+            .await?
+            .map(|s| s.counters.seq);
         if hot == stored {
             return Ok(());
         }
-        anyhow::ensure!(std::time::Instant::now() < deadline, "the persister did not drain in 60 s");
+        anyhow::ensure!(
+            std::time::Instant::now() < deadline,
+            "the persister did not drain in 60 s"
+        );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
@@ -181,51 +241,137 @@ async fn wait_for_drain(server: &Server, sku: u64) -> anyhow::Result<()> {
 async fn build_report(server: &Server, args: &DemoArgs, run: Outcome) -> anyhow::Result<Report> {
     let store = server.state.store.clone();
     let sku = SkuId(run.sku);
-    let stored = store.sale(sku).await?.context("sale vanished from the database")?;
+    let stored = store
+        .sale(sku)
+        .await?
+        .context("sale vanished from the database")?;
     let orders = store.orders(sku).await?;
     let events = store.events(sku).await?;
-    let invariants = flashsale_core::invariants::check_sale(&stored.sale, &stored.counters, &orders, &events, true);
+    let invariants = flashsale_core::invariants::check_sale(
+        &stored.sale,
+        &stored.counters,
+        &orders,
+        &events,
+        true,
+    );
     let summary = summary::summarize(&run.records, args.stock, 1);
 
     let mut database = BTreeMap::new();
-    for status in [OrderStatus::Created, OrderStatus::Reserved, OrderStatus::Paid, OrderStatus::Pending, OrderStatus::Rejected] {
+    for status in [
+        OrderStatus::Created,
+        OrderStatus::Reserved,
+        OrderStatus::Paid,
+        OrderStatus::Pending,
+        OrderStatus::Rejected,
+    ] {
         let n = orders.iter().filter(|o| o.status == status).count();
         database.insert(format!("orders {}", status.as_str()), n as i64);
     }
-    let live_units: u64 = orders.iter().filter(|o| o.status.is_live()).map(|o| u64::from(o.quantity)).sum();
+    let live_units: u64 = orders
+        .iter()
+        .filter(|o| o.status.is_live())
+        .map(|o| u64::from(o.quantity))
+        .sum();
     database.insert("units in live orders".into(), live_units as i64);
     database.insert("stock_events".into(), events.len() as i64);
     database.insert("sales.available".into(), stored.counters.available as i64);
     database.insert("sales.sold".into(), stored.counters.sold as i64);
     database.insert("sales.reserved".into(), stored.counters.reserved as i64);
 
-    let answered: HashSet<&str> = run.records.iter().filter(|r| r.status == 202).filter_map(|r| r.order_no.as_deref()).collect();
+    let answered: HashSet<&str> = run
+        .records
+        .iter()
+        .filter(|r| r.status == 202)
+        .filter_map(|r| r.order_no.as_deref())
+        .collect();
     let in_db: HashSet<&str> = orders.iter().map(|o| o.order_no.as_str()).collect();
     let diff = reconciliation_diff(run.counters_hot, &stored.counters);
     let mut checks = Vec::new();
-    let named = |name: &str, held: bool, detail: String| Check { name: name.into(), held, detail };
-    let detail = |inv: &str| {
-        let v: Vec<String> = invariants.violations.iter().filter(|v| v.invariant == inv).map(|v| v.detail.clone()).collect();
-        if v.is_empty() { "held".to_string() } else { v.join("; ") }
+    let named = |name: &str, held: bool, detail: String| Check {
+        name: name.into(),
+        held,
+        detail,
     };
-    checks.push(named("I1 no oversell", invariants.held("I1") && live_units <= args.stock, format!("{live_units} units in live orders of {} ({})", args.stock, detail("I1"))));
-    checks.push(named("I2 conservation", invariants.held("I2"), detail("I2")));
-    checks.push(named("I3 per-user limit", invariants.held("I3"), detail("I3")));
+    let detail = |inv: &str| {
+        let v: Vec<String> = invariants
+            .violations
+            .iter()
+            .filter(|v| v.invariant == inv)
+            .map(|v| v.detail.clone())
+            .collect();
+        if v.is_empty() {
+            "held".to_string()
+        } else {
+            v.join("; ")
+        }
+    };
+    checks.push(named(
+        "I1 no oversell",
+        invariants.held("I1") && live_units <= args.stock,
+        format!(
+            "{live_units} units in live orders of {} ({})",
+            args.stock,
+            detail("I1")
+        ),
+    ));
+    checks.push(named(
+        "I2 conservation",
+        invariants.held("I2"),
+        detail("I2"),
+    ));
+    checks.push(named(
+        "I3 per-user limit",
+        invariants.held("I3"),
+        detail("I3"),
+    ));
     checks.push(named("I4 idempotency", invariants.held("I4"), detail("I4")));
     let lost: Vec<&&str> = answered.difference(&in_db).take(5).collect();
-    checks.push(named("I5 no lost sale", invariants.held("I5") && lost.is_empty(),
-        format!("{} orders answered accepted, {} in the database, missing: {:?}; {}", answered.len(), in_db.len(), lost, detail("I5"))));
-    checks.push(named("I6 exact reconciliation", diff.values().all(|d| *d == 0), format!("{diff:?}")));
-    checks.push(named("I7 one resolution", invariants.held("I7"), detail("I7")));
+    checks.push(named(
+        "I5 no lost sale",
+        invariants.held("I5") && lost.is_empty(),
+        format!(
+            "{} orders answered accepted, {} in the database, missing: {:?}; {}",
+            answered.len(),
+            in_db.len(),
+            lost,
+            detail("I5")
+        ),
+    ));
+    checks.push(named(
+        "I6 exact reconciliation",
+        diff.values().all(|d| *d == 0),
+        format!("{diff:?}"),
+    ));
+    checks.push(named(
+        "I7 one resolution",
+        invariants.held("I7"),
+        detail("I7"),
+    ));
 
     let mut setup = BTreeMap::new();
     setup.insert("ledger".into(), server.state.ledger.kind().to_owned());
     setup.insert("database".into(), run.database_url.clone());
     setup.insert("sku".into(), run.sku.to_string());
-    setup.insert("stock / buyers / clients / limit".into(), format!("{} / {} / {} / {}", args.stock, args.users, args.concurrency, args.limit));
+    setup.insert(
+        "stock / buyers / clients / limit".into(),
+        format!(
+            "{} / {} / {} / {}",
+            args.stock, args.users, args.concurrency, args.limit
+        ),
+    );
     setup.insert("mode".into(), format!("{:?}", args.mode).to_lowercase());
-    setup.insert("arrivals".into(), format!("every buyer within {} ms", args.ramp_ms));
-    Ok(Report { title: "flashsale demo".into(), setup, summary, database, checks, reconciliation_diff: diff })
+    setup.insert(
+        "arrivals".into(),
+        format!("every buyer within {} ms", args.ramp_ms),
+    );
+    Ok(Report {
+        title: "flashsale demo".into(),
+        setup,
+        summary,
+        database,
+        checks,
+        reconciliation_diff: diff,
+    })
 }
 
 fn reconciliation_diff(hot: Option<Counters>, db: &Counters) -> BTreeMap<String, i64> {
@@ -242,10 +388,14 @@ fn reconciliation_diff(hot: Option<Counters>, db: &Counters) -> BTreeMap<String,
 
 fn print_report(r: &Report) {
     let s = &r.summary;
-    println!("\n{} buyers, {} requests in {:.2} s: {:.0} buyers/s, {:.0} requests/s",
-        s.buyers, s.requests, s.elapsed_s, s.buyers_per_s, s.requests_per_s);
-    println!("latency p50 {:.2} ms, p99 {:.2} ms, p99.9 {:.2} ms (from each buyer's arrival)",
-        s.latency.p50_ms, s.latency.p99_ms, s.latency.p999_ms);
+    println!(
+        "\n{} buyers, {} requests in {:.2} s: {:.0} buyers/s, {:.0} requests/s",
+        s.buyers, s.requests, s.elapsed_s, s.buyers_per_s, s.requests_per_s
+    );
+    println!(
+        "latency p50 {:.2} ms, p99 {:.2} ms, p99.9 {:.2} ms (from each buyer's arrival)",
+        s.latency.p50_ms, s.latency.p99_ms, s.latency.p999_ms
+    );
     for (outcome, n) in &s.outcomes {
         println!("  {outcome:<22} {n}");
     }
@@ -255,6 +405,11 @@ fn print_report(r: &Report) {
     }
     println!("checks:");
     for c in &r.checks {
-        println!("  {:<26} {}  {}", c.name, if c.held { "held" } else { "BROKEN" }, c.detail);
+        println!(
+            "  {:<26} {}  {}",
+            c.name,
+            if c.held { "held" } else { "BROKEN" },
+            c.detail
+        );
     }
 }

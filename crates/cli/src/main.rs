@@ -68,22 +68,34 @@ fn main() -> anyhow::Result<()> {
     // Parse again so values from the config file are seen as environment.
     let cli = Cli::parse();
     init_tracing();
-    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
     runtime.block_on(run(cli.command))
 }
 
 fn init_tracing() {
     let filter = tracing_subscriber::EnvFilter::try_from_env("FLASHSALE_LOG")
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,sqlx=warn"));
-    tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).init();
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .init();
 }
 
 async fn run(command: Command) -> anyhow::Result<()> {
     match command {
-        Command::Serve { settings, no_persister } => serve(settings, !no_persister).await,
+        Command::Serve {
+            settings,
+            no_persister,
+        } => serve(settings, !no_persister).await,
         Command::Worker { settings } => worker(settings).await,
         Command::Demo(args) => demo::run(args).await,
-        Command::Token { settings, user, ttl_s } => {
+        Command::Token {
+            settings,
+            user,
+            ttl_s,
+        } => {
             anyhow::ensure!(user > 0, "--user must be positive");
             let (jwt, admin) = settings.secrets()?;
             println!("{}", Auth::new(&jwt, &admin).sign(UserId(user), ttl_s));
@@ -121,7 +133,11 @@ fn instance_id() -> String {
 async fn serve(settings: Settings, run_persister: bool) -> anyhow::Result<()> {
     let config = server_config(&settings, run_persister)?;
     let server = Server::start(config).await?;
-    println!("flashsale listening on http://{} ({} ledger)", server.addr, server.state.ledger.kind());
+    println!(
+        "flashsale listening on http://{} ({} ledger)",
+        server.addr,
+        server.state.ledger.kind()
+    );
     shutdown_signal().await;
     tracing::info!("shutting down: finishing in-flight requests");
     server.shutdown().await
@@ -129,8 +145,13 @@ async fn serve(settings: Settings, run_persister: bool) -> anyhow::Result<()> {
 
 async fn worker(settings: Settings) -> anyhow::Result<()> {
     let config = server_config(&settings, true)?;
-    anyhow::ensure!(config.redis_url.is_some(), "`flashsale worker` persists Redis streams: set FLASHSALE_REDIS_URL");
-    let workers = flashsale_server::serve::Workers::start(&config).await.context("start workers")?;
+    anyhow::ensure!(
+        config.redis_url.is_some(),
+        "`flashsale worker` persists Redis streams: set FLASHSALE_REDIS_URL"
+    );
+    let workers = flashsale_server::serve::Workers::start(&config)
+        .await
+        .context("start workers")?;
     shutdown_signal().await;
     workers.shutdown().await
 }
@@ -141,7 +162,8 @@ async fn shutdown_signal() {
     };
     #[cfg(unix)]
     let term = async {
-        if let Ok(mut s) = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+        if let Ok(mut s) = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+        {
             s.recv().await;
         }
     };

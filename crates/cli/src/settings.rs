@@ -80,7 +80,10 @@ fn secret_file(dir: &Path, name: &str, var: &str) -> anyhow::Result<String> {
     std::fs::create_dir_all(dir).with_context(|| format!("create {}", dir.display()))?;
     let secret = Alphanumeric.sample_string(&mut rand::rng(), 40);
     write_private(&path, &secret)?;
-    eprintln!("{var} not set: made one and wrote it to {} (shown once): {secret}", path.display());
+    eprintln!(
+        "{var} not set: made one and wrote it to {} (shown once): {secret}",
+        path.display()
+    );
     Ok(secret)
 }
 
@@ -92,7 +95,9 @@ fn write_private(path: &Path, contents: &str) -> anyhow::Result<()> {
     options.write(true).create_new(true);
     #[cfg(unix)]
     options.mode(0o600);
-    let mut file = options.open(path).with_context(|| format!("write {}", path.display()))?;
+    let mut file = options
+        .open(path)
+        .with_context(|| format!("write {}", path.display()))?;
     file.write_all(contents.as_bytes())?;
     Ok(())
 }

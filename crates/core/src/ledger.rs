@@ -66,7 +66,11 @@ pub trait HotLedger: Send + Sync + 'static {
     /// Keys `<user>:<request_id>` of every accepted request of a sale, or `None` when the
     /// sale has more than `max` of them (or is not warm). With it an instance whose local
     /// sold-out flag is set still answers a retry of an accepted request with its first outcome.
-    async fn accepted_keys(&self, sku: SkuId, max: usize) -> Result<Option<Vec<String>>, LedgerError>;
+    async fn accepted_keys(
+        &self,
+        sku: SkuId,
+        max: usize,
+    ) -> Result<Option<Vec<String>>, LedgerError>;
 
     /// Registers who to tell when a sale's stock comes back (cancel, expiry) on any instance,
     /// so that local sold-out flags clear. Called once at start; a later call replaces it.

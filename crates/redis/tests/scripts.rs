@@ -89,6 +89,7 @@ async fn malformed_calls_are_refused_before_any_write() {
         let err = r.expect_err("refused");
         assert_eq!(err.code(), Some("INVALID_ARGS"), "{argv:?}: {err}");
     }
+    let own = format!("{sku}-1-1");
     let other = [
         (scripts::PAY, vec![keys.sale(sku)], vec!["1-1-1", "7"]),
         (scripts::EXPIRE_DUE, five_keys(&keys, sku), vec!["0"]),
@@ -97,6 +98,16 @@ async fn malformed_calls_are_refused_before_any_write() {
             scripts::CANCEL,
             five_keys(&keys, sku),
             vec!["not-an-order", "7"],
+        ),
+        (
+            scripts::RESTORE_ORDERS,
+            restore_keys(&keys, sku),
+            vec!["1", "1-1-1", "7", "r", "1", "CREATED", "0", "0"],
+        ),
+        (
+            scripts::RESTORE_ORDERS,
+            restore_keys(&keys, sku),
+            vec!["1", &own, "7", "r", "1", "SOLD", "0", "0"],
         ),
     ];
     for (src, k, argv) in other {
@@ -109,6 +120,16 @@ async fn malformed_calls_are_refused_before_any_write() {
     }
     assert_eq!(state_of(&mut conn, &keys, sku).await, before);
     t.cleanup().await;
+}
+
+fn restore_keys(keys: &Keys, sku: SkuId) -> Vec<String> {
+    vec![
+        keys.sale(sku),
+        keys.buyers(sku),
+        keys.requests(sku),
+        keys.orders(sku),
+        keys.holds(sku),
+    ]
 }
 
 fn five_keys(keys: &Keys, sku: SkuId) -> Vec<String> {

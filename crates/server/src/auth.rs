@@ -31,7 +31,10 @@ struct Claims {
 
 impl Auth {
     pub fn new(jwt_secret: &str, admin_token: &str) -> Auth {
-        assert!(!jwt_secret.is_empty() && !admin_token.is_empty(), "secrets must not be empty");
+        assert!(
+            !jwt_secret.is_empty() && !admin_token.is_empty(),
+            "secrets must not be empty"
+        );
         let mut validation = Validation::new(Algorithm::HS256);
         validation.set_required_spec_claims(&["exp", "sub"]);
         validation.leeway = 5;
@@ -45,7 +48,10 @@ impl Auth {
 
     /// A user token valid for `ttl_s` seconds.
     pub fn sign(&self, user: UserId, ttl_s: u64) -> String {
-        let claims = Claims { sub: user.0.to_string(), exp: now_s() + ttl_s };
+        let claims = Claims {
+            sub: user.0.to_string(),
+            exp: now_s() + ttl_s,
+        };
         jsonwebtoken::encode(&Header::new(Algorithm::HS256), &claims, &self.encoding)
             .expect("HS256 signing cannot fail")
     }
@@ -55,7 +61,10 @@ impl Auth {
             .map_err(|e| AppError::new(ErrorCode::Unauthorized, format!("invalid token: {e}")))?;
         match data.claims.sub.parse::<u64>() {
             Ok(id) if id > 0 => Ok(UserId(id)),
-            _ => Err(AppError::new(ErrorCode::Unauthorized, "token subject is not a user id")),
+            _ => Err(AppError::new(
+                ErrorCode::Unauthorized,
+                "token subject is not a user id",
+            )),
         }
     }
 
@@ -65,7 +74,10 @@ impl Auth {
 }
 
 fn now_s() -> u64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0)
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0)
 }
 
 fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
@@ -74,9 +86,16 @@ fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
 
 fn bearer(parts: &Parts) -> Result<&str, AppError> {
     let unauthorized = |m: &str| AppError::new(ErrorCode::Unauthorized, m);
-    let value = parts.headers.get(AUTHORIZATION).ok_or_else(|| unauthorized("missing bearer token"))?;
-    let value = value.to_str().map_err(|_| unauthorized("malformed authorization header"))?;
-    let token = value.strip_prefix("Bearer ").ok_or_else(|| unauthorized("expected a Bearer token"))?;
+    let value = parts
+        .headers
+        .get(AUTHORIZATION)
+        .ok_or_else(|| unauthorized("missing bearer token"))?;
+    let value = value
+        .to_str()
+        .map_err(|_| unauthorized("malformed authorization header"))?;
+    let token = value
+        .strip_prefix("Bearer ")
+        .ok_or_else(|| unauthorized("expected a Bearer token"))?;
     if token.is_empty() || token.len() > TOKEN_LEN_MAX {
         return Err(unauthorized("malformed bearer token"));
     }
@@ -97,7 +116,10 @@ impl FromRequestParts<AppState> for User {
     async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<User, AppError> {
         let token = bearer(parts)?;
         if state.auth.is_admin(token) {
-            return Err(AppError::new(ErrorCode::Forbidden, "the admin token is not a user"));
+            return Err(AppError::new(
+                ErrorCode::Forbidden,
+                "the admin token is not a user",
+            ));
         }
         state.auth.verify_user(token).map(User)
     }
@@ -127,7 +149,10 @@ mod tests {
         let token = auth.sign(UserId(7), 60);
         assert_eq!(auth.verify_user(&token).unwrap(), UserId(7));
         let other = Auth::new("secret-b", "admin");
-        assert_eq!(other.verify_user(&token).unwrap_err().code, ErrorCode::Unauthorized);
+        assert_eq!(
+            other.verify_user(&token).unwrap_err().code,
+            ErrorCode::Unauthorized
+        );
         assert!(auth.verify_user("not.a.token").is_err());
         assert!(auth.is_admin("admin") && !auth.is_admin("admin2") && !auth.is_admin(""));
     }

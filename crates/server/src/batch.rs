@@ -28,7 +28,12 @@ impl Batcher {
     pub fn new(ledger: Arc<dyn HotLedger>, batch_max: usize, queue_cap: usize) -> Batcher {
         assert!((1..=flashsale_core::limits::BATCH_LEN_MAX).contains(&batch_max));
         assert!(queue_cap >= batch_max);
-        Batcher { ledger, queues: Mutex::new(HashMap::new()), batch_max, queue_cap }
+        Batcher {
+            ledger,
+            queues: Mutex::new(HashMap::new()),
+            batch_max,
+            queue_cap,
+        }
     }
 
     /// Queues one purchase and waits for its outcome.
@@ -39,13 +44,18 @@ impl Batcher {
             mpsc::error::TrySendError::Full(_) => LedgerError::Busy,
             mpsc::error::TrySendError::Closed(_) => LedgerError::Internal("batch task gone".into()),
         })?;
-        answer.await.map_err(|_| LedgerError::Internal("batch task dropped a request".into()))?
+        answer
+            .await
+            .map_err(|_| LedgerError::Internal("batch task dropped a request".into()))?
     }
 
     /// Requests queued for a sale right now (back-pressure, metrics).
     pub fn queue_depth(&self, sku: SkuId) -> usize {
         let queues = self.queues.lock().expect("queues lock");
-        queues.get(&sku).map(|q| self.queue_cap - q.capacity()).unwrap_or(0)
+        queues
+            .get(&sku)
+            .map(|q| self.queue_cap - q.capacity())
+            .unwrap_or(0)
     }
 
     fn queue(&self, sku: SkuId) -> mpsc::Sender<Job> {
@@ -61,10 +71,16 @@ impl Batcher {
     }
 }
 
-async fn run(ledger: Arc<dyn HotLedger>, sku: SkuId, mut rx: mpsc::Receiver<Job>, batch_max: usize) {
+async fn run(
+    ledger: Arc<dyn HotLedger>,
+    sku: SkuId,
+    mut rx: mpsc::Receiver<Job>,
+    batch_max: usize,
+) {
     let mut jobs = Vec::with_capacity(batch_max);
     while rx.recv_many(&mut jobs, batch_max).await > 0 {
-        metrics::histogram!(crate::metrics::BATCH_SIZE, "ledger" => ledger.kind()).record(jobs.len() as f64);
+        metrics::histogram!(crate::metrics::BATCH_SIZE, "ledger" => ledger.kind())
+            .record(jobs.len() as f64);
         let reqs: Vec<PurchaseRequest> = jobs.iter().map(|j| j.req.clone()).collect();
         match ledger.purchase_batch(sku, &reqs).await {
             Ok(outcomes) => {

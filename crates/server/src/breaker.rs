@@ -45,7 +45,8 @@ impl Breaker {
     pub fn failure(&self) {
         let failures = self.failures.fetch_add(1, Ordering::Relaxed) + 1;
         if failures >= self.failures_max {
-            self.open_until_ms.store(self.now_ms() + self.open_ms, Ordering::Relaxed);
+            self.open_until_ms
+                .store(self.now_ms() + self.open_ms, Ordering::Relaxed);
             if failures == self.failures_max {
                 metrics::gauge!(crate::metrics::BREAKER_OPEN).set(1.0);
                 tracing::warn!(failures, "hot ledger failing: breaker open");

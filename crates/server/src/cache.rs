@@ -20,7 +20,11 @@ pub struct SaleCache {
 
 impl SaleCache {
     pub fn new(ttl: Duration) -> SaleCache {
-        SaleCache { ttl, entries: Mutex::new(HashMap::new()), counters: Mutex::new(HashMap::new()) }
+        SaleCache {
+            ttl,
+            entries: Mutex::new(HashMap::new()),
+            counters: Mutex::new(HashMap::new()),
+        }
     }
 
     /// `Some(entry)` when fresh; the entry itself is `None` for a sku known not to exist.
@@ -51,12 +55,18 @@ impl SaleCache {
 
     pub fn forget(&self, sku: SkuId) {
         self.entries.lock().expect("sale cache lock").remove(&sku);
-        self.counters.lock().expect("counter cache lock").remove(&sku);
+        self.counters
+            .lock()
+            .expect("counter cache lock")
+            .remove(&sku);
     }
 
     pub fn counters(&self, sku: SkuId) -> Option<Counters> {
         let counters = self.counters.lock().expect("counter cache lock");
-        counters.get(&sku).filter(|(at, _)| at.elapsed() < self.ttl).map(|(_, c)| *c)
+        counters
+            .get(&sku)
+            .filter(|(at, _)| at.elapsed() < self.ttl)
+            .map(|(_, c)| *c)
     }
 
     pub fn put_counters(&self, sku: SkuId, c: Counters) {
@@ -88,7 +98,10 @@ pub fn request_key(user: UserId, request_id: &str) -> String {
 
 impl SoldOutFlags {
     pub fn new(ttl: Duration) -> SoldOutFlags {
-        SoldOutFlags { ttl, flags: Mutex::new(HashMap::new()) }
+        SoldOutFlags {
+            ttl,
+            flags: Mutex::new(HashMap::new()),
+        }
     }
 
     /// True when this request can be answered SOLD_OUT without the ledger: the sale is
@@ -141,10 +154,16 @@ mod tests {
         assert!(!flags.begin_load(sku), "one loader at a time");
         flags.set(sku, HashSet::from(["1:a".to_string()]), Instant::now());
         assert!(flags.answers(sku, "2:b"));
-        assert!(!flags.answers(sku, "1:a"), "a retry of an accepted request goes to the ledger");
+        assert!(
+            !flags.answers(sku, "1:a"),
+            "a retry of an accepted request goes to the ledger"
+        );
         flags.clear(sku);
         assert!(!flags.answers(sku, "2:b"));
         flags.set(sku, HashSet::new(), Instant::now());
-        assert!(!flags.answers(sku, "2:b"), "a set after a restock is ignored");
+        assert!(
+            !flags.answers(sku, "2:b"),
+            "a set after a restock is ignored"
+        );
     }
 }

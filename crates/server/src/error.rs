@@ -28,7 +28,11 @@ impl AppError {
             ErrorCode::RateLimited | ErrorCode::Busy | ErrorCode::Unavailable => Some(1),
             _ => None,
         };
-        AppError { code, message: message.into(), retry_after_s }
+        AppError {
+            code,
+            message: message.into(),
+            retry_after_s,
+        }
     }
 
     pub fn invalid(message: impl Into<String>) -> AppError {
@@ -56,11 +60,17 @@ impl AppError {
 
 impl IntoResponse for AppError {
     fn into_response(self) -> Response {
-        let status = StatusCode::from_u16(self.code.http_status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-        let body = Body { code: self.code.as_str(), message: &self.message };
+        let status = StatusCode::from_u16(self.code.http_status())
+            .unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+        let body = Body {
+            code: self.code.as_str(),
+            message: &self.message,
+        };
         let mut response = (status, Json(body)).into_response();
         if let Some(s) = self.retry_after_s {
-            response.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from(s));
+            response
+                .headers_mut()
+                .insert(header::RETRY_AFTER, HeaderValue::from(s));
         }
         response
     }
@@ -71,7 +81,9 @@ impl From<LedgerError> for AppError {
         match e {
             LedgerError::Unavailable(m) => AppError::new(ErrorCode::Unavailable, m),
             LedgerError::Busy => AppError::new(ErrorCode::Busy, "the sale's queue is full; retry"),
-            LedgerError::NotWarmed => AppError::new(ErrorCode::NotStarted, "the sale is not open yet"),
+            LedgerError::NotWarmed => {
+                AppError::new(ErrorCode::NotStarted, "the sale is not open yet")
+            }
             LedgerError::AlreadyWarm => AppError::new(
                 ErrorCode::SaleExists,
                 "the sale is already warm and has sold units; pass ?force=true to rebuild it",
@@ -84,7 +96,9 @@ impl From<LedgerError> for AppError {
 impl From<StoreError> for AppError {
     fn from(e: StoreError) -> AppError {
         match e {
-            StoreError::SaleExists => AppError::new(ErrorCode::SaleExists, "a sale for this sku exists"),
+            StoreError::SaleExists => {
+                AppError::new(ErrorCode::SaleExists, "a sale for this sku exists")
+            }
             StoreError::SaleNotFound => AppError::from_code(ErrorCode::SaleNotFound),
             StoreError::Unavailable(m) => AppError::new(ErrorCode::Unavailable, m),
             other => internal(other.to_string()),

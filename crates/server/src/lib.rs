@@ -55,10 +55,16 @@ pub fn app(state: AppState) -> Router {
         .route("/metrics", get(health::metrics))
         .fallback(|| async { AppError::new(ErrorCode::RouteNotFound, "no such route") })
         .method_not_allowed_fallback(|| async {
-            AppError::new(ErrorCode::MethodNotAllowed, "method not allowed on this route")
+            AppError::new(
+                ErrorCode::MethodNotAllowed,
+                "method not allowed on this route",
+            )
         })
         .layer(DefaultBodyLimit::max(state.limits.body_bytes_max))
-        .layer(middleware::from_fn_with_state(state.clone(), count_requests))
+        .layer(middleware::from_fn_with_state(
+            state.clone(),
+            count_requests,
+        ))
         .with_state(state)
 }
 

@@ -12,7 +12,9 @@ const LATENCY_BUCKETS_S: [f64; 16] = [
     0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0,
     2.5, 10.0,
 ];
-const BATCH_BUCKETS: [f64; 11] = [1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0, 256.0, 512.0, 1024.0];
+const BATCH_BUCKETS: [f64; 11] = [
+    1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0, 256.0, 512.0, 1024.0,
+];
 
 /// Installs the global recorder on first call; later calls return the same handle.
 pub fn handle() -> PrometheusHandle {
@@ -21,7 +23,10 @@ pub fn handle() -> PrometheusHandle {
             let builder = PrometheusBuilder::new()
                 .set_buckets_for_metric(Matcher::Suffix("_seconds".into()), &LATENCY_BUCKETS_S)
                 .expect("non-empty buckets")
-                .set_buckets_for_metric(Matcher::Full("flashsale_batch_size".into()), &BATCH_BUCKETS)
+                .set_buckets_for_metric(
+                    Matcher::Full("flashsale_batch_size".into()),
+                    &BATCH_BUCKETS,
+                )
                 .expect("non-empty buckets");
             builder.install_recorder().unwrap_or_else(|_| {
                 // Another recorder is installed (a test harness): render an empty one.

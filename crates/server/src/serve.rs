@@ -48,29 +48,47 @@ pub struct Server {
 /// Opens the system of record a URL names (and runs its migrations).
 pub async fn open_store(url: &str) -> anyhow::Result<Arc<dyn OrderStore>> {
     if url.starts_with("mysql://") || url.starts_with("mariadb://") {
-        Ok(Arc::new(MySqlStore::connect(url).await.context("connect to the database")?))
+        Ok(Arc::new(
+            MySqlStore::connect(url)
+                .await
+                .context("connect to the database")?,
+        ))
     } else if url.starts_with("sqlite:") {
-        Ok(Arc::new(SqliteStore::open(url).await.context("open the SQLite database")?))
+        Ok(Arc::new(
+            SqliteStore::open(url)
+                .await
+                .context("open the SQLite database")?,
+        ))
     } else {
         bail!("unsupported database URL {url}: use mysql://… or sqlite://…")
     }
 }
 
 /// The ledger and store a config names.
-pub async fn backends(config: &Config) -> anyhow::Result<(Arc<dyn HotLedger>, Arc<dyn OrderStore>)> {
+pub async fn backends(
+    config: &Config,
+) -> anyhow::Result<(Arc<dyn HotLedger>, Arc<dyn OrderStore>)> {
     let url = config.database_url.as_str();
     match &config.redis_url {
         Some(redis_url) => {
             let store = open_store(url).await?;
-            let ledger = RedisLedger::connect(redis_url, &config.redis_prefix).await.context("connect to Redis")?;
+            let ledger = RedisLedger::connect(redis_url, &config.redis_prefix)
+                .await
+                .context("connect to Redis")?;
             Ok((Arc::new(ledger), store))
         }
         None => {
             if !url.starts_with("sqlite:") {
                 bail!("the embedded ledger (no FLASHSALE_REDIS_URL) needs a sqlite:// database, not {url}");
             }
-            let store = Arc::new(SqliteStore::open(url).await.context("open the SQLite database")?);
-            let ledger = EmbeddedLedger::open(store.clone()).await.context("open the embedded ledger")?;
+            let store = Arc::new(
+                SqliteStore::open(url)
+                    .await
+                    .context("open the SQLite database")?,
+            );
+            let ledger = EmbeddedLedger::open(store.clone())
+                .await
+                .context("open the embedded ledger")?;
             Ok((Arc::new(ledger), store))
         }
     }
@@ -84,7 +102,10 @@ struct Tasks {
 
 impl Tasks {
     fn new() -> Tasks {
-        Tasks { shutdown: broadcast::channel(1).0, handles: Vec::new() }
+        Tasks {
+            shutdown: broadcast::channel(1).0,
+            handles: Vec::new(),
+        }
     }
 
     fn spawn_worker(&mut self, worker: Box<dyn Worker>) {
@@ -101,8 +122,13 @@ impl Tasks {
             match tokio::time::timeout(Duration::from_secs(30), task).await {
                 Ok(Ok(Ok(()))) => {}
                 Ok(Ok(Err(e))) => first_error = first_error.or(Some(e.context(name))),
-                Ok(Err(join)) => first_error = first_error.or(Some(anyhow::anyhow!("{name} panicked: {join}"))),
-                Err(_) => first_error = first_error.or(Some(anyhow::anyhow!("{name} did not stop in 30 s"))),
+                Ok(Err(join)) => {
+                    first_error = first_error.or(Some(anyhow::anyhow!("{name} panicked: {join}")))
+                }
+                Err(_) => {
+                    first_error =
+                        first_error.or(Some(anyhow::anyhow!("{name} did not stop in 30 s")))
+                }
             }
         }
         first_error.map_or(Ok(()), Err)
@@ -132,7 +158,9 @@ impl Workers {
 impl Server {
     /// Binds, builds the backends and starts serving and the workers.
     pub async fn start(config: Config) -> anyhow::Result<Server> {
-        let listener = TcpListener::bind(config.listen).await.with_context(|| format!("bind {}", config.listen))?;
+        let listener = TcpListener::bind(config.listen)
+            .await
+            .with_context(|| format!("bind {}", config.listen))?;
         let addr = listener.local_addr()?;
         let (ledger, store) = backends(&config).await?;
         let auth = Auth::new(&config.jwt_secret, &config.admin_token);
@@ -144,7 +172,9 @@ impl Server {
             let graceful = async move {
                 let _ = stop.recv().await;
             };
-            axum::serve(listener, app).with_graceful_shutdown(graceful).await?;
+            axum::serve(listener, app)
+                .with_graceful_shutdown(graceful)
+                .await?;
             Ok(())
         };
         // The listener first: on shutdown it drains in-flight requests before workers stop.
@@ -163,7 +193,11 @@ impl Server {
     }
 }
 
-fn workers(config: &Config, ledger: Arc<dyn HotLedger>, store: Arc<dyn OrderStore>) -> Vec<Box<dyn Worker>> {
+fn workers(
+    config: &Config,
+    ledger: Arc<dyn HotLedger>,
+    store: Arc<dyn OrderStore>,
+) -> Vec<Box<dyn Worker>> {
     let mut workers: Vec<Box<dyn Worker>> = vec![Box::new(ExpiryWorker {
         ledger,
         store: store.clone(),
@@ -171,7 +205,12 @@ fn workers(config: &Config, ledger: Arc<dyn HotLedger>, store: Arc<dyn OrderStor
         batch_max: 256,
     })];
     if let (Some(redis_url), true) = (&config.redis_url, config.run_persister) {
-        workers.push(Box::new(PersisterWorker::new(redis_url, &config.redis_prefix, &config.instance_id, store)));
+        workers.push(Box::new(PersisterWorker::new(
+            redis_url,
+            &config.redis_prefix,
+            &config.instance_id,
+            store,
+        )));
     }
     workers
 }

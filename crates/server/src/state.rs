@@ -60,7 +60,12 @@ impl std::ops::Deref for AppState {
 }
 
 impl AppState {
-    pub fn new(ledger: Arc<dyn HotLedger>, store: Arc<dyn OrderStore>, auth: Auth, limits: Limits) -> AppState {
+    pub fn new(
+        ledger: Arc<dyn HotLedger>,
+        store: Arc<dyn OrderStore>,
+        auth: Auth,
+        limits: Limits,
+    ) -> AppState {
         let inner = Arc::new(Inner {
             batcher: Batcher::new(ledger.clone(), limits.batch_max, limits.queue_cap),
             ledger,

@@ -50,11 +50,16 @@ impl Worker for ExpiryWorker {
 impl ExpiryWorker {
     async fn expire_all(&self) -> anyhow::Result<()> {
         let sales = self.store.sales().await?;
-        let reserve = sales.iter().filter(|s| s.sale.mode == SaleMode::Reserve && s.sale.state != SaleState::Scheduled);
+        let reserve = sales
+            .iter()
+            .filter(|s| s.sale.mode == SaleMode::Reserve && s.sale.state != SaleState::Scheduled);
         for stored in reserve {
             // Bounded: at most 64 calls per sale per pass.
             for _ in 0..64 {
-                let expired = self.ledger.expire_due(stored.sale.sku_id, self.batch_max).await?;
+                let expired = self
+                    .ledger
+                    .expire_due(stored.sale.sku_id, self.batch_max)
+                    .await?;
                 if expired < self.batch_max {
                     break;
                 }
@@ -70,9 +75,16 @@ pub struct PersisterWorker {
 }
 
 impl PersisterWorker {
-    pub fn new(redis_url: &str, prefix: &str, consumer: &str, store: Arc<dyn OrderStore>) -> PersisterWorker {
+    pub fn new(
+        redis_url: &str,
+        prefix: &str,
+        consumer: &str,
+        store: Arc<dyn OrderStore>,
+    ) -> PersisterWorker {
         let config = flashsale_store::persister::PersisterConfig::new(redis_url, prefix, consumer);
-        PersisterWorker { persister: flashsale_store::persister::Persister::new(config, store) }
+        PersisterWorker {
+            persister: flashsale_store::persister::Persister::new(config, store),
+        }
     }
 }
 

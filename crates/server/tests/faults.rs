@@ -20,7 +20,10 @@ async fn buy_range(stack: &Stack, sku: u64, users: std::ops::RangeInclusive<u64>
     let mut accepted = 0;
     for u in users {
         let (s, b) = stack.buy(u, sku, &format!("r{u}"), json!(1)).await;
-        assert!(s == StatusCode::ACCEPTED || s == StatusCode::CONFLICT, "{s} {b}");
+        assert!(
+            s == StatusCode::ACCEPTED || s == StatusCode::CONFLICT,
+            "{s} {b}"
+        );
         accepted += usize::from(s == StatusCode::ACCEPTED);
     }
     accepted
@@ -32,7 +35,8 @@ async fn stored_orders(store: &dyn OrderStore, sku: u64) -> usize {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redis_down_answers_503_fast_writes_nothing_and_recovers() {
-    let mut redis = RedisServer::spawn_with(&["--appendonly", "yes", "--appendfsync", "always"]).await;
+    let mut redis =
+        RedisServer::spawn_with(&["--appendonly", "yes", "--appendfsync", "always"]).await;
     let stack = Stack::with(&redis.url(), TestDatabase::create().await).await;
     stack.live_sale(41, 100, 1).await;
     assert_eq!(buy_range(&stack, 41, 1..=10).await, 10);
@@ -43,17 +47,32 @@ async fn redis_down_answers_503_fast_writes_nothing_and_recovers() {
     for u in 11..=30 {
         let started = Instant::now();
         let (s, b) = stack.buy(u, 41, &format!("r{u}"), json!(1)).await;
-        assert_eq!((s, b["code"].as_str()), (StatusCode::SERVICE_UNAVAILABLE, Some("UNAVAILABLE")));
-        assert!(started.elapsed() < Duration::from_secs(5), "a bound, not a hang: {:?}", started.elapsed());
+        assert_eq!(
+            (s, b["code"].as_str()),
+            (StatusCode::SERVICE_UNAVAILABLE, Some("UNAVAILABLE"))
+        );
+        assert!(
+            started.elapsed() < Duration::from_secs(5),
+            "a bound, not a hang: {:?}",
+            started.elapsed()
+        );
     }
     let (s, _) = stack.call("GET", "/readyz", None, None).await;
     assert_eq!(s, StatusCode::SERVICE_UNAVAILABLE);
-    assert_eq!(stored_orders(stack.store().as_ref(), 41).await, before, "no database fallback");
+    assert_eq!(
+        stored_orders(stack.store().as_ref(), 41).await,
+        before,
+        "no database fallback"
+    );
 
     redis.start().await;
-    wait::until("purchases to succeed again", Duration::from_secs(30), || async {
-        (stack.buy(11, 41, "r11", json!(1)).await.0 == StatusCode::ACCEPTED).then_some(())
-    })
+    wait::until(
+        "purchases to succeed again",
+        Duration::from_secs(30),
+        || async {
+            (stack.buy(11, 41, "r11", json!(1)).await.0 == StatusCode::ACCEPTED).then_some(())
+        },
+    )
     .await;
     assert_eq!(buy_range(&stack, 41, 12..=20).await, 9);
     stack.drain(41).await;
@@ -76,7 +95,11 @@ async fn mariadb_down_mid_sale_then_the_persister_catches_up() {
     assert_eq!(buy_range(&stack, 42, 81..=100).await, 20);
 
     stack.drain(42).await;
-    assert_eq!(stored_orders(stack.store().as_ref(), 42).await, 100, "nothing lost");
+    assert_eq!(
+        stored_orders(stack.store().as_ref(), 42).await,
+        100,
+        "nothing lost"
+    );
     common::assert_invariants(stack.store().as_ref(), 42).await;
 }
 
@@ -94,12 +117,16 @@ async fn a_dead_persisters_entries_are_claimed_and_applied_exactly_once() {
     let store = stack.store();
     let url = redis_server::shared_url();
 
-    let committed = StreamReader::connect(&url, &cfg.redis_prefix, "died-after-commit").await.unwrap();
+    let committed = StreamReader::connect(&url, &cfg.redis_prefix, "died-after-commit")
+        .await
+        .unwrap();
     committed.ensure_group(sku).await.unwrap();
     let first = committed.read_new(sku, 20, 0).await.unwrap();
     let events: Vec<_> = first.iter().map(|(_, e)| e.clone().unwrap()).collect();
     store.apply_events(sku, &events).await.unwrap();
-    let uncommitted = StreamReader::connect(&url, &cfg.redis_prefix, "died-before-commit").await.unwrap();
+    let uncommitted = StreamReader::connect(&url, &cfg.redis_prefix, "died-before-commit")
+        .await
+        .unwrap();
     assert_eq!(uncommitted.read_new(sku, 20, 0).await.unwrap().len(), 20);
     assert_eq!(stored_orders(store.as_ref(), 43).await, 20);
 

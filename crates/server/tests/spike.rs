@@ -19,8 +19,16 @@ const SKU: u64 = 77;
 fn attempts() -> Vec<(u64, String)> {
     let mut list: Vec<(u64, String)> = (1..=USERS).map(|u| (u, format!("u{u}-a"))).collect();
     // 5% try twice with a new request id; 5% retry the same one.
-    list.extend((1..=USERS).filter(|u| u % 20 == 0).map(|u| (u, format!("u{u}-b"))));
-    list.extend((1..=USERS).filter(|u| u % 20 == 1).map(|u| (u, format!("u{u}-a"))));
+    list.extend(
+        (1..=USERS)
+            .filter(|u| u % 20 == 0)
+            .map(|u| (u, format!("u{u}-b"))),
+    );
+    list.extend(
+        (1..=USERS)
+            .filter(|u| u % 20 == 1)
+            .map(|u| (u, format!("u{u}-a"))),
+    );
     // Interleave deterministically so retries land mid-spike, not at the end.
     list.sort_by_key(|(u, rid)| (u.wrapping_mul(2_654_435_761) % 1_000, rid.clone()));
     list
@@ -49,23 +57,47 @@ async fn run(stack: &Stack) {
             202 => {
                 accepted_users.insert(*user);
                 let no = body["order_no"].as_str().unwrap().to_owned();
-                orders_by_request.entry((*user, rid.clone())).or_default().insert(no);
+                orders_by_request
+                    .entry((*user, rid.clone()))
+                    .or_default()
+                    .insert(no);
             }
-            409 => assert!(["SOLD_OUT", "LIMIT_EXCEEDED"].contains(&body["code"].as_str().unwrap()), "{body}"),
+            409 => assert!(
+                ["SOLD_OUT", "LIMIT_EXCEEDED"].contains(&body["code"].as_str().unwrap()),
+                "{body}"
+            ),
             other => panic!("unexpected {other}: {body}"),
         }
     }
-    assert!(orders_by_request.values().all(|nos| nos.len() == 1), "a retry answered another order");
+    assert!(
+        orders_by_request.values().all(|nos| nos.len() == 1),
+        "a retry answered another order"
+    );
     let distinct_orders: HashSet<&String> = orders_by_request.values().flatten().collect();
-    assert_eq!(distinct_orders.len() as u64, UNITS, "every unit sold once, to one request");
-    assert_eq!(accepted_users.len() as u64, UNITS, "limit 1: one unit per buyer");
+    assert_eq!(
+        distinct_orders.len() as u64,
+        UNITS,
+        "every unit sold once, to one request"
+    );
+    assert_eq!(
+        accepted_users.len() as u64,
+        UNITS,
+        "limit 1: one unit per buyer"
+    );
 
     stack.drain(SKU).await;
     common::assert_invariants(stack.store().as_ref(), SKU).await;
-    let orders = stack.store().orders(flashsale_core::SkuId(SKU)).await.unwrap();
+    let orders = stack
+        .store()
+        .orders(flashsale_core::SkuId(SKU))
+        .await
+        .unwrap();
     let stored: HashSet<String> = orders.iter().map(|o| o.order_no.to_string()).collect();
     let answered: HashSet<String> = distinct_orders.into_iter().cloned().collect();
-    assert_eq!(stored, answered, "the database holds exactly the orders that were answered accepted");
+    assert_eq!(
+        stored, answered,
+        "the database holds exactly the orders that were answered accepted"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -74,7 +106,11 @@ async fn spike_on_redis_and_mariadb() {
     run(&stack).await;
     let db_url = stack.db.as_ref().unwrap().url.clone();
     let (n, units, sold) = common::mysql_counts(&db_url, SKU).await;
-    assert_eq!((n as u64, units as u64, sold as u64), (UNITS, UNITS, UNITS), "counted by SQL in MariaDB");
+    assert_eq!(
+        (n as u64, units as u64, sold as u64),
+        (UNITS, UNITS, UNITS),
+        "counted by SQL in MariaDB"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

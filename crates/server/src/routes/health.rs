@@ -25,10 +25,17 @@ pub async fn readyz(State(st): State<AppState>) -> impl IntoResponse {
     let store_ok = matches!(store, Ok(Ok(())));
     let word = |ok: bool| if ok { "ok" } else { "unreachable" };
     let body = json!({"ledger": word(ledger_ok), "database": word(store_ok), "ledger_kind": st.ledger.kind()});
-    let status = if ledger_ok && store_ok { StatusCode::OK } else { StatusCode::SERVICE_UNAVAILABLE };
+    let status = if ledger_ok && store_ok {
+        StatusCode::OK
+    } else {
+        StatusCode::SERVICE_UNAVAILABLE
+    };
     (status, Json(body))
 }
 
 pub async fn metrics(State(st): State<AppState>) -> impl IntoResponse {
-    ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], st.metrics.render())
+    (
+        [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
+        st.metrics.render(),
+    )
 }

@@ -17,8 +17,11 @@ fn parse(p: Result<Path<String>, PathRejection>) -> Result<OrderNo, AppError> {
 }
 
 /// The database's status once stored; PENDING from the hot ledger until then.
-pub async fn get(State(st): State<AppState>, User(user): User, p: Result<Path<String>, PathRejection>)
-    -> Result<Json<OrderView>, AppError> {
+pub async fn get(
+    State(st): State<AppState>,
+    User(user): User,
+    p: Result<Path<String>, PathRejection>,
+) -> Result<Json<OrderView>, AppError> {
     let no = parse(p)?;
     match st.store.order(&no).await {
         Ok(Some(order)) => return owned(order, user, None),
@@ -33,14 +36,21 @@ pub async fn get(State(st): State<AppState>, User(user): User, p: Result<Path<St
     }
 }
 
-fn owned(order: HotOrder, user: UserId, status: Option<OrderStatus>) -> Result<Json<OrderView>, AppError> {
+fn owned(
+    order: HotOrder,
+    user: UserId,
+    status: Option<OrderStatus>,
+) -> Result<Json<OrderView>, AppError> {
     if order.user_id != user {
         return Err(AppError::from_code(ErrorCode::OrderNotFound));
     }
     Ok(Json(OrderView::new(&order, status.unwrap_or(order.status))))
 }
 
-async fn resolve(st: &AppState, result: Result<Resolution, LedgerError>) -> Result<Json<OrderView>, AppError> {
+async fn resolve(
+    st: &AppState,
+    result: Result<Resolution, LedgerError>,
+) -> Result<Json<OrderView>, AppError> {
     match &result {
         Err(LedgerError::Unavailable(_)) => st.breaker.failure(),
         Ok(_) => st.breaker.success(),
@@ -50,15 +60,21 @@ async fn resolve(st: &AppState, result: Result<Resolution, LedgerError>) -> Resu
     Ok(Json(OrderView::new(&order, order.status)))
 }
 
-pub async fn pay(State(st): State<AppState>, User(user): User, p: Result<Path<String>, PathRejection>)
-    -> Result<Json<OrderView>, AppError> {
+pub async fn pay(
+    State(st): State<AppState>,
+    User(user): User,
+    p: Result<Path<String>, PathRejection>,
+) -> Result<Json<OrderView>, AppError> {
     let no = parse(p)?;
     let result = st.ledger.pay(&no, user).await;
     resolve(&st, result).await
 }
 
-pub async fn cancel(State(st): State<AppState>, User(user): User, p: Result<Path<String>, PathRejection>)
-    -> Result<Json<OrderView>, AppError> {
+pub async fn cancel(
+    State(st): State<AppState>,
+    User(user): User,
+    p: Result<Path<String>, PathRejection>,
+) -> Result<Json<OrderView>, AppError> {
     let no = parse(p)?;
     let result = st.ledger.cancel(&no, user).await;
     let answer = resolve(&st, result).await;

@@ -8,7 +8,9 @@ use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::Json;
 use flashsale_core::limits::PER_USER_LIMIT_MAX;
-use flashsale_core::{ErrorCode, LedgerError, PurchaseOutcome, PurchaseRequest, RequestId, SkuId, UserId};
+use flashsale_core::{
+    ErrorCode, LedgerError, PurchaseOutcome, PurchaseRequest, RequestId, SkuId, UserId,
+};
 use serde::Deserialize;
 
 use super::{path, OrderView};
@@ -31,9 +33,16 @@ impl PurchaseBody {
         let request_id = RequestId::parse(&self.request_id)
             .ok_or_else(|| AppError::invalid("request_id must be 1..=64 of [A-Za-z0-9_-]"))?;
         if !(1..=i64::from(PER_USER_LIMIT_MAX)).contains(&self.quantity) {
-            return Err(AppError::invalid(format!("quantity must be 1..={PER_USER_LIMIT_MAX}")));
+            return Err(AppError::invalid(format!(
+                "quantity must be 1..={PER_USER_LIMIT_MAX}"
+            )));
         }
-        Ok(PurchaseRequest { sku_id: sku, user_id: user, request_id, quantity: self.quantity as u32 })
+        Ok(PurchaseRequest {
+            sku_id: sku,
+            user_id: user,
+            request_id,
+            quantity: self.quantity as u32,
+        })
     }
 }
 
@@ -54,19 +63,26 @@ pub async fn purchase(
         Ok(_) => "accepted",
         Err(e) => e.code.as_str(),
     };
-    metrics::histogram!(PURCHASE_LATENCY, "outcome" => label).record(started.elapsed().as_secs_f64());
+    metrics::histogram!(PURCHASE_LATENCY, "outcome" => label)
+        .record(started.elapsed().as_secs_f64());
     metrics::counter!("flashsale_purchases_total", "outcome" => label).increment(1);
     result.map(|view| (StatusCode::ACCEPTED, Json(view)))
 }
 
 async fn decide(st: &AppState, req: PurchaseRequest) -> Result<OrderView, AppError> {
     let sku = req.sku_id;
-    if st.sold_out.answers(sku, &request_key(req.user_id, req.request_id.as_str())) {
+    if st
+        .sold_out
+        .answers(sku, &request_key(req.user_id, req.request_id.as_str()))
+    {
         metrics::counter!(SOLD_OUT_LOCAL).increment(1);
         return Err(AppError::from_code(ErrorCode::SoldOut));
     }
     if !st.breaker.allows() {
-        return Err(AppError::new(ErrorCode::Unavailable, "hot ledger unavailable; retry shortly"));
+        return Err(AppError::new(
+            ErrorCode::Unavailable,
+            "hot ledger unavailable; retry shortly",
+        ));
     }
     let outcome = st.batcher.purchase(req).await;
     match &outcome {
@@ -100,10 +116,19 @@ fn flag_sold_out(st: &AppState, sku: SkuId) {
     let st = st.clone();
     tokio::spawn(async move {
         let loaded_at = Instant::now();
-        match st.ledger.accepted_keys(sku, st.limits.accepted_keys_max).await {
-            Ok(Some(keys)) => st.sold_out.set(sku, keys.into_iter().collect::<HashSet<_>>(), loaded_at),
+        match st
+            .ledger
+            .accepted_keys(sku, st.limits.accepted_keys_max)
+            .await
+        {
+            Ok(Some(keys)) => {
+                st.sold_out
+                    .set(sku, keys.into_iter().collect::<HashSet<_>>(), loaded_at)
+            }
             Ok(None) => {}
-            Err(e) => tracing::warn!(%sku, error = %e, "could not load accepted keys for the sold-out flag"),
+            Err(e) => {
+                tracing::warn!(%sku, error = %e, "could not load accepted keys for the sold-out flag")
+            }
         }
     });
 }

@@ -46,12 +46,21 @@ pub struct SaleView {
 
 impl SaleView {
     fn new(sale: &Sale, c: &Counters) -> SaleView {
-        SaleView { sale: sale.clone(), available: c.available, reserved: c.reserved, sold: c.sold, seq: c.seq }
+        SaleView {
+            sale: sale.clone(),
+            available: c.available,
+            reserved: c.reserved,
+            sold: c.sold,
+            seq: c.seq,
+        }
     }
 }
 
 pub fn now_ms() -> i64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as i64).unwrap_or(0)
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or(0)
 }
 
 impl CreateSale {
@@ -65,11 +74,15 @@ impl CreateSale {
             per_user_limit: self.per_user_limit.unwrap_or(1),
             mode,
             payment_timeout_ms: match mode {
-                SaleMode::Reserve => self.payment_timeout_ms.unwrap_or(PAYMENT_TIMEOUT_MS_DEFAULT),
+                SaleMode::Reserve => self
+                    .payment_timeout_ms
+                    .unwrap_or(PAYMENT_TIMEOUT_MS_DEFAULT),
                 SaleMode::Direct => self.payment_timeout_ms.unwrap_or(0),
             },
             starts_at_ms,
-            ends_at_ms: self.ends_at_ms.unwrap_or(starts_at_ms.saturating_add(SALE_LENGTH_MS_DEFAULT)),
+            ends_at_ms: self
+                .ends_at_ms
+                .unwrap_or(starts_at_ms.saturating_add(SALE_LENGTH_MS_DEFAULT)),
             state: SaleState::Scheduled,
         };
         sale.validate().map_err(AppError::invalid)?;
@@ -86,7 +99,10 @@ pub async fn create(
     let sale = body.into_sale()?;
     let stored = st.store.create_sale(&sale).await?;
     st.sales.forget(sale.sku_id);
-    Ok((StatusCode::CREATED, Json(SaleView::new(&stored.sale, &stored.counters))))
+    Ok((
+        StatusCode::CREATED,
+        Json(SaleView::new(&stored.sale, &stored.counters)),
+    ))
 }
 
 /// The sale from the instance cache, or the database.
@@ -104,7 +120,10 @@ pub async fn lookup(st: &AppState, sku: SkuId) -> Result<std::sync::Arc<StoredSa
     cached.ok_or_else(|| AppError::from_code(ErrorCode::SaleNotFound))
 }
 
-pub async fn get(State(st): State<AppState>, p: Result<Path<u64>, PathRejection>) -> Result<Json<SaleView>, AppError> {
+pub async fn get(
+    State(st): State<AppState>,
+    p: Result<Path<u64>, PathRejection>,
+) -> Result<Json<SaleView>, AppError> {
     let sku = SkuId(path(p)?);
     let stored = lookup(&st, sku).await?;
     let counters = match st.sales.counters(sku) {
@@ -140,7 +159,11 @@ pub async fn warm(
 ) -> Result<Json<SaleView>, AppError> {
     let sku = SkuId(path(p)?);
     let Query(q) = q?;
-    let stored = st.store.sale(sku).await?.ok_or_else(|| AppError::from_code(ErrorCode::SaleNotFound))?;
+    let stored = st
+        .store
+        .sale(sku)
+        .await?
+        .ok_or_else(|| AppError::from_code(ErrorCode::SaleNotFound))?;
     if stored.sale.state == SaleState::Ended {
         return Err(AppError::from_code(ErrorCode::Ended));
     }
@@ -148,16 +171,26 @@ pub async fn warm(
     if sale.state == SaleState::Scheduled {
         sale.state = SaleState::Live;
     }
-    st.ledger.warm(&sale, &stored.counters, stored.epoch, q.force).await?;
+    st.ledger
+        .warm(&sale, &stored.counters, stored.epoch, q.force)
+        .await?;
     st.store.set_state(sku, sale.state).await?;
     st.sales.forget(sku);
     st.sold_out.clear(sku);
     Ok(Json(SaleView::new(&sale, &stored.counters)))
 }
 
-async fn set_state(st: AppState, p: Result<Path<u64>, PathRejection>, state: SaleState) -> Result<Json<SaleView>, AppError> {
+async fn set_state(
+    st: AppState,
+    p: Result<Path<u64>, PathRejection>,
+    state: SaleState,
+) -> Result<Json<SaleView>, AppError> {
     let sku = SkuId(path(p)?);
-    let stored = st.store.sale(sku).await?.ok_or_else(|| AppError::from_code(ErrorCode::SaleNotFound))?;
+    let stored = st
+        .store
+        .sale(sku)
+        .await?
+        .ok_or_else(|| AppError::from_code(ErrorCode::SaleNotFound))?;
     if stored.sale.state == SaleState::Ended {
         return Err(AppError::from_code(ErrorCode::Ended));
     }
@@ -172,18 +205,37 @@ async fn set_state(st: AppState, p: Result<Path<u64>, PathRejection>, state: Sal
     st.sales.forget(sku);
     let mut sale = stored.sale.clone();
     sale.state = state;
-    let counters = hot_or_stored_counters(&st, &StoredSale { sale: sale.clone(), ..stored }).await;
+    let counters = hot_or_stored_counters(
+        &st,
+        &StoredSale {
+            sale: sale.clone(),
+            ..stored
+        },
+    )
+    .await;
     Ok(Json(SaleView::new(&sale, &counters)))
 }
 
-pub async fn pause(State(st): State<AppState>, _: Admin, p: Result<Path<u64>, PathRejection>) -> Result<Json<SaleView>, AppError> {
+pub async fn pause(
+    State(st): State<AppState>,
+    _: Admin,
+    p: Result<Path<u64>, PathRejection>,
+) -> Result<Json<SaleView>, AppError> {
     set_state(st, p, SaleState::Paused).await
 }
 
-pub async fn resume(State(st): State<AppState>, _: Admin, p: Result<Path<u64>, PathRejection>) -> Result<Json<SaleView>, AppError> {
+pub async fn resume(
+    State(st): State<AppState>,
+    _: Admin,
+    p: Result<Path<u64>, PathRejection>,
+) -> Result<Json<SaleView>, AppError> {
     set_state(st, p, SaleState::Live).await
 }
 
-pub async fn end(State(st): State<AppState>, _: Admin, p: Result<Path<u64>, PathRejection>) -> Result<Json<SaleView>, AppError> {
+pub async fn end(
+    State(st): State<AppState>,
+    _: Admin,
+    p: Result<Path<u64>, PathRejection>,
+) -> Result<Json<SaleView>, AppError> {
     set_state(st, p, SaleState::Ended).await
 }

@@ -61,12 +61,27 @@ impl Stack {
         Stack::start(config(None, url), None, Some(dir)).await
     }
 
-    pub async fn start(config: Config, db: Option<TestDatabase>, dir: Option<tempfile::TempDir>) -> Stack {
+    pub async fn start(
+        config: Config,
+        db: Option<TestDatabase>,
+        dir: Option<tempfile::TempDir>,
+    ) -> Stack {
         let server = Server::start(config.clone()).await.expect("server starts");
         let base = format!("http://{}", server.addr);
-        let http = reqwest::Client::builder().pool_max_idle_per_host(256).build().unwrap();
+        let http = reqwest::Client::builder()
+            .pool_max_idle_per_host(256)
+            .build()
+            .unwrap();
         let auth = Auth::new(JWT_SECRET, ADMIN);
-        Stack { server: Some(server), base, http, auth, config, db, dir }
+        Stack {
+            server: Some(server),
+            base,
+            http,
+            auth,
+            config,
+            db,
+            dir,
+        }
     }
 
     pub fn store(&self) -> std::sync::Arc<dyn OrderStore> {
@@ -77,7 +92,13 @@ impl Stack {
         self.auth.sign(UserId(user), 3_600)
     }
 
-    pub async fn call(&self, method: &str, path: &str, token: Option<&str>, body: Option<Value>) -> (StatusCode, Value) {
+    pub async fn call(
+        &self,
+        method: &str,
+        path: &str,
+        token: Option<&str>,
+        body: Option<Value>,
+    ) -> (StatusCode, Value) {
         let url = format!("{}{}", self.base, path);
         let mut req = self.http.request(method.parse().unwrap(), url);
         if let Some(t) = token {
@@ -89,29 +110,54 @@ impl Stack {
         let resp = req.send().await.expect("request sent");
         let status = resp.status();
         let text = resp.text().await.unwrap();
-        (status, serde_json::from_str(&text).unwrap_or(Value::String(text)))
+        (
+            status,
+            serde_json::from_str(&text).unwrap_or(Value::String(text)),
+        )
     }
 
-    pub async fn admin(&self, method: &str, path: &str, body: Option<Value>) -> (StatusCode, Value) {
+    pub async fn admin(
+        &self,
+        method: &str,
+        path: &str,
+        body: Option<Value>,
+    ) -> (StatusCode, Value) {
         self.call(method, path, Some(ADMIN), body).await
     }
 
     /// Creates and warms a live direct sale.
     pub async fn live_sale(&self, sku: u64, total: u64, limit: u32) {
-        self.live_sale_with(json!({"sku_id": sku, "name": "test", "total_stock": total, "per_user_limit": limit})).await;
+        self.live_sale_with(
+            json!({"sku_id": sku, "name": "test", "total_stock": total, "per_user_limit": limit}),
+        )
+        .await;
     }
 
     pub async fn live_sale_with(&self, body: Value) {
         let sku = body["sku_id"].as_u64().unwrap();
         let (s, b) = self.admin("POST", "/api/v1/sales", Some(body)).await;
         assert_eq!(s, StatusCode::CREATED, "{b}");
-        let (s, b) = self.admin("POST", &format!("/api/v1/sales/{sku}/warm"), None).await;
+        let (s, b) = self
+            .admin("POST", &format!("/api/v1/sales/{sku}/warm"), None)
+            .await;
         assert_eq!(s, StatusCode::OK, "{b}");
     }
 
-    pub async fn buy(&self, user: u64, sku: u64, request_id: &str, quantity: Value) -> (StatusCode, Value) {
+    pub async fn buy(
+        &self,
+        user: u64,
+        sku: u64,
+        request_id: &str,
+        quantity: Value,
+    ) -> (StatusCode, Value) {
         let body = json!({"request_id": request_id, "quantity": quantity});
-        self.call("POST", &format!("/api/v1/sales/{sku}/purchases"), Some(&self.token(user)), Some(body)).await
+        self.call(
+            "POST",
+            &format!("/api/v1/sales/{sku}/purchases"),
+            Some(&self.token(user)),
+            Some(body),
+        )
+        .await
     }
 
     /// Waits until the database has applied every event the hot ledger has.
@@ -154,9 +200,23 @@ pub async fn mysql_counts(db_url: &str, sku: u64) -> (i64, i64, i64) {
 
 /// I1–I5, I7 from the database's own rows.
 pub async fn assert_invariants(store: &dyn OrderStore, sku: u64) {
-    let stored = store.sale(SkuId(sku)).await.unwrap().expect("sale in the database");
+    let stored = store
+        .sale(SkuId(sku))
+        .await
+        .unwrap()
+        .expect("sale in the database");
     let orders = store.orders(SkuId(sku)).await.unwrap();
     let events = store.events(SkuId(sku)).await.unwrap();
-    let report = flashsale_core::invariants::check_sale(&stored.sale, &stored.counters, &orders, &events, true);
-    assert!(report.is_ok(), "invariants broken: {:#?}", report.violations);
+    let report = flashsale_core::invariants::check_sale(
+        &stored.sale,
+        &stored.counters,
+        &orders,
+        &events,
+        true,
+    );
+    assert!(
+        report.is_ok(),
+        "invariants broken: {:#?}",
+        report.violations
+    );
 }
