@@ -11,10 +11,13 @@ use flashsale_core::{Counters, SkuId, UserId};
 /// Entries kept at most; the map is cleared when full (a bound on memory under junk ids).
 const ENTRIES_MAX: usize = 10_000;
 
+/// When an entry was fetched, and the sale (`None`: known not to exist).
+type SaleEntry = (Instant, Option<Arc<StoredSale>>);
+
 /// Sales by sku, refreshed after `ttl`; unknown skus are remembered too (as `None`).
 pub struct SaleCache {
     ttl: Duration,
-    entries: Mutex<HashMap<SkuId, (Instant, Option<Arc<StoredSale>>)>>,
+    entries: Mutex<HashMap<SkuId, SaleEntry>>,
     counters: Mutex<HashMap<SkuId, (Instant, Counters)>>,
 }
 
