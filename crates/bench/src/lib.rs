@@ -1,5 +1,6 @@
 //! flashsale-bench: load that tells the truth about a flash sale.
 //!
+//! - [`closed`]: a closed-loop driver for comparing endpoints under the same load.
 //! - [`load`]: fires buyers at a sale over HTTP: open-loop spike arrivals (every buyer within
 //!   `ramp_ms`) or closed-loop concurrency, keep-alive connections, timeouts and retries with the
 //!   same request id. Latency counts from the scheduled arrival, so a stalled server is not
@@ -9,6 +10,7 @@
 //!
 //! Depends on core (for ids) and client libraries; never on a server crate.
 
+pub mod closed;
 pub mod load;
 pub mod report;
 pub mod summary;

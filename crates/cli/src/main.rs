@@ -3,6 +3,7 @@
 //! - [`settings`]: flags, environment, config file and secrets.
 //! - [`demo`]: the whole flash sale in one command, with a report.
 
+mod bench;
 mod demo;
 mod settings;
 
@@ -43,6 +44,9 @@ enum Command {
     },
     /// A whole flash sale in one command: server, sale, spike, report.
     Demo(demo::DemoArgs),
+    /// Measurements (run in release mode): see BENCHMARKS.md.
+    #[command(subcommand)]
+    Bench(bench::BenchCommand),
     /// Print a user token signed with the configured secret.
     Token {
         #[command(flatten)]
@@ -91,6 +95,7 @@ async fn run(command: Command) -> anyhow::Result<()> {
         } => serve(settings, !no_persister).await,
         Command::Worker { settings } => worker(settings).await,
         Command::Demo(args) => demo::run(args).await,
+        Command::Bench(cmd) => bench::run(cmd).await,
         Command::Token {
             settings,
             user,
