@@ -25,6 +25,26 @@ pub enum BenchCommand {
     Http(HttpArgs),
     /// The embedded ledger in-process: purchases committed per second.
     Ledger(LedgerArgs),
+    /// One hot SKU, one strategy after another: the seeds' designs against ours.
+    Strategies(StrategiesArgs),
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct StrategiesArgs {
+    #[arg(long, default_value_t = 10_000)]
+    pub units: u64,
+    #[arg(long, default_value_t = 100_000)]
+    pub users: u64,
+    #[arg(long, default_value_t = 256)]
+    pub concurrency: usize,
+    #[arg(long, default_value = "redis://127.0.0.1:6379")]
+    pub redis_url: String,
+    /// A MySQL/MariaDB server (no database: the bench makes its own).
+    #[arg(long, default_value = "mysql://root@127.0.0.1:3306")]
+    pub mysql_url: String,
+    /// Run only these strategies (comma list).
+    #[arg(long, value_delimiter = ',')]
+    pub only: Vec<String>,
 }
 
 #[derive(Debug, Clone, Args)]
@@ -60,6 +80,7 @@ pub async fn run(cmd: BenchCommand) -> anyhow::Result<()> {
     match cmd {
         BenchCommand::Http(args) => http(args).await,
         BenchCommand::Ledger(args) => ledger(args).await,
+        BenchCommand::Strategies(args) => strategies(args).await,
     }
 }
 
@@ -218,4 +239,121 @@ async fn caller(ledger: Arc<EmbeddedLedger>, first: u64, count: u64, batch: usiz
         next += n;
     }
     Ok(accepted)
+}
+
+async fn strategies(args: StrategiesArgs) -> anyhow::Result<()> {
+    use crate::strategies::*;
+    let w = Workload { units: args.units, users: args.users, concurrency: args.concurrency };
+    let client = redis::Client::open(args.redis_url.as_str())?;
+    let mut admin = client.get_multiplexed_async_connection().await?;
+    let prefix = format!("fsstrat{}", std::process::id());
+    let names = ["db-row-lock", "redis-naive", "redis-lock", "redis-lua", "flashsale-redis", "flashsale-embedded"];
+    let wanted = |n: &str| args.only.is_empty() || args.only.iter().any(|o| o == n);
+    println!("bench strategies: {} units, {} users, {} clients", w.units, w.users, w.concurrency);
+    let mut rows = Vec::new();
+    for name in names.into_iter().filter(|n| wanted(n)) {
+        let p = format!("{prefix}{}", rows.len());
+        let strategy = build_strategy(name, &args, &client, &p).await?;
+        let row = measure(strategy.clone(), &w, &mut admin).await?;
+        println!("  {:<20} {:>9.0}/s  p99 {:>8.2} ms  sold {}", row.strategy, row.per_s, row.p99_ms, row.audit.units_sold);
+        rows.push(row);
+        drop(strategy);
+        cleanup_redis(&mut admin, &p).await?;
+    }
+    print_strategies(&rows);
+    let dir = std::path::Path::new("./flashsale-data/reports");
+    std::fs::create_dir_all(dir)?;
+    let path = dir.join(format!("bench-strategies-{}.json", SystemTime::now().duration_since(UNIX_EPOCH)?.as_secs()));
+    std::fs::write(&path, serde_json::to_vec_pretty(&rows)?)?;
+    println!("json: {}", path.display());
+    Ok(())
+}
+
+async fn build_strategy(name: &str, a: &StrategiesArgs, client: &redis::Client, p: &str)
+    -> anyhow::Result<Arc<dyn crate::strategies::Strategy>> {
+    use crate::strategies::*;
+    let conn = client.get_multiplexed_async_connection().await?;
+    let mut c = conn.clone();
+    let sku = "{1001}";
+    Ok(match name {
+        "db-row-lock" => {
+            let url = fresh_mysql(&a.mysql_url, &format!("{p}_rowlock")).await?;
+            let pool = sqlx::mysql::MySqlPoolOptions::new().max_connections(64).connect(&url).await?;
+            Arc::new(DbRowLock::new(pool, a.units).await?)
+        }
+        "redis-naive" => {
+            let _: () = redis::cmd("SET").arg(format!("{p}:stock:{sku}")).arg(a.units).query_async(&mut c).await?;
+            Arc::new(RedisNaive { conn, prefix: p.into() })
+        }
+        "redis-lock" => {
+            let _: () = redis::cmd("HSET").arg(format!("{p}:item:{sku}")).arg("total").arg(a.units).arg("ordered").arg(0).query_async(&mut c).await?;
+            Arc::new(RedisLock { conn, prefix: p.into() })
+        }
+        "redis-lua" => {
+            let _: () = redis::cmd("SET").arg(format!("{p}:stock:{sku}")).arg(a.units).query_async(&mut c).await?;
+            Arc::new(RedisLua { conn, prefix: p.into(), script: redis::Script::new(SEED_LUA) })
+        }
+        "flashsale-redis" => {
+            let url = fresh_mysql(&a.mysql_url, &format!("{p}_ours")).await?;
+            let store: Arc<dyn flashsale_core::OrderStore> = Arc::new(flashsale_store::MySqlStore::connect(&url).await?);
+            let ledger: Arc<dyn HotLedger> = Arc::new(flashsale_redis::RedisLedger::connect(&a.redis_url, p).await?);
+            ours("flashsale-redis", ledger, store, a.units, Some((&a.redis_url, p))).await?
+        }
+        "flashsale-embedded" => {
+            let dir = tempfile_dir(std::path::Path::new("./flashsale-data"))?;
+            let sqlite = Arc::new(SqliteStore::open(&format!("sqlite://{}/{p}.db", dir.display())).await?);
+            let ledger: Arc<dyn HotLedger> = Arc::new(EmbeddedLedger::open(sqlite.clone()).await?);
+            ours("flashsale-embedded", ledger, sqlite, a.units, None).await?
+        }
+        other => anyhow::bail!("unknown strategy {other}"),
+    })
+}
+
+async fn ours(name: &'static str, ledger: Arc<dyn HotLedger>, store: Arc<dyn flashsale_core::OrderStore>, units: u64,
+    persist: Option<(&str, &str)>) -> anyhow::Result<Arc<dyn crate::strategies::Strategy>> {
+    let sale = crate::strategies::bench_sale(units);
+    store.create_sale(&sale).await?;
+    store.set_state(sale.sku_id, SaleState::Live).await?;
+    ledger.warm(&sale, &sale.fresh_counters(), 1, true).await?;
+    if let Some((url, prefix)) = persist {
+        let config = flashsale_store::persister::PersisterConfig::new(url, prefix, "bench");
+        let persister = flashsale_store::persister::Persister::new(config, store.clone());
+        let (tx, rx) = tokio::sync::broadcast::channel(1);
+        tokio::spawn(async move {
+            let _keep = tx;
+            let _ = persister.run(rx).await;
+        });
+    }
+    let batcher = flashsale_server::batch::Batcher::new(ledger.clone(), 256, 65_536);
+    Ok(Arc::new(crate::strategies::Ours { name, ledger, store, batcher }))
+}
+
+async fn cleanup_redis(conn: &mut redis::aio::MultiplexedConnection, prefix: &str) -> anyhow::Result<()> {
+    let keys: Vec<String> = redis::cmd("KEYS").arg(format!("{prefix}:*")).query_async(conn).await?;
+    if !keys.is_empty() {
+        let _: i64 = redis::cmd("DEL").arg(&keys).query_async(conn).await?;
+    }
+    Ok(())
+}
+
+fn print_strategies(rows: &[crate::strategies::Row_]) {
+    println!("\n{:<20} {:>10} {:>9} {:>9} {:>8} {:>9} {:>10} {:>10} {:>12}", "strategy", "buyers/s", "p50 ms", "p99 ms",
+        "sold", "oversold", "dup buyers", "db orders", "redis us/req");
+    for r in rows {
+        let db = r.audit.orders_in_db.map_or("-".to_string(), |n| n.to_string());
+        let us = r.redis_usec_per_request.map_or("-".to_string(), |u| format!("{u:.2}"));
+        println!("{:<20} {:>10.0} {:>9.2} {:>9.2} {:>8} {:>9} {:>10} {:>10} {:>12}", r.strategy, r.per_s, r.p50_ms, r.p99_ms,
+            r.audit.units_sold, r.audit.oversold, r.audit.duplicate_buyers, db, us);
+    }
+    let find = |n: &str| rows.iter().find(|r| r.strategy == n);
+    if let (Some(ours), Some(lua)) = (find("flashsale-redis"), find("redis-lua")) {
+        println!("flashsale-redis / redis-lua throughput = {:.2} (target >= 2)", ours.per_s / lua.per_s);
+        if let (Some(a), Some(b)) = (ours.redis_usec_per_request, lua.redis_usec_per_request) {
+            println!("flashsale-redis / redis-lua Redis CPU per request = {:.2} (target <= 0.33)", a / b);
+        }
+    }
+    if let (Some(ours), Some(db)) = (find("flashsale-redis"), find("db-row-lock")) {
+        println!("flashsale-redis / db-row-lock throughput = {:.1} (target >= 30), p99 ratio = {:.3} (target <= 0.1)",
+            ours.per_s / db.per_s, ours.p99_ms / db.p99_ms);
+    }
 }

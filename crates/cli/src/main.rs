@@ -5,7 +5,9 @@
 
 mod bench;
 mod demo;
+mod reconcile;
 mod settings;
+mod strategies;
 
 use std::path::PathBuf;
 
@@ -47,6 +49,8 @@ enum Command {
     /// Measurements (run in release mode): see BENCHMARKS.md.
     #[command(subcommand)]
     Bench(bench::BenchCommand),
+    /// Check every sale (I1–I7, hot vs database, loss) and optionally repair.
+    Reconcile(reconcile::ReconcileArgs),
     /// Print a user token signed with the configured secret.
     Token {
         #[command(flatten)]
@@ -96,6 +100,7 @@ async fn run(command: Command) -> anyhow::Result<()> {
         Command::Worker { settings } => worker(settings).await,
         Command::Demo(args) => demo::run(args).await,
         Command::Bench(cmd) => bench::run(cmd).await,
+        Command::Reconcile(args) => reconcile::run(args).await,
         Command::Token {
             settings,
             user,
@@ -117,6 +122,8 @@ async fn run(command: Command) -> anyhow::Result<()> {
 
 pub fn server_config(settings: &Settings, run_persister: bool) -> anyhow::Result<Config> {
     let (jwt_secret, admin_token) = settings.secrets()?;
+    let mut limits = Limits::default();
+    settings.gateway.apply(&mut limits)?;
     Ok(Config {
         listen: settings.listen,
         redis_url: settings.redis_url.clone(),
@@ -124,7 +131,7 @@ pub fn server_config(settings: &Settings, run_persister: bool) -> anyhow::Result
         database_url: settings.database_url(),
         jwt_secret,
         admin_token,
-        limits: Limits::default(),
+        limits,
         run_persister,
         instance_id: instance_id(),
     })

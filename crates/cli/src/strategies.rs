@@ -1,0 +1,376 @@
+//! `flashsale bench strategies`: one hot SKU, many buyers, one strategy after another, in one
+//! process against real MariaDB and real Redis. Units sold, oversell and duplicate buyers are
+//! counted from the database and Redis state afterwards, never from the bench's own counters.
+//!
+//! - `db-row-lock`: the first seed's Stage 1, a conditional UPDATE plus the order INSERT in one
+//!   transaction per purchase.
+//! - `redis-naive`: GET, check, DECRBY as separate commands (it oversells).
+//! - `redis-lock`: the second seed's SET NX PX lock around check and HINCRBY.
+//! - `redis-lua`: the first seed's production script as written, one EVALSHA per purchase.
+//! - `flashsale-redis`: ours, batched script, persister into MariaDB.
+//! - `flashsale-embedded`: ours, the embedded ledger over SQLite.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use async_trait::async_trait;
+use flashsale_core::{HotLedger, OrderStore, PurchaseOutcome, PurchaseRequest, RequestId, Sale, SaleMode, SaleState, SkuId, UserId};
+use flashsale_server::batch::Batcher;
+use hdrhistogram::Histogram;
+use redis::aio::MultiplexedConnection;
+use serde::Serialize;
+use sqlx::{Connection, Executor, MySqlPool, Row};
+
+const SKU: u64 = 1001;
+
+/// What the state says after a run.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct Audit {
+    pub units_sold: i64,
+    pub oversold: i64,
+    pub duplicate_buyers: i64,
+    /// Orders in a relational database (None: the strategy keeps none).
+    pub orders_in_db: Option<i64>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Row_ {
+    pub strategy: String,
+    pub per_s: f64,
+    pub p50_ms: f64,
+    pub p99_ms: f64,
+    pub errors: u64,
+    pub redis_usec_per_request: Option<f64>,
+    pub audit: Audit,
+}
+
+#[async_trait]
+pub trait Strategy: Send + Sync {
+    fn name(&self) -> &'static str;
+    /// True when accepted; an Err is a failed attempt (counted, not retried).
+    async fn purchase(&self, user: u64) -> anyhow::Result<bool>;
+    /// Waits for anything asynchronous (a persister) to finish, then reads the state.
+    async fn audit(&self, total: u64) -> anyhow::Result<Audit>;
+    fn uses_redis(&self) -> bool {
+        true
+    }
+}
+
+pub struct Workload {
+    pub units: u64,
+    pub users: u64,
+    pub concurrency: usize,
+}
+
+/// Runs one strategy over the workload.
+pub async fn measure(s: Arc<dyn Strategy>, w: &Workload, redis: &mut MultiplexedConnection) -> anyhow::Result<Row_> {
+    let before = if s.uses_redis() { Some(redis_usec(redis).await?) } else { None };
+    let next = Arc::new(AtomicU64::new(1));
+    let started = Instant::now();
+    let tasks: Vec<_> = (0..w.concurrency)
+        .map(|_| {
+            let (s, next, users) = (s.clone(), next.clone(), w.users);
+            tokio::spawn(async move {
+                let mut h = Histogram::<u64>::new_with_bounds(1, 600_000_000, 3).expect("bounds");
+                let mut errors = 0u64;
+                loop {
+                    let user = next.fetch_add(1, Ordering::Relaxed);
+                    if user > users {
+                        break;
+                    }
+                    let t = Instant::now();
+                    errors += u64::from(s.purchase(user).await.is_err());
+                    h.saturating_record(t.elapsed().as_micros().max(1) as u64);
+                }
+                (h, errors)
+            })
+        })
+        .collect();
+    let mut all = Histogram::<u64>::new_with_bounds(1, 600_000_000, 3)?;
+    let mut errors = 0;
+    for t in tasks {
+        let (h, e) = t.await?;
+        all.add(h)?;
+        errors += e;
+    }
+    let secs = started.elapsed().as_secs_f64();
+    let usec = match before {
+        Some(b) => Some((redis_usec(redis).await? - b) / w.users as f64),
+        None => None,
+    };
+    Ok(Row_ {
+        strategy: s.name().into(),
+        per_s: w.users as f64 / secs,
+        p50_ms: all.value_at_quantile(0.5) as f64 / 1e3,
+        p99_ms: all.value_at_quantile(0.99) as f64 / 1e3,
+        errors,
+        redis_usec_per_request: usec,
+        audit: s.audit(w.units).await?,
+    })
+}
+
+/// Total CPU microseconds Redis spent in commands (INFO commandstats).
+async fn redis_usec(conn: &mut MultiplexedConnection) -> anyhow::Result<f64> {
+    let info: String = redis::cmd("INFO").arg("commandstats").query_async(conn).await?;
+    Ok(info
+        .lines()
+        .filter_map(|l| l.split(",usec=").nth(1))
+        .filter_map(|rest| rest.split(',').next()?.parse::<f64>().ok())
+        .sum())
+}
+
+// ---- db-row-lock ------------------------------------------------------------------------
+
+pub struct DbRowLock {
+    pub pool: MySqlPool,
+}
+
+impl DbRowLock {
+    pub async fn new(pool: MySqlPool, units: u64) -> anyhow::Result<DbRowLock> {
+        pool.execute("CREATE TABLE seckill_stock (sku_id BIGINT PRIMARY KEY, available_stock INT NOT NULL)").await?;
+        pool.execute("CREATE TABLE seckill_order (id BIGINT PRIMARY KEY AUTO_INCREMENT, order_no VARCHAR(32) NOT NULL UNIQUE, \
+            sku_id BIGINT NOT NULL, user_id BIGINT NOT NULL, status VARCHAR(16) NOT NULL)").await?;
+        sqlx::query("INSERT INTO seckill_stock VALUES (?, ?)").bind(SKU).bind(units).execute(&pool).await?;
+        Ok(DbRowLock { pool })
+    }
+}
+
+#[async_trait]
+impl Strategy for DbRowLock {
+    fn name(&self) -> &'static str {
+        "db-row-lock"
+    }
+    fn uses_redis(&self) -> bool {
+        false
+    }
+    async fn purchase(&self, user: u64) -> anyhow::Result<bool> {
+        let mut tx = self.pool.begin().await?;
+        let updated = sqlx::query("UPDATE seckill_stock SET available_stock = available_stock - 1 WHERE sku_id = ? AND available_stock >= 1")
+            .bind(SKU)
+            .execute(&mut *tx)
+            .await?;
+        // The WHERE names the condition, so a found row is a changed row here.
+        if updated.rows_affected() == 0 {
+            tx.rollback().await?;
+            return Ok(false);
+        }
+        sqlx::query("INSERT INTO seckill_order (order_no, sku_id, user_id, status) VALUES (?, ?, ?, 'INIT')")
+            .bind(format!("o{user}"))
+            .bind(SKU)
+            .bind(user)
+            .execute(&mut *tx)
+            .await?;
+        tx.commit().await?;
+        Ok(true)
+    }
+    async fn audit(&self, total: u64) -> anyhow::Result<Audit> {
+        let row = sqlx::query("SELECT COUNT(*) AS n, COUNT(DISTINCT user_id) AS d FROM seckill_order").fetch_one(&self.pool).await?;
+        let (n, d): (i64, i64) = (row.get("n"), row.get("d"));
+        Ok(Audit { units_sold: n, oversold: (n - total as i64).max(0), duplicate_buyers: n - d, orders_in_db: Some(n) })
+    }
+}
+
+// ---- redis-naive, redis-lock, redis-lua --------------------------------------------------
+
+pub struct RedisNaive {
+    pub conn: MultiplexedConnection,
+    pub prefix: String,
+}
+
+/// Orders of the Redis-only strategies, as a list of user ids (audited from Redis).
+async fn audit_list(conn: &MultiplexedConnection, key: &str, total: u64) -> anyhow::Result<Audit> {
+    let mut conn = conn.clone();
+    let users: Vec<u64> = redis::cmd("LRANGE").arg(key).arg(0).arg(-1).query_async(&mut conn).await?;
+    let distinct: std::collections::HashSet<u64> = users.iter().copied().collect();
+    let n = users.len() as i64;
+    Ok(Audit { units_sold: n, oversold: (n - total as i64).max(0), duplicate_buyers: n - distinct.len() as i64, orders_in_db: None })
+}
+
+#[async_trait]
+impl Strategy for RedisNaive {
+    fn name(&self) -> &'static str {
+        "redis-naive"
+    }
+    async fn purchase(&self, user: u64) -> anyhow::Result<bool> {
+        let mut c = self.conn.clone();
+        let stock_key = format!("{}:stock:{{{SKU}}}", self.prefix);
+        let stock: i64 = redis::cmd("GET").arg(&stock_key).query_async(&mut c).await?;
+        if stock < 1 {
+            return Ok(false);
+        }
+        let _: i64 = redis::cmd("DECRBY").arg(&stock_key).arg(1).query_async(&mut c).await?;
+        let _: i64 = redis::cmd("RPUSH").arg(format!("{}:orders:{{{SKU}}}", self.prefix)).arg(user).query_async(&mut c).await?;
+        Ok(true)
+    }
+    async fn audit(&self, total: u64) -> anyhow::Result<Audit> {
+        audit_list(&self.conn, &format!("{}:orders:{{{SKU}}}", self.prefix), total).await
+    }
+}
+
+pub struct RedisLock {
+    pub conn: MultiplexedConnection,
+    pub prefix: String,
+}
+
+const UNLOCK: &str = "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0";
+
+#[async_trait]
+impl Strategy for RedisLock {
+    fn name(&self) -> &'static str {
+        "redis-lock"
+    }
+    async fn purchase(&self, user: u64) -> anyhow::Result<bool> {
+        let mut c = self.conn.clone();
+        let (lock, item) = (format!("{}:lock:{{{SKU}}}", self.prefix), format!("{}:item:{{{SKU}}}", self.prefix));
+        let me = user.to_string();
+        // Retry the lock a bounded number of times, as a client of the seed would.
+        for attempt in 0..200u32 {
+            let got: Option<String> = redis::cmd("SET").arg(&lock).arg(&me).arg("NX").arg("PX").arg(100).query_async(&mut c).await?;
+            if got.is_some() {
+                let (total, ordered): (i64, i64) = redis::cmd("HMGET").arg(&item).arg("total").arg("ordered").query_async(&mut c).await?;
+                let ok = ordered < total; // the seed: ordered + k <= total, k = 1
+                if ok {
+                    let _: i64 = redis::cmd("HINCRBY").arg(&item).arg("ordered").arg(1).query_async(&mut c).await?;
+                    let _: i64 = redis::cmd("RPUSH").arg(format!("{}:orders:{{{SKU}}}", self.prefix)).arg(user).query_async(&mut c).await?;
+                }
+                let _: i64 = redis::Script::new(UNLOCK).key(&lock).arg(&me).invoke_async(&mut c).await?;
+                return Ok(ok);
+            }
+            tokio::time::sleep(Duration::from_micros(200 * u64::from(attempt.min(10) + 1))).await;
+        }
+        anyhow::bail!("lock not acquired")
+    }
+    async fn audit(&self, total: u64) -> anyhow::Result<Audit> {
+        audit_list(&self.conn, &format!("{}:orders:{{{SKU}}}", self.prefix), total).await
+    }
+}
+
+/// The first seed's production script, keys tagged so it could run on a cluster.
+pub const SEED_LUA: &str = r#"
+local stockKey = KEYS[1]
+local buyersKey = KEYS[2]
+local streamKey = KEYS[3]
+local userId = ARGV[1]
+local orderNo = ARGV[2]
+local skuId = ARGV[3]
+local quantity = tonumber(ARGV[4])
+local requestId = ARGV[5]
+if redis.call('SISMEMBER', buyersKey, userId) == 1 then
+  return 2
+end
+local stock = tonumber(redis.call('GET', stockKey) or '0')
+if stock < quantity then
+  return 1
+end
+redis.call('DECRBY', stockKey, quantity)
+redis.call('SADD', buyersKey, userId)
+redis.call('XADD', streamKey, '*', 'requestId', requestId, 'orderNo', orderNo, 'skuId', skuId, 'userId', userId, 'quantity', tostring(quantity))
+return 0
+"#;
+
+pub struct RedisLua {
+    pub conn: MultiplexedConnection,
+    pub prefix: String,
+    pub script: redis::Script,
+}
+
+#[async_trait]
+impl Strategy for RedisLua {
+    fn name(&self) -> &'static str {
+        "redis-lua"
+    }
+    async fn purchase(&self, user: u64) -> anyhow::Result<bool> {
+        let mut c = self.conn.clone();
+        let p = &self.prefix;
+        let code: i64 = self
+            .script
+            .key(format!("{p}:stock:{{{SKU}}}"))
+            .key(format!("{p}:buyers:{{{SKU}}}"))
+            .key(format!("{p}:stream:{{{SKU}}}"))
+            .arg(user)
+            .arg(format!("o{user}"))
+            .arg(SKU)
+            .arg(1)
+            .arg(format!("r{user}"))
+            .invoke_async(&mut c)
+            .await?;
+        Ok(code == 0)
+    }
+    async fn audit(&self, total: u64) -> anyhow::Result<Audit> {
+        let mut c = self.conn.clone();
+        let stream = format!("{}:stream:{{{SKU}}}", self.prefix);
+        let n: i64 = redis::cmd("XLEN").arg(&stream).query_async(&mut c).await?;
+        let buyers: i64 = redis::cmd("SCARD").arg(format!("{}:buyers:{{{SKU}}}", self.prefix)).query_async(&mut c).await?;
+        Ok(Audit { units_sold: n, oversold: (n - total as i64).max(0), duplicate_buyers: n - buyers, orders_in_db: None })
+    }
+}
+
+// ---- ours ---------------------------------------------------------------------------------
+
+/// A hot ledger behind the server's batcher, audited from its system of record.
+pub struct Ours {
+    pub name: &'static str,
+    pub ledger: Arc<dyn HotLedger>,
+    pub store: Arc<dyn OrderStore>,
+    pub batcher: Batcher,
+}
+
+#[async_trait]
+impl Strategy for Ours {
+    fn name(&self) -> &'static str {
+        self.name
+    }
+    fn uses_redis(&self) -> bool {
+        self.ledger.kind() == "redis"
+    }
+    async fn purchase(&self, user: u64) -> anyhow::Result<bool> {
+        let req = PurchaseRequest {
+            sku_id: SkuId(SKU),
+            user_id: UserId(user),
+            request_id: RequestId::parse(&format!("r{user}")).expect("valid id"),
+            quantity: 1,
+        };
+        Ok(matches!(self.batcher.purchase(req).await?, PurchaseOutcome::Accepted { .. }))
+    }
+    async fn audit(&self, total: u64) -> anyhow::Result<Audit> {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            let hot = self.ledger.counters(SkuId(SKU)).await?.map(|c| c.seq);
+            let stored = self.store.sale(SkuId(SKU)).await?.map(|s| s.counters.seq);
+            if hot == stored {
+                break;
+            }
+            anyhow::ensure!(Instant::now() < deadline, "persister did not drain");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        let orders = self.store.orders(SkuId(SKU)).await?;
+        let live: Vec<_> = orders.iter().filter(|o| o.status.is_live()).collect();
+        let n: i64 = live.iter().map(|o| i64::from(o.quantity)).sum();
+        let distinct: std::collections::HashSet<UserId> = live.iter().map(|o| o.user_id).collect();
+        Ok(Audit { units_sold: n, oversold: (n - total as i64).max(0), duplicate_buyers: live.len() as i64 - distinct.len() as i64, orders_in_db: Some(orders.len() as i64) })
+    }
+}
+
+/// The sale ours sell.
+pub fn bench_sale(units: u64) -> Sale {
+    Sale {
+        sku_id: SkuId(SKU),
+        name: "hot".into(),
+        total_stock: units,
+        per_user_limit: 1,
+        mode: SaleMode::Direct,
+        payment_timeout_ms: 0,
+        starts_at_ms: 0,
+        ends_at_ms: i64::MAX / 2,
+        state: SaleState::Live,
+    }
+}
+
+/// A fresh database on the MySQL server of `url` (its path is replaced).
+pub async fn fresh_mysql(server_url: &str, name: &str) -> anyhow::Result<String> {
+    let mut conn = sqlx::MySqlConnection::connect(server_url).await?;
+    conn.execute(format!("DROP DATABASE IF EXISTS `{name}`").as_str()).await?;
+    conn.execute(format!("CREATE DATABASE `{name}`").as_str()).await?;
+    Ok(format!("{}/{name}", server_url.trim_end_matches('/')))
+}
