@@ -27,6 +27,19 @@ pub enum BenchCommand {
     Ledger(LedgerArgs),
     /// One hot SKU, one strategy after another: the seeds' designs against ours.
     Strategies(StrategiesArgs),
+    /// Persister drain rate: batched transactions vs one transaction per event.
+    Persister(PersisterArgs),
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct PersisterArgs {
+    /// Events to drain per run.
+    #[arg(long, default_value_t = 20_000)]
+    pub events: u64,
+    #[arg(long, default_value = "redis://127.0.0.1:6379")]
+    pub redis_url: String,
+    #[arg(long, default_value = "mysql://root@127.0.0.1:3306")]
+    pub mysql_url: String,
 }
 
 #[derive(Debug, Clone, Args)]
@@ -81,6 +94,7 @@ pub async fn run(cmd: BenchCommand) -> anyhow::Result<()> {
         BenchCommand::Http(args) => http(args).await,
         BenchCommand::Ledger(args) => ledger(args).await,
         BenchCommand::Strategies(args) => strategies(args).await,
+        BenchCommand::Persister(args) => persister(args).await,
     }
 }
 
@@ -356,4 +370,52 @@ fn print_strategies(rows: &[crate::strategies::Row_]) {
         println!("flashsale-redis / db-row-lock throughput = {:.1} (target >= 30), p99 ratio = {:.3} (target <= 0.1)",
             ours.per_s / db.per_s, ours.p99_ms / db.p99_ms);
     }
+}
+
+async fn persister(args: PersisterArgs) -> anyhow::Result<()> {
+    println!("bench persister: {} events per run, Redis stream → MariaDB", args.events);
+    let batched = drain_rate(&args, 1_024).await?;
+    let single = drain_rate(&args, 1).await?;
+    println!("batched (1,024 per transaction): {batched:>9.0} events/s");
+    println!("one transaction per event:       {single:>9.0} events/s");
+    println!("batched / per-event = {:.1} (target >= 5)", batched / single);
+    Ok(())
+}
+
+/// Fills a sale's stream with `events` accepted purchases, then times a persister draining it.
+async fn drain_rate(args: &PersisterArgs, batch_max: usize) -> anyhow::Result<f64> {
+    use flashsale_core::OrderStore as _;
+    let prefix = format!("fspers{}b{batch_max}", std::process::id());
+    let url = crate::strategies::fresh_mysql(&args.mysql_url, &prefix).await?;
+    let store = Arc::new(flashsale_store::MySqlStore::connect(&url).await?);
+    let ledger = flashsale_redis::RedisLedger::connect(&args.redis_url, &prefix).await?;
+    let sale = crate::strategies::bench_sale(args.events);
+    store.create_sale(&sale).await?;
+    store.set_state(sale.sku_id, SaleState::Live).await?;
+    ledger.warm(&sale, &sale.fresh_counters(), 1, true).await?;
+    for start in (0..args.events).step_by(256) {
+        let reqs: Vec<PurchaseRequest> = (start..(start + 256).min(args.events))
+            .map(|i| PurchaseRequest { sku_id: sale.sku_id, user_id: UserId(i + 1), request_id: RequestId::parse(&format!("p{i}")).expect("id"), quantity: 1 })
+            .collect();
+        ledger.purchase_batch(sale.sku_id, &reqs).await?;
+    }
+    let mut config = flashsale_store::persister::PersisterConfig::new(&args.redis_url, &prefix, "bench");
+    config.batch_max = batch_max;
+    let (stop, rx) = tokio::sync::broadcast::channel(1);
+    let started = Instant::now();
+    let task = tokio::spawn(flashsale_store::persister::Persister::new(config, store.clone()).run(rx));
+    loop {
+        let applied = store.sale(sale.sku_id).await?.map(|s| s.counters.seq).unwrap_or(0);
+        if applied == args.events {
+            break;
+        }
+        anyhow::ensure!(started.elapsed() < Duration::from_secs(600), "drain took over 10 minutes");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let rate = args.events as f64 / started.elapsed().as_secs_f64();
+    let _ = stop.send(());
+    task.await??;
+    let mut conn = redis::Client::open(args.redis_url.as_str())?.get_multiplexed_async_connection().await?;
+    cleanup_redis(&mut conn, &prefix).await?;
+    Ok(rate)
 }
