@@ -19,6 +19,8 @@ pub struct Buyer {
 pub enum Arrival {
     /// Buyer `i` of `n` is due at `ramp_ms * i / n` after the start.
     Spike { ramp_ms: u64 },
+    /// Arrivals ramp linearly from 0 to `rate_per_s` within `ramp_ms`, then hold that rate.
+    Ramp { rate_per_s: u64, ramp_ms: u64 },
     /// As fast as `concurrency` clients can go.
     Closed,
 }
@@ -123,7 +125,41 @@ fn due_at(plan: &Plan, i: usize) -> Duration {
             let n = plan.buyers.len().max(1) as u64;
             Duration::from_micros(ramp_ms * 1_000 * i as u64 / n)
         }
+        Arrival::Ramp {
+            rate_per_s,
+            ramp_ms,
+        } => ramp_due(i as f64, rate_per_s as f64, ramp_ms as f64 / 1e3),
         Arrival::Closed => Duration::ZERO,
+    }
+}
+
+/// Arrival `i` when the rate grows linearly to `rate` over `ramp_s` seconds and then holds:
+/// during the ramp N(t) = rate·t²/(2·ramp_s), after it N(t) = rate·ramp_s/2 + rate·(t − ramp_s).
+fn ramp_due(i: f64, rate: f64, ramp_s: f64) -> Duration {
+    let rate = rate.max(1.0);
+    let in_ramp = rate * ramp_s / 2.0;
+    let t = if i <= in_ramp {
+        (2.0 * ramp_s * i / rate).sqrt()
+    } else {
+        ramp_s + (i - in_ramp) / rate
+    };
+    Duration::from_secs_f64(t)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_ramp_reaches_its_rate_and_holds_it() {
+        let d = |i| ramp_due(i, 1_000.0, 1.0).as_secs_f64();
+        assert_eq!(d(0.0), 0.0);
+        assert!(
+            (d(500.0) - 1.0).abs() < 1e-9,
+            "half a ramp's area by its end"
+        );
+        assert!((d(1_500.0) - 2.0).abs() < 1e-9, "then 1,000 per second");
+        assert!(d(10.0) > d(9.0));
     }
 }
 

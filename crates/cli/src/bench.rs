@@ -11,7 +11,10 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use clap::{Args, Subcommand};
 use flashsale_bench::closed::{self, MakeRequest, Rate};
-use flashsale_core::{HotLedger, PurchaseOutcome, PurchaseRequest, RequestId, Sale, SaleMode, SaleState, SkuId, UserId};
+use flashsale_core::{
+    HotLedger, PurchaseOutcome, PurchaseRequest, RequestId, Sale, SaleMode, SaleState, SkuId,
+    UserId,
+};
 use flashsale_embedded::EmbeddedLedger;
 use flashsale_server::auth::Auth;
 use flashsale_server::{Config, Limits, Server};
@@ -29,6 +32,8 @@ pub enum BenchCommand {
     Strategies(StrategiesArgs),
     /// Persister drain rate: batched transactions vs one transaction per event.
     Persister(PersisterArgs),
+    /// A spike of buyers at running instances, with a report.
+    Spike(Box<crate::spike::SpikeArgs>),
 }
 
 #[derive(Debug, Clone, Args)]
@@ -95,6 +100,7 @@ pub async fn run(cmd: BenchCommand) -> anyhow::Result<()> {
         BenchCommand::Ledger(args) => ledger(args).await,
         BenchCommand::Strategies(args) => strategies(args).await,
         BenchCommand::Persister(args) => persister(args).await,
+        BenchCommand::Spike(args) => crate::spike::run(*args).await,
     }
 }
 
@@ -120,7 +126,10 @@ async fn http(args: HttpArgs) -> anyhow::Result<()> {
         database_url,
         jwt_secret: secret(),
         admin_token: secret(),
-        limits: Limits { queue_cap: 65_536, ..Limits::default() },
+        limits: Limits {
+            queue_cap: 65_536,
+            ..Limits::default()
+        },
         run_persister: true,
         instance_id: format!("bench-{}", std::process::id()),
     };
@@ -131,17 +140,39 @@ async fn http(args: HttpArgs) -> anyhow::Result<()> {
     let (big, tiny) = (stamp * 2 + 1, stamp * 2 + 2);
     open(&base, &config.admin_token, big, 1_000_000_000).await?;
     open(&base, &config.admin_token, tiny, 1).await?;
-    let tokens: Arc<Vec<String>> = Arc::new((1..=BENCH_USERS).map(|u| auth.sign(UserId(u), 3_600)).collect());
+    let tokens: Arc<Vec<String>> = Arc::new(
+        (1..=BENCH_USERS)
+            .map(|u| auth.sign(UserId(u), 3_600))
+            .collect(),
+    );
     let d = Duration::from_secs(args.seconds);
     let c = args.concurrency;
-    println!("bench http: {} ledger, {c} clients, {} s per endpoint", server.state.ledger.kind(), args.seconds);
+    println!(
+        "bench http: {} ledger, {c} clients, {} s per endpoint",
+        server.state.ledger.kind(),
+        args.seconds
+    );
 
     let health_url = format!("{base}/healthz");
     let health: MakeRequest = Arc::new(move |cl, _| cl.get(&health_url));
     let healthz = closed::run("healthz", health, 200, c, d).await?;
-    let success = closed::run("purchase accepted", purchase_req(&base, big, tokens.clone(), "s"), 202, c, d).await?;
+    let success = closed::run(
+        "purchase accepted",
+        purchase_req(&base, big, tokens.clone(), "s"),
+        202,
+        c,
+        d,
+    )
+    .await?;
     sell_out(&base, tiny, &tokens).await?;
-    let sold_out = closed::run("purchase sold out", purchase_req(&base, tiny, tokens.clone(), "x"), 409, c, d).await?;
+    let sold_out = closed::run(
+        "purchase sold out",
+        purchase_req(&base, tiny, tokens.clone(), "x"),
+        409,
+        c,
+        d,
+    )
+    .await?;
     server.shutdown().await?;
     let _ = std::fs::remove_dir_all(&tmp);
     report_http(&args, &[healthz, success, sold_out])
@@ -151,16 +182,28 @@ fn purchase_req(base: &str, sku: u64, tokens: Arc<Vec<String>>, tag: &'static st
     let url = format!("{base}/api/v1/sales/{sku}/purchases");
     Arc::new(move |cl, i| {
         let token = &tokens[(i % BENCH_USERS) as usize];
-        cl.post(&url).bearer_auth(token).json(&json!({"request_id": format!("{tag}{i}"), "quantity": 1}))
+        cl.post(&url)
+            .bearer_auth(token)
+            .json(&json!({"request_id": format!("{tag}{i}"), "quantity": 1}))
     })
 }
 
 async fn open(base: &str, admin: &str, sku: u64, stock: u64) -> anyhow::Result<()> {
     let http = reqwest::Client::new();
-    let body = json!({"sku_id": sku, "name": "bench", "total_stock": stock, "per_user_limit": USER_LIMIT});
-    let r = http.post(format!("{base}/api/v1/sales")).bearer_auth(admin).json(&body).send().await?;
+    let body =
+        json!({"sku_id": sku, "name": "bench", "total_stock": stock, "per_user_limit": USER_LIMIT});
+    let r = http
+        .post(format!("{base}/api/v1/sales"))
+        .bearer_auth(admin)
+        .json(&body)
+        .send()
+        .await?;
     anyhow::ensure!(r.status().as_u16() == 201, "create: {}", r.text().await?);
-    let r = http.post(format!("{base}/api/v1/sales/{sku}/warm")).bearer_auth(admin).send().await?;
+    let r = http
+        .post(format!("{base}/api/v1/sales/{sku}/warm"))
+        .bearer_auth(admin)
+        .send()
+        .await?;
     anyhow::ensure!(r.status().is_success(), "warm: {}", r.text().await?);
     Ok(())
 }
@@ -172,22 +215,46 @@ async fn sell_out(base: &str, sku: u64, tokens: &[String]) -> anyhow::Result<()>
         .json(&json!({"request_id": "only", "quantity": 1}))
         .send()
         .await?;
-    anyhow::ensure!(r.status().as_u16() == 202, "the one unit: {}", r.text().await?);
+    anyhow::ensure!(
+        r.status().as_u16() == 202,
+        "the one unit: {}",
+        r.text().await?
+    );
     Ok(())
 }
 
 fn report_http(args: &HttpArgs, rates: &[Rate]) -> anyhow::Result<()> {
-    println!("{:<20} {:>10} {:>10} {:>9} {:>9}", "endpoint", "answers/s", "expected", "p50 ms", "p99 ms");
+    println!(
+        "{:<20} {:>10} {:>10} {:>9} {:>9}",
+        "endpoint", "answers/s", "expected", "p50 ms", "p99 ms"
+    );
     for r in rates {
-        println!("{:<20} {:>10.0} {:>10} {:>9.2} {:>9.2}", r.name, r.per_s, r.ok, r.p50_ms, r.p99_ms);
+        println!(
+            "{:<20} {:>10.0} {:>10} {:>9.2} {:>9.2}",
+            r.name, r.per_s, r.ok, r.p50_ms, r.p99_ms
+        );
     }
     let base = rates[0].per_s.max(1e-9);
-    println!("purchase success / healthz = {:.2} (target >= 0.80)", rates[1].per_s / base);
-    println!("sold-out / healthz         = {:.2} (target >= 0.90)", rates[2].per_s / base);
+    println!(
+        "purchase success / healthz = {:.2} (target >= 0.80)",
+        rates[1].per_s / base
+    );
+    println!(
+        "sold-out / healthz         = {:.2} (target >= 0.90)",
+        rates[2].per_s / base
+    );
     let dir = args.data_dir.join("reports");
     std::fs::create_dir_all(&dir)?;
-    let path = dir.join(format!("bench-http-{}.json", SystemTime::now().duration_since(UNIX_EPOCH)?.as_secs()));
-    std::fs::write(&path, serde_json::to_vec_pretty(&json!({"concurrency": args.concurrency, "seconds": args.seconds, "rates": rates}))?)?;
+    let path = dir.join(format!(
+        "bench-http-{}.json",
+        SystemTime::now().duration_since(UNIX_EPOCH)?.as_secs()
+    ));
+    std::fs::write(
+        &path,
+        serde_json::to_vec_pretty(
+            &json!({"concurrency": args.concurrency, "seconds": args.seconds, "rates": rates}),
+        )?,
+    )?;
     println!("json: {}", path.display());
     Ok(())
 }
@@ -199,9 +266,13 @@ fn tempfile_dir(data_dir: &std::path::Path) -> anyhow::Result<PathBuf> {
 }
 
 async fn ledger(args: LedgerArgs) -> anyhow::Result<()> {
-    anyhow::ensure!(args.batch >= 1 && args.batch <= flashsale_core::limits::BATCH_LEN_MAX, "--batch must be 1..=1024");
+    anyhow::ensure!(
+        args.batch >= 1 && args.batch <= flashsale_core::limits::BATCH_LEN_MAX,
+        "--batch must be 1..=1024"
+    );
     let dir = tempfile_dir(std::path::Path::new("./flashsale-data"))?;
-    let store = Arc::new(SqliteStore::open(&format!("sqlite://{}/ledger.db", dir.display())).await?);
+    let store =
+        Arc::new(SqliteStore::open(&format!("sqlite://{}/ledger.db", dir.display())).await?);
     let ledger = Arc::new(EmbeddedLedger::open(store.clone()).await?);
     let sale = Sale {
         sku_id: SkuId(1),
@@ -219,23 +290,46 @@ async fn ledger(args: LedgerArgs) -> anyhow::Result<()> {
     let per_caller = args.purchases / args.callers as u64;
     let started = Instant::now();
     let tasks: Vec<_> = (0..args.callers as u64)
-        .map(|c| tokio::spawn(caller(ledger.clone(), c * per_caller, per_caller, args.batch)))
+        .map(|c| {
+            tokio::spawn(caller(
+                ledger.clone(),
+                c * per_caller,
+                per_caller,
+                args.batch,
+            ))
+        })
         .collect();
     let mut accepted = 0;
     for t in tasks {
         accepted += t.await??;
     }
     let secs = started.elapsed().as_secs_f64();
-    let stored = flashsale_core::OrderStore::sale(store.as_ref(), SkuId(1)).await?.expect("sale");
-    println!("embedded ledger: {accepted} purchases committed in {secs:.2} s = {:.0} purchases/s", accepted as f64 / secs);
-    println!("batch {} × {} callers; database sold = {} (target >= 300000/s)", args.batch, args.callers, stored.counters.sold);
-    anyhow::ensure!(stored.counters.sold == accepted, "the database disagrees with the answers");
+    let stored = flashsale_core::OrderStore::sale(store.as_ref(), SkuId(1))
+        .await?
+        .expect("sale");
+    println!(
+        "embedded ledger: {accepted} purchases committed in {secs:.2} s = {:.0} purchases/s",
+        accepted as f64 / secs
+    );
+    println!(
+        "batch {} × {} callers; database sold = {} (target >= 300000/s)",
+        args.batch, args.callers, stored.counters.sold
+    );
+    anyhow::ensure!(
+        stored.counters.sold == accepted,
+        "the database disagrees with the answers"
+    );
     drop(ledger);
     let _ = std::fs::remove_dir_all(&dir);
     Ok(())
 }
 
-async fn caller(ledger: Arc<EmbeddedLedger>, first: u64, count: u64, batch: usize) -> anyhow::Result<u64> {
+async fn caller(
+    ledger: Arc<EmbeddedLedger>,
+    first: u64,
+    count: u64,
+    batch: usize,
+) -> anyhow::Result<u64> {
     let mut accepted = 0;
     let mut next = first;
     while next < first + count {
@@ -249,7 +343,10 @@ async fn caller(ledger: Arc<EmbeddedLedger>, first: u64, count: u64, batch: usiz
             })
             .collect();
         let outcomes = ledger.purchase_batch(SkuId(1), &reqs).await?;
-        accepted += outcomes.iter().filter(|o| matches!(o, PurchaseOutcome::Accepted { .. })).count() as u64;
+        accepted += outcomes
+            .iter()
+            .filter(|o| matches!(o, PurchaseOutcome::Accepted { .. }))
+            .count() as u64;
         next += n;
     }
     Ok(accepted)
@@ -257,19 +354,36 @@ async fn caller(ledger: Arc<EmbeddedLedger>, first: u64, count: u64, batch: usiz
 
 async fn strategies(args: StrategiesArgs) -> anyhow::Result<()> {
     use crate::strategies::*;
-    let w = Workload { units: args.units, users: args.users, concurrency: args.concurrency };
+    let w = Workload {
+        units: args.units,
+        users: args.users,
+        concurrency: args.concurrency,
+    };
     let client = redis::Client::open(args.redis_url.as_str())?;
     let mut admin = client.get_multiplexed_async_connection().await?;
     let prefix = format!("fsstrat{}", std::process::id());
-    let names = ["db-row-lock", "redis-naive", "redis-lock", "redis-lua", "flashsale-redis", "flashsale-embedded"];
+    let names = [
+        "db-row-lock",
+        "redis-naive",
+        "redis-lock",
+        "redis-lua",
+        "flashsale-redis",
+        "flashsale-embedded",
+    ];
     let wanted = |n: &str| args.only.is_empty() || args.only.iter().any(|o| o == n);
-    println!("bench strategies: {} units, {} users, {} clients", w.units, w.users, w.concurrency);
+    println!(
+        "bench strategies: {} units, {} users, {} clients",
+        w.units, w.users, w.concurrency
+    );
     let mut rows = Vec::new();
     for name in names.into_iter().filter(|n| wanted(n)) {
         let p = format!("{prefix}{}", rows.len());
         let strategy = build_strategy(name, &args, &client, &p).await?;
         let row = measure(strategy.clone(), &w, &mut admin).await?;
-        println!("  {:<20} {:>9.0}/s  p99 {:>8.2} ms  sold {}", row.strategy, row.per_s, row.p99_ms, row.audit.units_sold);
+        println!(
+            "  {:<20} {:>9.0}/s  p99 {:>8.2} ms  sold {}",
+            row.strategy, row.per_s, row.p99_ms, row.audit.units_sold
+        );
         rows.push(row);
         drop(strategy);
         cleanup_redis(&mut admin, &p).await?;
@@ -277,14 +391,21 @@ async fn strategies(args: StrategiesArgs) -> anyhow::Result<()> {
     print_strategies(&rows);
     let dir = std::path::Path::new("./flashsale-data/reports");
     std::fs::create_dir_all(dir)?;
-    let path = dir.join(format!("bench-strategies-{}.json", SystemTime::now().duration_since(UNIX_EPOCH)?.as_secs()));
+    let path = dir.join(format!(
+        "bench-strategies-{}.json",
+        SystemTime::now().duration_since(UNIX_EPOCH)?.as_secs()
+    ));
     std::fs::write(&path, serde_json::to_vec_pretty(&rows)?)?;
     println!("json: {}", path.display());
     Ok(())
 }
 
-async fn build_strategy(name: &str, a: &StrategiesArgs, client: &redis::Client, p: &str)
-    -> anyhow::Result<Arc<dyn crate::strategies::Strategy>> {
+async fn build_strategy(
+    name: &str,
+    a: &StrategiesArgs,
+    client: &redis::Client,
+    p: &str,
+) -> anyhow::Result<Arc<dyn crate::strategies::Strategy>> {
     use crate::strategies::*;
     let conn = client.get_multiplexed_async_connection().await?;
     let mut c = conn.clone();
@@ -292,30 +413,68 @@ async fn build_strategy(name: &str, a: &StrategiesArgs, client: &redis::Client, 
     Ok(match name {
         "db-row-lock" => {
             let url = fresh_mysql(&a.mysql_url, &format!("{p}_rowlock")).await?;
-            let pool = sqlx::mysql::MySqlPoolOptions::new().max_connections(64).connect(&url).await?;
+            let pool = sqlx::mysql::MySqlPoolOptions::new()
+                .max_connections(64)
+                .connect(&url)
+                .await?;
             Arc::new(DbRowLock::new(pool, a.units).await?)
         }
         "redis-naive" => {
-            let _: () = redis::cmd("SET").arg(format!("{p}:stock:{sku}")).arg(a.units).query_async(&mut c).await?;
-            Arc::new(RedisNaive { conn, prefix: p.into() })
+            let _: () = redis::cmd("SET")
+                .arg(format!("{p}:stock:{sku}"))
+                .arg(a.units)
+                .query_async(&mut c)
+                .await?;
+            Arc::new(RedisNaive {
+                conn,
+                prefix: p.into(),
+            })
         }
         "redis-lock" => {
-            let _: () = redis::cmd("HSET").arg(format!("{p}:item:{sku}")).arg("total").arg(a.units).arg("ordered").arg(0).query_async(&mut c).await?;
-            Arc::new(RedisLock { conn, prefix: p.into() })
+            let _: () = redis::cmd("HSET")
+                .arg(format!("{p}:item:{sku}"))
+                .arg("total")
+                .arg(a.units)
+                .arg("ordered")
+                .arg(0)
+                .query_async(&mut c)
+                .await?;
+            Arc::new(RedisLock {
+                conn,
+                prefix: p.into(),
+            })
         }
         "redis-lua" => {
-            let _: () = redis::cmd("SET").arg(format!("{p}:stock:{sku}")).arg(a.units).query_async(&mut c).await?;
-            Arc::new(RedisLua { conn, prefix: p.into(), script: redis::Script::new(SEED_LUA) })
+            let _: () = redis::cmd("SET")
+                .arg(format!("{p}:stock:{sku}"))
+                .arg(a.units)
+                .query_async(&mut c)
+                .await?;
+            Arc::new(RedisLua {
+                conn,
+                prefix: p.into(),
+                script: redis::Script::new(SEED_LUA),
+            })
         }
         "flashsale-redis" => {
             let url = fresh_mysql(&a.mysql_url, &format!("{p}_ours")).await?;
-            let store: Arc<dyn flashsale_core::OrderStore> = Arc::new(flashsale_store::MySqlStore::connect(&url).await?);
-            let ledger: Arc<dyn HotLedger> = Arc::new(flashsale_redis::RedisLedger::connect(&a.redis_url, p).await?);
-            ours("flashsale-redis", ledger, store, a.units, Some((&a.redis_url, p))).await?
+            let store: Arc<dyn flashsale_core::OrderStore> =
+                Arc::new(flashsale_store::MySqlStore::connect(&url).await?);
+            let ledger: Arc<dyn HotLedger> =
+                Arc::new(flashsale_redis::RedisLedger::connect(&a.redis_url, p).await?);
+            ours(
+                "flashsale-redis",
+                ledger,
+                store,
+                a.units,
+                Some((&a.redis_url, p)),
+            )
+            .await?
         }
         "flashsale-embedded" => {
             let dir = tempfile_dir(std::path::Path::new("./flashsale-data"))?;
-            let sqlite = Arc::new(SqliteStore::open(&format!("sqlite://{}/{p}.db", dir.display())).await?);
+            let sqlite =
+                Arc::new(SqliteStore::open(&format!("sqlite://{}/{p}.db", dir.display())).await?);
             let ledger: Arc<dyn HotLedger> = Arc::new(EmbeddedLedger::open(sqlite.clone()).await?);
             ours("flashsale-embedded", ledger, sqlite, a.units, None).await?
         }
@@ -323,8 +482,13 @@ async fn build_strategy(name: &str, a: &StrategiesArgs, client: &redis::Client, 
     })
 }
 
-async fn ours(name: &'static str, ledger: Arc<dyn HotLedger>, store: Arc<dyn flashsale_core::OrderStore>, units: u64,
-    persist: Option<(&str, &str)>) -> anyhow::Result<Arc<dyn crate::strategies::Strategy>> {
+async fn ours(
+    name: &'static str,
+    ledger: Arc<dyn HotLedger>,
+    store: Arc<dyn flashsale_core::OrderStore>,
+    units: u64,
+    persist: Option<(&str, &str)>,
+) -> anyhow::Result<Arc<dyn crate::strategies::Strategy>> {
     let sale = crate::strategies::bench_sale(units);
     store.create_sale(&sale).await?;
     store.set_state(sale.sku_id, SaleState::Live).await?;
@@ -339,11 +503,22 @@ async fn ours(name: &'static str, ledger: Arc<dyn HotLedger>, store: Arc<dyn fla
         });
     }
     let batcher = flashsale_server::batch::Batcher::new(ledger.clone(), 256, 65_536);
-    Ok(Arc::new(crate::strategies::Ours { name, ledger, store, batcher }))
+    Ok(Arc::new(crate::strategies::Ours {
+        name,
+        ledger,
+        store,
+        batcher,
+    }))
 }
 
-async fn cleanup_redis(conn: &mut redis::aio::MultiplexedConnection, prefix: &str) -> anyhow::Result<()> {
-    let keys: Vec<String> = redis::cmd("KEYS").arg(format!("{prefix}:*")).query_async(conn).await?;
+async fn cleanup_redis(
+    conn: &mut redis::aio::MultiplexedConnection,
+    prefix: &str,
+) -> anyhow::Result<()> {
+    let keys: Vec<String> = redis::cmd("KEYS")
+        .arg(format!("{prefix}:*"))
+        .query_async(conn)
+        .await?;
     if !keys.is_empty() {
         let _: i64 = redis::cmd("DEL").arg(&keys).query_async(conn).await?;
     }
@@ -351,19 +526,50 @@ async fn cleanup_redis(conn: &mut redis::aio::MultiplexedConnection, prefix: &st
 }
 
 fn print_strategies(rows: &[crate::strategies::Row_]) {
-    println!("\n{:<20} {:>10} {:>9} {:>9} {:>8} {:>9} {:>10} {:>10} {:>12}", "strategy", "buyers/s", "p50 ms", "p99 ms",
-        "sold", "oversold", "dup buyers", "db orders", "redis us/req");
+    println!(
+        "\n{:<20} {:>10} {:>9} {:>9} {:>8} {:>9} {:>10} {:>10} {:>12}",
+        "strategy",
+        "buyers/s",
+        "p50 ms",
+        "p99 ms",
+        "sold",
+        "oversold",
+        "dup buyers",
+        "db orders",
+        "redis us/req"
+    );
     for r in rows {
-        let db = r.audit.orders_in_db.map_or("-".to_string(), |n| n.to_string());
-        let us = r.redis_usec_per_request.map_or("-".to_string(), |u| format!("{u:.2}"));
-        println!("{:<20} {:>10.0} {:>9.2} {:>9.2} {:>8} {:>9} {:>10} {:>10} {:>12}", r.strategy, r.per_s, r.p50_ms, r.p99_ms,
-            r.audit.units_sold, r.audit.oversold, r.audit.duplicate_buyers, db, us);
+        let db = r
+            .audit
+            .orders_in_db
+            .map_or("-".to_string(), |n| n.to_string());
+        let us = r
+            .redis_usec_per_request
+            .map_or("-".to_string(), |u| format!("{u:.2}"));
+        println!(
+            "{:<20} {:>10.0} {:>9.2} {:>9.2} {:>8} {:>9} {:>10} {:>10} {:>12}",
+            r.strategy,
+            r.per_s,
+            r.p50_ms,
+            r.p99_ms,
+            r.audit.units_sold,
+            r.audit.oversold,
+            r.audit.duplicate_buyers,
+            db,
+            us
+        );
     }
     let find = |n: &str| rows.iter().find(|r| r.strategy == n);
     if let (Some(ours), Some(lua)) = (find("flashsale-redis"), find("redis-lua")) {
-        println!("flashsale-redis / redis-lua throughput = {:.2} (target >= 2)", ours.per_s / lua.per_s);
+        println!(
+            "flashsale-redis / redis-lua throughput = {:.2} (target >= 2)",
+            ours.per_s / lua.per_s
+        );
         if let (Some(a), Some(b)) = (ours.redis_usec_per_request, lua.redis_usec_per_request) {
-            println!("flashsale-redis / redis-lua Redis CPU per request = {:.2} (target <= 0.33)", a / b);
+            println!(
+                "flashsale-redis / redis-lua Redis CPU per request = {:.2} (target <= 0.33)",
+                a / b
+            );
         }
     }
     if let (Some(ours), Some(db)) = (find("flashsale-redis"), find("db-row-lock")) {
@@ -373,12 +579,18 @@ fn print_strategies(rows: &[crate::strategies::Row_]) {
 }
 
 async fn persister(args: PersisterArgs) -> anyhow::Result<()> {
-    println!("bench persister: {} events per run, Redis stream → MariaDB", args.events);
+    println!(
+        "bench persister: {} events per run, Redis stream → MariaDB",
+        args.events
+    );
     let batched = drain_rate(&args, 1_024).await?;
     let single = drain_rate(&args, 1).await?;
     println!("batched (1,024 per transaction): {batched:>9.0} events/s");
     println!("one transaction per event:       {single:>9.0} events/s");
-    println!("batched / per-event = {:.1} (target >= 5)", batched / single);
+    println!(
+        "batched / per-event = {:.1} (target >= 5)",
+        batched / single
+    );
     Ok(())
 }
 
@@ -395,27 +607,43 @@ async fn drain_rate(args: &PersisterArgs, batch_max: usize) -> anyhow::Result<f6
     ledger.warm(&sale, &sale.fresh_counters(), 1, true).await?;
     for start in (0..args.events).step_by(256) {
         let reqs: Vec<PurchaseRequest> = (start..(start + 256).min(args.events))
-            .map(|i| PurchaseRequest { sku_id: sale.sku_id, user_id: UserId(i + 1), request_id: RequestId::parse(&format!("p{i}")).expect("id"), quantity: 1 })
+            .map(|i| PurchaseRequest {
+                sku_id: sale.sku_id,
+                user_id: UserId(i + 1),
+                request_id: RequestId::parse(&format!("p{i}")).expect("id"),
+                quantity: 1,
+            })
             .collect();
         ledger.purchase_batch(sale.sku_id, &reqs).await?;
     }
-    let mut config = flashsale_store::persister::PersisterConfig::new(&args.redis_url, &prefix, "bench");
+    let mut config =
+        flashsale_store::persister::PersisterConfig::new(&args.redis_url, &prefix, "bench");
     config.batch_max = batch_max;
     let (stop, rx) = tokio::sync::broadcast::channel(1);
     let started = Instant::now();
-    let task = tokio::spawn(flashsale_store::persister::Persister::new(config, store.clone()).run(rx));
+    let task =
+        tokio::spawn(flashsale_store::persister::Persister::new(config, store.clone()).run(rx));
     loop {
-        let applied = store.sale(sale.sku_id).await?.map(|s| s.counters.seq).unwrap_or(0);
+        let applied = store
+            .sale(sale.sku_id)
+            .await?
+            .map(|s| s.counters.seq)
+            .unwrap_or(0);
         if applied == args.events {
             break;
         }
-        anyhow::ensure!(started.elapsed() < Duration::from_secs(600), "drain took over 10 minutes");
+        anyhow::ensure!(
+            started.elapsed() < Duration::from_secs(600),
+            "drain took over 10 minutes"
+        );
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
     let rate = args.events as f64 / started.elapsed().as_secs_f64();
     let _ = stop.send(());
     task.await??;
-    let mut conn = redis::Client::open(args.redis_url.as_str())?.get_multiplexed_async_connection().await?;
+    let mut conn = redis::Client::open(args.redis_url.as_str())?
+        .get_multiplexed_async_connection()
+        .await?;
     cleanup_redis(&mut conn, &prefix).await?;
     Ok(rate)
 }

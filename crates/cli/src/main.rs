@@ -7,6 +7,7 @@ mod bench;
 mod demo;
 mod reconcile;
 mod settings;
+mod spike;
 mod strategies;
 
 use std::path::PathBuf;
