@@ -146,23 +146,6 @@ fn ramp_due(i: f64, rate: f64, ramp_s: f64) -> Duration {
     Duration::from_secs_f64(t)
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_ramp_reaches_its_rate_and_holds_it() {
-        let d = |i| ramp_due(i, 1_000.0, 1.0).as_secs_f64();
-        assert_eq!(d(0.0), 0.0);
-        assert!(
-            (d(500.0) - 1.0).abs() < 1e-9,
-            "half a ramp's area by its end"
-        );
-        assert!((d(1_500.0) - 2.0).abs() < 1e-9, "then 1,000 per second");
-        assert!(d(10.0) > d(9.0));
-    }
-}
-
 /// One buyer's purchase, retried with the same request id on timeouts, transport errors,
 /// 429 and 503.
 async fn buy(
@@ -212,5 +195,22 @@ fn outcome_of(status: u16, body: &serde_json::Value) -> String {
         (202, Some(true)) => "REPLAYED".into(),
         (202, _) => "ACCEPTED".into(),
         _ => body["code"].as_str().unwrap_or("UNKNOWN").to_owned(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_ramp_reaches_its_rate_and_holds_it() {
+        let d = |i| ramp_due(i, 1_000.0, 1.0).as_secs_f64();
+        assert_eq!(d(0.0), 0.0);
+        assert!(
+            (d(500.0) - 1.0).abs() < 1e-9,
+            "half a ramp's area by its end"
+        );
+        assert!((d(1_500.0) - 2.0).abs() < 1e-9, "then 1,000 per second");
+        assert!(d(10.0) > d(9.0));
     }
 }
