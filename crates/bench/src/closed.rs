@@ -25,8 +25,17 @@ pub struct Rate {
 }
 
 /// Runs `make` in a closed loop; an answer counts as ok when its status is `expect`.
-pub async fn run(name: &str, make: MakeRequest, expect: u16, concurrency: usize, duration: Duration) -> anyhow::Result<Rate> {
-    let client = reqwest::Client::builder().pool_max_idle_per_host(concurrency).tcp_nodelay(true).build()?;
+pub async fn run(
+    name: &str,
+    make: MakeRequest,
+    expect: u16,
+    concurrency: usize,
+    duration: Duration,
+) -> anyhow::Result<Rate> {
+    let client = reqwest::Client::builder()
+        .pool_max_idle_per_host(concurrency)
+        .tcp_nodelay(true)
+        .build()?;
     let next = Arc::new(AtomicU64::new(0));
     let started = Instant::now();
     let deadline = started + duration;
@@ -39,7 +48,11 @@ pub async fn run(name: &str, make: MakeRequest, expect: u16, concurrency: usize,
                 while Instant::now() < deadline {
                     let i = next.fetch_add(1, Ordering::Relaxed);
                     let sent = Instant::now();
-                    let status = make(&client, i).send().await.map(|r| r.status().as_u16()).unwrap_or(0);
+                    let status = make(&client, i)
+                        .send()
+                        .await
+                        .map(|r| r.status().as_u16())
+                        .unwrap_or(0);
                     h.saturating_record(sent.elapsed().as_micros().max(1) as u64);
                     ok += u64::from(status == expect);
                 }

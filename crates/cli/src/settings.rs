@@ -33,6 +33,130 @@ pub struct Settings {
     /// Bearer token for admin routes (default: one per data dir, made on first use).
     #[arg(long, env = "FLASHSALE_ADMIN_TOKEN", hide_env_values = true)]
     pub admin_token: Option<String>,
+    #[command(flatten)]
+    pub gateway: GatewaySettings,
+}
+
+/// Gateway protections (issue 6); unset → the defaults of `GatewayConfig`. Rates are
+/// `PER_S` or `PER_S/BURST`, `0` or `off` turns one off.
+#[derive(Debug, Clone, Default, Args)]
+pub struct GatewaySettings {
+    /// Authenticated requests per second of this instance [default 200000/200000].
+    #[arg(long, env = "FLASHSALE_RATE_INSTANCE")]
+    pub rate_instance: Option<String>,
+    /// Purchases per second of one sale on this instance [default 100000/100000].
+    #[arg(long, env = "FLASHSALE_RATE_SALE")]
+    pub rate_sale: Option<String>,
+    /// Authenticated requests per second of one user [default 100/200].
+    #[arg(long, env = "FLASHSALE_RATE_USER")]
+    pub rate_user: Option<String>,
+    /// Authenticated requests per second of one client IP [default 2000/4000].
+    #[arg(long, env = "FLASHSALE_RATE_IP")]
+    pub rate_ip: Option<String>,
+    /// Apply the per-IP limit to loopback clients too [default false].
+    #[arg(long, env = "FLASHSALE_RATE_IP_LOOPBACK")]
+    pub rate_ip_loopback: Option<bool>,
+    /// Client IP from X-Forwarded-For (only behind a trusted proxy) [default false].
+    #[arg(long, env = "FLASHSALE_TRUST_FORWARDED_FOR")]
+    pub trust_forwarded_for: Option<bool>,
+    /// Blacklist cache refresh, ms [default 500].
+    #[arg(long, env = "FLASHSALE_BLACKLIST_REFRESH_MS")]
+    pub blacklist_refresh_ms: Option<u64>,
+    /// Stream lag (events) past which purchases get 429 BUSY; 0 = off [default 100000].
+    #[arg(long, env = "FLASHSALE_BACKPRESSURE_LAG")]
+    pub backpressure_lag: Option<u64>,
+    /// Requests queued for one sale past which purchases get 429 BUSY; 0 = off [default 4096].
+    #[arg(long, env = "FLASHSALE_BACKPRESSURE_QUEUE")]
+    pub backpressure_queue: Option<u64>,
+    /// Pause a sale while back-pressure holds and resume it after [default false].
+    #[arg(long, env = "FLASHSALE_BACKPRESSURE_AUTO_PAUSE")]
+    pub backpressure_auto_pause: Option<bool>,
+    /// Purchases of one sale in flight on this instance [default 4096].
+    #[arg(long, env = "FLASHSALE_SALE_INFLIGHT_MAX")]
+    pub sale_inflight_max: Option<usize>,
+    /// Open client connections [default 10000].
+    #[arg(long, env = "FLASHSALE_CONNECTIONS_MAX")]
+    pub connections_max: Option<usize>,
+    /// Requests in flight on this instance; past it 503 [default 20000].
+    #[arg(long, env = "FLASHSALE_INFLIGHT_MAX")]
+    pub inflight_max: Option<usize>,
+    /// Total bytes of request headers [default 16384].
+    #[arg(long, env = "FLASHSALE_HEADER_BYTES_MAX")]
+    pub header_bytes_max: Option<usize>,
+    /// Request timeout, ms (503 UNAVAILABLE past it) [default 10000].
+    #[arg(long, env = "FLASHSALE_REQUEST_TIMEOUT_MS")]
+    pub request_timeout_ms: Option<u64>,
+    /// Lifetime of an anti-scalping purchase token, s [default 60].
+    #[arg(long, env = "FLASHSALE_PURCHASE_TOKEN_TTL_S")]
+    pub purchase_token_ttl_s: Option<u64>,
+    /// A dedicated Redis for the hot sales named by FLASHSALE_HOT_SKUS.
+    #[arg(long, env = "FLASHSALE_HOT_REDIS_URL")]
+    pub hot_redis_url: Option<String>,
+    /// Skus routed to the hot Redis, comma list.
+    #[arg(long, env = "FLASHSALE_HOT_SKUS", value_delimiter = ',')]
+    pub hot_skus: Vec<u64>,
+}
+
+impl GatewaySettings {
+    /// Writes the settings that are set over `limits`.
+    pub fn apply(&self, limits: &mut flashsale_server::Limits) -> anyhow::Result<()> {
+        use flashsale_server::gateway::Rate;
+        use std::time::Duration;
+        let g = &mut limits.gateway;
+        let rate = |s: &Option<String>, into: &mut Rate| -> anyhow::Result<()> {
+            if let Some(s) = s {
+                *into = Rate::parse(s).map_err(anyhow::Error::msg)?;
+            }
+            Ok(())
+        };
+        rate(&self.rate_instance, &mut g.rate_instance)?;
+        rate(&self.rate_sale, &mut g.rate_sale)?;
+        rate(&self.rate_user, &mut g.rate_user)?;
+        rate(&self.rate_ip, &mut g.rate_ip)?;
+        if let Some(v) = self.rate_ip_loopback {
+            g.rate_ip_exempt_loopback = !v;
+        }
+        if let Some(v) = self.trust_forwarded_for {
+            g.trust_forwarded_for = v;
+        }
+        if let Some(v) = self.blacklist_refresh_ms {
+            g.blacklist_refresh = Duration::from_millis(v.max(10));
+        }
+        if let Some(v) = self.backpressure_lag {
+            g.backpressure_lag = v;
+        }
+        if let Some(v) = self.backpressure_queue {
+            g.backpressure_queue = v;
+        }
+        if let Some(v) = self.backpressure_auto_pause {
+            g.backpressure_auto_pause = v;
+        }
+        if let Some(v) = self.sale_inflight_max {
+            g.sale_inflight_max = v.max(1);
+        }
+        if let Some(v) = self.connections_max {
+            g.connections_max = v.max(1);
+        }
+        if let Some(v) = self.inflight_max {
+            g.inflight_max = v.max(1);
+        }
+        if let Some(v) = self.header_bytes_max {
+            g.header_bytes_max = v;
+        }
+        if let Some(v) = self.purchase_token_ttl_s {
+            g.purchase_token_ttl = Duration::from_secs(v.max(1));
+        }
+        if self.hot_redis_url.is_some() {
+            g.hot_redis_url = self.hot_redis_url.clone();
+        }
+        if !self.hot_skus.is_empty() {
+            g.hot_skus = self.hot_skus.clone();
+        }
+        if let Some(v) = self.request_timeout_ms {
+            limits.request_timeout = Duration::from_millis(v.max(1));
+        }
+        Ok(())
+    }
 }
 
 /// Loads the config file into the environment without overriding what is already set.

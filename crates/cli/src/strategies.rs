@@ -15,7 +15,10 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
-use flashsale_core::{HotLedger, OrderStore, PurchaseOutcome, PurchaseRequest, RequestId, Sale, SaleMode, SaleState, SkuId, UserId};
+use flashsale_core::{
+    HotLedger, OrderStore, PurchaseOutcome, PurchaseRequest, RequestId, Sale, SaleMode, SaleState,
+    SkuId, UserId,
+};
 use flashsale_server::batch::Batcher;
 use hdrhistogram::Histogram;
 use redis::aio::MultiplexedConnection;
@@ -64,8 +67,16 @@ pub struct Workload {
 }
 
 /// Runs one strategy over the workload.
-pub async fn measure(s: Arc<dyn Strategy>, w: &Workload, redis: &mut MultiplexedConnection) -> anyhow::Result<Row_> {
-    let before = if s.uses_redis() { Some(redis_usec(redis).await?) } else { None };
+pub async fn measure(
+    s: Arc<dyn Strategy>,
+    w: &Workload,
+    redis: &mut MultiplexedConnection,
+) -> anyhow::Result<Row_> {
+    let before = if s.uses_redis() {
+        Some(redis_usec(redis).await?)
+    } else {
+        None
+    };
     let next = Arc::new(AtomicU64::new(1));
     let started = Instant::now();
     let tasks: Vec<_> = (0..w.concurrency)
@@ -112,7 +123,10 @@ pub async fn measure(s: Arc<dyn Strategy>, w: &Workload, redis: &mut Multiplexed
 
 /// Total CPU microseconds Redis spent in commands (INFO commandstats).
 async fn redis_usec(conn: &mut MultiplexedConnection) -> anyhow::Result<f64> {
-    let info: String = redis::cmd("INFO").arg("commandstats").query_async(conn).await?;
+    let info: String = redis::cmd("INFO")
+        .arg("commandstats")
+        .query_async(conn)
+        .await?;
     Ok(info
         .lines()
         .filter_map(|l| l.split(",usec=").nth(1))
@@ -128,10 +142,17 @@ pub struct DbRowLock {
 
 impl DbRowLock {
     pub async fn new(pool: MySqlPool, units: u64) -> anyhow::Result<DbRowLock> {
-        pool.execute("CREATE TABLE seckill_stock (sku_id BIGINT PRIMARY KEY, available_stock INT NOT NULL)").await?;
+        pool.execute(
+            "CREATE TABLE seckill_stock (sku_id BIGINT PRIMARY KEY, available_stock INT NOT NULL)",
+        )
+        .await?;
         pool.execute("CREATE TABLE seckill_order (id BIGINT PRIMARY KEY AUTO_INCREMENT, order_no VARCHAR(32) NOT NULL UNIQUE, \
             sku_id BIGINT NOT NULL, user_id BIGINT NOT NULL, status VARCHAR(16) NOT NULL)").await?;
-        sqlx::query("INSERT INTO seckill_stock VALUES (?, ?)").bind(SKU).bind(units).execute(&pool).await?;
+        sqlx::query("INSERT INTO seckill_stock VALUES (?, ?)")
+            .bind(SKU)
+            .bind(units)
+            .execute(&pool)
+            .await?;
         Ok(DbRowLock { pool })
     }
 }
@@ -165,9 +186,17 @@ impl Strategy for DbRowLock {
         Ok(true)
     }
     async fn audit(&self, total: u64) -> anyhow::Result<Audit> {
-        let row = sqlx::query("SELECT COUNT(*) AS n, COUNT(DISTINCT user_id) AS d FROM seckill_order").fetch_one(&self.pool).await?;
+        let row =
+            sqlx::query("SELECT COUNT(*) AS n, COUNT(DISTINCT user_id) AS d FROM seckill_order")
+                .fetch_one(&self.pool)
+                .await?;
         let (n, d): (i64, i64) = (row.get("n"), row.get("d"));
-        Ok(Audit { units_sold: n, oversold: (n - total as i64).max(0), duplicate_buyers: n - d, orders_in_db: Some(n) })
+        Ok(Audit {
+            units_sold: n,
+            oversold: (n - total as i64).max(0),
+            duplicate_buyers: n - d,
+            orders_in_db: Some(n),
+        })
     }
 }
 
@@ -181,10 +210,20 @@ pub struct RedisNaive {
 /// Orders of the Redis-only strategies, as a list of user ids (audited from Redis).
 async fn audit_list(conn: &MultiplexedConnection, key: &str, total: u64) -> anyhow::Result<Audit> {
     let mut conn = conn.clone();
-    let users: Vec<u64> = redis::cmd("LRANGE").arg(key).arg(0).arg(-1).query_async(&mut conn).await?;
+    let users: Vec<u64> = redis::cmd("LRANGE")
+        .arg(key)
+        .arg(0)
+        .arg(-1)
+        .query_async(&mut conn)
+        .await?;
     let distinct: std::collections::HashSet<u64> = users.iter().copied().collect();
     let n = users.len() as i64;
-    Ok(Audit { units_sold: n, oversold: (n - total as i64).max(0), duplicate_buyers: n - distinct.len() as i64, orders_in_db: None })
+    Ok(Audit {
+        units_sold: n,
+        oversold: (n - total as i64).max(0),
+        duplicate_buyers: n - distinct.len() as i64,
+        orders_in_db: None,
+    })
 }
 
 #[async_trait]
@@ -195,16 +234,32 @@ impl Strategy for RedisNaive {
     async fn purchase(&self, user: u64) -> anyhow::Result<bool> {
         let mut c = self.conn.clone();
         let stock_key = format!("{}:stock:{{{SKU}}}", self.prefix);
-        let stock: i64 = redis::cmd("GET").arg(&stock_key).query_async(&mut c).await?;
+        let stock: i64 = redis::cmd("GET")
+            .arg(&stock_key)
+            .query_async(&mut c)
+            .await?;
         if stock < 1 {
             return Ok(false);
         }
-        let _: i64 = redis::cmd("DECRBY").arg(&stock_key).arg(1).query_async(&mut c).await?;
-        let _: i64 = redis::cmd("RPUSH").arg(format!("{}:orders:{{{SKU}}}", self.prefix)).arg(user).query_async(&mut c).await?;
+        let _: i64 = redis::cmd("DECRBY")
+            .arg(&stock_key)
+            .arg(1)
+            .query_async(&mut c)
+            .await?;
+        let _: i64 = redis::cmd("RPUSH")
+            .arg(format!("{}:orders:{{{SKU}}}", self.prefix))
+            .arg(user)
+            .query_async(&mut c)
+            .await?;
         Ok(true)
     }
     async fn audit(&self, total: u64) -> anyhow::Result<Audit> {
-        audit_list(&self.conn, &format!("{}:orders:{{{SKU}}}", self.prefix), total).await
+        audit_list(
+            &self.conn,
+            &format!("{}:orders:{{{SKU}}}", self.prefix),
+            total,
+        )
+        .await
     }
 }
 
@@ -213,7 +268,8 @@ pub struct RedisLock {
     pub prefix: String,
 }
 
-const UNLOCK: &str = "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0";
+const UNLOCK: &str =
+    "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0";
 
 #[async_trait]
 impl Strategy for RedisLock {
@@ -222,19 +278,47 @@ impl Strategy for RedisLock {
     }
     async fn purchase(&self, user: u64) -> anyhow::Result<bool> {
         let mut c = self.conn.clone();
-        let (lock, item) = (format!("{}:lock:{{{SKU}}}", self.prefix), format!("{}:item:{{{SKU}}}", self.prefix));
+        let (lock, item) = (
+            format!("{}:lock:{{{SKU}}}", self.prefix),
+            format!("{}:item:{{{SKU}}}", self.prefix),
+        );
         let me = user.to_string();
         // Retry the lock a bounded number of times, as a client of the seed would.
         for attempt in 0..200u32 {
-            let got: Option<String> = redis::cmd("SET").arg(&lock).arg(&me).arg("NX").arg("PX").arg(100).query_async(&mut c).await?;
+            let got: Option<String> = redis::cmd("SET")
+                .arg(&lock)
+                .arg(&me)
+                .arg("NX")
+                .arg("PX")
+                .arg(100)
+                .query_async(&mut c)
+                .await?;
             if got.is_some() {
-                let (total, ordered): (i64, i64) = redis::cmd("HMGET").arg(&item).arg("total").arg("ordered").query_async(&mut c).await?;
+                let (total, ordered): (i64, i64) = redis::cmd("HMGET")
+                    .arg(&item)
+                    .arg("total")
+                    .arg("ordered")
+                    .query_async(&mut c)
+                    .await?;
                 let ok = ordered < total; // the seed: ordered + k <= total, k = 1
                 if ok {
-                    let _: i64 = redis::cmd("HINCRBY").arg(&item).arg("ordered").arg(1).query_async(&mut c).await?;
-                    let _: i64 = redis::cmd("RPUSH").arg(format!("{}:orders:{{{SKU}}}", self.prefix)).arg(user).query_async(&mut c).await?;
+                    let _: i64 = redis::cmd("HINCRBY")
+                        .arg(&item)
+                        .arg("ordered")
+                        .arg(1)
+                        .query_async(&mut c)
+                        .await?;
+                    let _: i64 = redis::cmd("RPUSH")
+                        .arg(format!("{}:orders:{{{SKU}}}", self.prefix))
+                        .arg(user)
+                        .query_async(&mut c)
+                        .await?;
                 }
-                let _: i64 = redis::Script::new(UNLOCK).key(&lock).arg(&me).invoke_async(&mut c).await?;
+                let _: i64 = redis::Script::new(UNLOCK)
+                    .key(&lock)
+                    .arg(&me)
+                    .invoke_async(&mut c)
+                    .await?;
                 return Ok(ok);
             }
             tokio::time::sleep(Duration::from_micros(200 * u64::from(attempt.min(10) + 1))).await;
@@ -242,7 +326,12 @@ impl Strategy for RedisLock {
         anyhow::bail!("lock not acquired")
     }
     async fn audit(&self, total: u64) -> anyhow::Result<Audit> {
-        audit_list(&self.conn, &format!("{}:orders:{{{SKU}}}", self.prefix), total).await
+        audit_list(
+            &self.conn,
+            &format!("{}:orders:{{{SKU}}}", self.prefix),
+            total,
+        )
+        .await
     }
 }
 
@@ -301,8 +390,16 @@ impl Strategy for RedisLua {
         let mut c = self.conn.clone();
         let stream = format!("{}:stream:{{{SKU}}}", self.prefix);
         let n: i64 = redis::cmd("XLEN").arg(&stream).query_async(&mut c).await?;
-        let buyers: i64 = redis::cmd("SCARD").arg(format!("{}:buyers:{{{SKU}}}", self.prefix)).query_async(&mut c).await?;
-        Ok(Audit { units_sold: n, oversold: (n - total as i64).max(0), duplicate_buyers: n - buyers, orders_in_db: None })
+        let buyers: i64 = redis::cmd("SCARD")
+            .arg(format!("{}:buyers:{{{SKU}}}", self.prefix))
+            .query_async(&mut c)
+            .await?;
+        Ok(Audit {
+            units_sold: n,
+            oversold: (n - total as i64).max(0),
+            duplicate_buyers: n - buyers,
+            orders_in_db: None,
+        })
     }
 }
 
@@ -331,7 +428,10 @@ impl Strategy for Ours {
             request_id: RequestId::parse(&format!("r{user}")).expect("valid id"),
             quantity: 1,
         };
-        Ok(matches!(self.batcher.purchase(req).await?, PurchaseOutcome::Accepted { .. }))
+        Ok(matches!(
+            self.batcher.purchase(req).await?,
+            PurchaseOutcome::Accepted { .. }
+        ))
     }
     async fn audit(&self, total: u64) -> anyhow::Result<Audit> {
         let deadline = Instant::now() + Duration::from_secs(60);
@@ -348,7 +448,12 @@ impl Strategy for Ours {
         let live: Vec<_> = orders.iter().filter(|o| o.status.is_live()).collect();
         let n: i64 = live.iter().map(|o| i64::from(o.quantity)).sum();
         let distinct: std::collections::HashSet<UserId> = live.iter().map(|o| o.user_id).collect();
-        Ok(Audit { units_sold: n, oversold: (n - total as i64).max(0), duplicate_buyers: live.len() as i64 - distinct.len() as i64, orders_in_db: Some(orders.len() as i64) })
+        Ok(Audit {
+            units_sold: n,
+            oversold: (n - total as i64).max(0),
+            duplicate_buyers: live.len() as i64 - distinct.len() as i64,
+            orders_in_db: Some(orders.len() as i64),
+        })
     }
 }
 
@@ -370,7 +475,9 @@ pub fn bench_sale(units: u64) -> Sale {
 /// A fresh database on the MySQL server of `url` (its path is replaced).
 pub async fn fresh_mysql(server_url: &str, name: &str) -> anyhow::Result<String> {
     let mut conn = sqlx::MySqlConnection::connect(server_url).await?;
-    conn.execute(format!("DROP DATABASE IF EXISTS `{name}`").as_str()).await?;
-    conn.execute(format!("CREATE DATABASE `{name}`").as_str()).await?;
+    conn.execute(format!("DROP DATABASE IF EXISTS `{name}`").as_str())
+        .await?;
+    conn.execute(format!("CREATE DATABASE `{name}`").as_str())
+        .await?;
     Ok(format!("{}/{name}", server_url.trim_end_matches('/')))
 }

@@ -75,6 +75,41 @@ pub trait HotLedger: Send + Sync + 'static {
     /// Registers who to tell when a sale's stock comes back (cancel, expiry) on any instance,
     /// so that local sold-out flags clear. Called once at start; a later call replaces it.
     fn on_restock(&self, listener: RestockListener);
+
+    /// For the reconciler: the hot counters at `seq`, the epoch, and every event still in the
+    /// sale's stream, read in one atomic step; `None` when the sale is not warm.
+    /// The default says it cannot (a wrapper that does not delegate it): the reconciler then
+    /// reports an error for the sale and never rebuilds it.
+    async fn hot_snapshot(&self, sku: SkuId) -> Result<Option<HotSnapshot>, LedgerError> {
+        let _ = sku;
+        Err(LedgerError::Unavailable(format!(
+            "the {} ledger does not provide snapshots",
+            self.kind()
+        )))
+    }
+
+    /// Rebuild after a loss of hot state: puts orders read back from the system of record into
+    /// a warm sale (warm it paused with `force` in a new epoch first). Idempotent: orders
+    /// already present are skipped. Returns how many orders were added.
+    async fn restore_orders(&self, sku: SkuId, orders: &[HotOrder]) -> Result<usize, LedgerError> {
+        let _ = (sku, orders);
+        Err(LedgerError::Unavailable(format!(
+            "the {} ledger cannot restore orders",
+            self.kind()
+        )))
+    }
+}
+
+/// What [`HotLedger::hot_snapshot`] reads.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HotSnapshot {
+    pub counters: Counters,
+    pub epoch: u64,
+    /// Events still in the stream (not yet trimmed), in seq order; empty for a ledger that
+    /// commits before it answers.
+    pub events: Vec<Event>,
+    /// Stream entries that are not events: (entry id, why).
+    pub bad_entries: Vec<(String, String)>,
 }
 
 /// Told the sku whose stock came back.
@@ -153,4 +188,48 @@ pub trait OrderStore: Send + Sync + 'static {
     async fn apply_events(&self, sku: SkuId, events: &[Event]) -> Result<ApplyReport, StoreError>;
 
     async fn ping(&self) -> Result<(), StoreError>;
+
+    /// The sale, its orders and its events read in one transaction (one consistent view, so
+    /// invariants can be checked while the persister writes).
+    async fn audit(&self, sku: SkuId) -> Result<Option<Audit>, StoreError>;
+
+    /// Stores one reconciler run (or repair); returns its id.
+    async fn record_reconcile_run(&self, run: &ReconcileRun) -> Result<u64, StoreError>;
+
+    /// The latest stored runs, newest first, of one sale or of all.
+    async fn reconcile_runs(
+        &self,
+        sku: Option<SkuId>,
+        limit: usize,
+    ) -> Result<Vec<ReconcileRun>, StoreError>;
+}
+
+/// A consistent view of one sale in the system of record.
+#[derive(Debug, Clone)]
+pub struct Audit {
+    pub sale: StoredSale,
+    pub orders: Vec<HotOrder>,
+    pub events: Vec<Event>,
+}
+
+/// One stored reconciler run of one sale (`reconcile_runs`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ReconcileRun {
+    /// 0 until stored.
+    pub id: u64,
+    pub sku_id: SkuId,
+    pub at_ms: i64,
+    /// "worker", "cli", "admin" …
+    pub trigger: String,
+    /// Whether repairs were asked for.
+    pub repair: bool,
+    /// No violation, no diff, nothing lost.
+    pub ok: bool,
+    pub violations: u32,
+    /// Repairs done, as short lines.
+    pub repairs: Vec<String>,
+    /// Order numbers accepted by the hot ledger and lost with it.
+    pub lost_orders: Vec<String>,
+    /// The whole report, JSON.
+    pub report: String,
 }

@@ -23,7 +23,8 @@ pub mod sale;
 pub use error::{ErrorCode, LedgerError, StoreError};
 pub use ids::{OrderNo, RequestId, SkuId, UserId};
 pub use ledger::{
-    ApplyReport, DeadLetter, HotLedger, OrderStore, PurchaseRequest, Resolution, StoredSale,
+    ApplyReport, Audit, DeadLetter, HotLedger, HotSnapshot, OrderStore, PurchaseRequest,
+    ReconcileRun, Resolution, StoredSale,
 };
 pub use order::{Event, EventKind, HotOrder, OrderStatus, PurchaseOutcome};
 pub use rules::SaleBook;

@@ -308,9 +308,11 @@ impl Inner {
         if jobs.is_empty() {
             return; // another drain took them
         }
+        // Taken off the queue: no longer queued (before the answers, so a caller that got
+        // its answer never sees its own job still counted).
         let weight: usize = jobs.iter().map(Job::weight).sum();
-        self.run_group(slot.sku, &mut guard, jobs).await;
         slot.depth.fetch_sub(weight, Ordering::Relaxed);
+        self.run_group(slot.sku, &mut guard, jobs).await;
     }
 
     async fn run_group(&self, sku: SkuId, loaded: &mut Loaded, jobs: Vec<Job>) {
@@ -589,6 +591,38 @@ impl HotLedger for EmbeddedLedger {
 
     fn on_restock(&self, listener: RestockListener) {
         *self.inner.restock.write().expect("restock lock") = Some(listener);
+    }
+
+    /// No stream: every group is committed to SQLite before it is answered, so there are
+    /// never events in flight (read under the book's lock, so never mid-commit).
+    async fn hot_snapshot(
+        &self,
+        sku: SkuId,
+    ) -> Result<Option<flashsale_core::HotSnapshot>, LedgerError> {
+        let Some(slot) = self.inner.slot(sku) else {
+            return Ok(None);
+        };
+        self.with_book(slot, |_, loaded| {
+            Box::pin(async move {
+                Ok(Some(flashsale_core::HotSnapshot {
+                    counters: loaded.book.counters,
+                    epoch: loaded.book.epoch,
+                    events: Vec::new(),
+                    bad_entries: Vec::new(),
+                }))
+            })
+        })
+        .await
+    }
+
+    /// A no-op: the embedded book is loaded from SQLite, the system of record itself, so it
+    /// can never be behind it; there is nothing to restore.
+    async fn restore_orders(
+        &self,
+        _sku: SkuId,
+        _orders: &[HotOrder],
+    ) -> Result<usize, LedgerError> {
+        Ok(0)
     }
 }
 

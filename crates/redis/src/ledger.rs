@@ -5,7 +5,7 @@ use std::sync::{Arc, Mutex, RwLock, Weak};
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
-use flashsale_core::ledger::RestockListener;
+use flashsale_core::ledger::{HotSnapshot, RestockListener};
 use flashsale_core::limits::BATCH_LEN_MAX;
 use flashsale_core::{
     Counters, ErrorCode, HotLedger, HotOrder, LedgerError, OrderNo, OrderStatus, PurchaseOutcome,
@@ -462,6 +462,31 @@ impl HotLedger for RedisLedger {
     fn on_restock(&self, listener: RestockListener) {
         *self.restock.listener.write().expect("restock lock") = Some(listener);
         RestockHub::ensure_task(&self.restock);
+    }
+
+    async fn hot_snapshot(&self, sku: SkuId) -> Result<Option<HotSnapshot>, LedgerError> {
+        let Some(snap) = self.snapshot(sku).await? else {
+            return Ok(None);
+        };
+        let mut events = Vec::with_capacity(snap.events.len());
+        let mut bad_entries = Vec::new();
+        for (id, parsed) in snap.events {
+            match parsed {
+                Ok(e) => events.push(e),
+                Err(why) => bad_entries.push((id, why)),
+            }
+        }
+        events.sort_by_key(|e| e.seq);
+        Ok(Some(HotSnapshot {
+            counters: snap.counters,
+            epoch: snap.epoch,
+            events,
+            bad_entries,
+        }))
+    }
+
+    async fn restore_orders(&self, sku: SkuId, orders: &[HotOrder]) -> Result<usize, LedgerError> {
+        RedisLedger::restore_orders(self, sku, orders).await
     }
 }
 

@@ -21,6 +21,8 @@ pub struct Auth {
     decoding: DecodingKey,
     validation: Validation,
     admin_token: String,
+    /// Kept to derive the purchase-token key (gateway::scalping).
+    secret: String,
 }
 
 #[derive(Debug, Serialize, Deserialize)]
@@ -43,6 +45,7 @@ impl Auth {
             decoding: DecodingKey::from_secret(jwt_secret.as_bytes()),
             validation,
             admin_token: admin_token.to_owned(),
+            secret: jwt_secret.to_owned(),
         }
     }
 
@@ -66,6 +69,10 @@ impl Auth {
                 "token subject is not a user id",
             )),
         }
+    }
+
+    pub(crate) fn secret(&self) -> &str {
+        &self.secret
     }
 
     fn is_admin(&self, token: &str) -> bool {
@@ -121,7 +128,9 @@ impl FromRequestParts<AppState> for User {
                 "the admin token is not a user",
             ));
         }
-        state.auth.verify_user(token).map(User)
+        let user = state.auth.verify_user(token)?;
+        state.gateway.check_user(parts, user)?;
+        Ok(User(user))
     }
 }
 

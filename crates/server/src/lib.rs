@@ -16,8 +16,12 @@ pub mod auth;
 pub mod batch;
 pub mod breaker;
 pub mod cache;
+pub mod dashboard;
 pub mod error;
+pub mod gateway;
 pub mod metrics;
+pub mod openapi;
+pub mod reconcile;
 pub mod routes;
 pub mod serve;
 pub mod state;
@@ -47,9 +51,17 @@ pub fn app(state: AppState) -> Router {
         .route("/sales/{sku_id}/purchases", post(purchases::purchase))
         .route("/orders/{order_no}", get(orders::get))
         .route("/orders/{order_no}/pay", post(orders::pay))
-        .route("/orders/{order_no}/cancel", post(orders::cancel));
+        .route("/orders/{order_no}/cancel", post(orders::cancel))
+        .route("/admin/reconcile", get(reconcile::report_route))
+        .route(
+            "/admin/reconcile/{sku_id}/repair",
+            post(reconcile::repair_route),
+        )
+        .merge(gateway::routes::router());
     Router::new()
         .nest("/api/v1", api)
+        .merge(openapi::router())
+        .route("/", get(dashboard::page))
         .route("/healthz", get(health::healthz))
         .route("/readyz", get(health::readyz))
         .route("/metrics", get(health::metrics))
@@ -61,6 +73,10 @@ pub fn app(state: AppState) -> Router {
             )
         })
         .layer(DefaultBodyLimit::max(state.limits.body_bytes_max))
+        .layer(middleware::from_fn_with_state(
+            state.clone(),
+            gateway::limits::guard,
+        ))
         .layer(middleware::from_fn_with_state(
             state.clone(),
             count_requests,

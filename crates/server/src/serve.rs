@@ -144,6 +144,12 @@ impl Workers {
     pub async fn start(config: &Config) -> anyhow::Result<Workers> {
         let (ledger, store) = backends(config).await?;
         let mut tasks = Tasks::new();
+        let journal = Arc::new(crate::reconcile::Journal::default());
+        if let Some(worker) =
+            crate::reconcile::worker_from_env(ledger.clone(), store.clone(), journal)
+        {
+            tasks.spawn_worker(worker);
+        }
         for worker in workers(config, ledger, store) {
             tasks.spawn_worker(worker);
         }
@@ -163,15 +169,32 @@ impl Server {
             .with_context(|| format!("bind {}", config.listen))?;
         let addr = listener.local_addr()?;
         let (ledger, store) = backends(&config).await?;
+        let ledger = crate::gateway::routing::hot_routed(&config, ledger).await?;
+        let guards = crate::gateway::routing::guard_store(&config).await?;
         let auth = Auth::new(&config.jwt_secret, &config.admin_token);
-        let state = AppState::new(ledger.clone(), store.clone(), auth, config.limits.clone());
+        let state = AppState::with_guards(
+            ledger.clone(),
+            store.clone(),
+            auth,
+            config.limits.clone(),
+            guards,
+        );
+        if let Err(e) = state.gateway.guards.refresh().await {
+            tracing::warn!(error = %e, "could not load the blacklist at start; retrying in the background");
+        }
         let mut tasks = Tasks::new();
         let mut stop = tasks.shutdown.subscribe();
         let app = crate::app(state.clone());
+        let listener = crate::gateway::listener::CappedListener::new(
+            listener,
+            config.limits.gateway.connections_max,
+        );
         let serve = async move {
             let graceful = async move {
                 let _ = stop.recv().await;
             };
+            let app =
+                app.into_make_service_with_connect_info::<crate::gateway::listener::ClientAddr>();
             axum::serve(listener, app)
                 .with_graceful_shutdown(graceful)
                 .await?;
@@ -180,6 +203,13 @@ impl Server {
         // The listener first: on shutdown it drains in-flight requests before workers stop.
         tasks.handles.push(("http", tokio::spawn(serve)));
         for worker in workers(&config, ledger, store) {
+            tasks.spawn_worker(worker);
+        }
+        if let Some(worker) = crate::reconcile::worker_from_env(
+            state.ledger.clone(),
+            state.store.clone(),
+            state.journal.clone(),
+        ) {
             tasks.spawn_worker(worker);
         }
         let server = Server { addr, state, tasks };
@@ -209,8 +239,17 @@ fn workers(
             redis_url,
             &config.redis_prefix,
             &config.instance_id,
-            store,
+            store.clone(),
         )));
+        // Hot sales on a dedicated Redis: its streams need a persister of their own.
+        if let Some(hot_url) = &config.limits.gateway.hot_redis_url {
+            workers.push(Box::new(PersisterWorker::new(
+                hot_url,
+                &config.redis_prefix,
+                &format!("{}-hot", config.instance_id),
+                store,
+            )));
+        }
     }
     workers
 }

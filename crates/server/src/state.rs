@@ -10,6 +10,7 @@ use crate::auth::Auth;
 use crate::batch::Batcher;
 use crate::breaker::Breaker;
 use crate::cache::{SaleCache, SoldOutFlags};
+use crate::gateway::{Gateway, GatewayConfig, GuardStore, MemoryGuards};
 
 /// Tunables of the request path. Every queue and batch has a bound.
 #[derive(Debug, Clone)]
@@ -22,6 +23,8 @@ pub struct Limits {
     pub cache_ttl: Duration,
     /// A sold-out flag remembers at most this many accepted request keys.
     pub accepted_keys_max: usize,
+    /// Rate limits, blacklist, back-pressure, per-sale isolation, anti-scalping, caps.
+    pub gateway: GatewayConfig,
 }
 
 impl Default for Limits {
@@ -33,6 +36,7 @@ impl Default for Limits {
             request_timeout: Duration::from_secs(10),
             cache_ttl: Duration::from_secs(1),
             accepted_keys_max: 1_000_000,
+            gateway: GatewayConfig::default(),
         }
     }
 }
@@ -50,6 +54,9 @@ pub struct Inner {
     pub breaker: Breaker,
     pub metrics: PrometheusHandle,
     pub limits: Limits,
+    pub gateway: Gateway,
+    /// Accepted purchases not yet in the database, for the reconciler's loss report.
+    pub journal: Arc<crate::reconcile::Journal>,
 }
 
 impl std::ops::Deref for AppState {
@@ -66,6 +73,26 @@ impl AppState {
         auth: Auth,
         limits: Limits,
     ) -> AppState {
+        AppState::with_guards(
+            ledger,
+            store,
+            auth,
+            limits,
+            Arc::new(MemoryGuards::default()),
+        )
+    }
+
+    /// With the blacklist and token-sale flags kept in `guards` (Redis or the database).
+    pub fn with_guards(
+        ledger: Arc<dyn HotLedger>,
+        store: Arc<dyn OrderStore>,
+        auth: Auth,
+        limits: Limits,
+        guards: Arc<dyn GuardStore>,
+    ) -> AppState {
+        let gateway = Gateway::new(limits.gateway.clone(), auth.secret(), guards);
+        let journal = Arc::new(crate::reconcile::Journal::default());
+        let ledger = crate::reconcile::JournalingLedger::wrap(ledger, journal.clone());
         let inner = Arc::new(Inner {
             batcher: Batcher::new(ledger.clone(), limits.batch_max, limits.queue_cap),
             ledger,
@@ -76,7 +103,10 @@ impl AppState {
             breaker: Breaker::new(5, 1_000),
             metrics: crate::metrics::handle(),
             limits,
+            gateway,
+            journal,
         });
+        crate::gateway::spawn_tasks(&inner);
         let weak = Arc::downgrade(&inner);
         inner.ledger.on_restock(Arc::new(move |sku| {
             if let Some(inner) = weak.upgrade() {

@@ -10,8 +10,8 @@ use sqlx::mysql::{MySqlPool, MySqlPoolOptions, MySqlRow};
 use sqlx::{MySql, Row, Transaction};
 
 use flashsale_core::{
-    ApplyReport, DeadLetter, Event, HotOrder, OrderNo, OrderStatus, OrderStore, Sale, SaleState,
-    SkuId, StoreError, StoredSale,
+    ApplyReport, Audit, DeadLetter, Event, HotOrder, OrderNo, OrderStatus, OrderStore,
+    ReconcileRun, Sale, SaleState, SkuId, StoreError, StoredSale,
 };
 
 use crate::batch::{self, Head, KnownOrder, Plan, CHUNK_ROWS};
@@ -512,6 +512,104 @@ impl OrderStore for MySqlStore {
         plan.report.duplicates = duplicates;
         batch::alert(sku, &plan.report);
         Ok(plan.report)
+    }
+
+    async fn audit(&self, sku: SkuId) -> Result<Option<Audit>, StoreError> {
+        // One InnoDB REPEATABLE READ snapshot: counters, orders and events agree.
+        let mut tx = self.pool.begin().await.map_err(db_error)?;
+        let sql = format!("SELECT {} FROM sales WHERE sku_id = ?", batch::SALE_COLUMNS);
+        let Some(row) = sqlx::query(&sql)
+            .bind(sku.0)
+            .fetch_optional(&mut *tx)
+            .await
+            .map_err(db_error)?
+        else {
+            return Ok(None);
+        };
+        let sale = sale_row(&row)?.into_stored()?;
+        let sql = format!(
+            "SELECT {} FROM orders WHERE sku_id = ? ORDER BY id",
+            batch::ORDER_COLUMNS
+        );
+        let orders = sqlx::query(&sql)
+            .bind(sku.0)
+            .fetch_all(&mut *tx)
+            .await
+            .map_err(db_error)?
+            .iter()
+            .map(order_row)
+            .collect::<Result<Vec<_>, _>>()?;
+        let sql = format!(
+            "SELECT {} FROM stock_events WHERE sku_id = ? ORDER BY seq",
+            batch::EVENT_COLUMNS
+        );
+        let events = sqlx::query(&sql)
+            .bind(sku.0)
+            .fetch_all(&mut *tx)
+            .await
+            .map_err(db_error)?
+            .iter()
+            .map(event_row)
+            .collect::<Result<Vec<_>, _>>()?;
+        tx.rollback().await.map_err(db_error)?;
+        Ok(Some(Audit {
+            sale,
+            orders,
+            events,
+        }))
+    }
+
+    async fn record_reconcile_run(&self, run: &ReconcileRun) -> Result<u64, StoreError> {
+        let done = sqlx::query(
+            "INSERT INTO reconcile_runs (sku_id, at_ms, `trigger`, repair, ok, violations, \
+             repairs, lost_orders, report) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        )
+        .bind(run.sku_id.0)
+        .bind(run.at_ms)
+        .bind(&run.trigger)
+        .bind(run.repair)
+        .bind(run.ok)
+        .bind(run.violations)
+        .bind(run.repairs.join("\n"))
+        .bind(run.lost_orders.join("\n"))
+        .bind(&run.report)
+        .execute(&self.pool)
+        .await
+        .map_err(db_error)?;
+        Ok(done.last_insert_id())
+    }
+
+    async fn reconcile_runs(
+        &self,
+        sku: Option<SkuId>,
+        limit: usize,
+    ) -> Result<Vec<ReconcileRun>, StoreError> {
+        let rows = sqlx::query(
+            "SELECT id, sku_id, at_ms, `trigger`, repair, ok, violations, repairs, lost_orders, \
+             report FROM reconcile_runs WHERE (? IS NULL OR sku_id = ?) ORDER BY id DESC LIMIT ?",
+        )
+        .bind(sku.map(|s| s.0))
+        .bind(sku.map(|s| s.0))
+        .bind(limit as u64)
+        .fetch_all(&self.pool)
+        .await
+        .map_err(db_error)?;
+        rows.iter()
+            .map(|r| {
+                Ok(ReconcileRun {
+                    id: get(r, "id")?,
+                    sku_id: SkuId(get(r, "sku_id")?),
+                    at_ms: get(r, "at_ms")?,
+                    trigger: text(r, "trigger")?,
+                    repair: get(r, "repair")?,
+                    ok: get(r, "ok")?,
+                    violations: get(r, "violations")?,
+                    repairs: crate::rows::lines(&text(r, "repairs")?),
+                    lost_orders: crate::rows::lines(&text(r, "lost_orders")?),
+                    report: text(r, "report")?,
+                })
+            })
+            .collect()
     }
 
     async fn ping(&self) -> Result<(), StoreError> {

@@ -198,3 +198,11 @@ pub(crate) fn db_error(e: sqlx::Error) -> StoreError {
 pub(crate) fn is_unique_violation(e: &sqlx::Error) -> bool {
     matches!(e, sqlx::Error::Database(db) if db.is_unique_violation())
 }
+
+/// Newline-separated lines of a text column (empty text → no lines).
+pub(crate) fn lines(text: &str) -> Vec<String> {
+    text.lines()
+        .filter(|l| !l.is_empty())
+        .map(str::to_owned)
+        .collect()
+}

@@ -18,8 +18,8 @@ use sqlx::sqlite::{
 use sqlx::{Row, Sqlite, Transaction};
 
 use flashsale_core::{
-    ApplyReport, Counters, DeadLetter, Event, HotOrder, OrderNo, OrderStatus, OrderStore, Sale,
-    SaleState, SkuId, StoreError, StoredSale,
+    ApplyReport, Audit, Counters, DeadLetter, Event, HotOrder, OrderNo, OrderStatus, OrderStore,
+    ReconcileRun, Sale, SaleState, SkuId, StoreError, StoredSale,
 };
 
 use crate::batch::{self, Head, KnownOrder, Plan, CHUNK_ROWS};
@@ -140,6 +140,69 @@ impl SqliteStore {
         if done.rows_affected() == 0 {
             return Err(StoreError::SaleNotFound);
         }
+        Ok(())
+    }
+
+    /// Blacklist entries as `(kind, value)`, kind `user` or `ip` (the gateway's cache).
+    pub async fn blacklist(&self) -> Result<Vec<(String, String)>, StoreError> {
+        let rows = sqlx::query("SELECT kind, value FROM blacklist")
+            .fetch_all(&self.reader)
+            .await
+            .map_err(db_error)?;
+        Ok(rows
+            .iter()
+            .map(|r| (r.get::<String, _>("kind"), r.get::<String, _>("value")))
+            .collect())
+    }
+
+    /// Adds (`blocked`) or removes a blacklist entry; idempotent.
+    pub async fn set_blacklisted(
+        &self,
+        kind: &str,
+        value: &str,
+        blocked: bool,
+        now_ms: i64,
+    ) -> Result<(), StoreError> {
+        let q = if blocked {
+            sqlx::query(
+                "INSERT INTO blacklist (kind, value, created_at_ms) VALUES (?, ?, ?) \
+                 ON CONFLICT (kind, value) DO NOTHING",
+            )
+            .bind(kind)
+            .bind(value)
+            .bind(now_ms)
+        } else {
+            sqlx::query("DELETE FROM blacklist WHERE kind = ? AND value = ?")
+                .bind(kind)
+                .bind(value)
+        };
+        q.execute(&self.writer).await.map_err(db_error)?;
+        Ok(())
+    }
+
+    /// Skus of the sales that require a purchase token (anti-scalping).
+    pub async fn token_sales(&self) -> Result<Vec<SkuId>, StoreError> {
+        let rows = sqlx::query("SELECT sku_id FROM sale_guards WHERE purchase_token = 1")
+            .fetch_all(&self.reader)
+            .await
+            .map_err(db_error)?;
+        Ok(rows
+            .iter()
+            .map(|r| SkuId(r.get::<i64, _>("sku_id") as u64))
+            .collect())
+    }
+
+    /// Turns the purchase-token requirement of a sale on or off; idempotent.
+    pub async fn set_token_sale(&self, sku: SkuId, on: bool) -> Result<(), StoreError> {
+        sqlx::query(
+            "INSERT INTO sale_guards (sku_id, purchase_token) VALUES (?, ?) \
+             ON CONFLICT (sku_id) DO UPDATE SET purchase_token = excluded.purchase_token",
+        )
+        .bind(i(sku.0))
+        .bind(i64::from(on))
+        .execute(&self.writer)
+        .await
+        .map_err(db_error)?;
         Ok(())
     }
 
@@ -621,6 +684,104 @@ impl OrderStore for SqliteStore {
         plan.report.duplicates = duplicates;
         batch::alert(sku, &plan.report);
         Ok(plan.report)
+    }
+
+    async fn audit(&self, sku: SkuId) -> Result<Option<Audit>, StoreError> {
+        // One read transaction: one WAL snapshot, so counters, orders and events agree.
+        let mut tx = self.reader.begin().await.map_err(db_error)?;
+        let sql = format!("SELECT {} FROM sales WHERE sku_id = ?", batch::SALE_COLUMNS);
+        let Some(row) = sqlx::query(&sql)
+            .bind(i(sku.0))
+            .fetch_optional(&mut *tx)
+            .await
+            .map_err(db_error)?
+        else {
+            return Ok(None);
+        };
+        let sale = sale_row(&row)?.into_stored()?;
+        let sql = format!(
+            "SELECT {} FROM orders WHERE sku_id = ? ORDER BY id",
+            batch::ORDER_COLUMNS
+        );
+        let orders = sqlx::query(&sql)
+            .bind(i(sku.0))
+            .fetch_all(&mut *tx)
+            .await
+            .map_err(db_error)?
+            .iter()
+            .map(order_row)
+            .collect::<Result<Vec<_>, _>>()?;
+        let sql = format!(
+            "SELECT {} FROM stock_events WHERE sku_id = ? ORDER BY seq",
+            batch::EVENT_COLUMNS
+        );
+        let events = sqlx::query(&sql)
+            .bind(i(sku.0))
+            .fetch_all(&mut *tx)
+            .await
+            .map_err(db_error)?
+            .iter()
+            .map(event_row)
+            .collect::<Result<Vec<_>, _>>()?;
+        tx.rollback().await.map_err(db_error)?;
+        Ok(Some(Audit {
+            sale,
+            orders,
+            events,
+        }))
+    }
+
+    async fn record_reconcile_run(&self, run: &ReconcileRun) -> Result<u64, StoreError> {
+        let row = sqlx::query(
+            "INSERT INTO reconcile_runs (sku_id, at_ms, \"trigger\", repair, ok, violations, \
+             repairs, lost_orders, report) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING id",
+        )
+        .bind(i(run.sku_id.0))
+        .bind(run.at_ms)
+        .bind(&run.trigger)
+        .bind(run.repair)
+        .bind(run.ok)
+        .bind(run.violations)
+        .bind(run.repairs.join("\n"))
+        .bind(run.lost_orders.join("\n"))
+        .bind(&run.report)
+        .fetch_one(&self.writer)
+        .await
+        .map_err(db_error)?;
+        id(&row, "id")
+    }
+
+    async fn reconcile_runs(
+        &self,
+        sku: Option<SkuId>,
+        limit: usize,
+    ) -> Result<Vec<ReconcileRun>, StoreError> {
+        let rows = sqlx::query(
+            "SELECT id, sku_id, at_ms, \"trigger\", repair, ok, violations, repairs, \
+             lost_orders, report FROM reconcile_runs WHERE (?1 IS NULL OR sku_id = ?1) \
+             ORDER BY id DESC LIMIT ?2",
+        )
+        .bind(sku.map(|s| i(s.0)))
+        .bind(i64::try_from(limit).unwrap_or(i64::MAX))
+        .fetch_all(&self.reader)
+        .await
+        .map_err(db_error)?;
+        rows.iter()
+            .map(|r| {
+                Ok(ReconcileRun {
+                    id: id(r, "id")?,
+                    sku_id: SkuId(id(r, "sku_id")?),
+                    at_ms: get(r, "at_ms")?,
+                    trigger: get(r, "trigger")?,
+                    repair: get(r, "repair")?,
+                    ok: get(r, "ok")?,
+                    violations: get(r, "violations")?,
+                    repairs: crate::rows::lines(&get::<String>(r, "repairs")?),
+                    lost_orders: crate::rows::lines(&get::<String>(r, "lost_orders")?),
+                    report: get(r, "report")?,
+                })
+            })
+            .collect()
     }
 
     async fn ping(&self) -> Result<(), StoreError> {

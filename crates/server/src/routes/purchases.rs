@@ -26,10 +26,13 @@ pub struct PurchaseBody {
     pub request_id: String,
     /// Units. Signed so that a negative number gets our message, not a parse error's.
     pub quantity: i64,
+    /// Anti-scalping token (`POST /sales/{sku}/purchase-token`), for sales that require one.
+    #[serde(default)]
+    pub purchase_token: Option<String>,
 }
 
 impl PurchaseBody {
-    fn validate(self, sku: SkuId, user: UserId) -> Result<PurchaseRequest, AppError> {
+    pub fn validate(&self, sku: SkuId, user: UserId) -> Result<PurchaseRequest, AppError> {
         let request_id = RequestId::parse(&self.request_id)
             .ok_or_else(|| AppError::invalid("request_id must be 1..=64 of [A-Za-z0-9_-]"))?;
         if !(1..=i64::from(PER_USER_LIMIT_MAX)).contains(&self.quantity) {
@@ -57,6 +60,11 @@ pub async fn purchase(
     let Json(body) = body?;
     let req = body.validate(sku, user)?;
     super::sales::lookup(&st, sku).await?;
+    let key = request_key(user, req.request_id.as_str());
+    let _permit = st
+        .gateway
+        .admit_purchase(sku, user, &key, body.purchase_token.as_deref())
+        .await?;
     let result = decide(&st, req).await;
     let label = match &result {
         Ok(view) if view.replayed == Some(true) => "replayed",

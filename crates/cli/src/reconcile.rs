@@ -1,0 +1,45 @@
+//! `flashsale reconcile [--sku N] [--repair]`: one reconciler run from the command line.
+//!
+//! This process answered no purchase, so its loss journal is empty: it finds every diff and
+//! can rebuild a sale, but only the serving instances (their worker, or
+//! `POST /api/v1/admin/reconcile/{sku}/repair`) can name accepted-but-lost purchases.
+
+use std::sync::Arc;
+
+use flashsale_core::SkuId;
+use flashsale_server::reconcile::{Journal, Reconciler};
+
+use crate::settings::Settings;
+
+#[derive(Debug, clap::Args)]
+pub struct ReconcileArgs {
+    #[command(flatten)]
+    pub settings: Settings,
+    /// Only this sale (default: every sale that is not scheduled).
+    #[arg(long)]
+    pub sku: Option<u64>,
+    /// Also repair: replay missing events, rebuild a hot sale behind the database, expire
+    /// overdue holds.
+    #[arg(long)]
+    pub repair: bool,
+}
+
+pub async fn run(args: ReconcileArgs) -> anyhow::Result<()> {
+    let config = crate::server_config(&args.settings, false)?;
+    // The embedded ledger has one writer per data dir: the serving process. A second one here
+    // could expire holds behind its back.
+    anyhow::ensure!(
+        config.redis_url.is_some() || !args.repair,
+        "the embedded ledger is repaired by the process that serves it: \
+         POST /api/v1/admin/reconcile/{{sku}}/repair"
+    );
+    let (ledger, store) = flashsale_server::serve::backends(&config).await?;
+    let reconciler = Reconciler::new(ledger, store, Arc::new(Journal::default()));
+    let reports = reconciler
+        .run(args.sku.map(SkuId), args.repair, "cli")
+        .await?;
+    println!("{}", serde_json::to_string_pretty(&reports)?);
+    let bad: Vec<u64> = reports.iter().filter(|r| !r.ok).map(|r| r.sku_id).collect();
+    anyhow::ensure!(bad.is_empty(), "sales not reconciled: {bad:?}");
+    Ok(())
+}

@@ -1,0 +1,350 @@
+//! Blacklist of users and client IPs, and the set of sales that require a purchase token.
+//!
+//! Stored behind [`GuardStore`]: Redis sets for the Redis ledger (`<prefix>:blacklist` holds user
+//! ids, `<prefix>:blacklist:ip` addresses, `<prefix>:token_sales` skus; never touched by a
+//! script), the database for the embedded ledger (`blacklist`, `sale_guards`). Each instance
+//! keeps a copy ([`Guards`]), reloaded in the background every `blacklist_refresh` and at once
+//! after an admin change here, so a request checks it without any I/O.
+
+use std::collections::{HashMap, HashSet};
+use std::net::IpAddr;
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::{Duration, Instant};
+
+use async_trait::async_trait;
+use flashsale_core::{SkuId, UserId};
+use flashsale_redis::conn::{Conn, Timeouts};
+use flashsale_store::SqliteStore;
+
+/// Most entries of each set loaded into the cache.
+pub const ENTRIES_MAX: usize = 1_000_000;
+
+/// What the gateway checks without I/O.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct GuardSnapshot {
+    pub users: HashSet<u64>,
+    pub ips: HashSet<IpAddr>,
+    pub token_sales: HashSet<u64>,
+}
+
+/// Where the blacklist and the token-sale flags live, and who remembers used purchase tokens.
+#[async_trait]
+pub trait GuardStore: Send + Sync + 'static {
+    async fn load(&self) -> Result<GuardSnapshot, String>;
+    async fn set_user(&self, user: UserId, blocked: bool) -> Result<(), String>;
+    async fn set_ip(&self, ip: IpAddr, blocked: bool) -> Result<(), String>;
+    async fn set_token_sale(&self, sku: SkuId, on: bool) -> Result<(), String>;
+    /// Marks a purchase token used by `request_key`; true when it was unused, or used by
+    /// this same request (a retry). Remembered for `ttl` (the token's remaining life).
+    async fn consume_token(
+        &self,
+        jti: &str,
+        request_key: &str,
+        ttl: Duration,
+    ) -> Result<bool, String>;
+}
+
+/// Used purchase tokens held in memory (one instance owns them all: embedded, tests).
+#[derive(Default)]
+pub struct UsedTokens {
+    used: Mutex<HashMap<String, (String, Instant)>>,
+}
+
+/// Used tokens remembered at most; expired ones are swept first when full.
+const USED_MAX: usize = 1_000_000;
+
+impl UsedTokens {
+    pub fn consume(&self, jti: &str, request_key: &str, ttl: Duration) -> bool {
+        let now = Instant::now();
+        let mut used = self.used.lock().expect("used tokens lock");
+        if used.len() >= USED_MAX {
+            used.retain(|_, (_, until)| *until > now);
+            if used.len() >= USED_MAX {
+                return false;
+            }
+        }
+        match used.get(jti) {
+            Some((key, until)) if *until > now => key == request_key,
+            _ => {
+                used.insert(jti.to_owned(), (request_key.to_owned(), now + ttl));
+                true
+            }
+        }
+    }
+}
+
+/// In memory only: the default of `AppState::new` and of unit tests.
+#[derive(Default)]
+pub struct MemoryGuards {
+    snapshot: Mutex<GuardSnapshot>,
+    tokens: UsedTokens,
+}
+
+#[async_trait]
+impl GuardStore for MemoryGuards {
+    async fn load(&self) -> Result<GuardSnapshot, String> {
+        Ok(self.snapshot.lock().expect("guards lock").clone())
+    }
+    async fn set_user(&self, user: UserId, blocked: bool) -> Result<(), String> {
+        let mut s = self.snapshot.lock().expect("guards lock");
+        toggle(&mut s.users, user.0, blocked);
+        Ok(())
+    }
+    async fn set_ip(&self, ip: IpAddr, blocked: bool) -> Result<(), String> {
+        let mut s = self.snapshot.lock().expect("guards lock");
+        toggle(&mut s.ips, ip, blocked);
+        Ok(())
+    }
+    async fn set_token_sale(&self, sku: SkuId, on: bool) -> Result<(), String> {
+        let mut s = self.snapshot.lock().expect("guards lock");
+        toggle(&mut s.token_sales, sku.0, on);
+        Ok(())
+    }
+    async fn consume_token(
+        &self,
+        jti: &str,
+        request_key: &str,
+        ttl: Duration,
+    ) -> Result<bool, String> {
+        Ok(self.tokens.consume(jti, request_key, ttl))
+    }
+}
+
+fn toggle<T: std::hash::Hash + Eq>(set: &mut HashSet<T>, v: T, on: bool) {
+    if on {
+        set.insert(v);
+    } else {
+        set.remove(&v);
+    }
+}
+
+/// The embedded deployment: the SQLite system of record.
+pub struct SqliteGuards {
+    pub store: Arc<SqliteStore>,
+    tokens: UsedTokens,
+}
+
+impl SqliteGuards {
+    pub fn new(store: Arc<SqliteStore>) -> SqliteGuards {
+        SqliteGuards {
+            store,
+            tokens: UsedTokens::default(),
+        }
+    }
+}
+
+fn now_ms() -> i64 {
+    crate::routes::sales::now_ms()
+}
+
+#[async_trait]
+impl GuardStore for SqliteGuards {
+    async fn load(&self) -> Result<GuardSnapshot, String> {
+        let mut s = GuardSnapshot::default();
+        for (kind, value) in self.store.blacklist().await.map_err(|e| e.to_string())? {
+            match kind.as_str() {
+                "user" => {
+                    if let Ok(u) = value.parse() {
+                        s.users.insert(u);
+                    }
+                }
+                _ => {
+                    if let Ok(ip) = value.parse() {
+                        s.ips.insert(ip);
+                    }
+                }
+            }
+        }
+        for sku in self.store.token_sales().await.map_err(|e| e.to_string())? {
+            s.token_sales.insert(sku.0);
+        }
+        Ok(s)
+    }
+    async fn set_user(&self, user: UserId, blocked: bool) -> Result<(), String> {
+        self.store
+            .set_blacklisted("user", &user.0.to_string(), blocked, now_ms())
+            .await
+            .map_err(|e| e.to_string())
+    }
+    async fn set_ip(&self, ip: IpAddr, blocked: bool) -> Result<(), String> {
+        self.store
+            .set_blacklisted("ip", &ip.to_string(), blocked, now_ms())
+            .await
+            .map_err(|e| e.to_string())
+    }
+    async fn set_token_sale(&self, sku: SkuId, on: bool) -> Result<(), String> {
+        self.store
+            .set_token_sale(sku, on)
+            .await
+            .map_err(|e| e.to_string())
+    }
+    async fn consume_token(
+        &self,
+        jti: &str,
+        request_key: &str,
+        ttl: Duration,
+    ) -> Result<bool, String> {
+        Ok(self.tokens.consume(jti, request_key, ttl))
+    }
+}
+
+/// The Redis deployment: plain sets beside the sales' keys, shared by every instance.
+pub struct RedisGuards {
+    conn: Conn,
+    prefix: String,
+}
+
+impl RedisGuards {
+    pub async fn connect(url: &str, prefix: &str) -> Result<RedisGuards, String> {
+        let conn = Conn::connect(url, Timeouts::HOT)
+            .await
+            .map_err(|e| e.to_string())?;
+        Ok(RedisGuards {
+            conn,
+            prefix: prefix.to_owned(),
+        })
+    }
+
+    /// `<prefix>:blacklist` (user ids, the contract's key).
+    fn users_key(&self) -> String {
+        flashsale_redis::Keys::new(&self.prefix)
+            .map(|k| k.blacklist())
+            .unwrap_or_else(|_| format!("{}:blacklist", self.prefix))
+    }
+    fn ips_key(&self) -> String {
+        format!("{}:ip", self.users_key())
+    }
+    fn token_sales_key(&self) -> String {
+        format!("{}:token_sales", self.prefix)
+    }
+
+    async fn members(&self, key: String) -> Result<Vec<String>, String> {
+        let mut conn = self.conn.clone();
+        let n: usize = redis::cmd("SCARD")
+            .arg(&key)
+            .query_async(&mut conn)
+            .await
+            .map_err(|e| e.to_string())?;
+        if n > ENTRIES_MAX {
+            return Err(format!("{key} holds {n} entries, more than {ENTRIES_MAX}"));
+        }
+        redis::cmd("SMEMBERS")
+            .arg(&key)
+            .query_async(&mut conn)
+            .await
+            .map_err(|e| e.to_string())
+    }
+
+    async fn toggle(&self, key: String, member: String, on: bool) -> Result<(), String> {
+        let mut conn = self.conn.clone();
+        let _: i64 = redis::cmd(if on { "SADD" } else { "SREM" })
+            .arg(key)
+            .arg(member)
+            .query_async(&mut conn)
+            .await
+            .map_err(|e| e.to_string())?;
+        Ok(())
+    }
+}
+
+#[async_trait]
+impl GuardStore for RedisGuards {
+    async fn load(&self) -> Result<GuardSnapshot, String> {
+        let users = self.members(self.users_key()).await?;
+        let ips = self.members(self.ips_key()).await?;
+        let skus = self.members(self.token_sales_key()).await?;
+        Ok(GuardSnapshot {
+            users: users.iter().filter_map(|u| u.parse().ok()).collect(),
+            ips: ips.iter().filter_map(|u| u.parse().ok()).collect(),
+            token_sales: skus.iter().filter_map(|u| u.parse().ok()).collect(),
+        })
+    }
+    async fn set_user(&self, user: UserId, blocked: bool) -> Result<(), String> {
+        self.toggle(self.users_key(), user.0.to_string(), blocked)
+            .await
+    }
+    async fn set_ip(&self, ip: IpAddr, blocked: bool) -> Result<(), String> {
+        self.toggle(self.ips_key(), ip.to_string(), blocked).await
+    }
+    async fn set_token_sale(&self, sku: SkuId, on: bool) -> Result<(), String> {
+        self.toggle(self.token_sales_key(), sku.0.to_string(), on)
+            .await
+    }
+    async fn consume_token(
+        &self,
+        jti: &str,
+        request_key: &str,
+        ttl: Duration,
+    ) -> Result<bool, String> {
+        let key = format!("{}:ptok:{jti}", self.prefix);
+        let mut conn = self.conn.clone();
+        let ms = ttl.as_millis().clamp(1, u64::MAX as u128) as u64;
+        let set: Option<String> = redis::cmd("SET")
+            .arg(&key)
+            .arg(request_key)
+            .arg("NX")
+            .arg("PX")
+            .arg(ms)
+            .query_async(&mut conn)
+            .await
+            .map_err(|e| e.to_string())?;
+        if set.is_some() {
+            return Ok(true);
+        }
+        let holder: Option<String> = redis::cmd("GET")
+            .arg(&key)
+            .query_async(&mut conn)
+            .await
+            .map_err(|e| e.to_string())?;
+        Ok(holder.as_deref() == Some(request_key))
+    }
+}
+
+/// The instance's copy of the guards: read per request without I/O, reloaded in the background.
+pub struct Guards {
+    pub store: Arc<dyn GuardStore>,
+    snapshot: RwLock<Arc<GuardSnapshot>>,
+    /// The last background reload failed (logged once per change).
+    pub failing: std::sync::atomic::AtomicBool,
+}
+
+impl Guards {
+    pub fn new(store: Arc<dyn GuardStore>) -> Guards {
+        Guards {
+            store,
+            snapshot: RwLock::new(Arc::new(GuardSnapshot::default())),
+            failing: std::sync::atomic::AtomicBool::new(false),
+        }
+    }
+
+    pub fn snapshot(&self) -> Arc<GuardSnapshot> {
+        self.snapshot.read().expect("guards lock").clone()
+    }
+
+    pub fn user_blocked(&self, user: UserId) -> bool {
+        self.snapshot
+            .read()
+            .expect("guards lock")
+            .users
+            .contains(&user.0)
+    }
+
+    pub fn ip_blocked(&self, ip: IpAddr) -> bool {
+        self.snapshot.read().expect("guards lock").ips.contains(&ip)
+    }
+
+    pub fn token_required(&self, sku: SkuId) -> bool {
+        self.snapshot
+            .read()
+            .expect("guards lock")
+            .token_sales
+            .contains(&sku.0)
+    }
+
+    /// Reloads the copy from the store (keeps the old copy when the store fails).
+    pub async fn refresh(&self) -> Result<(), String> {
+        let fresh = self.store.load().await?;
+        *self.snapshot.write().expect("guards lock") = Arc::new(fresh);
+        Ok(())
+    }
+}

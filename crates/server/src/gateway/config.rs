@@ -1,0 +1,153 @@
+//! `GatewayConfig`: every knob of the gateway layers, with defaults generous enough that a
+//! 100,000-buyer spike from 256 clients on loopback is never throttled.
+
+use std::time::Duration;
+
+/// A token-bucket rate: `per_s` requests a second, bursts of `burst`. `per_s == 0`: off.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Rate {
+    pub per_s: u32,
+    pub burst: u32,
+}
+
+impl Rate {
+    pub const OFF: Rate = Rate { per_s: 0, burst: 0 };
+
+    pub const fn new(per_s: u32, burst: u32) -> Rate {
+        Rate { per_s, burst }
+    }
+
+    pub fn is_off(&self) -> bool {
+        self.per_s == 0
+    }
+
+    /// `"PER_S"` or `"PER_S/BURST"`; `"0"` or `"off"` turns it off.
+    pub fn parse(s: &str) -> Result<Rate, String> {
+        let s = s.trim();
+        if s.eq_ignore_ascii_case("off") {
+            return Ok(Rate::OFF);
+        }
+        let (per, burst) = match s.split_once('/') {
+            Some((p, b)) => (p, Some(b)),
+            None => (s, None),
+        };
+        let per_s: u32 = per
+            .trim()
+            .parse()
+            .map_err(|_| format!("bad rate {s:?}: PER_S or PER_S/BURST"))?;
+        let burst: u32 = match burst {
+            Some(b) => b
+                .trim()
+                .parse()
+                .map_err(|_| format!("bad rate {s:?}: PER_S or PER_S/BURST"))?,
+            None => per_s,
+        };
+        Ok(Rate {
+            per_s,
+            burst: burst.max(1),
+        })
+    }
+}
+
+/// Gateway protections. Env names (see the README) are in brackets.
+#[derive(Debug, Clone)]
+pub struct GatewayConfig {
+    /// Authenticated requests of this instance [`FLASHSALE_RATE_INSTANCE`].
+    pub rate_instance: Rate,
+    /// Purchases of one sale on this instance [`FLASHSALE_RATE_SALE`].
+    pub rate_sale: Rate,
+    /// Authenticated requests of one user [`FLASHSALE_RATE_USER`].
+    pub rate_user: Rate,
+    /// Authenticated requests from one client IP [`FLASHSALE_RATE_IP`].
+    pub rate_ip: Rate,
+    /// Loopback clients skip the per-IP limit (a local bench is one IP) [`FLASHSALE_RATE_IP_LOOPBACK`].
+    pub rate_ip_exempt_loopback: bool,
+    /// Take the client IP from `X-Forwarded-For` (only behind a trusted proxy) [`FLASHSALE_TRUST_FORWARDED_FOR`].
+    pub trust_forwarded_for: bool,
+    /// How often keyed limiters forget idle keys (their memory bound).
+    pub limiter_sweep: Duration,
+    /// How often the blacklist and token-sale cache is reloaded [`FLASHSALE_BLACKLIST_REFRESH_MS`].
+    pub blacklist_refresh: Duration,
+    /// Stream lag (hot seq − database applied_seq, events) above which purchases get BUSY
+    /// (Redis ledger); 0 = off [`FLASHSALE_BACKPRESSURE_LAG`].
+    pub backpressure_lag: u64,
+    /// Requests queued for one sale above which purchases get BUSY; 0 = off [`FLASHSALE_BACKPRESSURE_QUEUE`].
+    pub backpressure_queue: u64,
+    /// Pause the sale in the hot ledger while back-pressure holds, resume after [`FLASHSALE_BACKPRESSURE_AUTO_PAUSE`].
+    pub backpressure_auto_pause: bool,
+    /// How often the back-pressure monitor samples each active sale.
+    pub backpressure_interval: Duration,
+    /// Purchases of one sale in flight on this instance; past it, BUSY [`FLASHSALE_SALE_INFLIGHT_MAX`].
+    pub sale_inflight_max: usize,
+    /// Open client connections; more wait in the accept backlog [`FLASHSALE_CONNECTIONS_MAX`].
+    pub connections_max: usize,
+    /// Requests in flight on this instance; past it, 503 at once [`FLASHSALE_INFLIGHT_MAX`].
+    pub inflight_max: usize,
+    /// Total bytes of request headers (names + values) [`FLASHSALE_HEADER_BYTES_MAX`].
+    pub header_bytes_max: usize,
+    /// Number of request headers.
+    pub headers_max: usize,
+    /// Lifetime of an anti-scalping purchase token [`FLASHSALE_PURCHASE_TOKEN_TTL_S`].
+    pub purchase_token_ttl: Duration,
+    /// A dedicated Redis for hot sales [`FLASHSALE_HOT_REDIS_URL`].
+    pub hot_redis_url: Option<String>,
+    /// Sales routed to the hot Redis [`FLASHSALE_HOT_SKUS`, comma list].
+    pub hot_skus: Vec<u64>,
+}
+
+impl Default for GatewayConfig {
+    fn default() -> GatewayConfig {
+        GatewayConfig {
+            rate_instance: Rate::new(200_000, 200_000),
+            rate_sale: Rate::new(100_000, 100_000),
+            rate_user: Rate::new(100, 200),
+            rate_ip: Rate::new(2_000, 4_000),
+            rate_ip_exempt_loopback: true,
+            trust_forwarded_for: false,
+            limiter_sweep: Duration::from_secs(10),
+            blacklist_refresh: Duration::from_millis(500),
+            backpressure_lag: 100_000,
+            backpressure_queue: 4_096,
+            backpressure_auto_pause: false,
+            backpressure_interval: Duration::from_millis(100),
+            sale_inflight_max: 4_096,
+            connections_max: 10_000,
+            inflight_max: 20_000,
+            header_bytes_max: 16 * 1_024,
+            headers_max: 64,
+            purchase_token_ttl: Duration::from_secs(60),
+            hot_redis_url: None,
+            hot_skus: Vec::new(),
+        }
+    }
+}
+
+impl GatewayConfig {
+    /// No rate limits, no back-pressure: for tests that hammer one user.
+    pub fn unlimited() -> GatewayConfig {
+        GatewayConfig {
+            rate_instance: Rate::OFF,
+            rate_sale: Rate::OFF,
+            rate_user: Rate::OFF,
+            rate_ip: Rate::OFF,
+            backpressure_lag: 0,
+            backpressure_queue: 0,
+            ..GatewayConfig::default()
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rates_parse() {
+        assert_eq!(Rate::parse("10").unwrap(), Rate::new(10, 10));
+        assert_eq!(Rate::parse("10/50").unwrap(), Rate::new(10, 50));
+        assert!(Rate::parse("0").unwrap().is_off());
+        assert!(Rate::parse("off").unwrap().is_off());
+        assert!(Rate::parse("x").is_err());
+        assert!(Rate::parse("1/y").is_err());
+    }
+}

@@ -1,0 +1,57 @@
+//! A limit on everything a request can make us hold: header count and size, requests in
+//! flight, and time. Each answer is in our error shape (`{"code","message"}`), never an empty
+//! body. Body size is axum's `DefaultBodyLimit` (413 PAYLOAD_TOO_LARGE); quantities and id
+//! lengths are checked by the handlers.
+
+use axum::extract::{Request, State};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use flashsale_core::ErrorCode;
+
+use crate::error::AppError;
+use crate::state::AppState;
+
+pub const TIMEOUTS: &str = "flashsale_request_timeouts_total";
+pub const SHED: &str = "flashsale_requests_shed_total";
+
+/// Outermost layer: headers, in-flight cap, request timeout.
+pub async fn guard(State(st): State<AppState>, req: Request, next: Next) -> Response {
+    let c = &st.gateway.config;
+    let headers = req.headers();
+    if headers.len() > c.headers_max {
+        return AppError::invalid(format!("too many headers (at most {})", c.headers_max))
+            .into_response();
+    }
+    let bytes: usize = headers
+        .iter()
+        .map(|(k, v)| k.as_str().len() + v.len())
+        .sum();
+    if bytes > c.header_bytes_max {
+        return AppError::invalid(format!(
+            "request headers too large (at most {} bytes)",
+            c.header_bytes_max
+        ))
+        .into_response();
+    }
+    let Ok(_permit) = st.gateway.inflight.clone().try_acquire_owned() else {
+        metrics::counter!(SHED).increment(1);
+        return AppError::new(
+            ErrorCode::Unavailable,
+            "too many requests in flight on this instance; retry shortly",
+        )
+        .into_response();
+    };
+    // A purchase cut short here still completes in the ledger (the batcher owns it); the
+    // client's retry with the same request_id gets its first outcome.
+    match tokio::time::timeout(st.limits.request_timeout, next.run(req)).await {
+        Ok(response) => response,
+        Err(_) => {
+            metrics::counter!(TIMEOUTS).increment(1);
+            AppError::new(
+                ErrorCode::Unavailable,
+                "the request timed out; retry with the same request_id",
+            )
+            .into_response()
+        }
+    }
+}

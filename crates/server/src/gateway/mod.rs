@@ -1,0 +1,265 @@
+//! Gateway protections in front of the handlers (issue 6).
+//!
+//! - [`config`]: `GatewayConfig`, every knob and its default.
+//! - [`ratelimit`]: governor token buckets per instance, sale, user and client IP.
+//! - [`blacklist`]: blocked users and IPs, and token-only sales, behind `GuardStore`
+//!   (Redis sets or the SQLite database), cached per instance and refreshed in the background.
+//! - [`pressure`]: per-sale in-flight limit (hot-sale isolation) and back-pressure (BUSY).
+//! - [`scalping`]: single-use purchase tokens, HMAC-bound to user, sale and expiry.
+//! - [`listener`]: a connection cap, and the peer address of each request.
+//! - [`limits`]: header limits, in-flight cap and the request timeout, all in our error shape.
+//! - [`routes`]: admin API for the blacklist and token sales; the purchase-token route.
+//! - [`routing`]: a hot ledger that sends named hot sales to a dedicated Redis.
+//!
+//! Per request the gateway does O(1) work and no I/O, except the single-use check of a
+//! purchase token (one Redis `SET NX` on the Redis deployment, only for token-only sales).
+
+pub mod blacklist;
+pub mod config;
+pub mod limits;
+pub mod listener;
+pub mod pressure;
+pub mod ratelimit;
+pub mod routes;
+pub mod routing;
+pub mod scalping;
+
+use std::net::IpAddr;
+use std::sync::{Arc, Weak};
+use std::time::Duration;
+
+use axum::extract::ConnectInfo;
+use axum::http::request::Parts;
+use flashsale_core::{ErrorCode, SkuId, UserId};
+
+pub use blacklist::{GuardStore, Guards, MemoryGuards};
+pub use config::{GatewayConfig, Rate};
+use pressure::{Bounds, SaleGates};
+use ratelimit::RateLimits;
+use scalping::PurchaseTokens;
+
+use crate::error::AppError;
+use crate::state::Inner;
+
+pub struct Gateway {
+    pub config: GatewayConfig,
+    pub rates: RateLimits,
+    pub guards: Guards,
+    pub gates: SaleGates,
+    pub tokens: PurchaseTokens,
+    /// Requests in flight on this instance (`inflight_max`).
+    pub inflight: Arc<tokio::sync::Semaphore>,
+}
+
+impl Gateway {
+    pub fn new(config: GatewayConfig, jwt_secret: &str, store: Arc<dyn GuardStore>) -> Gateway {
+        Gateway {
+            rates: RateLimits::new(&config),
+            guards: Guards::new(store),
+            gates: SaleGates::new(config.sale_inflight_max),
+            tokens: PurchaseTokens::new(jwt_secret, config.purchase_token_ttl),
+            inflight: Arc::new(tokio::sync::Semaphore::new(config.inflight_max.max(1))),
+            config,
+        }
+    }
+
+    /// The client's IP: the connection's peer, or the first `X-Forwarded-For` hop when the
+    /// proxy in front is trusted. `None` when the request came without a connection (tests).
+    pub fn client_ip(&self, parts: &Parts) -> Option<IpAddr> {
+        if self.config.trust_forwarded_for {
+            let forwarded = parts
+                .headers
+                .get("x-forwarded-for")
+                .and_then(|v| v.to_str().ok())
+                .and_then(|v| v.split(',').next())
+                .and_then(|v| v.trim().parse().ok());
+            if forwarded.is_some() {
+                return forwarded;
+            }
+        }
+        parts
+            .extensions
+            .get::<ConnectInfo<listener::ClientAddr>>()
+            .map(|c| c.0 .0.ip())
+    }
+
+    /// Every authenticated user request: blacklist (403), then IP, user and instance limits.
+    pub fn check_user(&self, parts: &Parts, user: UserId) -> Result<(), AppError> {
+        let ip = self.client_ip(parts);
+        if self.guards.user_blocked(user) || ip.is_some_and(|ip| self.guards.ip_blocked(ip)) {
+            metrics::counter!("flashsale_blacklisted_total").increment(1);
+            return Err(AppError::new(
+                ErrorCode::Blacklisted,
+                "this user or address is blocked",
+            ));
+        }
+        self.rates.check_request(user, ip)
+    }
+
+    /// A purchase of `sku`: the sale's rate, its purchase token when required, back-pressure
+    /// and the sale's in-flight limit. Hold the permit until the purchase is answered.
+    pub async fn admit_purchase(
+        &self,
+        sku: SkuId,
+        user: UserId,
+        request_key: &str,
+        token: Option<&str>,
+    ) -> Result<tokio::sync::OwnedSemaphorePermit, AppError> {
+        self.rates.check_sale(sku)?;
+        let permit = self.gates.admit(sku)?;
+        if self.guards.token_required(sku) {
+            let token = token.ok_or_else(|| {
+                AppError::new(
+                    ErrorCode::Forbidden,
+                    "this sale requires a purchase token: POST /api/v1/sales/{sku_id}/purchase-token",
+                )
+            })?;
+            let verified = self.tokens.verify(token, user, sku)?;
+            let fresh = self
+                .guards
+                .store
+                .consume_token(&verified.jti, request_key, verified.remaining)
+                .await
+                .map_err(|e| AppError::new(ErrorCode::Unavailable, e))?;
+            if !fresh {
+                return Err(AppError::new(
+                    ErrorCode::Forbidden,
+                    "the purchase token was already used",
+                ));
+            }
+        }
+        Ok(permit)
+    }
+}
+
+/// Starts the gateway's background tasks; each stops when the state is dropped.
+pub fn spawn_tasks(inner: &Arc<Inner>) {
+    if tokio::runtime::Handle::try_current().is_err() {
+        return;
+    }
+    let c = &inner.gateway.config;
+    spawn_every(inner, c.blacklist_refresh, |st| async move {
+        use std::sync::atomic::Ordering;
+        let failing = &st.gateway.guards.failing;
+        match st.gateway.guards.refresh().await {
+            // One line per change, not one per tick while the store is down.
+            Err(e) if !failing.swap(true, Ordering::Relaxed) => {
+                tracing::warn!(error = %e, "blacklist refresh failed; keeping the last copy")
+            }
+            Ok(()) if failing.swap(false, Ordering::Relaxed) => {
+                tracing::info!("blacklist refresh works again")
+            }
+            _ => {}
+        }
+    });
+    spawn_every(inner, c.limiter_sweep, |st| async move {
+        st.gateway.rates.sweep();
+    });
+    spawn_every(inner, c.backpressure_interval, |st| async move {
+        monitor(&st).await;
+    });
+}
+
+fn spawn_every<F, Fut>(inner: &Arc<Inner>, every: Duration, f: F)
+where
+    F: Fn(Arc<Inner>) -> Fut + Send + 'static,
+    Fut: std::future::Future<Output = ()> + Send,
+{
+    let weak: Weak<Inner> = Arc::downgrade(inner);
+    let every = every.max(Duration::from_millis(10));
+    tokio::spawn(async move {
+        let mut tick = tokio::time::interval(every);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tick.tick().await;
+            let Some(st) = weak.upgrade() else { return };
+            f(st).await;
+        }
+    });
+}
+
+/// One back-pressure pass over every sale this instance has seen purchases for.
+async fn monitor(st: &Inner) {
+    let c = &st.gateway.config;
+    let bounds = Bounds {
+        lag: c.backpressure_lag,
+        queue: c.backpressure_queue,
+    };
+    for gate in st.gateway.gates.all() {
+        let sku = gate.sku;
+        let queue = st.batcher.queue_depth(sku) as u64;
+        let lag = if bounds.lag > 0 && st.ledger.kind() == "redis" {
+            stream_lag(st, sku)
+                .await
+                .unwrap_or(gate.backlog.load(std::sync::atomic::Ordering::Relaxed))
+        } else {
+            0
+        };
+        let change = st.gateway.gates.observe(&gate, lag, queue, bounds);
+        if let (Some(engaged), true) = (change, c.backpressure_auto_pause) {
+            auto_pause(st, &gate, engaged).await;
+        }
+    }
+}
+
+/// Hot `seq` minus the database's `applied_seq`: events accepted but not yet persisted.
+async fn stream_lag(st: &Inner, sku: SkuId) -> Option<u64> {
+    let hot = st.ledger.counters(sku).await.ok()??;
+    let stored = st.store.sale(sku).await.ok()??;
+    Some(hot.seq.saturating_sub(stored.counters.seq))
+}
+
+async fn auto_pause(st: &Inner, gate: &pressure::SaleGate, engaged: bool) {
+    use std::sync::atomic::Ordering;
+    if !engaged && !gate.auto_paused.load(Ordering::Relaxed) {
+        return;
+    }
+    let state = pressure::auto_state(engaged);
+    match st.ledger.set_state(gate.sku, state).await {
+        Ok(()) => {
+            gate.auto_paused.store(engaged, Ordering::Relaxed);
+            st.sales.forget(gate.sku);
+            tracing::warn!(
+                sku = gate.sku.0,
+                ?state,
+                "back-pressure auto-pause: sale state set"
+            );
+        }
+        Err(e) => tracing::warn!(sku = gate.sku.0, error = %e, "auto-pause failed"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The gateway's per-purchase work, without I/O: `cargo test -p flashsale-server --release
+    /// --lib gateway::tests::per_purchase_cost -- --ignored --nocapture`.
+    #[tokio::test]
+    #[ignore]
+    async fn per_purchase_cost() {
+        let huge = Rate::new(1_000_000_000, 1_000_000_000);
+        let config = GatewayConfig {
+            rate_instance: huge,
+            rate_sale: huge,
+            rate_user: huge,
+            rate_ip: huge,
+            rate_ip_exempt_loopback: false,
+            ..GatewayConfig::default()
+        };
+        let g = Gateway::new(config, "s", Arc::new(MemoryGuards::default()));
+        let n = 1_000_000u64;
+        let started = std::time::Instant::now();
+        for i in 0..n {
+            let user = UserId(i % 100_000 + 1);
+            assert!(!g.guards.user_blocked(user));
+            let ip: IpAddr = "127.0.0.1".parse().unwrap();
+            assert!(!g.guards.ip_blocked(ip));
+            g.rates.check_request(user, Some(ip)).unwrap();
+            let permit = g.admit_purchase(SkuId(1), user, "1:a", None).await.unwrap();
+            drop(permit);
+        }
+        let ns = started.elapsed().as_nanos() as u64 / n;
+        println!("gateway checks: {ns} ns per purchase");
+    }
+}

@@ -1,0 +1,221 @@
+//! Gateway routes: the admin API of the blacklist and of token-only sales, and the
+//! purchase-token route of users.
+
+use std::net::IpAddr;
+
+use axum::extract::rejection::PathRejection;
+use axum::extract::{Path, State};
+use axum::routing::{get, post, put};
+use axum::{Json, Router};
+use flashsale_core::{ErrorCode, SaleState, SkuId, UserId};
+use serde::Serialize;
+
+use crate::auth::{Admin, User};
+use crate::error::AppError;
+use crate::routes::path;
+use crate::state::AppState;
+
+/// Routes to nest under `/api/v1`.
+pub fn router() -> Router<AppState> {
+    Router::new()
+        .route("/admin/blacklist", get(list))
+        .route(
+            "/admin/blacklist/users/{user_id}",
+            put(block_user).delete(unblock_user),
+        )
+        .route(
+            "/admin/blacklist/ips/{ip}",
+            put(block_ip).delete(unblock_ip),
+        )
+        .route(
+            "/admin/sales/{sku_id}/purchase-token",
+            put(require_token).delete(drop_token),
+        )
+        .route("/sales/{sku_id}/purchase-token", post(issue_token))
+}
+
+fn unavailable(e: String) -> AppError {
+    AppError::new(ErrorCode::Unavailable, format!("gateway store: {e}"))
+}
+
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub struct BlacklistView {
+    pub users: Vec<u64>,
+    pub ips: Vec<String>,
+}
+
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub struct BlacklistEntry {
+    /// `user` or `ip`.
+    pub kind: String,
+    pub value: String,
+    pub blocked: bool,
+}
+
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub struct TokenSaleView {
+    pub sku_id: u64,
+    pub purchase_token: bool,
+}
+
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub struct PurchaseTokenView {
+    pub sku_id: u64,
+    pub token: String,
+    pub expires_at_ms: i64,
+}
+
+pub async fn list(State(st): State<AppState>, _: Admin) -> Result<Json<BlacklistView>, AppError> {
+    let s = st.gateway.guards.store.load().await.map_err(unavailable)?;
+    let mut users: Vec<u64> = s.users.into_iter().collect();
+    users.sort_unstable();
+    let mut ips: Vec<String> = s.ips.into_iter().map(|i| i.to_string()).collect();
+    ips.sort();
+    Ok(Json(BlacklistView { users, ips }))
+}
+
+fn user_id(p: Result<Path<u64>, PathRejection>) -> Result<UserId, AppError> {
+    match path(p)? {
+        0 => Err(AppError::invalid("user_id must be positive")),
+        u => Ok(UserId(u)),
+    }
+}
+
+fn ip(p: Result<Path<String>, PathRejection>) -> Result<IpAddr, AppError> {
+    let raw = path(p)?;
+    if raw.len() > 64 {
+        return Err(AppError::invalid("not an IP address"));
+    }
+    raw.parse()
+        .map_err(|_| AppError::invalid("not an IP address"))
+}
+
+async fn set_user(st: &AppState, user: UserId, on: bool) -> Result<Json<BlacklistEntry>, AppError> {
+    st.gateway
+        .guards
+        .store
+        .set_user(user, on)
+        .await
+        .map_err(unavailable)?;
+    st.gateway.guards.refresh().await.map_err(unavailable)?;
+    Ok(Json(BlacklistEntry {
+        kind: "user".into(),
+        value: user.0.to_string(),
+        blocked: on,
+    }))
+}
+
+async fn set_ip(st: &AppState, ip: IpAddr, on: bool) -> Result<Json<BlacklistEntry>, AppError> {
+    st.gateway
+        .guards
+        .store
+        .set_ip(ip, on)
+        .await
+        .map_err(unavailable)?;
+    st.gateway.guards.refresh().await.map_err(unavailable)?;
+    Ok(Json(BlacklistEntry {
+        kind: "ip".into(),
+        value: ip.to_string(),
+        blocked: on,
+    }))
+}
+
+pub async fn block_user(
+    State(st): State<AppState>,
+    _: Admin,
+    p: Result<Path<u64>, PathRejection>,
+) -> Result<Json<BlacklistEntry>, AppError> {
+    set_user(&st, user_id(p)?, true).await
+}
+
+pub async fn unblock_user(
+    State(st): State<AppState>,
+    _: Admin,
+    p: Result<Path<u64>, PathRejection>,
+) -> Result<Json<BlacklistEntry>, AppError> {
+    set_user(&st, user_id(p)?, false).await
+}
+
+pub async fn block_ip(
+    State(st): State<AppState>,
+    _: Admin,
+    p: Result<Path<String>, PathRejection>,
+) -> Result<Json<BlacklistEntry>, AppError> {
+    set_ip(&st, ip(p)?, true).await
+}
+
+pub async fn unblock_ip(
+    State(st): State<AppState>,
+    _: Admin,
+    p: Result<Path<String>, PathRejection>,
+) -> Result<Json<BlacklistEntry>, AppError> {
+    set_ip(&st, ip(p)?, false).await
+}
+
+async fn set_token_sale(
+    st: &AppState,
+    p: Result<Path<u64>, PathRejection>,
+    on: bool,
+) -> Result<Json<TokenSaleView>, AppError> {
+    let sku = SkuId(path(p)?);
+    st.store
+        .sale(sku)
+        .await?
+        .ok_or_else(|| AppError::from_code(ErrorCode::SaleNotFound))?;
+    st.gateway
+        .guards
+        .store
+        .set_token_sale(sku, on)
+        .await
+        .map_err(unavailable)?;
+    st.gateway.guards.refresh().await.map_err(unavailable)?;
+    Ok(Json(TokenSaleView {
+        sku_id: sku.0,
+        purchase_token: on,
+    }))
+}
+
+pub async fn require_token(
+    State(st): State<AppState>,
+    _: Admin,
+    p: Result<Path<u64>, PathRejection>,
+) -> Result<Json<TokenSaleView>, AppError> {
+    set_token_sale(&st, p, true).await
+}
+
+pub async fn drop_token(
+    State(st): State<AppState>,
+    _: Admin,
+    p: Result<Path<u64>, PathRejection>,
+) -> Result<Json<TokenSaleView>, AppError> {
+    set_token_sale(&st, p, false).await
+}
+
+/// A purchase token, only while the sale is live (state and window).
+pub async fn issue_token(
+    State(st): State<AppState>,
+    User(user): User,
+    p: Result<Path<u64>, PathRejection>,
+) -> Result<Json<PurchaseTokenView>, AppError> {
+    let sku = SkuId(path(p)?);
+    let stored = crate::routes::sales::lookup(&st, sku).await?;
+    let sale = &stored.sale;
+    let now = crate::routes::sales::now_ms();
+    let code = match sale.state {
+        SaleState::Scheduled => Some(ErrorCode::NotStarted),
+        SaleState::Paused => Some(ErrorCode::Paused),
+        SaleState::Ended => Some(ErrorCode::Ended),
+        SaleState::Live if now < sale.starts_at_ms => Some(ErrorCode::NotStarted),
+        SaleState::Live if now >= sale.ends_at_ms => Some(ErrorCode::Ended),
+        SaleState::Live => None,
+    };
+    if let Some(code) = code {
+        return Err(AppError::from_code(code));
+    }
+    let (token, expires_at_ms) = st.gateway.tokens.issue(user, sku);
+    Ok(Json(PurchaseTokenView {
+        sku_id: sku.0,
+        token,
+        expires_at_ms,
+    }))
+}

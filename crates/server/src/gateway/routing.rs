@@ -1,0 +1,167 @@
+//! Hot-sale isolation across Redis servers: named hot sales live on a dedicated Redis, every
+//! other sale on the main one. Each sale's keys live wholly on one server (the route is a pure
+//! function of the sku, which every order number carries), so scripts stay atomic and every
+//! instance routes alike. Both servers' streams are persisted (one persister per server).
+
+use std::collections::HashSet;
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use flashsale_core::ledger::{HotSnapshot, RestockListener};
+use flashsale_core::{
+    Counters, HotLedger, HotOrder, LedgerError, OrderNo, PurchaseOutcome, PurchaseRequest,
+    Resolution, Sale, SaleState, SkuId, UserId,
+};
+
+pub struct RoutedLedger {
+    main: Arc<dyn HotLedger>,
+    hot: Arc<dyn HotLedger>,
+    hot_skus: HashSet<u64>,
+}
+
+impl RoutedLedger {
+    pub fn new(
+        main: Arc<dyn HotLedger>,
+        hot: Arc<dyn HotLedger>,
+        hot_skus: impl IntoIterator<Item = u64>,
+    ) -> RoutedLedger {
+        RoutedLedger {
+            main,
+            hot,
+            hot_skus: hot_skus.into_iter().collect(),
+        }
+    }
+
+    /// The ledger that holds `sku`.
+    pub fn route(&self, sku: SkuId) -> &Arc<dyn HotLedger> {
+        if self.hot_skus.contains(&sku.0) {
+            &self.hot
+        } else {
+            &self.main
+        }
+    }
+}
+
+#[async_trait]
+impl HotLedger for RoutedLedger {
+    fn kind(&self) -> &'static str {
+        self.main.kind()
+    }
+
+    async fn warm(
+        &self,
+        sale: &Sale,
+        counters: &Counters,
+        epoch: u64,
+        force: bool,
+    ) -> Result<(), LedgerError> {
+        self.route(sale.sku_id)
+            .warm(sale, counters, epoch, force)
+            .await
+    }
+
+    async fn set_state(&self, sku: SkuId, state: SaleState) -> Result<(), LedgerError> {
+        self.route(sku).set_state(sku, state).await
+    }
+
+    async fn purchase_batch(
+        &self,
+        sku: SkuId,
+        reqs: &[PurchaseRequest],
+    ) -> Result<Vec<PurchaseOutcome>, LedgerError> {
+        self.route(sku).purchase_batch(sku, reqs).await
+    }
+
+    async fn pay(&self, order_no: &OrderNo, user: UserId) -> Result<Resolution, LedgerError> {
+        self.route(order_no.sku()).pay(order_no, user).await
+    }
+
+    async fn cancel(&self, order_no: &OrderNo, user: UserId) -> Result<Resolution, LedgerError> {
+        self.route(order_no.sku()).cancel(order_no, user).await
+    }
+
+    async fn expire_due(&self, sku: SkuId, max: usize) -> Result<usize, LedgerError> {
+        self.route(sku).expire_due(sku, max).await
+    }
+
+    async fn counters(&self, sku: SkuId) -> Result<Option<Counters>, LedgerError> {
+        self.route(sku).counters(sku).await
+    }
+
+    async fn order(&self, order_no: &OrderNo) -> Result<Option<HotOrder>, LedgerError> {
+        self.route(order_no.sku()).order(order_no).await
+    }
+
+    async fn ping(&self) -> Result<(), LedgerError> {
+        self.main.ping().await?;
+        self.hot.ping().await
+    }
+
+    async fn accepted_keys(
+        &self,
+        sku: SkuId,
+        max: usize,
+    ) -> Result<Option<Vec<String>>, LedgerError> {
+        self.route(sku).accepted_keys(sku, max).await
+    }
+
+    fn on_restock(&self, listener: RestockListener) {
+        self.main.on_restock(listener.clone());
+        self.hot.on_restock(listener);
+    }
+
+    async fn hot_snapshot(&self, sku: SkuId) -> Result<Option<HotSnapshot>, LedgerError> {
+        self.route(sku).hot_snapshot(sku).await
+    }
+
+    async fn restore_orders(&self, sku: SkuId, orders: &[HotOrder]) -> Result<usize, LedgerError> {
+        self.route(sku).restore_orders(sku, orders).await
+    }
+}
+
+/// The configured ledger, wrapped to send `hot_skus` to `hot_redis_url` when both are set
+/// (Redis ledger only).
+pub async fn hot_routed(
+    config: &crate::serve::Config,
+    ledger: Arc<dyn HotLedger>,
+) -> anyhow::Result<Arc<dyn HotLedger>> {
+    let g = &config.limits.gateway;
+    match (&g.hot_redis_url, &config.redis_url) {
+        (Some(hot_url), Some(_)) if !g.hot_skus.is_empty() => {
+            let hot = flashsale_redis::RedisLedger::connect(hot_url, &config.redis_prefix)
+                .await
+                .map_err(|e| anyhow::anyhow!("connect to the hot-sale Redis: {e}"))?;
+            tracing::info!(skus = ?g.hot_skus, "hot sales routed to a dedicated Redis");
+            Ok(Arc::new(RoutedLedger::new(
+                ledger,
+                Arc::new(hot),
+                g.hot_skus.iter().copied(),
+            )))
+        }
+        (Some(_), None) => {
+            anyhow::bail!("a hot-sale Redis needs the Redis ledger (FLASHSALE_REDIS_URL)")
+        }
+        _ => Ok(ledger),
+    }
+}
+
+/// Where the blacklist lives: Redis sets for the Redis ledger, the SQLite database for the
+/// embedded one.
+pub async fn guard_store(
+    config: &crate::serve::Config,
+) -> anyhow::Result<Arc<dyn crate::gateway::GuardStore>> {
+    use crate::gateway::blacklist::{RedisGuards, SqliteGuards};
+    match &config.redis_url {
+        Some(url) => Ok(Arc::new(
+            RedisGuards::connect(url, &config.redis_prefix)
+                .await
+                .map_err(|e| anyhow::anyhow!("connect to Redis for the blacklist: {e}"))?,
+        )),
+        None => {
+            let store = flashsale_store::SqliteStore::open(&config.database_url)
+                .await
+                .map_err(|e| anyhow::anyhow!("open the database for the blacklist: {e}"))?;
+            Ok(Arc::new(SqliteGuards::new(Arc::new(store))))
+        }
+    }
+}

@@ -1,0 +1,651 @@
+//! Gateway protections over real HTTP: rate limits, blacklist, back-pressure, per-sale
+//! isolation, hot sales on their own Redis, purchase tokens, limits on everything.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::Stack;
+use flashsale_server::gateway::{GatewayConfig, Rate};
+use flashsale_server::Config;
+use flashsale_testkit::mariadb::TestDatabase;
+use flashsale_testkit::redis_server::{self, RedisServer};
+use futures::StreamExt;
+use reqwest::StatusCode;
+use serde_json::{json, Value};
+
+macro_rules! both_ledgers {
+    ($name:ident) => {
+        mod $name {
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn redis_mysql() {
+                let stack = super::Stack::redis_mysql().await;
+                super::$name(&stack).await;
+            }
+
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn embedded() {
+                let stack = super::Stack::embedded().await;
+                super::$name(&stack).await;
+            }
+        }
+    };
+}
+
+fn code(body: &Value) -> &str {
+    body["code"].as_str().unwrap_or("")
+}
+
+fn embedded_config(dir: &tempfile::TempDir) -> Config {
+    common::config(
+        None,
+        format!("sqlite://{}/flashsale.db", dir.path().display()),
+    )
+}
+
+async fn embedded_with(edit: impl FnOnce(&mut Config)) -> Stack {
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = embedded_config(&dir);
+    edit(&mut config);
+    Stack::start(config, None, Some(dir)).await
+}
+
+async fn buy_with_token(
+    stack: &Stack,
+    user: u64,
+    sku: u64,
+    rid: &str,
+    token: &str,
+) -> (StatusCode, Value) {
+    stack
+        .call(
+            "POST",
+            &format!("/api/v1/sales/{sku}/purchases"),
+            Some(&stack.token(user)),
+            Some(json!({"request_id": rid, "quantity": 1, "purchase_token": token})),
+        )
+        .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn per_user_and_per_sale_rates_answer_429_with_retry_after() {
+    let stack = embedded_with(|c| {
+        c.limits.gateway.rate_user = Rate::new(1, 2);
+        c.limits.gateway.rate_sale = Rate::new(1, 4);
+    })
+    .await;
+    stack.live_sale(51, 100, 10).await;
+    for rid in ["a", "b"] {
+        assert_eq!(
+            stack.buy(1, 51, rid, json!(1)).await.0,
+            StatusCode::ACCEPTED
+        );
+    }
+    let resp = stack
+        .http
+        .post(format!("{}/api/v1/sales/51/purchases", stack.base))
+        .bearer_auth(stack.token(1))
+        .json(&json!({"request_id": "c", "quantity": 1}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), StatusCode::TOO_MANY_REQUESTS);
+    let retry: u64 = resp.headers()["retry-after"]
+        .to_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!(retry >= 1);
+    let b: Value = resp.json().await.unwrap();
+    assert_eq!(code(&b), "RATE_LIMITED", "{b}");
+    // Another user is not limited by user 1, but the sale's own bucket (4) runs out.
+    assert_eq!(
+        stack.buy(2, 51, "a", json!(1)).await.0,
+        StatusCode::ACCEPTED
+    );
+    assert_eq!(
+        stack.buy(3, 51, "a", json!(1)).await.0,
+        StatusCode::ACCEPTED
+    );
+    let (s, b) = stack.buy(4, 51, "a", json!(1)).await;
+    assert_eq!(
+        (s, code(&b)),
+        (StatusCode::TOO_MANY_REQUESTS, "RATE_LIMITED"),
+        "{b}"
+    );
+    // Public reads are not limited.
+    for _ in 0..10 {
+        assert_eq!(
+            stack.call("GET", "/api/v1/sales/51", None, None).await.0,
+            StatusCode::OK
+        );
+    }
+    let (_, view) = stack.call("GET", "/api/v1/sales/51", None, None).await;
+    assert_eq!(
+        view["sold"].as_u64(),
+        Some(4),
+        "refused requests changed nothing"
+    );
+}
+
+both_ledgers!(blacklist_blocks_users_and_ips);
+async fn blacklist_blocks_users_and_ips(stack: &Stack) {
+    stack.live_sale(52, 100, 1).await;
+    let (s, b) = stack
+        .admin("PUT", "/api/v1/admin/blacklist/users/5", None)
+        .await;
+    assert_eq!(s, StatusCode::OK, "{b}");
+    let (s, b) = stack.buy(5, 52, "a", json!(1)).await;
+    assert_eq!((s, code(&b)), (StatusCode::FORBIDDEN, "BLACKLISTED"), "{b}");
+    let (s, b) = stack
+        .call("GET", "/api/v1/orders/52-1-1", Some(&stack.token(5)), None)
+        .await;
+    assert_eq!((s, code(&b)), (StatusCode::FORBIDDEN, "BLACKLISTED"));
+    let (_, list) = stack.admin("GET", "/api/v1/admin/blacklist", None).await;
+    assert_eq!(list["users"], json!([5]));
+    assert_eq!(
+        stack.buy(6, 52, "a", json!(1)).await.0,
+        StatusCode::ACCEPTED
+    );
+    // Kept where the deployment keeps it.
+    if let Some(url) = &stack.config.redis_url {
+        let client = redis::Client::open(url.as_str()).unwrap();
+        let mut conn = client.get_multiplexed_async_connection().await.unwrap();
+        let members: Vec<String> = redis::cmd("SMEMBERS")
+            .arg(format!("{}:blacklist", stack.config.redis_prefix))
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        assert_eq!(members, vec!["5".to_string()]);
+    }
+    assert_eq!(
+        stack
+            .admin("DELETE", "/api/v1/admin/blacklist/users/5", None)
+            .await
+            .0,
+        StatusCode::OK
+    );
+    assert_eq!(
+        stack.buy(5, 52, "a", json!(1)).await.0,
+        StatusCode::ACCEPTED
+    );
+
+    assert_eq!(
+        stack
+            .admin("PUT", "/api/v1/admin/blacklist/ips/127.0.0.1", None)
+            .await
+            .0,
+        StatusCode::OK
+    );
+    let (s, b) = stack.buy(7, 52, "a", json!(1)).await;
+    assert_eq!((s, code(&b)), (StatusCode::FORBIDDEN, "BLACKLISTED"));
+    assert_eq!(
+        stack
+            .admin("DELETE", "/api/v1/admin/blacklist/ips/127.0.0.1", None)
+            .await
+            .0,
+        StatusCode::OK
+    );
+    assert_eq!(
+        stack.buy(7, 52, "a", json!(1)).await.0,
+        StatusCode::ACCEPTED
+    );
+
+    for bad in [
+        "/api/v1/admin/blacklist/users/0",
+        "/api/v1/admin/blacklist/users/x",
+        "/api/v1/admin/blacklist/ips/999.1.1.1",
+        "/api/v1/admin/blacklist/ips/localhost",
+    ] {
+        let (s, b) = stack.admin("PUT", bad, None).await;
+        assert_eq!(
+            (s, code(&b)),
+            (StatusCode::BAD_REQUEST, "INVALID_REQUEST"),
+            "{bad}"
+        );
+    }
+    let (_, list) = stack.admin("GET", "/api/v1/admin/blacklist", None).await;
+    assert_eq!(list, json!({"users": [], "ips": []}));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn blacklist_reaches_other_instances_within_a_second() {
+    let a = Stack::redis_mysql().await;
+    let mut config = a.config.clone();
+    config.instance_id = flashsale_testkit::unique_name("inst-b");
+    config.run_persister = false;
+    let b = Stack::start(config, None, None).await;
+    a.live_sale(53, 100, 1).await;
+    assert_eq!(b.buy(8, 53, "a", json!(1)).await.0, StatusCode::ACCEPTED);
+    assert_eq!(
+        a.admin("PUT", "/api/v1/admin/blacklist/users/9", None)
+            .await
+            .0,
+        StatusCode::OK
+    );
+    let set_at = Instant::now();
+    loop {
+        let (s, body) = b.buy(9, 53, "a", json!(1)).await;
+        if s == StatusCode::FORBIDDEN {
+            assert_eq!(code(&body), "BLACKLISTED");
+            break;
+        }
+        assert!(
+            set_at.elapsed() < Duration::from_millis(1_000),
+            "instance b still sells to a blocked user"
+        );
+        // The purchase went through before b refreshed: it is a real order, retried as a replay.
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn embedded_blacklist_survives_a_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = embedded_config(&dir);
+    let mut first = Stack::start(config.clone(), None, None).await;
+    assert_eq!(
+        first
+            .admin("PUT", "/api/v1/admin/blacklist/users/11", None)
+            .await
+            .0,
+        StatusCode::OK
+    );
+    first.stop().await;
+    let second = Stack::start(config, None, Some(dir)).await;
+    let (_, list) = second.admin("GET", "/api/v1/admin/blacklist", None).await;
+    assert_eq!(list["users"], json!([11]));
+    second.live_sale(54, 10, 1).await;
+    let (s, b) = second.buy(11, 54, "a", json!(1)).await;
+    assert_eq!((s, code(&b)), (StatusCode::FORBIDDEN, "BLACKLISTED"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn backpressure_engages_on_stream_lag_and_lets_go_when_persisted() {
+    let db = TestDatabase::create().await;
+    let mut config = common::config(Some(redis_server::shared_url()), db.url.clone());
+    config.run_persister = false;
+    config.limits.gateway.backpressure_lag = 3;
+    config.limits.gateway.backpressure_interval = Duration::from_millis(50);
+    config.limits.gateway.backpressure_auto_pause = true;
+    let stack = Stack::start(config.clone(), Some(db), None).await;
+    stack.live_sale(61, 100, 1).await;
+    for user in 1..=5 {
+        assert_eq!(
+            stack.buy(user, 61, "a", json!(1)).await.0,
+            StatusCode::ACCEPTED
+        );
+    }
+    let started = Instant::now();
+    let mut user = 100;
+    loop {
+        user += 1;
+        let (s, b) = stack.buy(user, 61, "a", json!(1)).await;
+        if s == StatusCode::TOO_MANY_REQUESTS {
+            assert_eq!(code(&b), "BUSY", "{b}");
+            break;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(3),
+            "no back-pressure: {s} {b}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let metrics = stack
+        .http
+        .get(format!("{}/metrics", stack.base))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        metrics.contains("flashsale_backpressure_engaged{sku=\"61\"} 1"),
+        "{metrics}"
+    );
+    // A persister catches up; the lag falls, the sale is resumed and sells again.
+    let mut workers_config = config.clone();
+    workers_config.run_persister = true;
+    let workers = flashsale_server::serve::Workers::start(&workers_config)
+        .await
+        .unwrap();
+    let started = Instant::now();
+    loop {
+        user += 1;
+        let (s, b) = stack.buy(user, 61, "a", json!(1)).await;
+        if s == StatusCode::ACCEPTED {
+            break;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(15),
+            "back-pressure never let go: {s} {b}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    stack.drain(61).await;
+    workers.shutdown().await.unwrap();
+    common::assert_invariants(stack.store().as_ref(), 61).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hot_sale_cannot_starve_the_others() {
+    let stack = embedded_with(|c| {
+        c.limits.gateway = GatewayConfig {
+            sale_inflight_max: 2,
+            ..GatewayConfig::unlimited()
+        };
+    })
+    .await;
+    stack.live_sale(71, 10_000, 1).await;
+    stack.live_sale(72, 10, 1).await;
+    let stack = &stack;
+    let spike = futures::stream::iter(1..=120u64)
+        .map(|u| async move { stack.buy(u, 71, "a", json!(1)).await })
+        .buffer_unordered(60)
+        .collect::<Vec<_>>();
+    let other = async {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+        stack.buy(1, 72, "a", json!(1)).await
+    };
+    let (results, (s, b)) = tokio::join!(spike, other);
+    assert_eq!(s, StatusCode::ACCEPTED, "the other sale still sells: {b}");
+    let busy = results
+        .iter()
+        .filter(|(s, b)| *s == StatusCode::TOO_MANY_REQUESTS && code(b) == "BUSY")
+        .count();
+    let ok = results
+        .iter()
+        .filter(|(s, _)| *s == StatusCode::ACCEPTED)
+        .count();
+    assert!(busy > 0, "the in-flight limit never engaged");
+    assert_eq!(busy + ok, results.len(), "only 202 or 429 BUSY");
+    let (_, view) = stack.call("GET", "/api/v1/sales/71", None, None).await;
+    assert_eq!(view["sold"].as_u64(), Some(ok as u64));
+}
+
+both_ledgers!(purchase_tokens_guard_a_sale);
+async fn purchase_tokens_guard_a_sale(stack: &Stack) {
+    stack.live_sale(81, 100, 1).await;
+    stack.live_sale(83, 100, 1).await;
+    let (s, _) = stack
+        .admin(
+            "POST",
+            "/api/v1/sales",
+            Some(json!({"sku_id": 82, "name": "cold", "total_stock": 5})),
+        )
+        .await;
+    assert_eq!(s, StatusCode::CREATED);
+    for sku in [81, 83] {
+        let (s, b) = stack
+            .admin(
+                "PUT",
+                &format!("/api/v1/admin/sales/{sku}/purchase-token"),
+                None,
+            )
+            .await;
+        assert_eq!(
+            (s, &b["purchase_token"]),
+            (StatusCode::OK, &json!(true)),
+            "{b}"
+        );
+    }
+    let (s, b) = stack
+        .admin("PUT", "/api/v1/admin/sales/8888/purchase-token", None)
+        .await;
+    assert_eq!((s, code(&b)), (StatusCode::NOT_FOUND, "SALE_NOT_FOUND"));
+
+    let (s, b) = stack.buy(1, 81, "a", json!(1)).await;
+    assert_eq!(
+        (s, code(&b)),
+        (StatusCode::FORBIDDEN, "FORBIDDEN"),
+        "no token: {b}"
+    );
+    let (s, b) = stack
+        .call(
+            "POST",
+            "/api/v1/sales/82/purchase-token",
+            Some(&stack.token(1)),
+            None,
+        )
+        .await;
+    assert_eq!(
+        (s, code(&b)),
+        (StatusCode::CONFLICT, "NOT_STARTED"),
+        "not live: {b}"
+    );
+    let (s, b) = stack
+        .call("POST", "/api/v1/sales/81/purchase-token", None, None)
+        .await;
+    assert_eq!((s, code(&b)), (StatusCode::UNAUTHORIZED, "UNAUTHORIZED"));
+    let (s, t) = stack
+        .call(
+            "POST",
+            "/api/v1/sales/81/purchase-token",
+            Some(&stack.token(1)),
+            None,
+        )
+        .await;
+    assert_eq!(s, StatusCode::OK, "{t}");
+    let token = t["token"].as_str().unwrap().to_owned();
+    assert!(t["expires_at_ms"].as_i64().unwrap() > flashsale_server::routes::sales::now_ms());
+
+    let (s, b) = buy_with_token(stack, 2, 81, "a", &token).await;
+    assert_eq!(
+        (s, code(&b)),
+        (StatusCode::FORBIDDEN, "FORBIDDEN"),
+        "another user's token: {b}"
+    );
+    let (s, b) = buy_with_token(stack, 1, 83, "a", &token).await;
+    assert_eq!(
+        (s, code(&b)),
+        (StatusCode::FORBIDDEN, "FORBIDDEN"),
+        "another sale's token: {b}"
+    );
+    let (s, b) = buy_with_token(stack, 1, 81, "a", "x.y.z").await;
+    assert_eq!(
+        (s, code(&b)),
+        (StatusCode::FORBIDDEN, "FORBIDDEN"),
+        "forged: {b}"
+    );
+    let (s, first) = buy_with_token(stack, 1, 81, "a", &token).await;
+    assert_eq!(s, StatusCode::ACCEPTED, "{first}");
+    let (s, again) = buy_with_token(stack, 1, 81, "a", &token).await;
+    assert_eq!(
+        (s, &again["order_no"]),
+        (StatusCode::ACCEPTED, &first["order_no"]),
+        "a retry is a replay"
+    );
+    let (s, b) = buy_with_token(stack, 1, 81, "b", &token).await;
+    assert_eq!(
+        (s, code(&b)),
+        (StatusCode::FORBIDDEN, "FORBIDDEN"),
+        "single use: {b}"
+    );
+
+    assert_eq!(
+        stack
+            .admin("DELETE", "/api/v1/admin/sales/81/purchase-token", None)
+            .await
+            .0,
+        StatusCode::OK
+    );
+    assert_eq!(
+        stack.buy(3, 81, "a", json!(1)).await.0,
+        StatusCode::ACCEPTED
+    );
+    let (_, view) = stack.call("GET", "/api/v1/sales/81", None, None).await;
+    assert_eq!(
+        view["seq"].as_u64(),
+        Some(2),
+        "refused purchases changed nothing"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn limits_answer_in_our_error_shape() {
+    let stack = embedded_with(|c| c.limits.gateway.connections_max = 3).await;
+    let mut req = stack.http.get(format!("{}/api/v1/sales/1", stack.base));
+    for i in 0..80 {
+        req = req.header(format!("x-h{i}"), "v");
+    }
+    let resp = req.send().await.unwrap();
+    assert_eq!(resp.status(), StatusCode::BAD_REQUEST);
+    assert_eq!(
+        code(&resp.json::<Value>().await.unwrap()),
+        "INVALID_REQUEST"
+    );
+    let resp = stack
+        .http
+        .get(format!("{}/api/v1/sales/1", stack.base))
+        .header("x-big", "v".repeat(20_000))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), StatusCode::BAD_REQUEST);
+    assert_eq!(
+        code(&resp.json::<Value>().await.unwrap()),
+        "INVALID_REQUEST"
+    );
+    let (s, b) = stack.buy(1, 1, &"x".repeat(65), json!(1)).await;
+    assert_eq!((s, code(&b)), (StatusCode::BAD_REQUEST, "INVALID_REQUEST"));
+    let (s, b) = stack.buy(1, 1, "a", json!(1_001)).await;
+    assert_eq!((s, code(&b)), (StatusCode::BAD_REQUEST, "INVALID_REQUEST"));
+
+    // Open connections: the cap holds the next connection in the backlog until one closes.
+    let idle: Vec<_> = futures::future::join_all(
+        (0..3).map(|_| tokio::net::TcpStream::connect(stack.server.as_ref().unwrap().addr)),
+    )
+    .await;
+    let fresh = reqwest::Client::builder()
+        .timeout(Duration::from_millis(700))
+        .build()
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert!(
+        fresh
+            .get(format!("{}/healthz", stack.base))
+            .send()
+            .await
+            .is_err(),
+        "a 4th connection was served"
+    );
+    drop(idle);
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let fresh = reqwest::Client::builder()
+        .timeout(Duration::from_secs(5))
+        .build()
+        .unwrap();
+    assert_eq!(
+        fresh
+            .get(format!("{}/healthz", stack.base))
+            .send()
+            .await
+            .unwrap()
+            .status(),
+        StatusCode::OK
+    );
+
+    // Request timeout: a JSON 503 with Retry-After, not an empty body.
+    let slow = embedded_with(|c| c.limits.request_timeout = Duration::ZERO).await;
+    let resp = slow
+        .http
+        .get(format!("{}/api/v1/sales/1", slow.base))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), StatusCode::SERVICE_UNAVAILABLE);
+    assert!(resp.headers().contains_key("retry-after"));
+    assert_eq!(code(&resp.json::<Value>().await.unwrap()), "UNAVAILABLE");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hot_sales_go_to_their_own_redis() {
+    let main = RedisServer::spawn().await;
+    let hot = RedisServer::spawn().await;
+    let db = TestDatabase::create().await;
+    let mut config = common::config(Some(main.url()), db.url.clone());
+    config.limits.gateway.hot_redis_url = Some(hot.url());
+    config.limits.gateway.hot_skus = vec![91];
+    let stack = Stack::start(config.clone(), Some(db), None).await;
+    stack.live_sale(91, 50, 1).await;
+    stack.live_sale(92, 50, 1).await;
+    for user in 1..=20 {
+        assert_eq!(
+            stack.buy(user, 91, "a", json!(1)).await.0,
+            StatusCode::ACCEPTED
+        );
+        assert_eq!(
+            stack.buy(user, 92, "a", json!(1)).await.0,
+            StatusCode::ACCEPTED
+        );
+    }
+    let sold = |url: String, sku: u64| {
+        let prefix = config.redis_prefix.clone();
+        async move {
+            let client = redis::Client::open(url.as_str()).unwrap();
+            let mut conn = client.get_multiplexed_async_connection().await.unwrap();
+            let v: Option<u64> = redis::cmd("HGET")
+                .arg(format!("{prefix}:{{{sku}}}:sale"))
+                .arg("sold")
+                .query_async(&mut conn)
+                .await
+                .unwrap();
+            v
+        }
+    };
+    assert_eq!(sold(hot.url(), 91).await, Some(20));
+    assert_eq!(
+        sold(main.url(), 91).await,
+        None,
+        "the hot sale is not on the main Redis"
+    );
+    assert_eq!(sold(main.url(), 92).await, Some(20));
+    assert_eq!(sold(hot.url(), 92).await, None);
+    // Orders, pay/cancel and the persisters route the same way.
+    let (_, order) = stack.buy(30, 91, "a", json!(1)).await;
+    let no = order["order_no"].as_str().unwrap();
+    let (s, b) = stack
+        .call(
+            "GET",
+            &format!("/api/v1/orders/{no}"),
+            Some(&stack.token(30)),
+            None,
+        )
+        .await;
+    assert_eq!(s, StatusCode::OK, "{b}");
+    stack.drain(91).await;
+    stack.drain(92).await;
+    common::assert_invariants(stack.store().as_ref(), 91).await;
+    common::assert_invariants(stack.store().as_ref(), 92).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dashboard_and_docs_are_served() {
+    let stack = embedded_with(|_| {}).await;
+    let resp = stack
+        .http
+        .get(format!("{}/", stack.base))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), StatusCode::OK);
+    assert!(resp.headers()["content-type"]
+        .to_str()
+        .unwrap()
+        .starts_with("text/html"));
+    assert!(resp.text().await.unwrap().contains("/api/v1/sales/"));
+    let resp = stack
+        .http
+        .get(format!("{}/docs/", stack.base))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), StatusCode::OK);
+    assert!(resp
+        .text()
+        .await
+        .unwrap()
+        .to_lowercase()
+        .contains("swagger"));
+}

@@ -1,0 +1,97 @@
+//! `/openapi.json` describes exactly the routes the service has: every documented operation
+//! is routed (not 404 ROUTE_NOT_FOUND or 405), and every routed operation is documented.
+
+mod common;
+
+use std::collections::BTreeSet;
+
+use common::Stack;
+use reqwest::StatusCode;
+use serde_json::Value;
+
+/// Every route of `flashsale_server::app`, as (method, OpenAPI path). Keep in step with lib.rs.
+const ROUTES: &[(&str, &str)] = &[
+    ("post", "/api/v1/sales"),
+    ("get", "/api/v1/sales/{sku_id}"),
+    ("post", "/api/v1/sales/{sku_id}/warm"),
+    ("post", "/api/v1/sales/{sku_id}/pause"),
+    ("post", "/api/v1/sales/{sku_id}/resume"),
+    ("post", "/api/v1/sales/{sku_id}/end"),
+    ("post", "/api/v1/sales/{sku_id}/purchases"),
+    ("post", "/api/v1/sales/{sku_id}/purchase-token"),
+    ("get", "/api/v1/orders/{order_no}"),
+    ("post", "/api/v1/orders/{order_no}/pay"),
+    ("post", "/api/v1/orders/{order_no}/cancel"),
+    ("get", "/api/v1/admin/blacklist"),
+    ("put", "/api/v1/admin/blacklist/users/{user_id}"),
+    ("delete", "/api/v1/admin/blacklist/users/{user_id}"),
+    ("put", "/api/v1/admin/blacklist/ips/{ip}"),
+    ("delete", "/api/v1/admin/blacklist/ips/{ip}"),
+    ("put", "/api/v1/admin/sales/{sku_id}/purchase-token"),
+    ("delete", "/api/v1/admin/sales/{sku_id}/purchase-token"),
+    ("get", "/api/v1/admin/reconcile"),
+    ("post", "/api/v1/admin/reconcile/{sku_id}/repair"),
+    ("get", "/healthz"),
+    ("get", "/readyz"),
+    ("get", "/metrics"),
+    ("get", "/"),
+];
+
+fn concrete(path: &str) -> String {
+    path.replace("{sku_id}", "1")
+        .replace("{order_no}", "1-1-1")
+        .replace("{user_id}", "1")
+        .replace("{ip}", "10.0.0.1")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_document_matches_the_router() {
+    let stack = Stack::embedded().await;
+    let resp = stack
+        .http
+        .get(format!("{}/openapi.json", stack.base))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), StatusCode::OK);
+    let doc: Value = resp.json().await.unwrap();
+    assert!(doc["openapi"].as_str().unwrap().starts_with("3."));
+    let mut documented = BTreeSet::new();
+    for (path, item) in doc["paths"].as_object().unwrap() {
+        for method in ["get", "post", "put", "delete", "patch"] {
+            if item.get(method).is_some() {
+                documented.insert((method.to_owned(), path.clone()));
+            }
+        }
+    }
+    let routed: BTreeSet<(String, String)> = ROUTES
+        .iter()
+        .map(|(m, p)| (m.to_string(), p.to_string()))
+        .collect();
+    assert_eq!(documented, routed, "documented vs routed operations");
+    // Every documented operation is really routed.
+    for (method, path) in &routed {
+        let url = format!("{}{}", stack.base, concrete(path));
+        let resp = stack
+            .http
+            .request(method.to_uppercase().parse().unwrap(), url)
+            .send()
+            .await
+            .unwrap();
+        let status = resp.status();
+        let body: Value = resp.json().await.unwrap_or(Value::Null);
+        assert!(
+            body["code"] != "ROUTE_NOT_FOUND" && status != StatusCode::METHOD_NOT_ALLOWED,
+            "{method} {path}: {status} {body}"
+        );
+        let op = &doc["paths"][path][method];
+        assert!(
+            op["responses"].get(status.as_str()).is_some(),
+            "{method} {path} answered {status}, which the document does not list"
+        );
+    }
+    // The schemas used by the handlers are there, with their bounds.
+    let purchase = &doc["components"]["schemas"]["PurchaseBody"];
+    assert_eq!(purchase["properties"]["quantity"]["maximum"], 1000);
+    assert_eq!(purchase["additionalProperties"], false);
+}
