@@ -282,7 +282,7 @@ async fn ledger(args: LedgerArgs) -> anyhow::Result<()> {
         mode: SaleMode::Direct,
         payment_timeout_ms: 0,
         starts_at_ms: 0,
-        ends_at_ms: i64::MAX / 2,
+        ends_at_ms: flashsale_server::routes::sales::now_ms() + 24 * 3_600_000,
         state: SaleState::Live,
     };
     flashsale_core::OrderStore::create_sale(store.as_ref(), &sale).await?;

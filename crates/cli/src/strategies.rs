@@ -467,7 +467,8 @@ pub fn bench_sale(units: u64) -> Sale {
         mode: SaleMode::Direct,
         payment_timeout_ms: 0,
         starts_at_ms: 0,
-        ends_at_ms: i64::MAX / 2,
+        // Within what a Lua number holds exactly (2^53).
+        ends_at_ms: flashsale_server::routes::sales::now_ms() + 24 * 3_600_000,
         state: SaleState::Live,
     }
 }
