@@ -35,6 +35,16 @@ impl PurchaseBody {
     pub fn validate(&self, sku: SkuId, user: UserId) -> Result<PurchaseRequest, AppError> {
         let request_id = RequestId::parse(&self.request_id)
             .ok_or_else(|| AppError::invalid("request_id must be 1..=64 of [A-Za-z0-9_-]"))?;
+        let token_len_max = crate::gateway::scalping::TOKEN_LEN_MAX;
+        if self
+            .purchase_token
+            .as_ref()
+            .is_some_and(|t| t.len() > token_len_max)
+        {
+            return Err(AppError::invalid(format!(
+                "purchase_token is at most {token_len_max} bytes"
+            )));
+        }
         if !(1..=i64::from(PER_USER_LIMIT_MAX)).contains(&self.quantity) {
             return Err(AppError::invalid(format!(
                 "quantity must be 1..={PER_USER_LIMIT_MAX}"
