@@ -189,22 +189,36 @@ fn purchase_req(base: &str, sku: u64, tokens: Arc<Vec<String>>, tag: &'static st
 }
 
 async fn open(base: &str, admin: &str, sku: u64, stock: u64) -> anyhow::Result<()> {
-    let http = reqwest::Client::new();
     let body =
         json!({"sku_id": sku, "name": "bench", "total_stock": stock, "per_user_limit": USER_LIMIT});
+    create_and_warm(base, admin, &body).await
+}
+
+/// Creates a sale (`body` is the create request) and warms it, over HTTP as an admin.
+pub async fn create_and_warm(
+    base: &str,
+    admin: &str,
+    body: &serde_json::Value,
+) -> anyhow::Result<()> {
+    let http = reqwest::Client::new();
+    let sku = body["sku_id"].as_u64().unwrap_or(0);
     let r = http
         .post(format!("{base}/api/v1/sales"))
         .bearer_auth(admin)
-        .json(&body)
+        .json(body)
         .send()
         .await?;
-    anyhow::ensure!(r.status().as_u16() == 201, "create: {}", r.text().await?);
+    anyhow::ensure!(
+        r.status().as_u16() == 201,
+        "create sale: {}",
+        r.text().await?
+    );
     let r = http
         .post(format!("{base}/api/v1/sales/{sku}/warm"))
         .bearer_auth(admin)
         .send()
         .await?;
-    anyhow::ensure!(r.status().is_success(), "warm: {}", r.text().await?);
+    anyhow::ensure!(r.status().is_success(), "warm sale: {}", r.text().await?);
     Ok(())
 }
 

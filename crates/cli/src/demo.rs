@@ -147,35 +147,13 @@ fn pick_sku(args: &DemoArgs) -> u64 {
 }
 
 async fn open_sale(base: &str, admin: &str, sku: u64, args: &DemoArgs) -> anyhow::Result<()> {
-    let http = reqwest::Client::new();
     let mode = match args.mode {
         DemoMode::Direct => SaleMode::Direct,
         DemoMode::Reserve => SaleMode::Reserve,
     };
     let body = json!({"sku_id": sku, "name": "demo phone", "total_stock": args.stock,
         "per_user_limit": args.limit, "mode": mode});
-    let created = http
-        .post(format!("{base}/api/v1/sales"))
-        .bearer_auth(admin)
-        .json(&body)
-        .send()
-        .await?;
-    anyhow::ensure!(
-        created.status().as_u16() == 201,
-        "create sale: {}",
-        created.text().await?
-    );
-    let warmed = http
-        .post(format!("{base}/api/v1/sales/{sku}/warm"))
-        .bearer_auth(admin)
-        .send()
-        .await?;
-    anyhow::ensure!(
-        warmed.status().is_success(),
-        "warm sale: {}",
-        warmed.text().await?
-    );
-    Ok(())
+    crate::bench::create_and_warm(base, admin, &body).await
 }
 
 async fn spike(

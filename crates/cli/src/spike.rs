@@ -123,23 +123,9 @@ pub async fn run(args: SpikeArgs) -> anyhow::Result<()> {
 }
 
 async fn create(base: &str, admin: &str, sku: u64, stock: u64, limit: u32) -> anyhow::Result<()> {
-    let http = reqwest::Client::new();
     let body =
         json!({"sku_id": sku, "name": "spike", "total_stock": stock, "per_user_limit": limit});
-    let r = http
-        .post(format!("{base}/api/v1/sales"))
-        .bearer_auth(admin)
-        .json(&body)
-        .send()
-        .await?;
-    anyhow::ensure!(r.status().as_u16() == 201, "create: {}", r.text().await?);
-    let r = http
-        .post(format!("{base}/api/v1/sales/{sku}/warm"))
-        .bearer_auth(admin)
-        .send()
-        .await?;
-    anyhow::ensure!(r.status().is_success(), "warm: {}", r.text().await?);
-    Ok(())
+    crate::bench::create_and_warm(base, admin, &body).await
 }
 
 /// Samples Redis every 100 ms while the spike runs.

@@ -1,29 +1,11 @@
 //! The HTTP API on both ledgers: outcomes, replay, limits, windows, bad input, auth.
 
+#[macro_use]
 mod common;
 
 use common::Stack;
 use reqwest::StatusCode;
 use serde_json::{json, Value};
-
-/// Runs one test body on the production path and on the embedded default.
-macro_rules! both_ledgers {
-    ($name:ident) => {
-        mod $name {
-            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-            async fn redis_mysql() {
-                let stack = super::Stack::redis_mysql().await;
-                super::$name(&stack).await;
-            }
-
-            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-            async fn embedded() {
-                let stack = super::Stack::embedded().await;
-                super::$name(&stack).await;
-            }
-        }
-    };
-}
 
 fn code(body: &Value) -> &str {
     body["code"].as_str().unwrap_or("")

@@ -1,6 +1,7 @@
 //! Gateway protections over real HTTP: rate limits, blacklist, back-pressure, per-sale
 //! isolation, hot sales on their own Redis, purchase tokens, limits on everything.
 
+#[macro_use]
 mod common;
 
 use std::time::{Duration, Instant};
@@ -13,24 +14,6 @@ use flashsale_testkit::redis_server::{self, RedisServer};
 use futures::StreamExt;
 use reqwest::StatusCode;
 use serde_json::{json, Value};
-
-macro_rules! both_ledgers {
-    ($name:ident) => {
-        mod $name {
-            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-            async fn redis_mysql() {
-                let stack = super::Stack::redis_mysql().await;
-                super::$name(&stack).await;
-            }
-
-            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-            async fn embedded() {
-                let stack = super::Stack::embedded().await;
-                super::$name(&stack).await;
-            }
-        }
-    };
-}
 
 fn code(body: &Value) -> &str {
     body["code"].as_str().unwrap_or("")

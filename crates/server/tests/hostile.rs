@@ -3,6 +3,7 @@
 //! parsing through the whole router: any body, path or header gets a 4xx in our error shape
 //! (never 5xx) and a refused request changes nothing.
 
+#[macro_use]
 mod common;
 
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -18,24 +19,6 @@ use proptest::prelude::*;
 use reqwest::StatusCode;
 use serde_json::{json, Value};
 use tower::ServiceExt;
-
-macro_rules! both_ledgers {
-    ($name:ident) => {
-        mod $name {
-            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-            async fn redis_mysql() {
-                let stack = super::Stack::redis_mysql().await;
-                super::$name(&stack).await;
-            }
-
-            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-            async fn embedded() {
-                let stack = super::Stack::embedded().await;
-                super::$name(&stack).await;
-            }
-        }
-    };
-}
 
 fn code(body: &Value) -> &str {
     body["code"].as_str().unwrap_or("")

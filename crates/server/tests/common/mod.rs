@@ -13,6 +13,27 @@ use flashsale_testkit::redis_server;
 use reqwest::StatusCode;
 use serde_json::{json, Value};
 
+/// Runs one test body (`async fn name(&Stack)`) on the production path and on the embedded
+/// default, as two tests `name::redis_mysql` and `name::embedded`.
+#[allow(unused_macros)]
+macro_rules! both_ledgers {
+    ($name:ident) => {
+        mod $name {
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn redis_mysql() {
+                let stack = super::Stack::redis_mysql().await;
+                super::$name(&stack).await;
+            }
+
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn embedded() {
+                let stack = super::Stack::embedded().await;
+                super::$name(&stack).await;
+            }
+        }
+    };
+}
+
 pub const JWT_SECRET: &str = "test-secret";
 pub const ADMIN: &str = "test-admin-token";
 
