@@ -4,4 +4,11 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/services.sh
+# Tests put their keys under fstest_<random> prefixes on the shared Redis and drop their own
+# databases; remove the keys when the run ends, whatever its outcome.
+cleanup() {
+    redis-cli -h 127.0.0.1 -p "${FLASHSALE_TEST_REDIS_PORT:-6379}" --scan --pattern 'fstest_*' \
+        | xargs -r -n 500 redis-cli -h 127.0.0.1 -p "${FLASHSALE_TEST_REDIS_PORT:-6379}" del >/dev/null || true
+}
+trap cleanup EXIT
 cargo test --workspace --locked "$@"
