@@ -12,7 +12,7 @@ use flashsale_core::{
     PurchaseRequest, Resolution, Sale, SaleState, SkuId, UserId,
 };
 use futures::StreamExt;
-use redis::{FromRedisValue, Script, ScriptInvocation, Value};
+use redis::{FromRedisValue, ScriptInvocation, Value};
 use tokio::task::JoinHandle;
 
 use crate::codec::{as_int, as_string, decode_order, parse_entries, unexpected, Entry};
@@ -189,17 +189,18 @@ impl RedisLedger {
             .key(self.keys.events(sku));
     }
 
+    /// Pay (`kind` "paid") or cancel ("cancelled"); `name` labels the script's latency.
     async fn resolve(
         &self,
         name: &'static str,
-        script: &Script,
+        kind: &'static str,
         order_no: &OrderNo,
         user: UserId,
     ) -> Result<Resolution, LedgerError> {
         let sku = order_no.sku();
-        let mut inv = script.prepare_invoke();
+        let mut inv = self.scripts.resolve.prepare_invoke();
         self.resolve_keys(&mut inv, sku);
-        inv.arg(order_no.as_str()).arg(user.0);
+        inv.arg(order_no.as_str()).arg(user.0).arg(kind);
         let reply: Vec<Value> = self.run(name, &inv).await?;
         let head = reply.first().and_then(as_string);
         match head.as_deref() {
@@ -368,12 +369,11 @@ impl HotLedger for RedisLedger {
     }
 
     async fn pay(&self, order_no: &OrderNo, user: UserId) -> Result<Resolution, LedgerError> {
-        self.resolve("pay", &self.scripts.pay, order_no, user).await
+        self.resolve("pay", "paid", order_no, user).await
     }
 
     async fn cancel(&self, order_no: &OrderNo, user: UserId) -> Result<Resolution, LedgerError> {
-        self.resolve("cancel", &self.scripts.cancel, order_no, user)
-            .await
+        self.resolve("cancel", "cancelled", order_no, user).await
     }
 
     async fn expire_due(&self, sku: SkuId, max: usize) -> Result<usize, LedgerError> {

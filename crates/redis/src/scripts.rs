@@ -9,8 +9,8 @@
 use redis::Script;
 
 pub const PURCHASE: &str = include_str!("../scripts/purchase.lua");
-pub const PAY: &str = include_str!("../scripts/pay.lua");
-pub const CANCEL: &str = include_str!("../scripts/cancel.lua");
+/// Pay and cancel: the event kind is its third argument.
+pub const RESOLVE: &str = include_str!("../scripts/resolve.lua");
 pub const EXPIRE_DUE: &str = include_str!("../scripts/expire_due.lua");
 pub const WARM: &str = include_str!("../scripts/warm.lua");
 pub const SET_STATE: &str = include_str!("../scripts/set_state.lua");
@@ -20,10 +20,9 @@ pub const LEASE_RELEASE: &str = include_str!("../scripts/lease_release.lua");
 pub const RESTORE_ORDERS: &str = include_str!("../scripts/restore_orders.lua");
 
 /// Every script with its name (the `script` label of `flashsale_script_latency_seconds`).
-pub const ALL: [(&str, &str); 10] = [
+pub const ALL: [(&str, &str); 9] = [
     ("purchase", PURCHASE),
-    ("pay", PAY),
-    ("cancel", CANCEL),
+    ("resolve", RESOLVE),
     ("expire_due", EXPIRE_DUE),
     ("warm", WARM),
     ("set_state", SET_STATE),
@@ -36,8 +35,7 @@ pub const ALL: [(&str, &str); 10] = [
 /// The scripts of the hot ledger, hashed once.
 pub struct Scripts {
     pub purchase: Script,
-    pub pay: Script,
-    pub cancel: Script,
+    pub resolve: Script,
     pub expire_due: Script,
     pub warm: Script,
     pub set_state: Script,
@@ -49,8 +47,7 @@ impl Scripts {
     pub fn new() -> Scripts {
         Scripts {
             purchase: Script::new(PURCHASE),
-            pay: Script::new(PAY),
-            cancel: Script::new(CANCEL),
+            resolve: Script::new(RESOLVE),
             expire_due: Script::new(EXPIRE_DUE),
             warm: Script::new(WARM),
             set_state: Script::new(SET_STATE),
@@ -76,7 +73,7 @@ mod tests {
             assert_eq!(src.lines().next(), Some("#!lua"), "{name}");
             assert!(!src.contains("PUBLISH"), "{name} publishes inside a script");
         }
-        for src in [PURCHASE, PAY, CANCEL, EXPIRE_DUE] {
+        for src in [PURCHASE, RESOLVE, EXPIRE_DUE] {
             assert!(src.contains("redis.call('TIME')"));
             assert!(src.contains("XADD"));
         }

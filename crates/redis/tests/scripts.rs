@@ -91,13 +91,23 @@ async fn malformed_calls_are_refused_before_any_write() {
     }
     let own = format!("{sku}-1-1");
     let other = [
-        (scripts::PAY, vec![keys.sale(sku)], vec!["1-1-1", "7"]),
+        (
+            scripts::RESOLVE,
+            vec![keys.sale(sku)],
+            vec!["1-1-1", "7", "paid"],
+        ),
+        (
+            scripts::RESOLVE,
+            five_keys(&keys, sku),
+            vec!["1-1-1", "7", "expired"],
+        ),
+        (scripts::RESOLVE, five_keys(&keys, sku), vec!["1-1-1", "7"]),
         (scripts::EXPIRE_DUE, five_keys(&keys, sku), vec!["0"]),
         (scripts::SET_STATE, vec![keys.sale(sku)], vec!["bogus"]),
         (
-            scripts::CANCEL,
+            scripts::RESOLVE,
             five_keys(&keys, sku),
-            vec!["not-an-order", "7"],
+            vec!["not-an-order", "7", "cancelled"],
         ),
         (
             scripts::RESTORE_ORDERS,

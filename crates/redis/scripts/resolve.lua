@@ -1,14 +1,19 @@
 #!lua
--- Cancels a reservation: reserved -> available; the user's quota comes back.
+-- Resolves a reservation: 'paid' moves reserved -> sold; 'cancelled' moves reserved ->
+-- available and gives the user's quota back. One script for both, so they cannot drift apart.
 -- Mirrors SaleBook::resolve: not the owner -> ORDER_NOT_FOUND; RESERVED and now < deadline ->
 -- change; RESERVED past its deadline or EXPIRED -> HOLD_EXPIRED; else ALREADY_RESOLVED.
 -- KEYS: 1 sale, 2 buyers, 3 orders, 4 holds, 5 events (all tagged {<sku>})
--- ARGV: 1 order_no, 2 user_id
+-- ARGV: 1 order_no, 2 user_id, 3 kind ('paid' | 'cancelled')
 -- Returns {'OK', encoded_order_after, restocked (1 when available came back from 0)}
 --      or {'X', CODE}. Error replies: 'INVALID_ARGS', 'NOT_WARMED', 'CORRUPT'.
-local KIND, STATUS = 'cancelled', 'CANCELLED'
-if #KEYS ~= 5 or #ARGV ~= 2 then
-  return redis.error_reply('INVALID_ARGS cancel needs 5 keys and 2 args')
+if #KEYS ~= 5 or #ARGV ~= 3 then
+  return redis.error_reply('INVALID_ARGS resolve needs 5 keys and 3 args')
+end
+local KIND = ARGV[3]
+local STATUS = ({ paid = 'PAID', cancelled = 'CANCELLED' })[KIND]
+if not STATUS then
+  return redis.error_reply('INVALID_ARGS kind must be paid or cancelled')
 end
 local K_SALE, K_BUYERS, K_ORDERS, K_HOLDS, K_EVENTS = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 -- A user id as Rust's u64 prints it: canonical decimal, at most 18446744073709551615.
