@@ -113,9 +113,22 @@ async fn accepted_purchases_survive_kill_9_of_the_server_and_the_sale_goes_on() 
         .status()
         .is_success());
 
-    // Kill while the spike is in flight: the spike and the kill race.
+    // Kill while the spike is in flight: once SQLite holds 30 sales of 120, not at a time that a
+    // fast machine could outrun.
+    let db_url = format!("sqlite://{}/flashsale.db", dir.path().display());
     let killer = async {
-        tokio::time::sleep(Duration::from_millis(150)).await;
+        let mut db = SqliteConnection::connect(&db_url).await.unwrap();
+        for _ in 0..10_000 {
+            let sold: i64 = sqlx::query("SELECT sold FROM sales WHERE sku_id = 1")
+                .fetch_one(&mut db)
+                .await
+                .unwrap()
+                .get("sold");
+            if sold >= 30 {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
         server.kill().expect("SIGKILL");
         server.wait().unwrap();
     };
