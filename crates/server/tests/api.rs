@@ -347,15 +347,7 @@ async fn health_ready_and_metrics(stack: &Stack) {
     assert_eq!(s, StatusCode::OK, "{b}");
     stack.live_sale(22, 1, 1).await;
     stack.buy(1, 22, "a", json!(1)).await;
-    let text = stack
-        .http
-        .get(format!("{}/metrics", stack.base))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let text = stack.metrics_text().await;
     assert!(text.contains("flashsale_http_requests_total"), "{text}");
     assert!(
         text.contains("flashsale_purchase_latency_seconds_bucket"),

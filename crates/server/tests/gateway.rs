@@ -283,15 +283,7 @@ async fn backpressure_engages_on_stream_lag_and_lets_go_when_persisted() {
         );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    let metrics = stack
-        .http
-        .get(format!("{}/metrics", stack.base))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let metrics = stack.metrics_text().await;
     assert!(
         metrics.contains("flashsale_backpressure_engaged{sku=\"61\"} 1"),
         "{metrics}"

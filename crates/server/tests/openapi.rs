@@ -95,3 +95,23 @@ async fn the_document_matches_the_router() {
     assert_eq!(purchase["properties"]["quantity"]["maximum"], 1000);
     assert_eq!(purchase["additionalProperties"], false);
 }
+
+/// The error-code schema is a mirror (core may not depend on utoipa): it must list exactly
+/// the codes of `ErrorCode::ALL`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_error_code_schema_lists_every_code() {
+    let stack = Stack::embedded().await;
+    let (s, doc) = stack.call("GET", "/openapi.json", None, None).await;
+    assert_eq!(s, StatusCode::OK);
+    let listed: BTreeSet<String> = doc["components"]["schemas"]["ErrorCode"]["enum"]
+        .as_array()
+        .expect("ErrorCode enum in the document")
+        .iter()
+        .map(|v| v.as_str().unwrap().to_owned())
+        .collect();
+    let codes: BTreeSet<String> = flashsale_core::ErrorCode::ALL
+        .iter()
+        .map(|c| c.as_str().to_owned())
+        .collect();
+    assert_eq!(listed, codes);
+}

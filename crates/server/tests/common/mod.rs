@@ -181,6 +181,19 @@ impl Stack {
         .await
     }
 
+    /// The Prometheus text of `/metrics`.
+    pub async fn metrics_text(&self) -> String {
+        let url = format!("{}/metrics", self.base);
+        self.http
+            .get(url)
+            .send()
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap()
+    }
+
     /// Waits until the database has applied every event the hot ledger has.
     pub async fn drain(&self, sku: u64) {
         let state = self.server.as_ref().unwrap().state.clone();
