@@ -9,6 +9,10 @@
 //! - `redis-lua`: the first seed's production script as written, one EVALSHA per purchase.
 //! - `flashsale-redis`: ours, batched script, persister into MariaDB.
 //! - `flashsale-embedded`: ours, the embedded ledger over SQLite.
+//!
+//! Ours go through the server's hot path (`Batcher`: local sold-out flag, then batched ledger
+//! calls), minus HTTP and the gateway, so once a sale is sold out its requests are answered
+//! without the ledger, as in production.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -121,17 +125,20 @@ pub async fn measure(
     })
 }
 
-/// Total CPU microseconds Redis spent in commands (INFO commandstats).
+/// CPU microseconds Redis's main thread has used (INFO cpu, user + sys): what a strategy
+/// costs Redis, network reads and replies included. Not INFO commandstats: it counts the
+/// commands a script calls twice (inside EVALSHA and on their own) and leaves out I/O.
 async fn redis_usec(conn: &mut MultiplexedConnection) -> anyhow::Result<f64> {
-    let info: String = redis::cmd("INFO")
-        .arg("commandstats")
-        .query_async(conn)
-        .await?;
-    Ok(info
+    let info: String = redis::cmd("INFO").arg("cpu").query_async(conn).await?;
+    let seconds: f64 = info
         .lines()
-        .filter_map(|l| l.split(",usec=").nth(1))
-        .filter_map(|rest| rest.split(',').next()?.parse::<f64>().ok())
-        .sum())
+        .filter(|l| {
+            l.starts_with("used_cpu_user_main_thread:")
+                || l.starts_with("used_cpu_sys_main_thread:")
+        })
+        .filter_map(|l| l.split(':').nth(1)?.trim().parse::<f64>().ok())
+        .sum();
+    Ok(seconds * 1e6)
 }
 
 // ---- db-row-lock ------------------------------------------------------------------------
@@ -405,7 +412,8 @@ impl Strategy for RedisLua {
 
 // ---- ours ---------------------------------------------------------------------------------
 
-/// A hot ledger behind the server's batcher, audited from its system of record.
+/// A hot ledger behind the server's hot path (sold-out flag, batcher), audited from its
+/// system of record.
 pub struct Ours {
     pub name: &'static str,
     pub ledger: Arc<dyn HotLedger>,
@@ -428,6 +436,10 @@ impl Strategy for Ours {
             request_id: RequestId::parse(&format!("r{user}")).expect("valid id"),
             quantity: 1,
         };
+        // The server's hot path: the local sold-out flag first, as the route does.
+        if self.batcher.sold_out_here(&req) {
+            return Ok(false);
+        }
         Ok(matches!(
             self.batcher.purchase(req).await?,
             PurchaseOutcome::Accepted { .. }

@@ -3,28 +3,29 @@
 -- check: replay -> state/window -> quantity -> stock -> per-user limit -> accept.
 -- KEYS: 1 sale, 2 buyers, 3 requests, 4 orders, 5 holds, 6 events (all tagged {<sku>})
 -- ARGV: n, then n times: user_id, request_id, quantity
--- Returns one entry per request, in order:
---   {'A', order_no, encoded_order}   accepted now
---   {'R', order_no, encoded_order}   replay of an accepted request (no change)
---   {'X', CODE}                      rejected (no change)
+-- Returns one flat array, three fields per request, in order:
+--   'A', order_no, encoded_order     accepted now
+--   'R', order_no, encoded_order     replay of an accepted request (no change)
+--   'X', CODE, ''                    rejected (no change)
 -- Error replies: 'NOT_WARMED' (no sale hash), 'INVALID_ARGS' (malformed call, no change).
 -- Encoded order: user:request_id:quantity:status:deadline_ms:created_at_ms
+--
+-- Cost per request is what bounds a spike, so the script reads the requests hash once per
+-- batch (HMGET), the buyers hash once per batch (only when something reaches the limit
+-- check), and writes requests, orders, holds, buyers and counters with one command each at
+-- the end; only the event (XADD) is one command per accepted request. Every check of the whole
+-- batch runs against batch-local copies, so all reads come before the deferred writes.
 local K_SALE, K_BUYERS, K_REQUESTS, K_ORDERS, K_HOLDS, K_EVENTS =
   KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
 if #KEYS ~= 6 then
   return redis.error_reply('INVALID_ARGS purchase needs 6 keys')
 end
 
-local function int(n) return string.format('%d', n) end
--- A user id as Rust's u64 prints it: canonical decimal, at most 18446744073709551615.
-local function is_user(s)
-  if s == '0' then return true end
-  if not string.match(s, '^[1-9]%d*$') or #s > 20 then return false end
-  return #s < 20 or s <= '18446744073709551615'
-end
+local find, format = string.find, string.format
+local function int(x) return format('%d', x) end
 
 local n = tonumber(ARGV[1])
-if not (ARGV[1] and string.match(ARGV[1], '^[1-9]%d?%d?%d?$')) or n > 1024
+if not (ARGV[1] and find(ARGV[1], '^[1-9]%d?%d?%d?$')) or n > 1024
     or #ARGV ~= 1 + 3 * n then
   return redis.error_reply('INVALID_ARGS purchase needs n in 1..1024 and 3n request fields')
 end
@@ -58,88 +59,130 @@ local function judge_window()
 end
 local window = judge_window()
 
--- Batch-local caches: the buyers read once per user, the requests accepted in this batch.
-local held_cache, dirty_users, dirty_list = {}, {}, {}
-local accepted_now = {}
-local function held(user)
-  local h = held_cache[user]
-  if h == nil then
-    h = tonumber(redis.call('HGET', K_BUYERS, user) or '0') or 0
-    held_cache[user] = h
+-- A user id as Rust's u64 prints it: canonical decimal, at most 18446744073709551615.
+local function is_user(s)
+  if s == '0' then return true end
+  if #s > 20 or not find(s, '^[1-9]%d*$') then return false end
+  return #s < 20 or s <= '18446744073709551615'
+end
+local function is_rid(s)
+  return #s >= 1 and #s <= 64 and not find(s, '[^%w_%-]')
+end
+
+-- Pass 1: the request key (user:request_id) of each well-formed request, and the first
+-- outcome of every one already accepted (one HMGET for the batch).
+local rkeys, lookup, m = {}, {}, 0
+for i = 1, n do
+  local user, rid = ARGV[3 * i - 1], ARGV[3 * i]
+  -- Fast path: a user id under 10^19 and a plain request id pass one pattern.
+  local rkey = user .. ':' .. rid
+  if (#user < 20 and #rid <= 64 and find(rkey, '^[1-9]%d*:[%w_%-]+$'))
+      or (is_user(user) and is_rid(rid)) then
+    rkeys[i] = rkey
+    m = m + 1
+    lookup[m] = rkey
   end
-  return h
+end
+local prior_of = {}
+if m > 0 then
+  local found = redis.call('HMGET', K_REQUESTS, unpack(lookup))
+  for j = 1, m do
+    if found[j] then prior_of[lookup[j]] = found[j] end
+  end
+end
+
+-- Units held per user, read on first need for every user of the batch at once.
+local held_of = nil
+local function held(user)
+  if held_of == nil then
+    held_of = {}
+    local users = {}
+    for i = 1, n do
+      if rkeys[i] then users[#users + 1] = ARGV[3 * i - 1] end
+    end
+    local got = redis.call('HMGET', K_BUYERS, unpack(users))
+    for j = 1, #users do
+      held_of[users[j]] = tonumber(got[j] or '0') or 0
+    end
+  end
+  return held_of[user]
 end
 
 local status_new = (mode == 'reserve') and 'RESERVED' or 'CREATED'
-local changed = false
+local deadline = (mode == 'reserve') and now + timeout_ms or 0
+local now_s, deadline_s = int(now), int(deadline)
+local order_prefix = sku .. '-' .. epoch .. '-'
+local accepted_at = {}  -- request key -> index in this batch of its acceptance
 local out = {}
 
+-- Counts the units and the event of request i; every check for it is done.
+local function accept(i, user, rid, rkey, qs, q)
+  seq = seq + 1
+  available = available - q
+  if mode == 'reserve' then reserved = reserved + q else sold = sold + q end
+  local seq_s = int(seq)
+  local order_no = order_prefix .. seq_s
+  held_of[user] = held_of[user] + q
+  accepted_at[rkey] = i
+  redis.call('XADD', K_EVENTS, '*', 'sku_id', sku, 'seq', seq_s, 'kind', 'deducted',
+    'order_no', order_no, 'request_id', rid, 'user_id', user, 'quantity', qs,
+    'at_ms', now_s, 'deadline_ms', deadline_s)
+  return order_no, user .. ':' .. rid .. ':' .. qs .. ':' .. status_new .. ':'
+    .. deadline_s .. ':' .. now_s
+end
+
+-- Pass 2: judge each request against the batch-local state; the event goes out at once.
 for i = 1, n do
-  local user, rid, qs = ARGV[3 * i - 1], ARGV[3 * i], ARGV[3 * i + 1]
-  local result
-  if not is_user(user) or #rid < 1 or #rid > 64 or string.find(rid, '[^%w_%-]') then
-    result = { 'X', 'INVALID_REQUEST' }
-  else
-    local rkey = user .. ':' .. rid
-    local prior = accepted_now[rkey]
-    if prior == nil then prior = redis.call('HGET', K_REQUESTS, rkey) end
-    if prior then
-      result = { 'R', prior, redis.call('HGET', K_ORDERS, prior) or '' }
+  local rkey = rkeys[i]
+  local tag, a, b = 'X', 'INVALID_REQUEST', ''
+  if rkey then
+    local user, rid, qs = ARGV[3 * i - 1], ARGV[3 * i], ARGV[3 * i + 1]
+    local j = accepted_at[rkey]
+    local prior = prior_of[rkey]
+    if j then
+      tag, a, b = 'R', out[3 * j - 1], out[3 * j]
+    elseif prior then
+      tag, a, b = 'R', prior, redis.call('HGET', K_ORDERS, prior) or ''
     elseif window then
-      result = { 'X', window }
-    elseif not string.match(qs, '^[1-9]%d*$') then
-      result = { 'X', 'INVALID_REQUEST' }
-    elseif #qs > 12 or tonumber(qs) > limit then
-      result = { 'X', 'LIMIT_EXCEEDED' }
-    else
+      a = window
+    elseif qs == '1' or find(qs, '^[1-9]%d*$') then
       local q = tonumber(qs)
-      if available < q then
-        result = { 'X', 'SOLD_OUT' }
+      if #qs > 12 or q > limit then
+        a = 'LIMIT_EXCEEDED'
+      elseif available < q then
+        a = 'SOLD_OUT'
       elseif held(user) + q > limit then
-        result = { 'X', 'LIMIT_EXCEEDED' }
+        a = 'LIMIT_EXCEEDED'
       else
-        -- Accept: every check for this request is done; now its writes.
-        seq = seq + 1
-        available = available - q
-        local deadline = 0
-        if mode == 'reserve' then
-          reserved = reserved + q
-          deadline = now + timeout_ms
-        else
-          sold = sold + q
-        end
-        local order_no = sku .. '-' .. epoch .. '-' .. int(seq)
-        local encoded = user .. ':' .. rid .. ':' .. int(q) .. ':' .. status_new .. ':'
-          .. int(deadline) .. ':' .. int(now)
-        held_cache[user] = held(user) + q
-        if not dirty_users[user] then
-          dirty_users[user] = true
-          dirty_list[#dirty_list + 1] = user
-        end
-        accepted_now[rkey] = order_no
-        redis.call('HSET', K_REQUESTS, rkey, order_no)
-        redis.call('HSET', K_ORDERS, order_no, encoded)
-        if mode == 'reserve' then
-          redis.call('ZADD', K_HOLDS, int(deadline), order_no)
-        end
-        redis.call('XADD', K_EVENTS, '*', 'sku_id', sku, 'seq', int(seq), 'kind', 'deducted',
-          'order_no', order_no, 'request_id', rid, 'user_id', user, 'quantity', int(q),
-          'at_ms', int(now), 'deadline_ms', int(deadline))
-        changed = true
-        result = { 'A', order_no, encoded }
+        tag = 'A'
+        a, b = accept(i, user, rid, rkey, qs, q)
       end
     end
   end
-  out[i] = result
+  out[3 * i - 2], out[3 * i - 1], out[3 * i] = tag, a, b
 end
 
-if changed then
-  local args = {}
-  for _, user in ipairs(dirty_list) do
-    args[#args + 1] = user
-    args[#args + 1] = int(held_cache[user])
+-- The deferred writes of the accepted requests, one command per key. A user accepted twice
+-- is written twice with the same final units.
+local w = 0
+local requests, orders, holds, buyers = {}, {}, {}, {}
+for i = 1, n do
+  if out[3 * i - 2] == 'A' then
+    local order_no, user = out[3 * i - 1], ARGV[3 * i - 1]
+    requests[w + 1], requests[w + 2] = rkeys[i], order_no
+    orders[w + 1], orders[w + 2] = order_no, out[3 * i]
+    if mode == 'reserve' then holds[w + 1], holds[w + 2] = deadline_s, order_no end
+    buyers[w + 1], buyers[w + 2] = user, int(held_of[user])
+    w = w + 2
   end
-  redis.call('HSET', K_BUYERS, unpack(args))
+end
+if w > 0 then
+  redis.call('HSET', K_REQUESTS, unpack(requests))
+  redis.call('HSET', K_ORDERS, unpack(orders))
+  if mode == 'reserve' then
+    redis.call('ZADD', K_HOLDS, unpack(holds))
+  end
+  redis.call('HSET', K_BUYERS, unpack(buyers))
   redis.call('HSET', K_SALE, 'available', int(available), 'reserved', int(reserved),
     'sold', int(sold), 'seq', int(seq))
 end

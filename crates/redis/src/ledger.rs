@@ -250,6 +250,7 @@ fn as_answered(mut order: HotOrder) -> HotOrder {
     order
 }
 
+/// One request's `[tag, order_no | code, encoded | ""]` of the purchase reply.
 fn outcome_of(entry: &[String]) -> Result<PurchaseOutcome, LedgerError> {
     let bad = || LedgerError::Internal(format!("unexpected purchase result {entry:?}"));
     match entry {
@@ -260,7 +261,7 @@ fn outcome_of(entry: &[String]) -> Result<PurchaseOutcome, LedgerError> {
                 replayed: tag == "R",
             })
         }
-        [tag, code] if tag == "X" => ErrorCode::parse(code)
+        [tag, code, empty] if tag == "X" && empty.is_empty() => ErrorCode::parse(code)
             .map(PurchaseOutcome::Rejected)
             .ok_or_else(bad),
         _ => Err(bad()),
@@ -357,15 +358,16 @@ impl HotLedger for RedisLedger {
                 .arg(r.request_id.as_str())
                 .arg(r.quantity);
         }
-        let results: Vec<Vec<String>> = self.run("purchase", &inv).await?;
-        if results.len() != reqs.len() {
+        // One flat array, three fields per request (see purchase.lua).
+        let flat: Vec<String> = self.run("purchase", &inv).await?;
+        if flat.len() != 3 * reqs.len() {
             return Err(LedgerError::Internal(format!(
-                "{} results for {} requests",
-                results.len(),
+                "{} result fields for {} requests",
+                flat.len(),
                 reqs.len()
             )));
         }
-        results.iter().map(|r| outcome_of(r)).collect()
+        flat.chunks_exact(3).map(outcome_of).collect()
     }
 
     async fn pay(&self, order_no: &OrderNo, user: UserId) -> Result<Resolution, LedgerError> {

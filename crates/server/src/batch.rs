@@ -1,14 +1,31 @@
-//! Natural batching: concurrent purchases of one sale are gathered into one ledger call.
+//! The purchase hot path of one instance: a local sold-out flag per sale, then natural
+//! batching of what gets past it into one ledger call. The HTTP route and `flashsale bench
+//! strategies` both go through it, so the bench measures what production runs.
 //!
-//! Each sale has a bounded queue and one task. The task takes whatever is queued (at most
-//! `batch_max`) as soon as the previous call returns, so at low load a request goes alone with
-//! no timer wait, and under a spike the batches grow by themselves. A full queue answers BUSY.
+//! - Sold-out flag: once the ledger answers SOLD_OUT, the batch task loads the sale's accepted
+//!   request keys in the background and sets the flag ([`SoldOutFlags`]); from then on
+//!   [`Batcher::sold_out_here`] answers new requests without the ledger (90% of a spike's
+//!   requests), while retries of accepted requests still reach it for their first outcome.
+//!   Restocks and a short TTL clear the flag.
+//! - Batching: each sale has a bounded queue and one task. The task takes whatever is queued
+//!   (at most `batch_max`) as soon as the previous call returns, so at low load a request goes
+//!   alone with no timer wait, and under a spike the batches grow by themselves. A full queue
+//!   answers BUSY.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
-use flashsale_core::{HotLedger, LedgerError, PurchaseOutcome, PurchaseRequest, SkuId};
+use flashsale_core::{ErrorCode, HotLedger, LedgerError, PurchaseOutcome, PurchaseRequest, SkuId};
 use tokio::sync::{mpsc, oneshot};
+
+use crate::cache::{request_key, SoldOutFlags};
+
+/// Ledger calls in flight per sale: while Redis runs one batch, the next one is already on the
+/// wire and queued behind it, so Redis never idles for a round trip and the batch task's
+/// bookkeeping overlaps the script. Redis runs each script atomically, so batches never
+/// interleave; each request's answer comes from its own batch.
+const IN_FLIGHT: usize = 2;
 
 type Reply = oneshot::Sender<Result<PurchaseOutcome, LedgerError>>;
 
@@ -18,25 +35,57 @@ struct Job {
 }
 
 pub struct Batcher {
-    ledger: Arc<dyn HotLedger>,
     queues: Mutex<HashMap<SkuId, mpsc::Sender<Job>>>,
     batch_max: usize,
     queue_cap: usize,
+    flagger: Arc<Flagger>,
+}
+
+/// Sets a sale's sold-out flag after a SOLD_OUT answer of the ledger.
+struct Flagger {
+    ledger: Arc<dyn HotLedger>,
+    flags: Arc<SoldOutFlags>,
+    /// A flag remembers at most this many accepted request keys (else it is not set).
+    keys_max: usize,
 }
 
 impl Batcher {
+    /// With its own sold-out flags (1 s TTL, up to a million accepted keys per sale).
     pub fn new(ledger: Arc<dyn HotLedger>, batch_max: usize, queue_cap: usize) -> Batcher {
+        let flags = Arc::new(SoldOutFlags::new(Duration::from_secs(1)));
+        Batcher::with_flags(ledger, batch_max, queue_cap, flags, 1_000_000)
+    }
+
+    /// With `flags` shared with whoever clears them (restock notices, state changes).
+    pub fn with_flags(
+        ledger: Arc<dyn HotLedger>,
+        batch_max: usize,
+        queue_cap: usize,
+        flags: Arc<SoldOutFlags>,
+        keys_max: usize,
+    ) -> Batcher {
         assert!((1..=flashsale_core::limits::BATCH_LEN_MAX).contains(&batch_max));
         assert!(queue_cap >= batch_max);
         Batcher {
-            ledger,
             queues: Mutex::new(HashMap::new()),
             batch_max,
             queue_cap,
+            flagger: Arc::new(Flagger {
+                ledger,
+                flags,
+                keys_max,
+            }),
         }
     }
 
-    /// Queues one purchase and waits for its outcome.
+    /// True when `req` can be answered SOLD_OUT here without the ledger: its sale is flagged
+    /// and it is not a retry of an accepted request.
+    pub fn sold_out_here(&self, req: &PurchaseRequest) -> bool {
+        let key = request_key(req.user_id, req.request_id.as_str());
+        self.flagger.flags.answers(req.sku_id, &key)
+    }
+
+    /// Queues one purchase for the ledger and waits for its outcome.
     pub async fn purchase(&self, req: PurchaseRequest) -> Result<PurchaseOutcome, LedgerError> {
         let (reply, answer) = oneshot::channel();
         let queue = self.queue(req.sku_id);
@@ -64,27 +113,41 @@ impl Batcher {
             .entry(sku)
             .or_insert_with(|| {
                 let (tx, rx) = mpsc::channel(self.queue_cap);
-                tokio::spawn(run(self.ledger.clone(), sku, rx, self.batch_max));
+                let rx = Arc::new(tokio::sync::Mutex::new(rx));
+                for _ in 0..IN_FLIGHT {
+                    tokio::spawn(run(self.flagger.clone(), sku, rx.clone(), self.batch_max));
+                }
                 tx
             })
             .clone()
     }
 }
 
+/// One of a sale's `IN_FLIGHT` batch tasks: takes what is queued (holding the queue only while
+/// taking), calls the ledger, answers, repeats.
 async fn run(
-    ledger: Arc<dyn HotLedger>,
+    flagger: Arc<Flagger>,
     sku: SkuId,
-    mut rx: mpsc::Receiver<Job>,
+    rx: Arc<tokio::sync::Mutex<mpsc::Receiver<Job>>>,
     batch_max: usize,
 ) {
+    let ledger = flagger.ledger.clone();
     let mut jobs = Vec::with_capacity(batch_max);
-    while rx.recv_many(&mut jobs, batch_max).await > 0 {
+    loop {
+        // The queue's lock is released at the end of this statement, before the ledger call.
+        let taken = rx.lock().await.recv_many(&mut jobs, batch_max).await;
+        if taken == 0 {
+            return; // every sender is gone
+        }
         metrics::histogram!(crate::metrics::BATCH_SIZE, "ledger" => ledger.kind())
             .record(jobs.len() as f64);
         let reqs: Vec<PurchaseRequest> = jobs.iter().map(|j| j.req.clone()).collect();
         match ledger.purchase_batch(sku, &reqs).await {
             Ok(outcomes) => {
                 assert_eq!(outcomes.len(), jobs.len(), "one outcome per request");
+                if outcomes.iter().any(is_sold_out) {
+                    flagger.flag(sku);
+                }
                 for (job, outcome) in jobs.drain(..).zip(outcomes) {
                     let _ = job.reply.send(Ok(outcome));
                 }
@@ -96,6 +159,34 @@ async fn run(
                 }
             }
         }
+    }
+}
+
+fn is_sold_out(outcome: &PurchaseOutcome) -> bool {
+    matches!(outcome, PurchaseOutcome::Rejected(ErrorCode::SoldOut))
+}
+
+impl Flagger {
+    /// Loads the accepted request keys in the background and sets the flag; one load at a
+    /// time per sale, and none while a fresh flag stands.
+    fn flag(self: &Arc<Self>, sku: SkuId) {
+        if !self.flags.begin_load(sku) {
+            return;
+        }
+        let this = self.clone();
+        tokio::spawn(async move {
+            let loaded_at = Instant::now();
+            match this.ledger.accepted_keys(sku, this.keys_max).await {
+                Ok(Some(keys)) => {
+                    this.flags
+                        .set(sku, keys.into_iter().collect::<HashSet<_>>(), loaded_at)
+                }
+                Ok(None) => {}
+                Err(e) => {
+                    tracing::warn!(%sku, error = %e, "could not load accepted keys for the sold-out flag")
+                }
+            }
+        });
     }
 }
 

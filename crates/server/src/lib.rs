@@ -3,7 +3,7 @@
 //! - [`app`]: the axum router, built apart from `main` so tests call it.
 //! - [`routes`]: handlers (sales, purchases, orders, health).
 //! - [`auth`]: user tokens and the admin token.
-//! - [`batch`]: natural batching of purchases per sale.
+//! - [`batch`]: the purchase hot path: the local sold-out flag, then natural batching per sale.
 //! - [`cache`]: sale cache and sold-out flags; [`breaker`]: fast failure when Redis is down.
 //! - [`error`]: `AppError`, the one error answer.
 //! - [`workers`]: background workers (persister, hold expiry) behind one `Worker` trait.

@@ -50,7 +50,8 @@ pub struct Inner {
     pub batcher: Batcher,
     pub auth: Auth,
     pub sales: SaleCache,
-    pub sold_out: SoldOutFlags,
+    /// Shared with the batcher, which sets them; restocks and state changes clear them.
+    pub sold_out: Arc<SoldOutFlags>,
     pub breaker: Breaker,
     pub metrics: PrometheusHandle,
     pub limits: Limits,
@@ -93,13 +94,20 @@ impl AppState {
         let gateway = Gateway::new(limits.gateway.clone(), auth.secret(), guards);
         let journal = Arc::new(crate::reconcile::Journal::default());
         let ledger = crate::reconcile::JournalingLedger::wrap(ledger, journal.clone());
+        let sold_out = Arc::new(SoldOutFlags::new(limits.cache_ttl));
         let inner = Arc::new(Inner {
-            batcher: Batcher::new(ledger.clone(), limits.batch_max, limits.queue_cap),
+            batcher: Batcher::with_flags(
+                ledger.clone(),
+                limits.batch_max,
+                limits.queue_cap,
+                sold_out.clone(),
+                limits.accepted_keys_max,
+            ),
             ledger,
             store,
             auth,
             sales: SaleCache::new(limits.cache_ttl),
-            sold_out: SoldOutFlags::new(limits.cache_ttl),
+            sold_out,
             breaker: Breaker::new(5, 1_000),
             metrics: crate::metrics::handle(),
             limits,

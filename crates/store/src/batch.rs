@@ -92,19 +92,21 @@ pub(crate) fn split(
     Ok((fresh, duplicates))
 }
 
-/// Order numbers (all kinds) and request keys (deductions) the fold must know about.
-pub(crate) fn lookups(fresh: &[&Event]) -> (Vec<String>, Vec<u64>) {
+/// Order numbers (all kinds) and request keys `(user, request_id)` (deductions) the fold
+/// must know about. Keys, not users: a user's other orders cannot collide, and a buyer with
+/// many orders would otherwise make every batch read all of them.
+pub(crate) fn lookups(fresh: &[&Event]) -> (Vec<String>, Vec<(u64, String)>) {
     let mut nos: Vec<String> = fresh.iter().map(|e| e.order_no.to_string()).collect();
     nos.sort_unstable();
     nos.dedup();
-    let mut users: Vec<u64> = fresh
+    let mut keys: Vec<(u64, String)> = fresh
         .iter()
         .filter(|e| e.kind == EventKind::Deducted)
-        .map(|e| e.user_id.0)
+        .map(|e| (e.user_id.0, e.request_id.to_string()))
         .collect();
-    users.sort_unstable();
-    users.dedup();
-    (nos, users)
+    keys.sort_unstable();
+    keys.dedup();
+    (nos, keys)
 }
 
 enum Place {

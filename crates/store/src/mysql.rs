@@ -93,7 +93,7 @@ impl MySqlStore {
         tx: &mut Transaction<'_, MySql>,
         sku: SkuId,
         nos: &[String],
-        users: &[u64],
+        keys: &[(u64, String)],
     ) -> Result<Vec<KnownOrder>, StoreError> {
         const COLS: &str = "sku_id, order_no, user_id, request_id, quantity, status";
         let mut known = Vec::new();
@@ -110,14 +110,14 @@ impl MySqlStore {
                 known.push(known_order(&row)?);
             }
         }
-        for chunk in users.chunks(CHUNK_ROWS) {
+        for chunk in keys.chunks(CHUNK_ROWS) {
             let sql = format!(
-                "SELECT {COLS} FROM orders WHERE sku_id = ? AND user_id IN ({})",
-                batch::list_placeholders(chunk.len())
+                "SELECT {COLS} FROM orders WHERE sku_id = ? AND (user_id, request_id) IN ({})",
+                batch::values_placeholders(chunk.len(), 2)
             );
             let mut q = sqlx::query(&sql).bind(sku.0);
-            for user in chunk {
-                q = q.bind(user);
+            for (user, request_id) in chunk {
+                q = q.bind(user).bind(request_id.as_str());
             }
             for row in q.fetch_all(&mut **tx).await.map_err(db_error)? {
                 known.push(known_order(&row)?);
@@ -504,8 +504,8 @@ impl OrderStore for MySqlStore {
                 ..ApplyReport::default()
             });
         }
-        let (nos, users) = batch::lookups(&fresh);
-        let known = MySqlStore::known_orders(&mut tx, sku, &nos, &users).await?;
+        let (nos, keys) = batch::lookups(&fresh);
+        let known = MySqlStore::known_orders(&mut tx, sku, &nos, &keys).await?;
         let mut plan = batch::fold(sku, head, &fresh, known);
         MySqlStore::write_plan(&mut tx, sku, &head, &plan).await?;
         tx.commit().await.map_err(db_error)?;

@@ -266,7 +266,7 @@ impl SqliteStore {
         tx: &mut Transaction<'_, Sqlite>,
         sku: SkuId,
         nos: &[String],
-        users: &[u64],
+        keys: &[(u64, String)],
     ) -> Result<Vec<KnownOrder>, StoreError> {
         const COLS: &str = "sku_id, order_no, user_id, request_id, quantity, status";
         let mut known = Vec::new();
@@ -283,14 +283,14 @@ impl SqliteStore {
                 known.push(known_order(&row)?);
             }
         }
-        for chunk in users.chunks(CHUNK_ROWS) {
+        for chunk in keys.chunks(CHUNK_ROWS) {
             let sql = format!(
-                "SELECT {COLS} FROM orders WHERE sku_id = ? AND user_id IN ({})",
-                batch::list_placeholders(chunk.len())
+                "SELECT {COLS} FROM orders WHERE sku_id = ? AND (user_id, request_id) IN ({})",
+                batch::values_placeholders(chunk.len(), 2)
             );
             let mut q = sqlx::query(&sql).bind(i(sku.0));
-            for user in chunk {
-                q = q.bind(i(*user));
+            for (user, request_id) in chunk {
+                q = q.bind(i(*user)).bind(request_id.as_str());
             }
             for row in q.fetch_all(&mut **tx).await.map_err(db_error)? {
                 known.push(known_order(&row)?);
@@ -676,8 +676,8 @@ impl OrderStore for SqliteStore {
                 ..ApplyReport::default()
             });
         }
-        let (nos, users) = batch::lookups(&fresh);
-        let known = SqliteStore::known_orders(&mut tx, sku, &nos, &users).await?;
+        let (nos, keys) = batch::lookups(&fresh);
+        let known = SqliteStore::known_orders(&mut tx, sku, &nos, &keys).await?;
         let mut plan = batch::fold(sku, head, &fresh, known);
         SqliteStore::write_plan(&mut tx, sku, &head, &plan).await?;
         tx.commit().await.map_err(db_error)?;

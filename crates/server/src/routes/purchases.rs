@@ -1,6 +1,5 @@
 //! `POST /api/v1/sales/{sku}/purchases`: the hot path.
 
-use std::collections::HashSet;
 use std::time::Instant;
 
 use axum::extract::rejection::{JsonRejection, PathRejection};
@@ -88,11 +87,7 @@ pub async fn purchase(
 }
 
 async fn decide(st: &AppState, req: PurchaseRequest) -> Result<OrderView, AppError> {
-    let sku = req.sku_id;
-    if st
-        .sold_out
-        .answers(sku, &request_key(req.user_id, req.request_id.as_str()))
-    {
+    if st.batcher.sold_out_here(&req) {
         metrics::counter!(SOLD_OUT_LOCAL).increment(1);
         return Err(AppError::from_code(ErrorCode::SoldOut));
     }
@@ -102,6 +97,7 @@ async fn decide(st: &AppState, req: PurchaseRequest) -> Result<OrderView, AppErr
             "hot ledger unavailable; retry shortly",
         ));
     }
+    // A SOLD_OUT answer sets the sale's local flag inside the batcher.
     let outcome = st.batcher.purchase(req).await;
     match &outcome {
         Err(LedgerError::Unavailable(_)) => st.breaker.failure(),
@@ -117,36 +113,6 @@ async fn decide(st: &AppState, req: PurchaseRequest) -> Result<OrderView, AppErr
             view.replayed = Some(replayed);
             Ok(view)
         }
-        PurchaseOutcome::Rejected(code) => {
-            if code == ErrorCode::SoldOut {
-                flag_sold_out(st, sku);
-            }
-            Err(AppError::from_code(code))
-        }
+        PurchaseOutcome::Rejected(code) => Err(AppError::from_code(code)),
     }
-}
-
-/// Loads the accepted request keys in the background and sets the local sold-out flag.
-fn flag_sold_out(st: &AppState, sku: SkuId) {
-    if !st.sold_out.begin_load(sku) {
-        return;
-    }
-    let st = st.clone();
-    tokio::spawn(async move {
-        let loaded_at = Instant::now();
-        match st
-            .ledger
-            .accepted_keys(sku, st.limits.accepted_keys_max)
-            .await
-        {
-            Ok(Some(keys)) => {
-                st.sold_out
-                    .set(sku, keys.into_iter().collect::<HashSet<_>>(), loaded_at)
-            }
-            Ok(None) => {}
-            Err(e) => {
-                tracing::warn!(%sku, error = %e, "could not load accepted keys for the sold-out flag")
-            }
-        }
-    });
 }
