@@ -48,7 +48,10 @@ pub struct Row_ {
     pub p50_ms: f64,
     pub p99_ms: f64,
     pub errors: u64,
+    /// Redis main-thread CPU µs per buyer (INFO cpu).
     pub redis_usec_per_request: Option<f64>,
+    /// Command µs per buyer as INFO commandstats counts them (a script's nested commands twice).
+    pub redis_cmd_usec_per_request: Option<f64>,
     pub audit: Audit,
 }
 
@@ -77,7 +80,7 @@ pub async fn measure(
     redis: &mut MultiplexedConnection,
 ) -> anyhow::Result<Row_> {
     let before = if s.uses_redis() {
-        Some(redis_usec(redis).await?)
+        Some(RedisUsec::read(redis).await?)
     } else {
         None
     };
@@ -111,7 +114,7 @@ pub async fn measure(
     }
     let secs = started.elapsed().as_secs_f64();
     let usec = match before {
-        Some(b) => Some((redis_usec(redis).await? - b) / w.users as f64),
+        Some(b) => Some(RedisUsec::read(redis).await?.since(&b, w.users)),
         None => None,
     };
     Ok(Row_ {
@@ -120,25 +123,55 @@ pub async fn measure(
         p50_ms: all.value_at_quantile(0.5) as f64 / 1e3,
         p99_ms: all.value_at_quantile(0.99) as f64 / 1e3,
         errors,
-        redis_usec_per_request: usec,
+        redis_usec_per_request: usec.map(|u| u.cpu),
+        redis_cmd_usec_per_request: usec.map(|u| u.commands),
         audit: s.audit(w.units).await?,
     })
 }
 
-/// CPU microseconds Redis's main thread has used (INFO cpu, user + sys): what a strategy
-/// costs Redis, network reads and replies included. Not INFO commandstats: it counts the
+/// Two views of what Redis spent, in µs. `cpu`: its main thread's CPU time (INFO cpu, user +
+/// sys), everything a strategy costs Redis, reading requests and writing replies included.
+/// `commands`: the sum of INFO commandstats `usec`, the measure the issue names; it counts the
 /// commands a script calls twice (inside EVALSHA and on their own) and leaves out I/O.
-async fn redis_usec(conn: &mut MultiplexedConnection) -> anyhow::Result<f64> {
-    let info: String = redis::cmd("INFO").arg("cpu").query_async(conn).await?;
-    let seconds: f64 = info
-        .lines()
-        .filter(|l| {
-            l.starts_with("used_cpu_user_main_thread:")
-                || l.starts_with("used_cpu_sys_main_thread:")
+#[derive(Debug, Clone, Copy)]
+struct RedisUsec {
+    cpu: f64,
+    commands: f64,
+}
+
+impl RedisUsec {
+    async fn read(conn: &mut MultiplexedConnection) -> anyhow::Result<RedisUsec> {
+        let info: String = redis::cmd("INFO")
+            .arg("cpu")
+            .arg("commandstats")
+            .query_async(conn)
+            .await?;
+        let cpu_s: f64 = info
+            .lines()
+            .filter(|l| {
+                l.starts_with("used_cpu_user_main_thread:")
+                    || l.starts_with("used_cpu_sys_main_thread:")
+            })
+            .filter_map(|l| l.split(':').nth(1)?.trim().parse::<f64>().ok())
+            .sum();
+        let commands = info
+            .lines()
+            .filter_map(|l| l.split(",usec=").nth(1))
+            .filter_map(|rest| rest.split(',').next()?.parse::<f64>().ok())
+            .sum();
+        Ok(RedisUsec {
+            cpu: cpu_s * 1e6,
+            commands,
         })
-        .filter_map(|l| l.split(':').nth(1)?.trim().parse::<f64>().ok())
-        .sum();
-    Ok(seconds * 1e6)
+    }
+
+    /// Per buyer since `before`.
+    fn since(&self, before: &RedisUsec, buyers: u64) -> RedisUsec {
+        RedisUsec {
+            cpu: (self.cpu - before.cpu) / buyers as f64,
+            commands: (self.commands - before.commands) / buyers as f64,
+        }
+    }
 }
 
 // ---- db-row-lock ------------------------------------------------------------------------
