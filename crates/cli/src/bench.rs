@@ -408,6 +408,8 @@ async fn strategies(args: StrategiesArgs) -> anyhow::Result<()> {
         rows.push(row);
         drop(strategy);
         cleanup_redis(&mut admin, &p).await?;
+        let dbs = [format!("{p}_rowlock"), format!("{p}_ours")];
+        crate::strategies::drop_mysql(&args.mysql_url, &dbs).await?;
     }
     print_strategies(&rows);
     let dir = std::path::Path::new("./flashsale-data/reports");
@@ -675,5 +677,7 @@ async fn drain_rate(args: &PersisterArgs, batch_max: usize) -> anyhow::Result<f6
         .get_multiplexed_async_connection()
         .await?;
     cleanup_redis(&mut conn, &prefix).await?;
+    drop(store);
+    crate::strategies::drop_mysql(&args.mysql_url, &[prefix]).await?;
     Ok(rate)
 }

@@ -527,3 +527,13 @@ pub async fn fresh_mysql(server_url: &str, name: &str) -> anyhow::Result<String>
         .await?;
     Ok(format!("{}/{name}", server_url.trim_end_matches('/')))
 }
+
+/// Drops the databases a bench made with [`fresh_mysql`] (absent ones are fine).
+pub async fn drop_mysql(server_url: &str, names: &[String]) -> anyhow::Result<()> {
+    let mut conn = sqlx::MySqlConnection::connect(server_url).await?;
+    for name in names {
+        conn.execute(format!("DROP DATABASE IF EXISTS `{name}`").as_str())
+            .await?;
+    }
+    Ok(())
+}
