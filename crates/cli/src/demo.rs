@@ -377,7 +377,11 @@ fn print_report(r: &Report) {
     for (outcome, n) in &s.outcomes {
         println!("  {outcome:<22} {n}");
     }
-    println!("database:");
+    match r.setup.get("database") {
+        // Where to count for yourself (`sqlite3 <file> "SELECT status, COUNT(*) FROM orders GROUP BY status"`).
+        Some(url) => println!("database ({url}), counted:"),
+        None => println!("database, counted:"),
+    }
     for (k, v) in &r.database {
         println!("  {k:<22} {v}");
     }
