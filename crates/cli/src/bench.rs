@@ -588,20 +588,22 @@ fn print_strategies(rows: &[crate::strategies::Row_]) {
             "flashsale-redis / redis-lua throughput = {:.2} (target >= 2)",
             ours.per_s / lua.per_s
         );
-        if let (Some(a), Some(b)) = (ours.redis_usec_per_request, lua.redis_usec_per_request) {
-            println!(
-                "flashsale-redis / redis-lua Redis CPU per request (INFO cpu) = {:.2} (target <= 0.33)",
-                a / b
-            );
-        }
-        if let (Some(a), Some(b)) = (
-            ours.redis_cmd_usec_per_request,
-            lua.redis_cmd_usec_per_request,
-        ) {
-            println!(
-                "flashsale-redis / redis-lua command µs per request (INFO commandstats) = {:.2} (target <= 0.33)",
-                a / b
-            );
+        type Measure = fn(&crate::strategies::Row_) -> Option<f64>;
+        let measures: [(&str, Measure); 2] = [
+            ("Redis CPU per request (INFO cpu)", |r| {
+                r.redis_usec_per_request
+            }),
+            ("command µs per request (INFO commandstats)", |r| {
+                r.redis_cmd_usec_per_request
+            }),
+        ];
+        for (what, of) in measures {
+            if let (Some(a), Some(b)) = (of(ours), of(lua)) {
+                println!(
+                    "flashsale-redis / redis-lua {what} = {:.2} (target <= 0.33)",
+                    a / b
+                );
+            }
         }
     }
     if let (Some(ours), Some(db)) = (find("flashsale-redis"), find("db-row-lock")) {

@@ -14,12 +14,13 @@
 
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use flashsale_core::{ErrorCode, HotLedger, LedgerError, PurchaseOutcome, PurchaseRequest, SkuId};
 use tokio::sync::{mpsc, oneshot};
 
 use crate::cache::{request_key, SoldOutFlags};
+use crate::state::Limits;
 
 /// Ledger calls in flight per sale: while Redis runs one batch, the next one is already on the
 /// wire and queued behind it, so Redis never idles for a round trip and the batch task's
@@ -50,10 +51,17 @@ struct Flagger {
 }
 
 impl Batcher {
-    /// With its own sold-out flags (1 s TTL, up to a million accepted keys per sale).
+    /// With its own sold-out flags, lifetime and key bound as the server's default [`Limits`].
     pub fn new(ledger: Arc<dyn HotLedger>, batch_max: usize, queue_cap: usize) -> Batcher {
-        let flags = Arc::new(SoldOutFlags::new(Duration::from_secs(1)));
-        Batcher::with_flags(ledger, batch_max, queue_cap, flags, 1_000_000)
+        let limits = Limits::default();
+        let flags = Arc::new(SoldOutFlags::new(limits.cache_ttl));
+        Batcher::with_flags(
+            ledger,
+            batch_max,
+            queue_cap,
+            flags,
+            limits.accepted_keys_max,
+        )
     }
 
     /// With `flags` shared with whoever clears them (restock notices, state changes).
