@@ -133,6 +133,7 @@ async fn http(args: HttpArgs) -> anyhow::Result<()> {
         },
         run_persister: true,
         instance_id: format!("bench-{}", std::process::id()),
+        reconcile: Default::default(),
     };
     let server = Server::start(config.clone()).await?;
     let base = format!("http://{}", server.addr);
@@ -307,7 +308,7 @@ async fn ledger(args: LedgerArgs) -> anyhow::Result<()> {
         state: SaleState::Live,
     };
     flashsale_core::OrderStore::create_sale(store.as_ref(), &sale).await?;
-    ledger.warm(&sale, &sale.fresh_counters(), 1, false).await?;
+    ledger.warm(&sale, &sale.fresh_counters(), 1).await?;
     let per_caller = args.purchases / args.callers as u64;
     let started = Instant::now();
     let tasks: Vec<_> = (0..args.callers as u64)
@@ -515,7 +516,7 @@ async fn ours(
     let sale = crate::strategies::bench_sale(units);
     store.create_sale(&sale).await?;
     store.set_state(sale.sku_id, SaleState::Live).await?;
-    ledger.warm(&sale, &sale.fresh_counters(), 1, true).await?;
+    ledger.warm(&sale, &sale.fresh_counters(), 1).await?;
     if let Some((url, prefix)) = persist {
         let config = flashsale_store::persister::PersisterConfig::new(url, prefix, "bench");
         let persister = flashsale_store::persister::Persister::new(config, store.clone());
@@ -638,7 +639,7 @@ async fn drain_rate(args: &PersisterArgs, batch_max: usize) -> anyhow::Result<f6
     let sale = crate::strategies::bench_sale(args.events);
     store.create_sale(&sale).await?;
     store.set_state(sale.sku_id, SaleState::Live).await?;
-    ledger.warm(&sale, &sale.fresh_counters(), 1, true).await?;
+    ledger.warm(&sale, &sale.fresh_counters(), 1).await?;
     for start in (0..args.events).step_by(256) {
         let reqs: Vec<PurchaseRequest> = (start..(start + 256).min(args.events))
             .map(|i| PurchaseRequest {

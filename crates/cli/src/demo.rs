@@ -123,6 +123,7 @@ fn demo_config(args: &DemoArgs) -> anyhow::Result<Config> {
         limits,
         run_persister: true,
         instance_id: format!("demo-{}", std::process::id()),
+        reconcile: Default::default(),
     })
 }
 

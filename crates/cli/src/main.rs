@@ -140,6 +140,10 @@ pub fn server_config(settings: &Settings, run_persister: bool) -> anyhow::Result
         limits,
         run_persister,
         instance_id: instance_id(),
+        reconcile: flashsale_server::reconcile::WorkerSettings {
+            interval: std::time::Duration::from_millis(settings.reconcile_interval_ms),
+            repair: settings.reconcile_repair,
+        },
     })
 }
 

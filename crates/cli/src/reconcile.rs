@@ -1,13 +1,14 @@
 //! `flashsale reconcile [--sku N] [--repair]`: one reconciler run from the command line.
 //!
-//! This process answered no purchase, so its loss journal is empty: it finds every diff and
-//! can rebuild a sale, but only the serving instances (their worker, or
-//! `POST /api/v1/admin/reconcile/{sku}/repair`) can name accepted-but-lost purchases.
+//! This process answered no purchase, so its loss journal is empty: it finds every diff,
+//! rebuilds a sale, and reports the events the database's epoch fence refused, but only the
+//! serving instances (their worker, or `POST /api/v1/admin/reconcile/{sku}/repair`) can name
+//! accepted purchases lost together with their stream.
 
 use std::sync::Arc;
 
 use flashsale_core::SkuId;
-use flashsale_server::reconcile::{Journal, Reconciler};
+use flashsale_server::reconcile::{Journal, Reconciler, Trigger};
 
 use crate::settings::Settings;
 
@@ -36,7 +37,7 @@ pub async fn run(args: ReconcileArgs) -> anyhow::Result<()> {
     let (ledger, store) = flashsale_server::serve::backends(&config).await?;
     let reconciler = Reconciler::new(ledger, store, Arc::new(Journal::default()));
     let reports = reconciler
-        .run(args.sku.map(SkuId), args.repair, "cli")
+        .run(args.sku.map(SkuId), args.repair, Trigger::Cli)
         .await?;
     println!("{}", serde_json::to_string_pretty(&reports)?);
     let bad: Vec<u64> = reports.iter().filter(|r| !r.ok).map(|r| r.sku_id).collect();

@@ -33,6 +33,13 @@ pub struct Settings {
     /// Bearer token for admin routes (default: one per data dir, made on first use).
     #[arg(long, env = "FLASHSALE_ADMIN_TOKEN", hide_env_values = true)]
     pub admin_token: Option<String>,
+    /// Reconciler pass interval, ms; 0 = no reconciler worker in this process.
+    #[arg(long, env = "FLASHSALE_RECONCILE_INTERVAL_MS", default_value_t = 5_000)]
+    pub reconcile_interval_ms: u64,
+    /// Whether the reconciler worker repairs (replay, rebuild, expire) or only reports.
+    #[arg(long, env = "FLASHSALE_RECONCILE_REPAIR", default_value = "true",
+          value_parser = clap::builder::BoolishValueParser::new(), action = clap::ArgAction::Set)]
+    pub reconcile_repair: bool,
     #[command(flatten)]
     pub gateway: GatewaySettings,
 }

@@ -99,8 +99,26 @@ impl OrderNo {
     }
 
     pub fn sku(&self) -> SkuId {
-        let head = self.0.split('-').next().unwrap_or("0");
-        SkuId(head.parse().unwrap_or(0))
+        SkuId(self.part(0))
+    }
+
+    /// The epoch of the hot copy that handed this number out.
+    pub fn epoch(&self) -> u64 {
+        self.part(1)
+    }
+
+    /// The seq of the `deducted` event that created the order.
+    pub fn seq(&self) -> u64 {
+        self.part(2)
+    }
+
+    /// Part `i` of a number that [`OrderNo::parse`] or [`OrderNo::new`] made (so it parses).
+    fn part(&self, i: usize) -> u64 {
+        self.0
+            .split('-')
+            .nth(i)
+            .and_then(|p| p.parse().ok())
+            .unwrap_or(0)
     }
 
     pub fn as_str(&self) -> &str {
@@ -142,7 +160,7 @@ mod tests {
         let no = OrderNo::new(SkuId(42), 1, 17);
         assert_eq!(no.as_str(), "42-1-17");
         assert_eq!(OrderNo::parse("42-1-17"), Some(no.clone()));
-        assert_eq!(no.sku(), SkuId(42));
+        assert_eq!((no.sku(), no.epoch(), no.seq()), (SkuId(42), 1, 17));
         for bad in [
             "",
             "42",

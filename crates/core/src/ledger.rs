@@ -27,18 +27,41 @@ pub trait HotLedger: Send + Sync + 'static {
     /// "redis" or "embedded".
     fn kind(&self) -> &'static str;
 
-    /// Loads a sale into the hot ledger with the given counters (from the system of record).
-    /// Refuses (`AlreadyWarm`) to overwrite a sale that has sold anything unless `force`.
-    async fn warm(
-        &self,
-        sale: &Sale,
-        counters: &Counters,
-        epoch: u64,
-        force: bool,
-    ) -> Result<(), LedgerError>;
+    /// Loads a sale into the hot ledger from the system of record, as the copy of `epoch`
+    /// (an epoch the caller has just taken in the database, see [`OrderStore::take_epoch`]),
+    /// with `counters` at the database's `applied_seq`. The new copy starts **fenced**: it
+    /// judges nothing until [`HotLedger::open`]. Replaces a copy of an older epoch (already
+    /// fenced by the database); refuses (`AlreadyWarm`) when a copy of `epoch` or newer stands.
+    async fn load(&self, sale: &Sale, counters: &Counters, epoch: u64) -> Result<(), LedgerError>;
 
-    /// Sets the operator state (live, paused, ended) of a warm sale.
+    /// Loads and opens a copy in one call ([`HotLedger::load`] then [`HotLedger::open`] in
+    /// `sale.state`): for a sale's first copy in tests and benches. The server loads sales
+    /// through its rebuild, which takes the epoch in the database first.
+    async fn warm(&self, sale: &Sale, counters: &Counters, epoch: u64) -> Result<(), LedgerError> {
+        self.load(sale, counters, epoch).await?;
+        self.open(sale.sku_id, epoch, sale.state).await
+    }
+
+    /// Stops every write to a sale's hot copy: purchases, pay, cancel and expiry answer
+    /// `UNAVAILABLE` until a newer copy is loaded and opened. Idempotent; `Ok(false)` when the
+    /// sale has no hot copy.
+    async fn fence(&self, sku: SkuId) -> Result<bool, LedgerError>;
+
+    /// Opens a loaded (fenced) copy in operator state `state`, when it is still the copy of
+    /// `epoch`; `AlreadyWarm` when another copy replaced it meanwhile.
+    async fn open(&self, sku: SkuId, epoch: u64, state: SaleState) -> Result<(), LedgerError>;
+
+    /// Sets the operator state (live, paused, ended) of an open sale.
     async fn set_state(&self, sku: SkuId, state: SaleState) -> Result<(), LedgerError>;
+
+    /// Sets the operator state only when it is `from` now (back-pressure's auto-pause must
+    /// never reopen a sale that an operator paused or ended meanwhile). True when it did.
+    async fn set_state_if(
+        &self,
+        sku: SkuId,
+        from: SaleState,
+        to: SaleState,
+    ) -> Result<bool, LedgerError>;
 
     /// Judges a batch of purchases of one sale atomically, in order; one outcome per request.
     async fn purchase_batch(
@@ -47,6 +70,7 @@ pub trait HotLedger: Send + Sync + 'static {
         reqs: &[PurchaseRequest],
     ) -> Result<Vec<PurchaseOutcome>, LedgerError>;
 
+    /// Pays a reservation. Like [`HotLedger::cancel`], answers the order after the change.
     async fn pay(&self, order_no: &OrderNo, user: UserId) -> Result<Resolution, LedgerError>;
 
     async fn cancel(&self, order_no: &OrderNo, user: UserId) -> Result<Resolution, LedgerError>;
@@ -72,32 +96,29 @@ pub trait HotLedger: Send + Sync + 'static {
         max: usize,
     ) -> Result<Option<Vec<String>>, LedgerError>;
 
+    /// The epoch of a sale's copy and how many accepted requests it remembers (cheap: no
+    /// keys), so an instance reloads [`HotLedger::accepted_keys`] only when they changed;
+    /// `None` when the sale has no hot copy.
+    async fn accepted_count(&self, sku: SkuId) -> Result<Option<(u64, usize)>, LedgerError>;
+
     /// Registers who to tell when a sale's stock comes back (cancel, expiry) on any instance,
     /// so that local sold-out flags clear. Called once at start; a later call replaces it.
     fn on_restock(&self, listener: RestockListener);
 
-    /// For the reconciler: the hot counters at `seq`, the epoch, and every event still in the
-    /// sale's stream, read in one atomic step; `None` when the sale is not warm.
-    /// The default says it cannot (a wrapper that does not delegate it): the reconciler then
-    /// reports an error for the sale and never rebuilds it.
-    async fn hot_snapshot(&self, sku: SkuId) -> Result<Option<HotSnapshot>, LedgerError> {
-        let _ = sku;
-        Err(LedgerError::Unavailable(format!(
-            "the {} ledger does not provide snapshots",
-            self.kind()
-        )))
-    }
+    /// For the reconciler and rebuilds: the hot counters at `seq`, the epoch, whether the copy
+    /// is fenced, and every event still in the sale's stream, read in one atomic step; `None`
+    /// when the sale has no hot copy.
+    async fn hot_snapshot(&self, sku: SkuId) -> Result<Option<HotSnapshot>, LedgerError>;
 
-    /// Rebuild after a loss of hot state: puts orders read back from the system of record into
-    /// a warm sale (warm it paused with `force` in a new epoch first). Idempotent: orders
-    /// already present are skipped. Returns how many orders were added.
-    async fn restore_orders(&self, sku: SkuId, orders: &[HotOrder]) -> Result<usize, LedgerError> {
-        let _ = (sku, orders);
-        Err(LedgerError::Unavailable(format!(
-            "the {} ledger cannot restore orders",
-            self.kind()
-        )))
-    }
+    /// Rebuild: puts orders read back from the system of record into the loaded (fenced)
+    /// copy of `epoch`. Idempotent: orders already present are skipped. Returns how many
+    /// orders were added; `AlreadyWarm` when the copy is no longer the one of `epoch`.
+    async fn restore_orders(
+        &self,
+        sku: SkuId,
+        epoch: u64,
+        orders: &[HotOrder],
+    ) -> Result<usize, LedgerError>;
 }
 
 /// What [`HotLedger::hot_snapshot`] reads.
@@ -110,6 +131,9 @@ pub struct HotSnapshot {
     pub events: Vec<Event>,
     /// Stream entries that are not events: (entry id, why).
     pub bad_entries: Vec<(String, String)>,
+    /// How long the copy has been fenced (a rebuild under way, or one that died midway);
+    /// `None` when it is open.
+    pub fenced_ms: Option<u64>,
 }
 
 /// Told the sku whose stock came back.
@@ -120,7 +144,10 @@ pub type RestockListener = std::sync::Arc<dyn Fn(SkuId) + Send + Sync>;
 pub struct StoredSale {
     pub sale: Sale,
     pub counters: Counters,
+    /// The last epoch handed out to a hot copy (0: never loaded). The fencing token.
     pub epoch: u64,
+    /// When that epoch was taken (ms since the Unix epoch, the taker's clock).
+    pub epoch_at_ms: i64,
 }
 
 /// A stream entry the persister could not apply after repeated tries.
@@ -146,6 +173,10 @@ pub struct ApplyReport {
     pub duplicates: usize,
     /// Accepted orders the database's guard refused: stored as REJECTED, counted, alerted.
     pub rejected: Vec<OrderNo>,
+    /// Events refused by the fence: written by a hot copy of an older epoch, or naming an
+    /// `(epoch, seq)` that the database holds for another event. Kept in `fenced_events`
+    /// (never applied) for the reconciler's loss report.
+    pub fenced: Vec<Event>,
 }
 
 /// The system of record (MySQL/MariaDB in production, SQLite embedded).
@@ -159,8 +190,21 @@ pub trait OrderStore: Send + Sync + 'static {
 
     async fn set_state(&self, sku: SkuId, state: SaleState) -> Result<(), StoreError>;
 
-    /// Starts a new epoch of hot state (rebuild after loss); returns it.
-    async fn bump_epoch(&self, sku: SkuId) -> Result<u64, StoreError>;
+    /// Takes the next epoch for a new hot copy when the stored epoch is still `current`
+    /// (compare and set: of two racing rebuilds one wins); returns it, or `None` when another
+    /// caller took one first. From then on `apply_events` refuses events of older epochs.
+    async fn take_epoch(&self, sku: SkuId, current: u64) -> Result<Option<u64>, StoreError>;
+
+    /// Fenced events of a sale not yet reported by a reconciler run, oldest first (at most
+    /// `max`).
+    async fn unreported_fenced(&self, sku: SkuId, max: usize) -> Result<Vec<Event>, StoreError>;
+
+    /// Marks fenced events as reported, by `(epoch, seq)`.
+    async fn mark_fenced_reported(&self, sku: SkuId, keys: &[(u64, u64)])
+        -> Result<(), StoreError>;
+
+    /// Whether a dead letter has stopped the sale's stream (an operator resumes it).
+    async fn stream_paused(&self, sku: SkuId) -> Result<bool, StoreError>;
 
     async fn order(&self, order_no: &OrderNo) -> Result<Option<HotOrder>, StoreError>;
 
@@ -230,6 +274,9 @@ pub struct ReconcileRun {
     pub repairs: Vec<String>,
     /// Order numbers accepted by the hot ledger and lost with it.
     pub lost_orders: Vec<String>,
+    /// Payments and cancellations answered 200 and lost with the hot ledger, as
+    /// `"<order_no> <kind>"`.
+    pub lost_resolutions: Vec<String>,
     /// The whole report, JSON.
     pub report: String,
 }

@@ -44,4 +44,7 @@ pub mod limits {
     pub const BATCH_LEN_MAX: usize = 1_024;
     /// Longest payment timeout of a reserve-mode sale.
     pub const PAYMENT_TIMEOUT_MS_MAX: u64 = 7 * 24 * 3_600_000;
+    /// Largest sku id and sale time (ms): the Redis scripts hold numbers as Lua doubles,
+    /// exact up to 2^53 − 1, so both ledgers take the same sales.
+    pub const SCRIPT_INT_MAX: u64 = (1 << 53) - 1;
 }

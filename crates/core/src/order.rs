@@ -105,6 +105,9 @@ impl EventKind {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Event {
     pub sku_id: SkuId,
+    /// The epoch of the hot copy that wrote the event: the database refuses events of an
+    /// epoch older than the one it has handed out last (the fencing token).
+    pub epoch: u64,
     pub seq: u64,
     pub kind: EventKind,
     pub order_no: OrderNo,

@@ -159,6 +159,7 @@ impl SaleBook {
     fn event_for(&self, order: &HotOrder, kind: EventKind, now_ms: i64) -> Event {
         Event {
             sku_id: self.sale.sku_id,
+            epoch: self.epoch,
             seq: self.counters.seq + 1,
             kind,
             order_no: order.order_no.clone(),

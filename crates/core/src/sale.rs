@@ -4,7 +4,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::ids::SkuId;
 use crate::limits::{
-    PAYMENT_TIMEOUT_MS_MAX, PER_USER_LIMIT_MAX, SALE_NAME_LEN_MAX, TOTAL_STOCK_MAX,
+    PAYMENT_TIMEOUT_MS_MAX, PER_USER_LIMIT_MAX, SALE_NAME_LEN_MAX, SCRIPT_INT_MAX, TOTAL_STOCK_MAX,
 };
 
 /// How a purchase takes stock.
@@ -85,8 +85,8 @@ pub struct Sale {
 impl Sale {
     /// Checks the definition; the message names the first field that is wrong.
     pub fn validate(&self) -> Result<(), String> {
-        if self.sku_id.0 == 0 {
-            return Err("sku_id must be positive".into());
+        if self.sku_id.0 == 0 || self.sku_id.0 > SCRIPT_INT_MAX {
+            return Err(format!("sku_id must be 1..={SCRIPT_INT_MAX}"));
         }
         if self.name.is_empty() || self.name.len() > SALE_NAME_LEN_MAX {
             return Err(format!("name must be 1..={SALE_NAME_LEN_MAX} bytes"));
@@ -105,6 +105,9 @@ impl Sale {
         }
         if self.ends_at_ms <= self.starts_at_ms || self.starts_at_ms < 0 {
             return Err("ends_at_ms must be after starts_at_ms (both >= 0)".into());
+        }
+        if self.ends_at_ms as u64 > SCRIPT_INT_MAX {
+            return Err(format!("ends_at_ms must be at most {SCRIPT_INT_MAX}"));
         }
         Ok(())
     }

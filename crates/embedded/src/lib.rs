@@ -58,6 +58,8 @@ struct Slot {
 struct Loaded {
     book: SaleBook,
     stale: bool,
+    /// Since when a rebuild has fenced the book (it judges nothing until opened).
+    fenced_at: Option<std::time::Instant>,
     /// `<user>:<request_id>` of every accepted request (for `accepted_keys`).
     accepted: Vec<String>,
 }
@@ -85,6 +87,19 @@ impl Job {
             Job::Purchase { reqs, .. } => reqs.len().max(1),
             _ => 1,
         }
+    }
+
+    /// The answer of a fenced book: UNAVAILABLE to every purchase and resolution, no expiry.
+    fn fenced(self) {
+        let unavailable = PurchaseOutcome::Rejected(ErrorCode::Unavailable);
+        let _ = match self {
+            Job::Purchase { reqs, reply } => {
+                let outcomes = vec![unavailable; reqs.len()];
+                reply.send(Ok(outcomes)).map_err(drop)
+            }
+            Job::Resolve { reply, .. } => reply.send(Ok(Err(ErrorCode::Unavailable))).map_err(drop),
+            Job::Expire { reply, .. } => reply.send(Ok(0)).map_err(drop),
+        };
     }
 
     fn fail(self, err: impl Fn() -> LedgerError) {
@@ -269,6 +284,7 @@ impl Inner {
         Ok(Loaded {
             book,
             stale: false,
+            fenced_at: None,
             accepted,
         })
     }
@@ -316,6 +332,13 @@ impl Inner {
     }
 
     async fn run_group(&self, sku: SkuId, loaded: &mut Loaded, jobs: Vec<Job>) {
+        if loaded.fenced_at.is_some() {
+            // As the Redis scripts answer a fenced copy: nothing changes, the client retries.
+            for job in jobs {
+                job.fenced();
+            }
+            return;
+        }
         if let Err(e) = self.refresh(sku, loaded).await {
             let msg = e.to_string();
             for job in jobs {
@@ -427,25 +450,16 @@ impl HotLedger for EmbeddedLedger {
         "embedded"
     }
 
-    async fn warm(
-        &self,
-        sale: &Sale,
-        counters: &Counters,
-        epoch: u64,
-        force: bool,
-    ) -> Result<(), LedgerError> {
+    async fn load(&self, sale: &Sale, counters: &Counters, epoch: u64) -> Result<(), LedgerError> {
         let sku = sale.sku_id;
         if counters.total != sale.total_stock || !counters.conserved() || epoch == 0 {
             return Err(LedgerError::Internal(format!(
-                "warm with counters {counters:?} for total {} at epoch {epoch}",
+                "load with counters {counters:?} for total {} at epoch {epoch}",
                 sale.total_stock
             )));
         }
-        // The sale as given, state included (the server passes `live`, or `paused` for a
-        // paused sale it re-warms), like the Redis ledger.
-        let wanted = sale.clone();
+        let (wanted, counters) = (sale.clone(), *counters);
         let inner = self.inner.clone();
-        let (counters, force) = (*counters, force);
         // In a task of its own: a caller giving up must not leave book and store apart.
         let task = tokio::spawn(async move {
             let _serial = inner.warm_lock.lock().await;
@@ -454,26 +468,19 @@ impl HotLedger for EmbeddedLedger {
                 Some(slot) => Some(slot.book.clone().lock_owned().await),
                 None => None,
             };
-            let stored = inner.store.sale(sku).await.map_err(unavailable)?;
-            let sold_in_book = guard.as_ref().is_some_and(|g| g.book.counters.seq > 0);
-            let sold_in_store = stored.as_ref().is_some_and(|s| s.counters.seq > 0);
-            if (sold_in_book || sold_in_store) && !force {
+            if guard.as_ref().is_some_and(|g| g.book.epoch >= epoch) {
                 return Err(LedgerError::AlreadyWarm);
             }
             if let Some(g) = guard.as_mut() {
                 g.stale = true; // until it is loaded again below
             }
-            let same = stored
-                .as_ref()
-                .is_some_and(|s| s.sale == wanted && s.counters == counters && s.epoch == epoch);
-            if !same {
-                inner
-                    .store
-                    .put_sale(&wanted, &counters, epoch)
-                    .await
-                    .map_err(unavailable)?;
-            }
-            let loaded = inner.load(sku).await?;
+            inner
+                .store
+                .put_sale(&wanted, &counters, epoch)
+                .await
+                .map_err(unavailable)?;
+            let mut loaded = inner.load(sku).await?;
+            loaded.fenced_at = Some(std::time::Instant::now());
             match guard.as_mut() {
                 Some(g) => **g = loaded,
                 None => {
@@ -483,23 +490,55 @@ impl HotLedger for EmbeddedLedger {
             Ok(())
         });
         task.await
-            .map_err(|e| LedgerError::Internal(format!("warm task: {e}")))?
+            .map_err(|e| LedgerError::Internal(format!("load task: {e}")))?
     }
 
-    async fn set_state(&self, sku: SkuId, state: SaleState) -> Result<(), LedgerError> {
-        let slot = self.inner.slot(sku).ok_or(LedgerError::NotWarmed)?;
+    async fn fence(&self, sku: SkuId) -> Result<bool, LedgerError> {
+        let Some(slot) = self.inner.slot(sku) else {
+            return Ok(false);
+        };
+        self.with_book(slot, |_, loaded| {
+            Box::pin(async move {
+                loaded.fenced_at.get_or_insert_with(std::time::Instant::now);
+                Ok(true)
+            })
+        })
+        .await
+    }
+
+    async fn open(&self, sku: SkuId, epoch: u64, state: SaleState) -> Result<(), LedgerError> {
+        let slot = self.inner.slot(sku).ok_or(LedgerError::AlreadyWarm)?;
         self.with_book(slot, move |inner, loaded| {
             Box::pin(async move {
-                match inner.store.set_state(sku, state).await {
-                    Ok(()) => {}
-                    Err(StoreError::SaleNotFound) => return Err(LedgerError::NotWarmed),
-                    Err(e) => return Err(unavailable(e)),
+                if loaded.book.epoch != epoch {
+                    return Err(LedgerError::AlreadyWarm);
                 }
+                inner
+                    .store
+                    .set_state(sku, state)
+                    .await
+                    .map_err(unavailable)?;
                 loaded.book.sale.state = state;
+                loaded.fenced_at = None;
                 Ok(())
             })
         })
         .await
+    }
+
+    async fn set_state(&self, sku: SkuId, state: SaleState) -> Result<(), LedgerError> {
+        self.change_state(sku, None, state).await.map(|_| ())
+    }
+
+    /// The book's state only: SQLite keeps the operator's word (as the database does for
+    /// the Redis ledger), so an auto-pause never looks like an operator's pause.
+    async fn set_state_if(
+        &self,
+        sku: SkuId,
+        from: SaleState,
+        to: SaleState,
+    ) -> Result<bool, LedgerError> {
+        self.change_state(sku, Some(from), to).await
     }
 
     async fn purchase_batch(
@@ -589,6 +628,16 @@ impl HotLedger for EmbeddedLedger {
         .await
     }
 
+    async fn accepted_count(&self, sku: SkuId) -> Result<Option<(u64, usize)>, LedgerError> {
+        let Some(slot) = self.inner.slot(sku) else {
+            return Ok(None);
+        };
+        self.with_book(slot, |_, loaded| {
+            Box::pin(async move { Ok(Some((loaded.book.epoch, loaded.accepted.len()))) })
+        })
+        .await
+    }
+
     fn on_restock(&self, listener: RestockListener) {
         *self.inner.restock.write().expect("restock lock") = Some(listener);
     }
@@ -609,24 +658,67 @@ impl HotLedger for EmbeddedLedger {
                     epoch: loaded.book.epoch,
                     events: Vec::new(),
                     bad_entries: Vec::new(),
+                    fenced_ms: loaded.fenced_at.map(|t| t.elapsed().as_millis() as u64),
                 }))
             })
         })
         .await
     }
 
-    /// A no-op: the embedded book is loaded from SQLite, the system of record itself, so it
-    /// can never be behind it; there is nothing to restore.
+    /// Nothing to restore: the embedded book is loaded from SQLite, the system of record
+    /// itself, orders included. Only checks that the book is still the one of `epoch`.
     async fn restore_orders(
         &self,
-        _sku: SkuId,
+        sku: SkuId,
+        epoch: u64,
         _orders: &[HotOrder],
     ) -> Result<usize, LedgerError> {
-        Ok(0)
+        let slot = self.inner.slot(sku).ok_or(LedgerError::AlreadyWarm)?;
+        self.with_book(slot, move |_, loaded| {
+            Box::pin(async move {
+                match loaded.book.epoch == epoch {
+                    true => Ok(0),
+                    false => Err(LedgerError::AlreadyWarm),
+                }
+            })
+        })
+        .await
     }
 }
 
 impl EmbeddedLedger {
+    /// Sets the state of the book, only from `from` when given; without `from` (an operator's
+    /// change) in SQLite too. A fenced book is `Unavailable` (its rebuild opens it in the
+    /// stored state).
+    async fn change_state(
+        &self,
+        sku: SkuId,
+        from: Option<SaleState>,
+        to: SaleState,
+    ) -> Result<bool, LedgerError> {
+        let slot = self.inner.slot(sku).ok_or(LedgerError::NotWarmed)?;
+        self.with_book(slot, move |inner, loaded| {
+            Box::pin(async move {
+                if loaded.fenced_at.is_some() {
+                    return Err(LedgerError::Unavailable("a rebuild owns the sale".into()));
+                }
+                if from.is_some_and(|f| f != loaded.book.sale.state) {
+                    return Ok(false);
+                }
+                if from.is_none() {
+                    match inner.store.set_state(sku, to).await {
+                        Ok(()) => {}
+                        Err(StoreError::SaleNotFound) => return Err(LedgerError::NotWarmed),
+                        Err(e) => return Err(unavailable(e)),
+                    }
+                }
+                loaded.book.sale.state = to;
+                Ok(true)
+            })
+        })
+        .await
+    }
+
     async fn resolve(
         &self,
         order_no: &OrderNo,

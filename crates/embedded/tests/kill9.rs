@@ -43,10 +43,7 @@ async fn kill9_child() {
     let store = Arc::new(SqliteStore::open(&path).await.expect("open"));
     let ledger = EmbeddedLedger::open(store).await.expect("ledger");
     let s = sale();
-    ledger
-        .warm(&s, &s.fresh_counters(), 1, false)
-        .await
-        .expect("warm");
+    ledger.warm(&s, &s.fresh_counters(), 1).await.expect("warm");
     println!("READY");
     let mut user = 0u64;
     loop {

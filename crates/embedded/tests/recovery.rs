@@ -123,9 +123,7 @@ async fn a_reopened_ledger_remembers_everything() {
     let next = buy_ok(&ledger, r, 4, "n", 1).await;
     assert_eq!(next.order_no.as_str(), format!("{r}-1-{}", c.seq + 1));
     // A sale that sold refuses a plain warm; it is warm already.
-    let again = ledger
-        .warm(&reserve, &reserve.fresh_counters(), 1, false)
-        .await;
+    let again = ledger.warm(&reserve, &reserve.fresh_counters(), 1).await;
     assert!(matches!(again, Err(LedgerError::AlreadyWarm)), "{again:?}");
 }
 
@@ -140,13 +138,14 @@ async fn warm_takes_a_sale_created_in_the_store() {
     assert_eq!(stored.sale.state, SaleState::Scheduled);
     let r = ledger.purchase_batch(sku, &[req(sku, 1, "a", 1)]).await;
     assert!(matches!(r, Err(LedgerError::NotWarmed)), "{r:?}");
-    // As the server does: warm with the state to go to.
+    // As the server does: take the next epoch in the database, then load and open the copy.
     let to_warm = Sale {
         state: SaleState::Live,
         ..stored.sale.clone()
     };
+    let epoch = store.take_epoch(sku, stored.epoch).await.unwrap().unwrap();
     ledger
-        .warm(&to_warm, &stored.counters, stored.epoch, false)
+        .warm(&to_warm, &stored.counters, epoch)
         .await
         .unwrap();
     assert_eq!(

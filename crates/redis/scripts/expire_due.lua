@@ -4,7 +4,7 @@
 -- comes back, status EXPIRED, one 'expired' event.
 -- KEYS: 1 sale, 2 buyers, 3 orders, 4 holds, 5 events (all tagged {<sku>})
 -- ARGV: 1 max (1..10000)
--- Returns {expired, restocked (1 when available came back from 0)}.
+-- Returns {expired, restocked (1 when available came back from 0)}; {0, 0} while fenced.
 -- Error replies: 'INVALID_ARGS', 'NOT_WARMED', 'CORRUPT'.
 if #KEYS ~= 5 or #ARGV ~= 1 then
   return redis.error_reply('INVALID_ARGS expire_due needs 5 keys and 1 arg')
@@ -17,11 +17,14 @@ local max = tonumber(ARGV[1])
 
 local function int(n) return string.format('%d', n) end
 
-local f = redis.call('HMGET', K_SALE, 'available', 'reserved', 'sold', 'seq', 'sku')
+local f = redis.call('HMGET', K_SALE, 'available', 'reserved', 'sold', 'seq', 'sku', 'epoch',
+  'fenced_at_ms')
 if not f[1] then return redis.error_reply('NOT_WARMED sale is not in the hot ledger') end
-local available, reserved, sold, seq, sku =
-  tonumber(f[1]), tonumber(f[2]), tonumber(f[3]), tonumber(f[4]), f[5]
-if not (available and reserved and sold and seq and sku) then
+-- A fenced copy changes nothing: its replacement expires the holds it restores.
+if f[7] then return { 0, 0 } end
+local available, reserved, sold, seq, sku, epoch =
+  tonumber(f[1]), tonumber(f[2]), tonumber(f[3]), tonumber(f[4]), f[5], f[6]
+if not (available and reserved and sold and seq and sku and epoch) then
   return redis.error_reply('CORRUPT sale hash is incomplete')
 end
 
@@ -65,7 +68,8 @@ for _, e in ipairs(expire) do
   available = available + q
   redis.call('HSET', K_ORDERS, order_no,
     u .. ':' .. rid .. ':' .. qs .. ':EXPIRED:' .. e[5] .. ':' .. e[6])
-  redis.call('XADD', K_EVENTS, '*', 'sku_id', sku, 'seq', int(seq), 'kind', 'expired',
+  redis.call('XADD', K_EVENTS, '*', 'sku_id', sku, 'epoch', epoch, 'seq', int(seq),
+    'kind', 'expired',
     'order_no', order_no, 'request_id', rid, 'user_id', u, 'quantity', qs,
     'at_ms', int(now), 'deadline_ms', '0')
   redis.call('ZREM', K_HOLDS, order_no)

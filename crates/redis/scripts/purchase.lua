@@ -8,6 +8,7 @@
 --   'R', order_no, encoded_order     replay of an accepted request (no change)
 --   'X', CODE, ''                    rejected (no change)
 -- Error replies: 'NOT_WARMED' (no sale hash), 'INVALID_ARGS' (malformed call, no change).
+-- A fenced copy (a rebuild is replacing it) answers 'X', 'UNAVAILABLE' to every new request.
 -- Encoded order: user:request_id:quantity:status:deadline_ms:created_at_ms
 --
 -- Cost per request is what bounds a spike, so the script reads the requests hash once per
@@ -31,7 +32,8 @@ if not (ARGV[1] and find(ARGV[1], '^[1-9]%d?%d?%d?$')) or n > 1024
 end
 
 local f = redis.call('HMGET', K_SALE, 'total', 'available', 'reserved', 'sold', 'seq',
-  'epoch', 'limit', 'mode', 'timeout_ms', 'starts_at_ms', 'ends_at_ms', 'state', 'sku')
+  'epoch', 'limit', 'mode', 'timeout_ms', 'starts_at_ms', 'ends_at_ms', 'state', 'sku',
+  'fenced_at_ms')
 if not f[1] then
   return redis.error_reply('NOT_WARMED sale is not in the hot ledger')
 end
@@ -39,6 +41,7 @@ local total, available, reserved, sold, seq = tonumber(f[1]), tonumber(f[2]),
   tonumber(f[3]), tonumber(f[4]), tonumber(f[5])
 local epoch, limit, mode, timeout_ms = f[6], tonumber(f[7]), f[8], tonumber(f[9])
 local starts_at, ends_at, state, sku = tonumber(f[10]), tonumber(f[11]), f[12], f[13]
+local fenced = f[14]
 if not (total and available and reserved and sold and seq and limit and timeout_ms
     and starts_at and ends_at and epoch and sku and state)
     or (mode ~= 'direct' and mode ~= 'reserve') then
@@ -49,6 +52,8 @@ local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 
 local function judge_window()
+  -- A fenced copy is being replaced: the client retries with the same request_id.
+  if fenced then return 'UNAVAILABLE' end
   if state == 'scheduled' then return 'NOT_STARTED' end
   if state == 'paused' then return 'PAUSED' end
   if state == 'ended' then return 'ENDED' end
@@ -124,7 +129,7 @@ local function accept(i, user, rid, rkey, qs, q)
   local order_no = order_prefix .. seq_s
   held_of[user] = held_of[user] + q
   accepted_at[rkey] = i
-  redis.call('XADD', K_EVENTS, '*', 'sku_id', sku, 'seq', seq_s, 'kind', 'deducted',
+  redis.call('XADD', K_EVENTS, '*', 'sku_id', sku, 'epoch', epoch, 'seq', seq_s, 'kind', 'deducted',
     'order_no', order_no, 'request_id', rid, 'user_id', user, 'quantity', qs,
     'at_ms', now_s, 'deadline_ms', deadline_s)
   return order_no, user .. ':' .. rid .. ':' .. qs .. ':' .. status_new .. ':'

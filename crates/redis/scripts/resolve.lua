@@ -6,7 +6,8 @@
 -- KEYS: 1 sale, 2 buyers, 3 orders, 4 holds, 5 events (all tagged {<sku>})
 -- ARGV: 1 order_no, 2 user_id, 3 kind ('paid' | 'cancelled')
 -- Returns {'OK', encoded_order_after, restocked (1 when available came back from 0)}
---      or {'X', CODE}. Error replies: 'INVALID_ARGS', 'NOT_WARMED', 'CORRUPT'.
+--      or {'X', CODE} (UNAVAILABLE while the copy is fenced).
+-- Error replies: 'INVALID_ARGS', 'NOT_WARMED', 'CORRUPT'.
 if #KEYS ~= 5 or #ARGV ~= 3 then
   return redis.error_reply('INVALID_ARGS resolve needs 5 keys and 3 args')
 end
@@ -30,6 +31,9 @@ end
 
 local function int(n) return string.format('%d', n) end
 
+-- A fenced copy is being replaced (its orders may be half restored): the client retries.
+if redis.call('HEXISTS', K_SALE, 'fenced_at_ms') == 1 then return { 'X', 'UNAVAILABLE' } end
+
 local encoded = redis.call('HGET', K_ORDERS, order_no)
 if not encoded then return { 'X', 'ORDER_NOT_FOUND' } end
 local o_user, o_rid, o_q, o_status, o_deadline, o_created =
@@ -44,8 +48,9 @@ if o_status == 'RESERVED' and now >= deadline then return { 'X', 'HOLD_EXPIRED' 
 if o_status == 'EXPIRED' then return { 'X', 'HOLD_EXPIRED' } end
 if o_status ~= 'RESERVED' then return { 'X', 'ALREADY_RESOLVED' } end
 
-local f = redis.call('HMGET', K_SALE, 'available', 'reserved', 'sold', 'seq', 'sku')
+local f = redis.call('HMGET', K_SALE, 'available', 'reserved', 'sold', 'seq', 'sku', 'epoch')
 if not f[1] then return redis.error_reply('NOT_WARMED sale is not in the hot ledger') end
+local epoch = f[6]
 local available, reserved, sold, seq, sku =
   tonumber(f[1]), tonumber(f[2]), tonumber(f[3]), tonumber(f[4]), f[5]
 if not (available and reserved and sold and seq and sku) or reserved < q then
@@ -77,7 +82,7 @@ redis.call('HSET', K_ORDERS, order_no, after)
 redis.call('ZREM', K_HOLDS, order_no)
 redis.call('HSET', K_SALE, 'available', int(available), 'reserved', int(reserved),
   'sold', int(sold), 'seq', int(seq))
-redis.call('XADD', K_EVENTS, '*', 'sku_id', sku, 'seq', int(seq), 'kind', KIND,
+redis.call('XADD', K_EVENTS, '*', 'sku_id', sku, 'epoch', epoch, 'seq', int(seq), 'kind', KIND,
   'order_no', order_no, 'request_id', o_rid, 'user_id', o_user, 'quantity', o_q,
   'at_ms', int(now), 'deadline_ms', '0')
 return { 'OK', after, restocked }

@@ -2,21 +2,26 @@
 -- Rebuild after a loss of hot state: puts orders read back from the system of record into a
 -- warm sale (mirrors SaleBook::restore_order): the order, its request (replay), the buyer's
 -- units when it is live, its hold when it is RESERVED. An order already present is skipped,
--- so a chunk can be sent again. Counters are not touched (warm set them). Warm the sale
--- paused, restore every chunk, then set its state, so no purchase is judged half-restored.
+-- so a chunk can be sent again. Counters are not touched (load set them). Only into the
+-- fenced copy of the given epoch (load.lua), so no purchase is judged half-restored and a
+-- rebuild that lost a race cannot write into the winner's copy.
 -- KEYS: 1 sale, 2 buyers, 3 requests, 4 orders, 5 holds (all tagged {<sku>})
--- ARGV: n, then n times: order_no, user_id, request_id, quantity, status, deadline_ms,
---       created_at_ms
--- Returns the number of orders added. Error replies: 'INVALID_ARGS', 'NOT_WARMED'.
+-- ARGV: epoch, n, then n times: order_no, user_id, request_id, quantity, status,
+--       deadline_ms, created_at_ms
+-- Returns the number of orders added, or -1 when the copy is not the fenced one of epoch.
+-- Error replies: 'INVALID_ARGS', 'NOT_WARMED'.
 if #KEYS ~= 5 then return redis.error_reply('INVALID_ARGS restore_orders needs 5 keys') end
 local K_SALE, K_BUYERS, K_REQUESTS, K_ORDERS, K_HOLDS = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
-local n = tonumber(ARGV[1])
-if not (ARGV[1] and string.match(ARGV[1], '^[1-9]%d?%d?%d?$')) or n > 1024
-    or #ARGV ~= 1 + 7 * n then
-  return redis.error_reply('INVALID_ARGS restore_orders needs n in 1..1024 and 7n fields')
+local epoch = ARGV[1]
+local n = tonumber(ARGV[2])
+if not (ARGV[2] and string.match(ARGV[2], '^[1-9]%d?%d?%d?$')) or n > 1024
+    or #ARGV ~= 2 + 7 * n or not string.match(epoch or '', '^[1-9]%d*$') then
+  return redis.error_reply('INVALID_ARGS restore_orders needs an epoch, n in 1..1024 and 7n fields')
 end
-local sku = redis.call('HGET', K_SALE, 'sku')
+local head = redis.call('HMGET', K_SALE, 'sku', 'epoch', 'fenced_at_ms')
+local sku = head[1]
 if not sku then return redis.error_reply('NOT_WARMED sale is not in the hot ledger') end
+if head[2] ~= epoch or not head[3] then return -1 end
 
 local live = { PENDING = true, CREATED = true, RESERVED = true, PAID = true }
 local known = { CANCELLED = true, EXPIRED = true, REJECTED = true }
@@ -24,7 +29,7 @@ local known = { CANCELLED = true, EXPIRED = true, REJECTED = true }
 -- Every check first.
 local todo = {}
 for i = 1, n do
-  local b = 1 + 7 * (i - 1)
+  local b = 2 + 7 * (i - 1)
   local no, user, rid, qs, status, dl, created =
     ARGV[b + 1], ARGV[b + 2], ARGV[b + 3], ARGV[b + 4], ARGV[b + 5], ARGV[b + 6], ARGV[b + 7]
   local ok = string.match(no, '^%d+%-%d+%-%d+$') and string.match(no, '^(%d+)%-') == sku

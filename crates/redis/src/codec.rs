@@ -46,11 +46,21 @@ pub fn parse_event(sku: SkuId, fields: &HashMap<String, String>) -> Result<Event
             .parse::<u64>()
             .map_err(|_| format!("field {name} is not a non-negative integer"))
     };
+    let (sku_id, seq) = (SkuId(unsigned("sku_id")?), unsigned("seq")?);
+    let order_no = OrderNo::parse(get("order_no")?).ok_or("field order_no is malformed")?;
+    // Entries written before events carried their epoch: the order number's epoch (right for
+    // deductions; a resolution of an order from an older epoch is then fenced, never applied
+    // twice).
+    let epoch = match fields.get("epoch") {
+        Some(_) => unsigned("epoch")?,
+        None => order_no.epoch(),
+    };
     let event = Event {
-        sku_id: SkuId(unsigned("sku_id")?),
-        seq: unsigned("seq")?,
+        sku_id,
+        epoch,
+        seq,
         kind: EventKind::parse(get("kind")?).ok_or("field kind is unknown")?,
-        order_no: OrderNo::parse(get("order_no")?).ok_or("field order_no is malformed")?,
+        order_no,
         request_id: RequestId::parse(get("request_id")?).ok_or("field request_id is malformed")?,
         user_id: UserId(unsigned("user_id")?),
         quantity: u32::try_from(unsigned("quantity")?).map_err(|_| "quantity too large")?,
@@ -68,6 +78,9 @@ pub fn parse_event(sku: SkuId, fields: &HashMap<String, String>) -> Result<Event
     }
     Ok(event)
 }
+
+/// Why a pending entry has no fields: it was trimmed from the stream after delivery.
+pub const DELETED: &str = "entry was deleted";
 
 /// One stream entry, parsed: its id, and the event or why it is not one.
 pub type Entry = (String, Result<Event, String>);
@@ -93,7 +106,7 @@ fn parse_entry(sku: SkuId, item: &Value) -> Result<Entry, LedgerError> {
         .ok_or_else(|| unexpected("stream entry id", item))?;
     let fields = match pair.get(1) {
         Some(Value::Array(kv)) => kv,
-        None | Some(Value::Nil) => return Ok((id, Err("entry was deleted".into()))),
+        None | Some(Value::Nil) => return Ok((id, Err(DELETED.into()))),
         Some(other) => return Ok((id, Err(format!("fields are not a list: {other:?}")))),
     };
     if fields.len() % 2 != 0 {
@@ -147,6 +160,35 @@ mod tests {
         assert!(decode_order("42-1-7", "9:req:2:WHAT:0:0").is_err());
         assert!(decode_order("42-1-7", "9:req:2:CREATED:0").is_err());
         assert!(decode_order("bad", "9:req:2:CREATED:0:0").is_err());
+    }
+
+    /// Entries written before events carried their epoch (no `epoch` field) still read: the
+    /// epoch comes from the order number.
+    #[test]
+    fn entries_without_an_epoch_take_the_order_numbers() {
+        let fields = |epoch: Option<&str>| {
+            let mut m: HashMap<String, String> = [
+                ("sku_id", "5"),
+                ("seq", "3"),
+                ("kind", "deducted"),
+                ("order_no", "5-2-3"),
+                ("request_id", "r1"),
+                ("user_id", "3"),
+                ("quantity", "1"),
+                ("at_ms", "10"),
+                ("deadline_ms", "0"),
+            ]
+            .into_iter()
+            .map(|(k, v)| (k.to_owned(), v.to_owned()))
+            .collect();
+            if let Some(e) = epoch {
+                m.insert("epoch".into(), e.into());
+            }
+            m
+        };
+        assert_eq!(parse_event(SkuId(5), &fields(None)).unwrap().epoch, 2);
+        assert_eq!(parse_event(SkuId(5), &fields(Some("4"))).unwrap().epoch, 4);
+        assert!(parse_event(SkuId(5), &fields(Some("x"))).is_err());
     }
 
     #[test]

@@ -2,6 +2,7 @@
 //! a Redis Cluster (`cluster_async`), and the mapping of redis errors to `LedgerError`.
 
 use std::future::Future;
+use std::sync::Arc;
 use std::time::Duration;
 
 use flashsale_core::LedgerError;
@@ -9,6 +10,7 @@ use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
 use redis::cluster::ClusterClientBuilder;
 use redis::cluster_async::ClusterConnection;
 use redis::{Cmd, ErrorKind, Pipeline, RedisError, RedisFuture, Value};
+use tokio::sync::OnceCell;
 
 /// Timeouts of one connection.
 #[derive(Debug, Clone, Copy)]
@@ -30,45 +32,73 @@ impl Timeouts {
     };
 }
 
-/// A connection to one node or to a cluster. Cheap to clone (both are multiplexed).
+/// A connection to one node or to a cluster. Cheap to clone (both are multiplexed). Opened
+/// on first use when made with [`Conn::lazy`], so a service can start while Redis is down
+/// (its calls fail as `Unavailable` until Redis answers, and the breaker opens).
 #[derive(Clone)]
-pub enum Conn {
+pub struct Conn {
+    link: Arc<OnceCell<Link>>,
+    nodes: Arc<Vec<String>>,
+    t: Timeouts,
+}
+
+#[derive(Clone)]
+enum Link {
     Single(ConnectionManager),
     Cluster(ClusterConnection),
 }
 
 impl Conn {
-    /// `url` is `redis://…`, or a comma-separated list of cluster nodes.
+    /// `url` is `redis://…`, or a comma-separated list of cluster nodes; connects now.
     pub async fn connect(url: &str, t: Timeouts) -> Result<Conn, LedgerError> {
-        let nodes = split_urls(url);
-        let connecting = async {
-            if nodes.len() > 1 {
-                let client = ClusterClientBuilder::new(nodes)
-                    .connection_timeout(t.connect)
-                    .response_timeout(t.response)
-                    .retries(2)
-                    .min_retry_wait(10)
-                    .max_retry_wait(200)
-                    .build()?;
-                Ok(Conn::Cluster(client.get_async_connection().await?))
-            } else {
-                let client = redis::Client::open(nodes[0].as_str())?;
-                let config = ConnectionManagerConfig::new()
-                    .set_connection_timeout(t.connect)
-                    .set_response_timeout(t.response)
-                    .set_number_of_retries(0)
-                    .set_factor(50)
-                    .set_max_delay(100);
-                Ok(Conn::Single(
-                    ConnectionManager::new_with_config(client, config).await?,
-                ))
-            }
-        };
-        bounded(t.call * 2, connecting).await
+        let conn = Conn::lazy(url, t);
+        bounded(t.call * 2, conn.link()).await?;
+        Ok(conn)
+    }
+
+    /// Like [`Conn::connect`], connecting on first use (and again on each use until it
+    /// succeeds).
+    pub fn lazy(url: &str, t: Timeouts) -> Conn {
+        Conn {
+            link: Arc::new(OnceCell::new()),
+            nodes: Arc::new(split_urls(url)),
+            t,
+        }
     }
 
     pub fn is_cluster(&self) -> bool {
-        matches!(self, Conn::Cluster(_))
+        self.nodes.len() > 1
+    }
+
+    async fn link(&self) -> Result<Link, RedisError> {
+        self.link
+            .get_or_try_init(|| open(&self.nodes, self.t))
+            .await
+            .cloned()
+    }
+}
+
+async fn open(nodes: &[String], t: Timeouts) -> Result<Link, RedisError> {
+    if nodes.len() > 1 {
+        let client = ClusterClientBuilder::new(nodes.to_vec())
+            .connection_timeout(t.connect)
+            .response_timeout(t.response)
+            .retries(2)
+            .min_retry_wait(10)
+            .max_retry_wait(200)
+            .build()?;
+        Ok(Link::Cluster(client.get_async_connection().await?))
+    } else {
+        let client = redis::Client::open(nodes[0].as_str())?;
+        let config = ConnectionManagerConfig::new()
+            .set_connection_timeout(t.connect)
+            .set_response_timeout(t.response)
+            .set_number_of_retries(0)
+            .set_factor(50)
+            .set_max_delay(100);
+        Ok(Link::Single(
+            ConnectionManager::new_with_config(client, config).await?,
+        ))
     }
 }
 
@@ -95,10 +125,12 @@ pub fn split_urls(url: &str) -> Vec<String> {
 
 impl ConnectionLike for Conn {
     fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
-        match self {
-            Conn::Single(c) => c.req_packed_command(cmd),
-            Conn::Cluster(c) => c.req_packed_command(cmd),
-        }
+        Box::pin(async move {
+            match self.link().await? {
+                Link::Single(mut c) => c.req_packed_command(cmd).await,
+                Link::Cluster(mut c) => c.req_packed_command(cmd).await,
+            }
+        })
     }
 
     fn req_packed_commands<'a>(
@@ -107,16 +139,19 @@ impl ConnectionLike for Conn {
         offset: usize,
         count: usize,
     ) -> RedisFuture<'a, Vec<Value>> {
-        match self {
-            Conn::Single(c) => c.req_packed_commands(cmd, offset, count),
-            Conn::Cluster(c) => c.req_packed_commands(cmd, offset, count),
-        }
+        Box::pin(async move {
+            match self.link().await? {
+                Link::Single(mut c) => c.req_packed_commands(cmd, offset, count).await,
+                Link::Cluster(mut c) => c.req_packed_commands(cmd, offset, count).await,
+            }
+        })
     }
 
     fn get_db(&self) -> i64 {
-        match self {
-            Conn::Single(c) => c.get_db(),
-            Conn::Cluster(c) => c.get_db(),
+        match self.link.get() {
+            Some(Link::Single(c)) => c.get_db(),
+            Some(Link::Cluster(c)) => c.get_db(),
+            None => 0,
         }
     }
 }

@@ -49,14 +49,24 @@ pub struct Snapshot {
     pub fields: HashMap<String, String>,
     /// Every entry of the events stream (not yet trimmed), in stream order.
     pub events: Vec<Entry>,
+    /// How long the copy has been fenced; `None` when it is open.
+    pub fenced_ms: Option<u64>,
 }
 
 impl RedisLedger {
     /// Connects to one node (`redis://host:port`) or to a cluster (a comma-separated list of
     /// node URLs), with a 300 ms connection timeout and a 1 s response timeout.
     pub async fn connect(url: &str, prefix: &str) -> Result<RedisLedger, LedgerError> {
+        let ledger = RedisLedger::connect_lazy(url, prefix)?;
+        ledger.ping().await?;
+        Ok(ledger)
+    }
+
+    /// Like [`RedisLedger::connect`], connecting on first use: a service starts while Redis
+    /// is down and answers 503 (and `/readyz` false) until it is back.
+    pub fn connect_lazy(url: &str, prefix: &str) -> Result<RedisLedger, LedgerError> {
         let keys = Keys::new(prefix).map_err(LedgerError::Internal)?;
-        let conn = Conn::connect(url, Timeouts::HOT).await?;
+        let conn = Conn::lazy(url, Timeouts::HOT);
         let restock = Arc::new(RestockHub {
             urls: split_urls(url),
             channel: keys.restock_channel(),
@@ -94,7 +104,9 @@ impl RedisLedger {
         let mut inv = self.scripts.snapshot.prepare_invoke();
         inv.key(self.keys.sale(sku)).key(self.keys.events(sku));
         let reply: Vec<Value> = self.run("snapshot", &inv).await?;
-        let (Some(Value::Array(flat)), Some(events)) = (reply.first(), reply.get(1)) else {
+        let (Some(Value::Array(flat)), Some(events), Some(fenced)) =
+            (reply.first(), reply.get(1), reply.get(2).and_then(as_int))
+        else {
             return Err(unexpected("snapshot", &Value::Array(reply)));
         };
         if flat.is_empty() {
@@ -121,17 +133,18 @@ impl RedisLedger {
             epoch: num("epoch")?,
             events: parse_entries(sku, events)?,
             fields,
+            fenced_ms: u64::try_from(fenced).ok(),
         }))
     }
 
-    /// Rebuild after a loss of hot state: puts orders read back from the system of record
-    /// into a warm sale (its order, request, buyer units and hold), in chunks of
+    /// Rebuild: puts orders read back from the system of record into the loaded (fenced)
+    /// copy of `epoch` (its order, request, buyer units and hold), in chunks of
     /// `BATCH_LEN_MAX`; orders already present are skipped, so it can be repeated. Counters
-    /// are not touched. Warm the sale paused (`force`, next epoch), restore, then set its
-    /// state. Returns how many orders were added.
+    /// are not touched. Returns how many orders were added.
     pub async fn restore_orders(
         &self,
         sku: SkuId,
+        epoch: u64,
         orders: &[HotOrder],
     ) -> Result<usize, LedgerError> {
         if let Some(other) = orders
@@ -151,7 +164,7 @@ impl RedisLedger {
                 .key(self.keys.requests(sku))
                 .key(self.keys.orders(sku))
                 .key(self.keys.holds(sku));
-            inv.arg(chunk.len());
+            inv.arg(epoch).arg(chunk.len());
             for o in chunk {
                 inv.arg(o.order_no.as_str())
                     .arg(o.user_id.0)
@@ -161,8 +174,8 @@ impl RedisLedger {
                     .arg(o.deadline_ms)
                     .arg(o.created_at_ms);
             }
-            let n: usize = self.run("restore_orders", &inv).await?;
-            added += n;
+            let n: i64 = self.run("restore_orders", &inv).await?;
+            added += usize::try_from(n).map_err(|_| LedgerError::AlreadyWarm)?;
         }
         Ok(added)
     }
@@ -215,6 +228,18 @@ impl RedisLedger {
             }
             Some("X") => Ok(Err(code_of(reply.get(1))?)),
             _ => Err(unexpected(name, &Value::Array(reply))),
+        }
+    }
+
+    /// `set_state.lua`'s answer: applied or skipped; a fenced copy is `Unavailable` (its
+    /// rebuild opens it in the database's state).
+    async fn state_answer(&self, inv: &ScriptInvocation<'_>) -> Result<bool, LedgerError> {
+        match self.run::<String>("set_state", inv).await?.as_str() {
+            "OK" => Ok(true),
+            "SKIPPED" => Ok(false),
+            other => Err(LedgerError::Unavailable(format!(
+                "the sale's hot copy is {other}: a rebuild is under way"
+            ))),
         }
     }
 
@@ -274,13 +299,7 @@ impl HotLedger for RedisLedger {
         "redis"
     }
 
-    async fn warm(
-        &self,
-        sale: &Sale,
-        counters: &Counters,
-        epoch: u64,
-        force: bool,
-    ) -> Result<(), LedgerError> {
+    async fn load(&self, sale: &Sale, counters: &Counters, epoch: u64) -> Result<(), LedgerError> {
         sale.validate().map_err(LedgerError::Internal)?;
         if !counters.conserved() || counters.total != sale.total_stock {
             return Err(LedgerError::Internal(format!(
@@ -288,7 +307,7 @@ impl HotLedger for RedisLedger {
             )));
         }
         let sku = sale.sku_id;
-        let mut inv = self.scripts.warm.prepare_invoke();
+        let mut inv = self.scripts.load.prepare_invoke();
         inv.key(self.keys.sale(sku))
             .key(self.keys.buyers(sku))
             .key(self.keys.requests(sku))
@@ -306,9 +325,8 @@ impl HotLedger for RedisLedger {
             .arg(sale.payment_timeout_ms)
             .arg(sale.starts_at_ms)
             .arg(sale.ends_at_ms)
-            .arg(sale.state.as_str())
-            .arg(if force { "1" } else { "0" });
-        let answer: String = self.run("warm", &inv).await?;
+            .arg(sale.state.as_str());
+        let answer: String = self.run("load", &inv).await?;
         if answer == "ALREADY_WARM" {
             return Err(LedgerError::AlreadyWarm);
         }
@@ -318,11 +336,39 @@ impl HotLedger for RedisLedger {
         Ok(())
     }
 
+    async fn fence(&self, sku: SkuId) -> Result<bool, LedgerError> {
+        let mut inv = self.scripts.fence.prepare_invoke();
+        inv.key(self.keys.sale(sku));
+        let present: i64 = self.run("fence", &inv).await?;
+        Ok(present == 1)
+    }
+
+    async fn open(&self, sku: SkuId, epoch: u64, state: SaleState) -> Result<(), LedgerError> {
+        let mut inv = self.scripts.open.prepare_invoke();
+        inv.key(self.keys.sale(sku)).arg(epoch).arg(state.as_str());
+        match self.run::<String>("open", &inv).await?.as_str() {
+            "OK" => Ok(()),
+            _ => Err(LedgerError::AlreadyWarm),
+        }
+    }
+
     async fn set_state(&self, sku: SkuId, state: SaleState) -> Result<(), LedgerError> {
         let mut inv = self.scripts.set_state.prepare_invoke();
         inv.key(self.keys.sale(sku)).arg(state.as_str());
-        let _: String = self.run("set_state", &inv).await?;
-        Ok(())
+        self.state_answer(&inv).await.map(|_| ())
+    }
+
+    async fn set_state_if(
+        &self,
+        sku: SkuId,
+        from: SaleState,
+        to: SaleState,
+    ) -> Result<bool, LedgerError> {
+        let mut inv = self.scripts.set_state.prepare_invoke();
+        inv.key(self.keys.sale(sku))
+            .arg(to.as_str())
+            .arg(from.as_str());
+        self.state_answer(&inv).await
     }
 
     async fn purchase_batch(
@@ -461,6 +507,19 @@ impl HotLedger for RedisLedger {
         Ok((keys.len() <= max).then_some(keys))
     }
 
+    async fn accepted_count(&self, sku: SkuId) -> Result<Option<(u64, usize)>, LedgerError> {
+        let mut conn = self.conn.clone();
+        let mut pipe = redis::pipe();
+        pipe.cmd("HGET")
+            .arg(self.keys.sale(sku))
+            .arg("epoch")
+            .cmd("HLEN")
+            .arg(self.keys.requests(sku));
+        let (epoch, len): (Option<u64>, usize) =
+            bounded(Timeouts::HOT.call, pipe.query_async(&mut conn)).await?;
+        Ok(epoch.map(|e| (e, len)))
+    }
+
     fn on_restock(&self, listener: RestockListener) {
         *self.restock.listener.write().expect("restock lock") = Some(listener);
         RestockHub::ensure_task(&self.restock);
@@ -478,17 +537,23 @@ impl HotLedger for RedisLedger {
                 Err(why) => bad_entries.push((id, why)),
             }
         }
-        events.sort_by_key(|e| e.seq);
+        events.sort_by_key(|e| (e.epoch, e.seq));
         Ok(Some(HotSnapshot {
             counters: snap.counters,
             epoch: snap.epoch,
             events,
             bad_entries,
+            fenced_ms: snap.fenced_ms,
         }))
     }
 
-    async fn restore_orders(&self, sku: SkuId, orders: &[HotOrder]) -> Result<usize, LedgerError> {
-        RedisLedger::restore_orders(self, sku, orders).await
+    async fn restore_orders(
+        &self,
+        sku: SkuId,
+        epoch: u64,
+        orders: &[HotOrder],
+    ) -> Result<usize, LedgerError> {
+        RedisLedger::restore_orders(self, sku, epoch, orders).await
     }
 }
 

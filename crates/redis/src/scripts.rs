@@ -12,7 +12,9 @@ pub const PURCHASE: &str = include_str!("../scripts/purchase.lua");
 /// Pay and cancel: the event kind is its third argument.
 pub const RESOLVE: &str = include_str!("../scripts/resolve.lua");
 pub const EXPIRE_DUE: &str = include_str!("../scripts/expire_due.lua");
-pub const WARM: &str = include_str!("../scripts/warm.lua");
+pub const LOAD: &str = include_str!("../scripts/load.lua");
+pub const FENCE: &str = include_str!("../scripts/fence.lua");
+pub const OPEN: &str = include_str!("../scripts/open.lua");
 pub const SET_STATE: &str = include_str!("../scripts/set_state.lua");
 pub const SNAPSHOT: &str = include_str!("../scripts/snapshot.lua");
 pub const LEASE_ACQUIRE: &str = include_str!("../scripts/lease_acquire.lua");
@@ -20,11 +22,13 @@ pub const LEASE_RELEASE: &str = include_str!("../scripts/lease_release.lua");
 pub const RESTORE_ORDERS: &str = include_str!("../scripts/restore_orders.lua");
 
 /// Every script with its name (the `script` label of `flashsale_script_latency_seconds`).
-pub const ALL: [(&str, &str); 9] = [
+pub const ALL: [(&str, &str); 11] = [
     ("purchase", PURCHASE),
     ("resolve", RESOLVE),
     ("expire_due", EXPIRE_DUE),
-    ("warm", WARM),
+    ("load", LOAD),
+    ("fence", FENCE),
+    ("open", OPEN),
     ("set_state", SET_STATE),
     ("snapshot", SNAPSHOT),
     ("lease_acquire", LEASE_ACQUIRE),
@@ -37,7 +41,9 @@ pub struct Scripts {
     pub purchase: Script,
     pub resolve: Script,
     pub expire_due: Script,
-    pub warm: Script,
+    pub load: Script,
+    pub fence: Script,
+    pub open: Script,
     pub set_state: Script,
     pub snapshot: Script,
     pub restore_orders: Script,
@@ -49,7 +55,9 @@ impl Scripts {
             purchase: Script::new(PURCHASE),
             resolve: Script::new(RESOLVE),
             expire_due: Script::new(EXPIRE_DUE),
-            warm: Script::new(WARM),
+            load: Script::new(LOAD),
+            fence: Script::new(FENCE),
+            open: Script::new(OPEN),
             set_state: Script::new(SET_STATE),
             snapshot: Script::new(SNAPSHOT),
             restore_orders: Script::new(RESTORE_ORDERS),

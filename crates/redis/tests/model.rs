@@ -64,9 +64,7 @@ async fn run_seed(t: &TestLedger, seed: u64, mode: SaleMode) {
     let mut sale = live_sale(mode, rng.random_range(5..=30), rng.random_range(1..=3));
     sale.payment_timeout_ms = 3_600_000;
     let l = t.ledger.as_ref();
-    l.warm(&sale, &sale.fresh_counters(), 1, false)
-        .await
-        .unwrap();
+    l.warm(&sale, &sale.fresh_counters(), 1).await.unwrap();
     let mut book = SaleBook::new(sale.clone(), sale.fresh_counters(), 1);
     let mut orders: Vec<OrderNo> = Vec::new();
     for _ in 0..60 {

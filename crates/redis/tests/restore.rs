@@ -1,5 +1,6 @@
-//! Rebuild after a loss of hot state: warm (force, next epoch, paused), restore the orders
-//! read back from the system of record, go live. Replays, limits and holds survive.
+//! Rebuild after a loss of hot state: load (next epoch, fenced), restore the orders read back
+//! from the system of record, open. Replays, limits and holds survive; a copy that is not
+//! the fenced one of the epoch takes no restore.
 
 mod common;
 
@@ -29,18 +30,19 @@ async fn restored_orders_keep_replays_limits_and_holds() {
     let counters: Counters = l.counters(sku).await.unwrap().unwrap();
 
     // Hot state lost and rebuilt from the "database" in a new epoch.
-    let paused = flashsale_core::Sale {
-        state: SaleState::Paused,
-        ..sale.clone()
-    };
-    l.warm(&paused, &counters, 2, true).await.unwrap();
-    assert_eq!(t.ledger.restore_orders(sku, &orders).await.unwrap(), 3);
+    l.load(&sale, &counters, 2).await.unwrap();
+    buy_refused(l, sku, 9, "fenced", 1, ErrorCode::Unavailable).await;
+    assert!(matches!(
+        t.ledger.restore_orders(sku, 1, &orders).await,
+        Err(flashsale_core::LedgerError::AlreadyWarm)
+    ));
+    assert_eq!(t.ledger.restore_orders(sku, 2, &orders).await.unwrap(), 3);
     assert_eq!(
-        t.ledger.restore_orders(sku, &orders).await.unwrap(),
+        t.ledger.restore_orders(sku, 2, &orders).await.unwrap(),
         0,
         "idempotent"
     );
-    l.set_state(sku, SaleState::Live).await.unwrap();
+    l.open(sku, 2, SaleState::Live).await.unwrap();
 
     match buy(l, sku, 1, "a", 2).await {
         PurchaseOutcome::Accepted { order, replayed } => {

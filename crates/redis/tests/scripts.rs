@@ -157,7 +157,7 @@ fn five_keys(keys: &Keys, sku: SkuId) -> Vec<String> {
 }
 
 #[tokio::test]
-async fn warm_validates_its_arguments() {
+async fn load_validates_its_arguments_and_replaces_only_older_copies() {
     let t = TestLedger::new().await;
     let keys = t.ledger.keys().clone();
     let sku = SkuId(77);
@@ -170,19 +170,20 @@ async fn warm_validates_its_arguments() {
         keys.holds(sku),
     ];
     let good = [
-        "77", "10", "10", "0", "0", "0", "1", "1", "direct", "0", "0", "100", "live", "0",
+        "77", "10", "10", "0", "0", "0", "1", "1", "direct", "0", "0", "100", "live",
     ];
-    let warm = Script::new(scripts::WARM);
+    let warm = Script::new(scripts::LOAD);
     let bad_at = [
         (0, "78"),
         (2, "9"),
         (1, "0"),
+        (6, "0"),
         (7, "0"),
         (8, "both"),
         (9, "x"),
         (11, "0"),
         (12, "open"),
-        (13, "yes"),
+        (11, "9007199254740993"),
     ];
     for (i, value) in bad_at {
         let mut argv = good;
@@ -208,6 +209,22 @@ async fn warm_validates_its_arguments() {
         .unwrap();
     assert_eq!(ok, "OK");
     assert_eq!(stock(t.ledger.as_ref(), sku).await, (10, 0, 0, 0));
+    let again: String = warm
+        .key(&k)
+        .arg(&good)
+        .invoke_async(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(again, "ALREADY_WARM", "a copy of the same epoch stands");
+    let mut newer = good;
+    newer[6] = "2";
+    let ok: String = warm
+        .key(&k)
+        .arg(&newer)
+        .invoke_async(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(ok, "OK", "an older copy is replaced");
     t.cleanup().await;
 }
 

@@ -52,6 +52,7 @@ async fn main() -> anyhow::Result<()> {
         },
         run_persister: true,
         instance_id: "rc".into(),
+        reconcile: Default::default(),
     };
     let server = Server::start(config.clone()).await?;
     let base = format!("http://{}", server.addr);

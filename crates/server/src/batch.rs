@@ -2,8 +2,10 @@
 //! batching of what gets past it into one ledger call. The HTTP route and `flashsale bench
 //! strategies` both go through it, so the bench measures what production runs.
 //!
-//! - Sold-out flag: once the ledger answers SOLD_OUT, the batch task loads the sale's accepted
-//!   request keys in the background and sets the flag ([`SoldOutFlags`]); from then on
+//! - Sold-out flag: once the ledger answers SOLD_OUT to a request for one unit (so nothing is
+//!   left: SOLD_OUT for two units with one left says nothing about the next buyer of one), the
+//!   batch task loads the sale's accepted request keys in the background (only when the copy's
+//!   `(epoch, count)` changed since the last load) and sets the flag ([`SoldOutFlags`]); from then on
 //!   [`Batcher::sold_out_here`] answers new requests without the ledger (90% of a spike's
 //!   requests), while retries of accepted requests still reach it for their first outcome.
 //!   Restocks and a short TTL clear the flag.
@@ -11,6 +13,8 @@
 //!   (at most `batch_max`) as soon as the previous call returns, so at low load a request goes
 //!   alone with no timer wait, and under a spike the batches grow by themselves. A full queue
 //!   answers BUSY.
+//! - Loss journal: every newly accepted purchase is written into the reconciler's
+//!   [`Journal`] here, where every outcome is seen.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
@@ -20,6 +24,7 @@ use flashsale_core::{ErrorCode, HotLedger, LedgerError, PurchaseOutcome, Purchas
 use tokio::sync::{mpsc, oneshot};
 
 use crate::cache::{request_key, SoldOutFlags};
+use crate::reconcile::Journal;
 use crate::state::Limits;
 
 /// Ledger calls in flight per sale: while Redis runs one batch, the next one is already on the
@@ -42,10 +47,12 @@ pub struct Batcher {
     flagger: Arc<Flagger>,
 }
 
-/// Sets a sale's sold-out flag after a SOLD_OUT answer of the ledger.
+/// Sets a sale's sold-out flag after a SOLD_OUT answer of the ledger, and journals what the
+/// ledger accepted.
 struct Flagger {
     ledger: Arc<dyn HotLedger>,
     flags: Arc<SoldOutFlags>,
+    journal: Arc<Journal>,
     /// A flag remembers at most this many accepted request keys (else it is not set).
     keys_max: usize,
 }
@@ -61,16 +68,19 @@ impl Batcher {
             queue_cap,
             flags,
             limits.accepted_keys_max,
+            Arc::default(),
         )
     }
 
-    /// With `flags` shared with whoever clears them (restock notices, state changes).
+    /// With `flags` shared with whoever clears them (restock notices, state changes), and
+    /// the `journal` the reconciler reads.
     pub fn with_flags(
         ledger: Arc<dyn HotLedger>,
         batch_max: usize,
         queue_cap: usize,
         flags: Arc<SoldOutFlags>,
         keys_max: usize,
+        journal: Arc<Journal>,
     ) -> Batcher {
         assert!((1..=flashsale_core::limits::BATCH_LEN_MAX).contains(&batch_max));
         assert!(queue_cap >= batch_max);
@@ -81,6 +91,7 @@ impl Batcher {
             flagger: Arc::new(Flagger {
                 ledger,
                 flags,
+                journal,
                 keys_max,
             }),
         }
@@ -153,7 +164,10 @@ async fn run(
         match ledger.purchase_batch(sku, &reqs).await {
             Ok(outcomes) => {
                 assert_eq!(outcomes.len(), jobs.len(), "one outcome per request");
-                if outcomes.iter().any(is_sold_out) {
+                flagger
+                    .journal
+                    .record_purchases(sku, newly_accepted(&outcomes));
+                if reqs.iter().zip(&outcomes).any(nothing_left) {
                     flagger.flag(sku);
                 }
                 for (job, outcome) in jobs.drain(..).zip(outcomes) {
@@ -170,8 +184,21 @@ async fn run(
     }
 }
 
-fn is_sold_out(outcome: &PurchaseOutcome) -> bool {
-    matches!(outcome, PurchaseOutcome::Rejected(ErrorCode::SoldOut))
+/// SOLD_OUT to a request for one unit: nothing is left for anyone.
+fn nothing_left((req, outcome): (&PurchaseRequest, &PurchaseOutcome)) -> bool {
+    req.quantity == 1 && matches!(outcome, PurchaseOutcome::Rejected(ErrorCode::SoldOut))
+}
+
+fn newly_accepted(
+    outcomes: &[PurchaseOutcome],
+) -> impl Iterator<Item = flashsale_core::OrderNo> + '_ {
+    outcomes.iter().filter_map(|o| match o {
+        PurchaseOutcome::Accepted {
+            order,
+            replayed: false,
+        } => Some(order.order_no.clone()),
+        _ => None,
+    })
 }
 
 impl Flagger {
@@ -183,18 +210,29 @@ impl Flagger {
         }
         let this = self.clone();
         tokio::spawn(async move {
-            let loaded_at = Instant::now();
-            match this.ledger.accepted_keys(sku, this.keys_max).await {
-                Ok(Some(keys)) => {
-                    this.flags
-                        .set(sku, keys.into_iter().collect::<HashSet<_>>(), loaded_at)
-                }
-                Ok(None) => {}
-                Err(e) => {
-                    tracing::warn!(%sku, error = %e, "could not load accepted keys for the sold-out flag")
-                }
+            if let Err(e) = this.load(sku).await {
+                tracing::warn!(%sku, error = %e, "could not load accepted keys for the sold-out flag");
             }
         });
+    }
+
+    /// Sets the flag from the keys loaded before when the copy's `(epoch, count)` is the
+    /// same (a sold-out sale accepts nothing new), else from a fresh load.
+    async fn load(&self, sku: SkuId) -> Result<(), LedgerError> {
+        let loaded_at = Instant::now();
+        let Some(version) = self.ledger.accepted_count(sku).await? else {
+            return Ok(());
+        };
+        if let Some(keys) = self.flags.loaded(sku, version) {
+            self.flags.set(sku, keys, version, loaded_at);
+            return Ok(());
+        }
+        if let Some(keys) = self.ledger.accepted_keys(sku, self.keys_max).await? {
+            let keys: HashSet<String> = keys.into_iter().collect();
+            // Keys read after the count: a count that moved meanwhile only costs a reload.
+            self.flags.set(sku, Arc::new(keys), version, loaded_at);
+        }
+        Ok(())
     }
 }
 

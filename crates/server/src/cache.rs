@@ -92,6 +92,17 @@ enum Flag {
 pub struct SoldOutFlags {
     ttl: Duration,
     flags: Mutex<HashMap<SkuId, Flag>>,
+    /// The accepted keys last loaded per sale, with the `(epoch, count)` they were loaded
+    /// at: while a sale stays sold out nothing new is accepted, so a flag that lapsed is set
+    /// again from these without reading every key again. Dropped on restock.
+    loaded: Mutex<HashMap<SkuId, Loaded>>,
+}
+
+/// Accepted request keys as last loaded, and the `(epoch, count)` of the copy they came from.
+#[derive(Clone)]
+pub struct Loaded {
+    pub version: (u64, usize),
+    pub keys: Arc<HashSet<String>>,
 }
 
 /// The key under which a ledger remembers an accepted request.
@@ -104,7 +115,17 @@ impl SoldOutFlags {
         SoldOutFlags {
             ttl,
             flags: Mutex::new(HashMap::new()),
+            loaded: Mutex::new(HashMap::new()),
         }
+    }
+
+    /// The keys last loaded for a sale when they are still of `version`.
+    pub fn loaded(&self, sku: SkuId, version: (u64, usize)) -> Option<Arc<HashSet<String>>> {
+        let loaded = self.loaded.lock().expect("loaded lock");
+        loaded
+            .get(&sku)
+            .filter(|l| l.version == version)
+            .map(|l| l.keys.clone())
     }
 
     /// True when this request can be answered SOLD_OUT without the ledger: the sale is
@@ -131,16 +152,29 @@ impl SoldOutFlags {
         !fresh
     }
 
-    pub fn set(&self, sku: SkuId, accepted: HashSet<String>, loaded_at: Instant) {
+    /// Sets the flag with the accepted keys of copy `version` (`(epoch, count)`).
+    pub fn set(
+        &self,
+        sku: SkuId,
+        accepted: Arc<HashSet<String>>,
+        version: (u64, usize),
+        loaded_at: Instant,
+    ) {
         let mut flags = self.flags.lock().expect("flags lock");
         // A restock that arrived during the load removed the Loading mark: do not set.
         if matches!(flags.get(&sku), Some(Flag::Loading(_))) {
-            flags.insert(sku, Flag::Set(loaded_at, Arc::new(accepted)));
+            flags.insert(sku, Flag::Set(loaded_at, accepted.clone()));
+            let loaded = Loaded {
+                version,
+                keys: accepted,
+            };
+            self.loaded.lock().expect("loaded lock").insert(sku, loaded);
         }
     }
 
     pub fn clear(&self, sku: SkuId) {
         self.flags.lock().expect("flags lock").remove(&sku);
+        self.loaded.lock().expect("loaded lock").remove(&sku);
     }
 }
 
@@ -155,7 +189,13 @@ mod tests {
         assert!(!flags.answers(sku, "1:a"));
         assert!(flags.begin_load(sku));
         assert!(!flags.begin_load(sku), "one loader at a time");
-        flags.set(sku, HashSet::from(["1:a".to_string()]), Instant::now());
+        let keys = Arc::new(HashSet::from(["1:a".to_string()]));
+        flags.set(sku, keys, (1, 1), Instant::now());
+        assert!(flags.loaded(sku, (1, 1)).is_some());
+        assert!(
+            flags.loaded(sku, (2, 1)).is_none(),
+            "another copy's keys are not reused"
+        );
         assert!(flags.answers(sku, "2:b"));
         assert!(
             !flags.answers(sku, "1:a"),
@@ -163,7 +203,11 @@ mod tests {
         );
         flags.clear(sku);
         assert!(!flags.answers(sku, "2:b"));
-        flags.set(sku, HashSet::new(), Instant::now());
+        assert!(
+            flags.loaded(sku, (1, 1)).is_none(),
+            "a restock drops the keys"
+        );
+        flags.set(sku, Arc::default(), (1, 0), Instant::now());
         assert!(
             !flags.answers(sku, "2:b"),
             "a set after a restock is ignored"

@@ -52,10 +52,10 @@ pub fn app(state: AppState) -> Router {
         .route("/orders/{order_no}", get(orders::get))
         .route("/orders/{order_no}/pay", post(orders::pay))
         .route("/orders/{order_no}/cancel", post(orders::cancel))
-        .route("/admin/reconcile", get(reconcile::report_route))
+        .route("/admin/reconcile", get(reconcile::routes::report_route))
         .route(
             "/admin/reconcile/{sku_id}/repair",
-            post(reconcile::repair_route),
+            post(reconcile::routes::repair_route),
         )
         .merge(gateway::routes::router());
     Router::new()

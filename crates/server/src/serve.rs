@@ -18,6 +18,7 @@ use tokio::sync::broadcast;
 use tokio::task::JoinHandle;
 
 use crate::auth::Auth;
+use crate::reconcile::{ReconcileWorker, Reconciler};
 use crate::state::{AppState, Limits};
 use crate::workers::{ExpiryWorker, PersisterWorker, Worker};
 
@@ -36,6 +37,8 @@ pub struct Config {
     pub run_persister: bool,
     /// Names this instance as a stream consumer and lease owner.
     pub instance_id: String,
+    /// The reconcile worker of this process.
+    pub reconcile: crate::reconcile::WorkerSettings,
 }
 
 /// A running service.
@@ -64,17 +67,27 @@ pub async fn open_store(url: &str) -> anyhow::Result<Arc<dyn OrderStore>> {
     }
 }
 
-/// The ledger and store a config names.
+/// The ledger and store a config names, the ledger routed as every process of a deployment
+/// routes it (hot sales to their own Redis), so `serve`, `worker` and `reconcile` see each
+/// sale where it lives. Redis is connected on first use: a process starts while Redis is
+/// down and answers 503 (`/readyz` false) until it is back.
 pub async fn backends(
+    config: &Config,
+) -> anyhow::Result<(Arc<dyn HotLedger>, Arc<dyn OrderStore>)> {
+    let (ledger, store) = unrouted_backends(config).await?;
+    let ledger = crate::gateway::routing::hot_routed(config, ledger).await?;
+    Ok((ledger, store))
+}
+
+async fn unrouted_backends(
     config: &Config,
 ) -> anyhow::Result<(Arc<dyn HotLedger>, Arc<dyn OrderStore>)> {
     let url = config.database_url.as_str();
     match &config.redis_url {
         Some(redis_url) => {
             let store = open_store(url).await?;
-            let ledger = RedisLedger::connect(redis_url, &config.redis_prefix)
-                .await
-                .context("connect to Redis")?;
+            let ledger = RedisLedger::connect_lazy(redis_url, &config.redis_prefix)
+                .context("the Redis ledger")?;
             Ok((Arc::new(ledger), store))
         }
         None => {
@@ -145,9 +158,8 @@ impl Workers {
         let (ledger, store) = backends(config).await?;
         let mut tasks = Tasks::new();
         let journal = Arc::new(crate::reconcile::Journal::default());
-        if let Some(worker) =
-            crate::reconcile::worker_from_env(ledger.clone(), store.clone(), journal)
-        {
+        let reconciler = Reconciler::new(ledger.clone(), store.clone(), journal);
+        if let Some(worker) = ReconcileWorker::boxed(reconciler, config.reconcile) {
             tasks.spawn_worker(worker);
         }
         for worker in workers(config, ledger, store) {
@@ -169,7 +181,6 @@ impl Server {
             .with_context(|| format!("bind {}", config.listen))?;
         let addr = listener.local_addr()?;
         let (ledger, store) = backends(&config).await?;
-        let ledger = crate::gateway::routing::hot_routed(&config, ledger).await?;
         let guards = crate::gateway::routing::guard_store(&config).await?;
         let auth = Auth::new(&config.jwt_secret, &config.admin_token);
         let state = AppState::with_guards(
@@ -205,11 +216,8 @@ impl Server {
         for worker in workers(&config, ledger, store) {
             tasks.spawn_worker(worker);
         }
-        if let Some(worker) = crate::reconcile::worker_from_env(
-            state.ledger.clone(),
-            state.store.clone(),
-            state.journal.clone(),
-        ) {
+        let reconciler = Reconciler::from_state(&state);
+        if let Some(worker) = ReconcileWorker::boxed(reconciler, config.reconcile) {
             tasks.spawn_worker(worker);
         }
         let server = Server { addr, state, tasks };

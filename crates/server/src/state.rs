@@ -56,7 +56,8 @@ pub struct Inner {
     pub metrics: PrometheusHandle,
     pub limits: Limits,
     pub gateway: Gateway,
-    /// Accepted purchases not yet in the database, for the reconciler's loss report.
+    /// Promises not yet in the database (accepted purchases: the batcher; resolutions: the
+    /// order routes), for the reconciler's loss report.
     pub journal: Arc<crate::reconcile::Journal>,
 }
 
@@ -93,7 +94,6 @@ impl AppState {
     ) -> AppState {
         let gateway = Gateway::new(limits.gateway.clone(), auth.secret(), guards);
         let journal = Arc::new(crate::reconcile::Journal::default());
-        let ledger = crate::reconcile::JournalingLedger::wrap(ledger, journal.clone());
         let sold_out = Arc::new(SoldOutFlags::new(limits.cache_ttl));
         let inner = Arc::new(Inner {
             batcher: Batcher::with_flags(
@@ -102,6 +102,7 @@ impl AppState {
                 limits.queue_cap,
                 sold_out.clone(),
                 limits.accepted_keys_max,
+                journal.clone(),
             ),
             ledger,
             store,

@@ -4,7 +4,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use flashsale_core::{HotLedger, OrderStore, SaleMode, SaleState};
+use flashsale_core::{HotLedger, LedgerError, OrderStore, SaleMode, SaleState};
 use tokio::sync::broadcast;
 
 /// A long-running task of the service.
@@ -47,22 +47,33 @@ impl Worker for ExpiryWorker {
     }
 }
 
+/// Ledger calls per sale per expiry pass (a pass is bounded whatever the backlog).
+pub const EXPIRY_CALLS_PER_SALE_MAX: usize = 64;
+
 impl ExpiryWorker {
+    /// One pass over every reserve-mode sale. A sale that fails (a copy being rebuilt, a
+    /// broken hash) is logged and skipped: the holds of every other sale still expire.
     async fn expire_all(&self) -> anyhow::Result<()> {
         let sales = self.store.sales().await?;
         let reserve = sales
             .iter()
             .filter(|s| s.sale.mode == SaleMode::Reserve && s.sale.state != SaleState::Scheduled);
         for stored in reserve {
-            // Bounded: at most 64 calls per sale per pass.
-            for _ in 0..64 {
-                let expired = self
-                    .ledger
-                    .expire_due(stored.sale.sku_id, self.batch_max)
-                    .await?;
-                if expired < self.batch_max {
-                    break;
-                }
+            let sku = stored.sale.sku_id;
+            if let Err(e) = self.expire_sale(sku).await {
+                metrics::counter!("flashsale_expiry_failures_total", "sku" => sku.to_string())
+                    .increment(1);
+                tracing::warn!(%sku, error = %e, "hold expiry of one sale failed; others go on");
+            }
+        }
+        Ok(())
+    }
+
+    async fn expire_sale(&self, sku: flashsale_core::SkuId) -> Result<(), LedgerError> {
+        for _ in 0..EXPIRY_CALLS_PER_SALE_MAX {
+            let expired = self.ledger.expire_due(sku, self.batch_max).await?;
+            if expired < self.batch_max {
+                break;
             }
         }
         Ok(())

@@ -83,10 +83,7 @@ async fn run(ledger: &EmbeddedLedger, mode: SaleMode, total: u64, limit: u32, op
     } else {
         0
     };
-    ledger
-        .warm(&sale, &sale.fresh_counters(), 1, false)
-        .await
-        .unwrap();
+    ledger.warm(&sale, &sale.fresh_counters(), 1).await.unwrap();
     let mut book = SaleBook::new(sale.clone(), sale.fresh_counters(), 1);
     let mut orders: Vec<OrderNo> = Vec::new();
     for op in ops {

@@ -63,33 +63,93 @@ pub(crate) struct Plan<'a> {
     pub report: ApplyReport,
 }
 
-/// Splits off the events already applied (`seq <= applied_seq`, a redelivery) and checks
-/// that the rest continue the sequence without a gap. Returns the new events and the
-/// number of duplicates.
-pub(crate) fn split(
+/// The identity of an applied event, as stored: enough to tell a redelivery of it from a
+/// different event that names the same seq.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct StoredEvent {
+    pub seq: u64,
+    /// 0 for rows written before events carried their epoch.
+    pub epoch: u64,
+    pub kind: EventKind,
+    pub order_no: String,
+}
+
+impl StoredEvent {
+    fn is(&self, e: &Event) -> bool {
+        (self.epoch == 0 || self.epoch == e.epoch)
+            && self.kind == e.kind
+            && self.order_no == e.order_no.as_str()
+    }
+}
+
+/// A batch sorted by what the store does with each event.
+#[derive(Debug, Default)]
+pub(crate) struct Split<'a> {
+    /// To apply, in seq order from `applied_seq + 1`.
+    pub fresh: Vec<&'a Event>,
+    /// Redeliveries of applied events: skipped (exactly once).
+    pub duplicates: usize,
+    /// Refused by the fence: of another epoch than the sale's, or naming an applied seq that
+    /// the database holds for a different event. Kept, never applied.
+    pub fenced: Vec<&'a Event>,
+}
+
+/// Seqs of the batch at or below `applied_seq`: their stored events must be read to tell a
+/// redelivery from a different event.
+pub(crate) fn applied_seqs(applied_seq: u64, events: &[Event]) -> Vec<u64> {
+    let mut seqs: Vec<u64> = events
+        .iter()
+        .filter(|e| e.seq <= applied_seq)
+        .map(|e| e.seq)
+        .collect();
+    seqs.sort_unstable();
+    seqs.dedup();
+    seqs
+}
+
+/// Sorts a batch: an event at or below `applied_seq` is a duplicate only when the stored
+/// event at its seq is the same event; an event above it is applied only when it is of the
+/// sale's current `epoch` (the fencing token), and the applied ones must continue the
+/// sequence without a gap.
+pub(crate) fn split<'a>(
     sku: SkuId,
+    epoch: u64,
     applied_seq: u64,
-    events: &[Event],
-) -> Result<(Vec<&Event>, usize), StoreError> {
+    events: &'a [Event],
+    stored: &[StoredEvent],
+) -> Result<Split<'a>, StoreError> {
     if let Some(e) = events.iter().find(|e| e.sku_id != sku) {
         return Err(StoreError::Internal(format!(
             "event seq {} of sku {} in a batch of sku {sku}",
             e.seq, e.sku_id
         )));
     }
-    let fresh: Vec<&Event> = events.iter().filter(|e| e.seq > applied_seq).collect();
-    let duplicates = events.len() - fresh.len();
-    let contiguous = fresh
+    let mut split = Split::default();
+    for e in events {
+        if e.seq <= applied_seq {
+            match stored.iter().find(|s| s.seq == e.seq) {
+                Some(s) if s.is(e) => split.duplicates += 1,
+                _ => split.fenced.push(e),
+            }
+        } else if e.epoch == epoch {
+            split.fresh.push(e);
+        } else {
+            split.fenced.push(e);
+        }
+    }
+    split.fresh.sort_by_key(|e| e.seq);
+    let contiguous = split
+        .fresh
         .iter()
         .enumerate()
         .all(|(i, e)| e.seq == applied_seq + 1 + i as u64);
     if !contiguous {
         return Err(StoreError::Gap {
             applied_seq,
-            first_seq: fresh.first().map(|e| e.seq).unwrap_or(0),
+            first_seq: split.fresh.first().map(|e| e.seq).unwrap_or(0),
         });
     }
-    Ok((fresh, duplicates))
+    Ok(split)
 }
 
 /// Order numbers (all kinds) and request keys `(user, request_id)` (deductions) the fold
@@ -118,6 +178,7 @@ enum Place {
 
 struct Tracked {
     sku_id: SkuId,
+    user_id: u64,
     quantity: u32,
     place: Place,
 }
@@ -142,6 +203,7 @@ pub(crate) fn fold<'a>(
             k.order_no,
             Tracked {
                 sku_id: k.sku_id,
+                user_id: k.user_id,
                 quantity: k.quantity,
                 place: Place::Stored { status: k.status },
             },
@@ -189,7 +251,11 @@ pub(crate) fn fold<'a>(
             EventKind::Paid | EventKind::Cancelled | EventKind::Expired => {
                 let status = e.kind.status_after(head.mode);
                 match (tracked.get_mut(no), next) {
-                    (Some(t), Some(n)) if t.sku_id == sku && t.quantity == e.quantity => {
+                    (Some(t), Some(n))
+                        if t.sku_id == sku
+                            && t.user_id == e.user_id.0
+                            && t.quantity == e.quantity =>
+                    {
                         let current = match &t.place {
                             Place::New(i) => plan.new_orders[*i].status,
                             Place::Stored { status } => *status,
@@ -241,6 +307,7 @@ fn push_order(
         e.order_no.to_string(),
         Tracked {
             sku_id: e.sku_id,
+            user_id: e.user_id.0,
             quantity: e.quantity,
             place: Place::New(plan.new_orders.len()),
         },
@@ -275,6 +342,34 @@ fn group_updates(changed: Vec<(String, OrderStatus, i64)>) -> Vec<StatusUpdate> 
     groups
 }
 
+/// Logs what the fence refused: events of a replaced hot copy the database never got (lost
+/// with it) or that collide with applied ones. The reconciler reports them by order number.
+pub(crate) fn alert_fenced(sku: SkuId, fenced: &[&Event]) {
+    if fenced.is_empty() {
+        return;
+    }
+    let refused: Vec<String> = fenced
+        .iter()
+        .map(|e| {
+            format!(
+                "{} {} (epoch {} seq {})",
+                e.order_no,
+                e.kind.as_str(),
+                e.epoch,
+                e.seq
+            )
+        })
+        .collect();
+    tracing::error!(%sku, ?refused, "events refused by the epoch fence: kept in fenced_events");
+}
+
+/// After `INSERT IGNORE INTO` (MySQL) or `INSERT OR IGNORE INTO` (SQLite): a redelivered
+/// fenced event is kept once.
+pub(crate) const FENCED_INTO: &str = "fenced_events \
+     (sku_id, epoch, seq, kind, order_no, request_id, user_id, quantity, at_ms, deadline_ms) \
+     VALUES ";
+pub(crate) const FENCED_COLS: usize = 10;
+
 /// Logs what the guard refused: must never happen in a healthy system. The caller (the
 /// persister, the embedded ledger) counts it in `flashsale_db_guard_rejections_total`.
 pub(crate) fn alert(sku: SkuId, report: &ApplyReport) {
@@ -300,9 +395,9 @@ pub(crate) fn list_placeholders(n: usize) -> String {
 }
 
 pub(crate) const INSERT_EVENTS: &str = "INSERT INTO stock_events \
-     (sku_id, seq, kind, order_no, request_id, user_id, quantity, at_ms, deadline_ms, rejected) \
+     (sku_id, epoch, seq, kind, order_no, request_id, user_id, quantity, at_ms, deadline_ms, rejected) \
      VALUES ";
-pub(crate) const EVENT_COLS: usize = 10;
+pub(crate) const EVENT_COLS: usize = 11;
 
 pub(crate) const INSERT_ORDERS: &str = "INSERT INTO orders \
      (order_no, sku_id, user_id, request_id, quantity, status, deadline_ms, created_at_ms, updated_at_ms) \
@@ -312,9 +407,9 @@ pub(crate) const ORDER_COLS: usize = 9;
 pub(crate) const ORDER_COLUMNS: &str =
     "order_no, sku_id, user_id, request_id, quantity, status, deadline_ms, created_at_ms";
 pub(crate) const EVENT_COLUMNS: &str =
-    "sku_id, seq, kind, order_no, request_id, user_id, quantity, at_ms, deadline_ms";
+    "sku_id, epoch, seq, kind, order_no, request_id, user_id, quantity, at_ms, deadline_ms";
 pub(crate) const SALE_COLUMNS: &str = "sku_id, name, total_stock, available, reserved, sold, \
-     applied_seq, epoch, per_user_limit, mode, payment_timeout_ms, starts_at_ms, ends_at_ms, state";
+     applied_seq, epoch, epoch_at_ms, per_user_limit, mode, payment_timeout_ms, starts_at_ms, ends_at_ms, state";
 pub(crate) const DEAD_LETTER_COLUMNS: &str = "sku_id, entry_id, seq, payload, error, attempts";
 
 /// The guarded counter update: the contiguity check (`applied_seq` as read) and the final
@@ -347,6 +442,7 @@ mod tests {
     fn ev(seq: u64, kind: EventKind, order: u64, user: u64, q: u32) -> Event {
         Event {
             sku_id: SkuId(1),
+            epoch: 1,
             seq,
             kind,
             order_no: OrderNo::new(SkuId(1), 1, order),
@@ -371,21 +467,79 @@ mod tests {
         }
     }
 
+    fn stored(events: &[Event]) -> Vec<StoredEvent> {
+        events
+            .iter()
+            .map(|e| StoredEvent {
+                seq: e.seq,
+                epoch: e.epoch,
+                kind: e.kind,
+                order_no: e.order_no.to_string(),
+            })
+            .collect()
+    }
+
     #[test]
     fn split_skips_duplicates_and_finds_gaps() {
         let events: Vec<Event> = (1..=4)
             .map(|s| ev(s, EventKind::Deducted, s, s, 1))
             .collect();
-        let (fresh, dup) = split(SkuId(1), 2, &events).unwrap();
-        assert_eq!((fresh.len(), dup), (2, 2));
+        let split = split(SkuId(1), 1, 2, &events, &stored(&events[..2])).unwrap();
+        assert_eq!((split.fresh.len(), split.duplicates), (2, 2));
+        assert!(split.fenced.is_empty());
         assert!(matches!(
-            split(SkuId(1), 0, &events[1..]),
+            super::split(SkuId(1), 1, 0, &events[1..], &[]),
             Err(StoreError::Gap {
                 applied_seq: 0,
                 first_seq: 2
             })
         ));
-        assert!(split(SkuId(2), 0, &events).is_err());
+        assert!(super::split(SkuId(2), 1, 0, &events, &[]).is_err());
+    }
+
+    /// A forced re-warm once handed seq 1–3 out again: a different event at an applied seq
+    /// is no duplicate, and an event of another epoch is never applied.
+    #[test]
+    fn split_fences_other_epochs_and_other_events_at_an_applied_seq() {
+        let applied: Vec<Event> = (1..=3)
+            .map(|s| ev(s, EventKind::Deducted, s, s, 1))
+            .collect();
+        let mut other = ev(2, EventKind::Deducted, 2, 9, 1);
+        other.order_no = OrderNo::new(SkuId(1), 2, 2);
+        other.epoch = 2;
+        let mut old_epoch = ev(4, EventKind::Deducted, 4, 4, 1);
+        old_epoch.epoch = 1;
+        let mut fresh = ev(4, EventKind::Deducted, 4, 5, 1);
+        fresh.epoch = 2;
+        fresh.order_no = OrderNo::new(SkuId(1), 2, 4);
+        let batch = vec![applied[0].clone(), other.clone(), old_epoch.clone(), fresh];
+        let split = split(SkuId(1), 2, 3, &batch, &stored(&applied)).unwrap();
+        assert_eq!(split.duplicates, 1);
+        assert_eq!(split.fenced, vec![&other, &old_epoch]);
+        assert_eq!(split.fresh.len(), 1);
+        assert_eq!(split.fresh[0].order_no.as_str(), "1-2-4");
+    }
+
+    #[test]
+    fn fold_refuses_a_resolution_by_another_user() {
+        let known = vec![KnownOrder {
+            sku_id: SkuId(1),
+            order_no: OrderNo::new(SkuId(1), 1, 1).to_string(),
+            user_id: 1,
+            request_id: "r1".into(),
+            quantity: 1,
+            status: OrderStatus::Reserved,
+        }];
+        let mut h = head(3, SaleMode::Reserve);
+        h.counters.available = 2;
+        h.counters.reserved = 1;
+        h.counters.seq = 1;
+        let events = [ev(2, EventKind::Paid, 1, 7, 1)];
+        let fresh: Vec<&Event> = events.iter().collect();
+        let plan = fold(SkuId(1), h, &fresh, known);
+        assert_eq!(plan.report.rejected.len(), 1);
+        assert!(plan.updates.is_empty());
+        assert_eq!(plan.after.reserved, 1);
     }
 
     #[test]

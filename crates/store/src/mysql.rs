@@ -10,11 +10,11 @@ use sqlx::mysql::{MySqlPool, MySqlPoolOptions, MySqlRow};
 use sqlx::{MySql, Row, Transaction};
 
 use flashsale_core::{
-    ApplyReport, Audit, DeadLetter, Event, HotOrder, OrderNo, OrderStatus, OrderStore,
+    ApplyReport, Audit, DeadLetter, Event, EventKind, HotOrder, OrderNo, OrderStatus, OrderStore,
     ReconcileRun, Sale, SaleState, SkuId, StoreError, StoredSale,
 };
 
-use crate::batch::{self, Head, KnownOrder, Plan, CHUNK_ROWS};
+use crate::batch::{self, Head, KnownOrder, Plan, StoredEvent, CHUNK_ROWS};
 use crate::rows::{self, db_error, DeadLetterRow, EventRow, OrderRow, SaleRow};
 
 static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations/mysql");
@@ -126,6 +126,59 @@ impl MySqlStore {
         Ok(known)
     }
 
+    /// The stored identity of the applied events at `seqs`.
+    async fn stored_events(
+        tx: &mut Transaction<'_, MySql>,
+        sku: SkuId,
+        seqs: &[u64],
+    ) -> Result<Vec<StoredEvent>, StoreError> {
+        let mut stored = Vec::with_capacity(seqs.len());
+        for chunk in seqs.chunks(CHUNK_ROWS) {
+            let sql = format!(
+                "SELECT seq, epoch, kind, order_no FROM stock_events WHERE sku_id = ? AND seq IN ({})",
+                batch::list_placeholders(chunk.len())
+            );
+            let mut q = sqlx::query(&sql).bind(sku.0);
+            for seq in chunk {
+                q = q.bind(*seq);
+            }
+            for row in q.fetch_all(&mut **tx).await.map_err(db_error)? {
+                stored.push(stored_event(&row)?);
+            }
+        }
+        Ok(stored)
+    }
+
+    /// Keeps events the fence refused, once each.
+    async fn write_fenced(
+        tx: &mut Transaction<'_, MySql>,
+        fenced: &[&Event],
+    ) -> Result<(), StoreError> {
+        for chunk in fenced.chunks(CHUNK_ROWS) {
+            let sql = format!(
+                "INSERT IGNORE INTO {}{}",
+                batch::FENCED_INTO,
+                batch::values_placeholders(chunk.len(), batch::FENCED_COLS)
+            );
+            let mut q = sqlx::query(&sql);
+            for e in chunk {
+                q = q
+                    .bind(e.sku_id.0)
+                    .bind(e.epoch)
+                    .bind(e.seq)
+                    .bind(e.kind.as_str())
+                    .bind(e.order_no.as_str())
+                    .bind(e.request_id.as_str())
+                    .bind(e.user_id.0)
+                    .bind(e.quantity)
+                    .bind(e.at_ms)
+                    .bind(e.deadline_ms);
+            }
+            q.execute(&mut **tx).await.map_err(db_error)?;
+        }
+        Ok(())
+    }
+
     async fn write_plan(
         tx: &mut Transaction<'_, MySql>,
         sku: SkuId,
@@ -142,6 +195,7 @@ impl MySqlStore {
             for (e, rejected) in chunk {
                 q = q
                     .bind(e.sku_id.0)
+                    .bind(e.epoch)
                     .bind(e.seq)
                     .bind(e.kind.as_str())
                     .bind(e.order_no.as_str())
@@ -244,6 +298,7 @@ fn sale_row(row: &MySqlRow) -> Result<SaleRow, StoreError> {
         sold: get(row, "sold")?,
         applied_seq: get(row, "applied_seq")?,
         epoch: get(row, "epoch")?,
+        epoch_at_ms: get(row, "epoch_at_ms")?,
         per_user_limit: get(row, "per_user_limit")?,
         mode: text(row, "mode")?,
         payment_timeout_ms: get(row, "payment_timeout_ms")?,
@@ -270,6 +325,7 @@ fn order_row(row: &MySqlRow) -> Result<HotOrder, StoreError> {
 fn event_row(row: &MySqlRow) -> Result<Event, StoreError> {
     EventRow {
         sku_id: get(row, "sku_id")?,
+        epoch: get(row, "epoch")?,
         seq: get(row, "seq")?,
         kind: text(row, "kind")?,
         order_no: text(row, "order_no")?,
@@ -294,6 +350,16 @@ fn known_order(row: &MySqlRow) -> Result<KnownOrder, StoreError> {
     })
 }
 
+fn stored_event(row: &MySqlRow) -> Result<StoredEvent, StoreError> {
+    let kind: String = text(row, "kind")?;
+    Ok(StoredEvent {
+        seq: get(row, "seq")?,
+        epoch: get(row, "epoch")?,
+        kind: batch::parse("kind", &kind, EventKind::parse)?,
+        order_no: text(row, "order_no")?,
+    })
+}
+
 #[async_trait]
 impl OrderStore for MySqlStore {
     async fn create_sale(&self, sale: &Sale) -> Result<StoredSale, StoreError> {
@@ -304,7 +370,7 @@ impl OrderStore for MySqlStore {
         let result = sqlx::query(
             "INSERT INTO sales (sku_id, name, total_stock, available, reserved, sold, applied_seq, \
              epoch, per_user_limit, mode, payment_timeout_ms, starts_at_ms, ends_at_ms, state) \
-             VALUES (?, ?, ?, ?, 0, 0, 0, 1, ?, ?, ?, ?, ?, ?)",
+             VALUES (?, ?, ?, ?, 0, 0, 0, 0, ?, ?, ?, ?, ?, ?)",
         )
         .bind(s.sku_id.0)
         .bind(&s.name)
@@ -357,22 +423,56 @@ impl OrderStore for MySqlStore {
         Ok(())
     }
 
-    async fn bump_epoch(&self, sku: SkuId) -> Result<u64, StoreError> {
-        let mut tx = self.pool.begin().await.map_err(db_error)?;
-        sqlx::query("UPDATE sales SET epoch = epoch + 1 WHERE sku_id = ?")
+    async fn take_epoch(&self, sku: SkuId, current: u64) -> Result<Option<u64>, StoreError> {
+        let done = sqlx::query(
+            "UPDATE sales SET epoch = epoch + 1, epoch_at_ms = ? WHERE sku_id = ? AND epoch = ?",
+        )
+        .bind(rows::now_ms())
+        .bind(sku.0)
+        .bind(current)
+        .execute(&self.pool)
+        .await
+        .map_err(db_error)?;
+        // MySQL counts found rows, which is what this asks: did the compare match?
+        Ok((done.rows_affected() == 1).then_some(current + 1))
+    }
+
+    async fn unreported_fenced(&self, sku: SkuId, max: usize) -> Result<Vec<Event>, StoreError> {
+        let sql = format!(
+            "SELECT {} FROM fenced_events WHERE sku_id = ? AND reported = FALSE \
+             ORDER BY epoch, seq LIMIT ?",
+            batch::EVENT_COLUMNS
+        );
+        let rows = sqlx::query(&sql)
             .bind(sku.0)
-            .execute(&mut *tx)
+            .bind(max as i64)
+            .fetch_all(&self.pool)
             .await
             .map_err(db_error)?;
-        let row = sqlx::query("SELECT epoch FROM sales WHERE sku_id = ?")
-            .bind(sku.0)
-            .fetch_optional(&mut *tx)
-            .await
-            .map_err(db_error)?
-            .ok_or(StoreError::SaleNotFound)?;
-        let epoch: u64 = get(&row, "epoch")?;
-        tx.commit().await.map_err(db_error)?;
-        Ok(epoch)
+        rows.iter().map(event_row).collect()
+    }
+
+    async fn mark_fenced_reported(
+        &self,
+        sku: SkuId,
+        keys: &[(u64, u64)],
+    ) -> Result<(), StoreError> {
+        for chunk in keys.chunks(CHUNK_ROWS) {
+            let sql = format!(
+                "UPDATE fenced_events SET reported = TRUE WHERE sku_id = ? AND (epoch, seq) IN ({})",
+                batch::values_placeholders(chunk.len(), 2)
+            );
+            let mut q = sqlx::query(&sql).bind(sku.0);
+            for (epoch, seq) in chunk {
+                q = q.bind(*epoch).bind(*seq);
+            }
+            q.execute(&self.pool).await.map_err(db_error)?;
+        }
+        Ok(())
+    }
+
+    async fn stream_paused(&self, sku: SkuId) -> Result<bool, StoreError> {
+        MySqlStore::stream_paused(self, sku).await
     }
 
     async fn order(&self, order_no: &OrderNo) -> Result<Option<HotOrder>, StoreError> {
@@ -496,11 +596,18 @@ impl OrderStore for MySqlStore {
             counters: sale.counters()?,
             mode: sale.mode()?,
         };
-        let (fresh, duplicates) = batch::split(sku, head.counters.seq, events)?;
+        let seqs = batch::applied_seqs(head.counters.seq, events);
+        let stored = MySqlStore::stored_events(&mut tx, sku, &seqs).await?;
+        let split = batch::split(sku, sale.epoch, head.counters.seq, events, &stored)?;
+        MySqlStore::write_fenced(&mut tx, &split.fenced).await?;
+        batch::alert_fenced(sku, &split.fenced);
+        let fenced: Vec<Event> = split.fenced.iter().map(|e| (*e).clone()).collect();
+        let (fresh, duplicates) = (split.fresh, split.duplicates);
         if fresh.is_empty() {
-            tx.rollback().await.map_err(db_error)?;
+            tx.commit().await.map_err(db_error)?;
             return Ok(ApplyReport {
                 duplicates,
+                fenced,
                 ..ApplyReport::default()
             });
         }
@@ -510,6 +617,7 @@ impl OrderStore for MySqlStore {
         MySqlStore::write_plan(&mut tx, sku, &head, &plan).await?;
         tx.commit().await.map_err(db_error)?;
         plan.report.duplicates = duplicates;
+        plan.report.fenced = fenced;
         batch::alert(sku, &plan.report);
         Ok(plan.report)
     }
@@ -562,7 +670,7 @@ impl OrderStore for MySqlStore {
     async fn record_reconcile_run(&self, run: &ReconcileRun) -> Result<u64, StoreError> {
         let done = sqlx::query(
             "INSERT INTO reconcile_runs (sku_id, at_ms, `trigger`, repair, ok, violations, \
-             repairs, lost_orders, report) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+             repairs, lost_orders, lost_resolutions, report) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
         )
         .bind(run.sku_id.0)
         .bind(run.at_ms)
@@ -572,6 +680,7 @@ impl OrderStore for MySqlStore {
         .bind(run.violations)
         .bind(run.repairs.join("\n"))
         .bind(run.lost_orders.join("\n"))
+        .bind(run.lost_resolutions.join("\n"))
         .bind(&run.report)
         .execute(&self.pool)
         .await
@@ -586,7 +695,7 @@ impl OrderStore for MySqlStore {
     ) -> Result<Vec<ReconcileRun>, StoreError> {
         let rows = sqlx::query(
             "SELECT id, sku_id, at_ms, `trigger`, repair, ok, violations, repairs, lost_orders, \
-             report FROM reconcile_runs WHERE (? IS NULL OR sku_id = ?) ORDER BY id DESC LIMIT ?",
+             lost_resolutions, report FROM reconcile_runs WHERE (? IS NULL OR sku_id = ?) ORDER BY id DESC LIMIT ?",
         )
         .bind(sku.map(|s| s.0))
         .bind(sku.map(|s| s.0))
@@ -606,6 +715,7 @@ impl OrderStore for MySqlStore {
                     violations: get(r, "violations")?,
                     repairs: crate::rows::lines(&text(r, "repairs")?),
                     lost_orders: crate::rows::lines(&text(r, "lost_orders")?),
+                    lost_resolutions: crate::rows::lines(&text(r, "lost_resolutions")?),
                     report: text(r, "report")?,
                 })
             })

@@ -9,9 +9,12 @@
 //!
 //! Recovery: after a restart or any failure the task reads its own pending entries first;
 //! a gap means earlier entries are pending with a dead consumer, so it claims entries idle
-//! longer than `claim_idle_ms` (XAUTOCLAIM). The database down → back off and retry, the
-//! entries stay pending. An entry that keeps failing is parked in `dead_letters` and the sale's
-//! stream stops (never skipped): an operator decides.
+//! longer than `claim_idle_ms` (XAUTOCLAIM) before it reads its own again. The database down →
+//! back off and retry, the entries stay pending. An entry that keeps failing is parked in
+//! `dead_letters` and the sale's stream stops (never skipped), also across restarts
+//! (`stream_paused`): an operator decides. A pending entry that was trimmed meanwhile was
+//! applied (the stream is trimmed only below acknowledged entries, which the store applies
+//! in order): it is acknowledged and dropped, not taken for poison.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -129,6 +132,8 @@ impl Persister {
 enum Mode {
     /// Read own pending entries, then claim idle ones of others, then go on with new ones.
     Recover,
+    /// Earlier entries are pending elsewhere: claim them before own pending ones again.
+    Claim,
     Tail,
     /// A dead letter stopped the stream.
     Parked,
@@ -223,12 +228,20 @@ impl SaleWorker {
             return Ok(());
         }
         reader.ensure_group(sku).await?;
+        if matches!(self.mode, Mode::Recover | Mode::Parked) {
+            self.mode = match self.store.stream_paused(sku).await? {
+                true => Mode::Parked,
+                false if self.mode == Mode::Parked => Mode::Recover,
+                false => self.mode,
+            };
+        }
         let entries = match self.mode {
             Mode::Parked => {
                 self.pause(self.config.lease_ttl_ms / 3).await;
                 return Ok(());
             }
             Mode::Recover => self.recover(reader).await?,
+            Mode::Claim => self.claim(reader).await?,
             Mode::Tail => {
                 reader
                     .read_new(sku, self.config.batch_max, self.config.block_ms)
@@ -251,13 +264,25 @@ impl SaleWorker {
         if !own.is_empty() {
             return Ok(own);
         }
+        self.claim(reader).await
+    }
+
+    /// Entries idle with other consumers; when none are pending elsewhere, back to recovery
+    /// (own pending, then new entries).
+    async fn claim(&mut self, reader: &StreamReader) -> Result<Vec<Entry>, PersistError> {
         let claimed = reader
             .autoclaim(self.sku, self.config.claim_idle_ms, self.config.batch_max)
             .await?;
         if claimed.entries.is_empty() {
-            let others_pending = reader.pending_summary(self.sku).await?.count;
+            let summary = reader.pending_summary(self.sku).await?;
+            let mine = |(name, _): &(String, u64)| *name == self.config.consumer;
+            let others_pending = summary.consumers.iter().filter(|c| !mine(c)).count();
             if others_pending == 0 {
-                self.mode = Mode::Tail;
+                self.mode = if summary.count == 0 {
+                    Mode::Tail
+                } else {
+                    Mode::Recover
+                };
             } else {
                 // Entries of a consumer not yet idle long enough: wait for them to be.
                 self.pause(self.config.claim_idle_ms / 4).await;
@@ -272,6 +297,10 @@ impl SaleWorker {
         entries: Vec<Entry>,
     ) -> Result<(), PersistError> {
         let started = Instant::now();
+        let entries = self.drop_deleted(reader, entries).await?;
+        if entries.is_empty() {
+            return Ok(());
+        }
         let first_id = entries[0].0.clone();
         let (mut events, bad) = split(entries.iter());
         let mut entries = entries;
@@ -293,7 +322,8 @@ impl SaleWorker {
                 first_seq,
             }) => {
                 tracing::info!(sku = %self.sku, applied_seq, first_seq, "earlier events pending elsewhere; claiming");
-                self.mode = Mode::Recover;
+                self.mode = Mode::Claim;
+                self.pause(self.config.claim_idle_ms / 4).await;
                 return Ok(());
             }
             Err(StoreError::Unavailable(m)) => return Err(StoreError::Unavailable(m).into()),
@@ -316,12 +346,34 @@ impl SaleWorker {
         Ok(())
     }
 
+    /// Acknowledges pending entries that no longer exist (trimmed below an acknowledged
+    /// entry, so applied) and returns the rest.
+    async fn drop_deleted(
+        &self,
+        reader: &StreamReader,
+        entries: Vec<Entry>,
+    ) -> Result<Vec<Entry>, PersistError> {
+        let (gone, kept): (Vec<Entry>, Vec<Entry>) = entries
+            .into_iter()
+            .partition(|(_, e)| matches!(e, Err(why) if why == flashsale_redis::codec::DELETED));
+        if !gone.is_empty() {
+            let ids: Vec<String> = gone.into_iter().map(|(id, _)| id).collect();
+            tracing::warn!(sku = %self.sku, entries = ?ids, "pending entries were trimmed; acknowledged");
+            reader.ack(self.sku, &ids).await?;
+        }
+        Ok(kept)
+    }
+
     fn record(&self, report: &flashsale_core::ApplyReport, events: usize, started: Instant) {
         let sku = self.sku.to_string();
         metrics::histogram!("flashsale_persist_batch_seconds")
             .record(started.elapsed().as_secs_f64());
         metrics::counter!("flashsale_persisted_events_total", "sku" => sku.clone())
             .increment(report.applied as u64);
+        if !report.fenced.is_empty() {
+            metrics::counter!("flashsale_fenced_events_total", "sku" => sku.clone())
+                .increment(report.fenced.len() as u64);
+        }
         if !report.rejected.is_empty() {
             metrics::counter!("flashsale_db_guard_rejections_total", "sku" => sku)
                 .increment(report.rejected.len() as u64);

@@ -17,6 +17,7 @@ pub(crate) struct SaleRow {
     pub sold: i64,
     pub applied_seq: u64,
     pub epoch: u64,
+    pub epoch_at_ms: i64,
     pub per_user_limit: u32,
     pub mode: String,
     pub payment_timeout_ms: u64,
@@ -63,6 +64,7 @@ impl SaleRow {
             },
             counters,
             epoch: self.epoch,
+            epoch_at_ms: self.epoch_at_ms,
         })
     }
 }
@@ -95,6 +97,7 @@ impl OrderRow {
 
 pub(crate) struct EventRow {
     pub sku_id: u64,
+    pub epoch: u64,
     pub seq: u64,
     pub kind: String,
     pub order_no: String,
@@ -109,6 +112,7 @@ impl EventRow {
     pub fn into_event(self) -> Result<Event, StoreError> {
         Ok(Event {
             sku_id: SkuId(self.sku_id),
+            epoch: self.epoch,
             seq: self.seq,
             kind: parse("kind", &self.kind, EventKind::parse)?,
             order_no: order_no(&self.order_no)?,
@@ -152,7 +156,7 @@ pub(crate) fn validate(sale: &Sale) -> Result<(), StoreError> {
         .map_err(|_| StoreError::Internal("total_stock too large".into()))
 }
 
-/// A sale as `create_sale` stores it: scheduled, fresh counters, epoch 1.
+/// A sale as `create_sale` stores it: scheduled, fresh counters, epoch 0 (no hot copy yet).
 pub(crate) fn created(sale: &Sale) -> StoredSale {
     StoredSale {
         sale: Sale {
@@ -160,7 +164,8 @@ pub(crate) fn created(sale: &Sale) -> StoredSale {
             ..sale.clone()
         },
         counters: sale.fresh_counters(),
-        epoch: 1,
+        epoch: 0,
+        epoch_at_ms: 0,
     }
 }
 
@@ -205,4 +210,12 @@ pub(crate) fn lines(text: &str) -> Vec<String> {
         .filter(|l| !l.is_empty())
         .map(str::to_owned)
         .collect()
+}
+
+/// Now, in ms since the Unix epoch (this process's clock).
+pub(crate) fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or(0)
 }

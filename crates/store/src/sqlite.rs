@@ -18,11 +18,11 @@ use sqlx::sqlite::{
 use sqlx::{Row, Sqlite, Transaction};
 
 use flashsale_core::{
-    ApplyReport, Audit, Counters, DeadLetter, Event, HotOrder, OrderNo, OrderStatus, OrderStore,
-    ReconcileRun, Sale, SaleState, SkuId, StoreError, StoredSale,
+    ApplyReport, Audit, Counters, DeadLetter, Event, EventKind, HotOrder, OrderNo, OrderStatus,
+    OrderStore, ReconcileRun, Sale, SaleState, SkuId, StoreError, StoredSale,
 };
 
-use crate::batch::{self, Head, KnownOrder, Plan, CHUNK_ROWS};
+use crate::batch::{self, Head, KnownOrder, Plan, StoredEvent, CHUNK_ROWS};
 use crate::rows::{self, db_error, DeadLetterRow, EventRow, OrderRow, SaleRow};
 
 static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations/sqlite");
@@ -299,6 +299,59 @@ impl SqliteStore {
         Ok(known)
     }
 
+    /// The stored identity of the applied events at `seqs`.
+    async fn stored_events(
+        tx: &mut Transaction<'_, Sqlite>,
+        sku: SkuId,
+        seqs: &[u64],
+    ) -> Result<Vec<StoredEvent>, StoreError> {
+        let mut stored = Vec::with_capacity(seqs.len());
+        for chunk in seqs.chunks(CHUNK_ROWS) {
+            let sql = format!(
+                "SELECT seq, epoch, kind, order_no FROM stock_events WHERE sku_id = ? AND seq IN ({})",
+                batch::list_placeholders(chunk.len())
+            );
+            let mut q = sqlx::query(&sql).bind(i(sku.0));
+            for seq in chunk {
+                q = q.bind(i(*seq));
+            }
+            for row in q.fetch_all(&mut **tx).await.map_err(db_error)? {
+                stored.push(stored_event(&row)?);
+            }
+        }
+        Ok(stored)
+    }
+
+    /// Keeps events the fence refused, once each.
+    async fn write_fenced(
+        tx: &mut Transaction<'_, Sqlite>,
+        fenced: &[&Event],
+    ) -> Result<(), StoreError> {
+        for chunk in fenced.chunks(CHUNK_ROWS) {
+            let sql = format!(
+                "INSERT OR IGNORE INTO {}{}",
+                batch::FENCED_INTO,
+                batch::values_placeholders(chunk.len(), batch::FENCED_COLS)
+            );
+            let mut q = sqlx::query(&sql);
+            for e in chunk {
+                q = q
+                    .bind(i(e.sku_id.0))
+                    .bind(i(e.epoch))
+                    .bind(i(e.seq))
+                    .bind(e.kind.as_str())
+                    .bind(e.order_no.as_str())
+                    .bind(e.request_id.as_str())
+                    .bind(i(e.user_id.0))
+                    .bind(e.quantity)
+                    .bind(e.at_ms)
+                    .bind(e.deadline_ms);
+            }
+            q.execute(&mut **tx).await.map_err(db_error)?;
+        }
+        Ok(())
+    }
+
     async fn write_plan(
         tx: &mut Transaction<'_, Sqlite>,
         sku: SkuId,
@@ -315,6 +368,7 @@ impl SqliteStore {
             for (e, rejected) in chunk {
                 q = q
                     .bind(i(e.sku_id.0))
+                    .bind(i(e.epoch))
                     .bind(i(e.seq))
                     .bind(e.kind.as_str())
                     .bind(e.order_no.as_str())
@@ -410,6 +464,7 @@ fn sale_row(row: &SqliteRow) -> Result<SaleRow, StoreError> {
         sold: get(row, "sold")?,
         applied_seq: id(row, "applied_seq")?,
         epoch: id(row, "epoch")?,
+        epoch_at_ms: get(row, "epoch_at_ms")?,
         per_user_limit: get(row, "per_user_limit")?,
         mode: get(row, "mode")?,
         payment_timeout_ms: id(row, "payment_timeout_ms")?,
@@ -436,6 +491,7 @@ fn order_row(row: &SqliteRow) -> Result<HotOrder, StoreError> {
 fn event_row(row: &SqliteRow) -> Result<Event, StoreError> {
     EventRow {
         sku_id: id(row, "sku_id")?,
+        epoch: id(row, "epoch")?,
         seq: id(row, "seq")?,
         kind: get(row, "kind")?,
         order_no: get(row, "order_no")?,
@@ -460,6 +516,16 @@ fn known_order(row: &SqliteRow) -> Result<KnownOrder, StoreError> {
     })
 }
 
+fn stored_event(row: &SqliteRow) -> Result<StoredEvent, StoreError> {
+    let kind: String = get(row, "kind")?;
+    Ok(StoredEvent {
+        seq: id(row, "seq")?,
+        epoch: id(row, "epoch")?,
+        kind: batch::parse("kind", &kind, EventKind::parse)?,
+        order_no: get(row, "order_no")?,
+    })
+}
+
 #[async_trait]
 impl OrderStore for SqliteStore {
     async fn create_sale(&self, sale: &Sale) -> Result<StoredSale, StoreError> {
@@ -470,7 +536,7 @@ impl OrderStore for SqliteStore {
         let result = sqlx::query(
             "INSERT INTO sales (sku_id, name, total_stock, available, reserved, sold, applied_seq, \
              epoch, per_user_limit, mode, payment_timeout_ms, starts_at_ms, ends_at_ms, state) \
-             VALUES (?, ?, ?, ?, 0, 0, 0, 1, ?, ?, ?, ?, ?, ?)",
+             VALUES (?, ?, ?, ?, 0, 0, 0, 0, ?, ?, ?, ?, ?, ?)",
         )
         .bind(i(s.sku_id.0))
         .bind(&s.name)
@@ -526,15 +592,56 @@ impl OrderStore for SqliteStore {
         Ok(())
     }
 
-    async fn bump_epoch(&self, sku: SkuId) -> Result<u64, StoreError> {
-        let row =
-            sqlx::query("UPDATE sales SET epoch = epoch + 1 WHERE sku_id = ? RETURNING epoch")
-                .bind(i(sku.0))
-                .fetch_optional(&self.writer)
-                .await
-                .map_err(db_error)?
-                .ok_or(StoreError::SaleNotFound)?;
-        id(&row, "epoch")
+    async fn take_epoch(&self, sku: SkuId, current: u64) -> Result<Option<u64>, StoreError> {
+        let done = sqlx::query(
+            "UPDATE sales SET epoch = epoch + 1, epoch_at_ms = ? WHERE sku_id = ? AND epoch = ?",
+        )
+        .bind(rows::now_ms())
+        .bind(i(sku.0))
+        .bind(i(current))
+        .execute(&self.writer)
+        .await
+        .map_err(db_error)?;
+        // MySQL counts found rows, which is what this asks: did the compare match?
+        Ok((done.rows_affected() == 1).then_some(current + 1))
+    }
+
+    async fn unreported_fenced(&self, sku: SkuId, max: usize) -> Result<Vec<Event>, StoreError> {
+        let sql = format!(
+            "SELECT {} FROM fenced_events WHERE sku_id = ? AND reported = FALSE \
+             ORDER BY epoch, seq LIMIT ?",
+            batch::EVENT_COLUMNS
+        );
+        let rows = sqlx::query(&sql)
+            .bind(i(sku.0))
+            .bind(max as i64)
+            .fetch_all(&self.reader)
+            .await
+            .map_err(db_error)?;
+        rows.iter().map(event_row).collect()
+    }
+
+    async fn mark_fenced_reported(
+        &self,
+        sku: SkuId,
+        keys: &[(u64, u64)],
+    ) -> Result<(), StoreError> {
+        for chunk in keys.chunks(CHUNK_ROWS) {
+            let sql = format!(
+                "UPDATE fenced_events SET reported = TRUE WHERE sku_id = ? AND (epoch, seq) IN ({})",
+                batch::values_placeholders(chunk.len(), 2)
+            );
+            let mut q = sqlx::query(&sql).bind(i(sku.0));
+            for (epoch, seq) in chunk {
+                q = q.bind(i(*epoch)).bind(i(*seq));
+            }
+            q.execute(&self.writer).await.map_err(db_error)?;
+        }
+        Ok(())
+    }
+
+    async fn stream_paused(&self, sku: SkuId) -> Result<bool, StoreError> {
+        SqliteStore::stream_paused(self, sku).await
     }
 
     async fn order(&self, order_no: &OrderNo) -> Result<Option<HotOrder>, StoreError> {
@@ -668,11 +775,18 @@ impl OrderStore for SqliteStore {
             counters: sale.counters()?,
             mode: sale.mode()?,
         };
-        let (fresh, duplicates) = batch::split(sku, head.counters.seq, events)?;
+        let seqs = batch::applied_seqs(head.counters.seq, events);
+        let stored = SqliteStore::stored_events(&mut tx, sku, &seqs).await?;
+        let split = batch::split(sku, sale.epoch, head.counters.seq, events, &stored)?;
+        SqliteStore::write_fenced(&mut tx, &split.fenced).await?;
+        batch::alert_fenced(sku, &split.fenced);
+        let fenced: Vec<Event> = split.fenced.iter().map(|e| (*e).clone()).collect();
+        let (fresh, duplicates) = (split.fresh, split.duplicates);
         if fresh.is_empty() {
-            tx.rollback().await.map_err(db_error)?;
+            tx.commit().await.map_err(db_error)?;
             return Ok(ApplyReport {
                 duplicates,
+                fenced,
                 ..ApplyReport::default()
             });
         }
@@ -682,6 +796,7 @@ impl OrderStore for SqliteStore {
         SqliteStore::write_plan(&mut tx, sku, &head, &plan).await?;
         tx.commit().await.map_err(db_error)?;
         plan.report.duplicates = duplicates;
+        plan.report.fenced = fenced;
         batch::alert(sku, &plan.report);
         Ok(plan.report)
     }
@@ -734,7 +849,7 @@ impl OrderStore for SqliteStore {
     async fn record_reconcile_run(&self, run: &ReconcileRun) -> Result<u64, StoreError> {
         let row = sqlx::query(
             "INSERT INTO reconcile_runs (sku_id, at_ms, \"trigger\", repair, ok, violations, \
-             repairs, lost_orders, report) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING id",
+             repairs, lost_orders, lost_resolutions, report) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING id",
         )
         .bind(i(run.sku_id.0))
         .bind(run.at_ms)
@@ -744,6 +859,7 @@ impl OrderStore for SqliteStore {
         .bind(run.violations)
         .bind(run.repairs.join("\n"))
         .bind(run.lost_orders.join("\n"))
+        .bind(run.lost_resolutions.join("\n"))
         .bind(&run.report)
         .fetch_one(&self.writer)
         .await
@@ -758,7 +874,7 @@ impl OrderStore for SqliteStore {
     ) -> Result<Vec<ReconcileRun>, StoreError> {
         let rows = sqlx::query(
             "SELECT id, sku_id, at_ms, \"trigger\", repair, ok, violations, repairs, \
-             lost_orders, report FROM reconcile_runs WHERE (?1 IS NULL OR sku_id = ?1) \
+             lost_orders, lost_resolutions, report FROM reconcile_runs WHERE (?1 IS NULL OR sku_id = ?1) \
              ORDER BY id DESC LIMIT ?2",
         )
         .bind(sku.map(|s| i(s.0)))
@@ -778,6 +894,7 @@ impl OrderStore for SqliteStore {
                     violations: get(r, "violations")?,
                     repairs: crate::rows::lines(&get::<String>(r, "repairs")?),
                     lost_orders: crate::rows::lines(&get::<String>(r, "lost_orders")?),
+                    lost_resolutions: crate::rows::lines(&get::<String>(r, "lost_resolutions")?),
                     report: get(r, "report")?,
                 })
             })

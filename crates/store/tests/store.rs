@@ -49,6 +49,7 @@ both!(
     large_batch_is_chunked,
     request_ids_are_case_sensitive,
     dead_letters_are_recorded_once_per_entry,
+    the_epoch_fence_keeps_refused_events_apart,
 );
 
 fn sale(total: u64, limit: u32, mode: SaleMode) -> Sale {
@@ -66,6 +67,12 @@ fn sale(total: u64, limit: u32, mode: SaleMode) -> Sale {
 }
 
 /// A live book over `sale` (what the hot ledger would run).
+/// Creates a sale and takes its first epoch, as the first load of a hot copy does.
+async fn create(store: &dyn OrderStore, sale: &Sale) {
+    store.create_sale(sale).await.unwrap();
+    assert_eq!(store.take_epoch(sale.sku_id, 0).await.unwrap(), Some(1));
+}
+
 fn book(sale: &Sale) -> SaleBook {
     let live = Sale {
         state: SaleState::Live,
@@ -119,7 +126,7 @@ async fn sale_lifecycle(store: &dyn OrderStore) {
     let created = store.create_sale(&s).await.unwrap();
     assert_eq!(created.sale, s);
     assert_eq!(created.counters, s.fresh_counters());
-    assert_eq!(created.epoch, 1);
+    assert_eq!(created.epoch, 0, "no hot copy loaded yet");
     assert_eq!(store.sale(SKU).await.unwrap(), Some(created.clone()));
     assert!(matches!(
         store.create_sale(&s).await,
@@ -149,13 +156,19 @@ async fn sale_lifecycle(store: &dyn OrderStore) {
         store.set_state(SkuId(999), SaleState::Paused).await,
         Err(StoreError::SaleNotFound)
     ));
-    assert_eq!(store.bump_epoch(SKU).await.unwrap(), 2);
-    assert_eq!(store.bump_epoch(SKU).await.unwrap(), 3);
-    assert_eq!(store.sale(SKU).await.unwrap().unwrap().epoch, 3);
-    assert!(matches!(
-        store.bump_epoch(SkuId(999)).await,
-        Err(StoreError::SaleNotFound)
-    ));
+    // Epochs are taken by compare and set: of two racing rebuilds one wins.
+    assert_eq!(store.sale(SKU).await.unwrap().unwrap().epoch, 0);
+    assert_eq!(store.take_epoch(SKU, 0).await.unwrap(), Some(1));
+    assert_eq!(
+        store.take_epoch(SKU, 0).await.unwrap(),
+        None,
+        "lost the race"
+    );
+    assert_eq!(store.take_epoch(SKU, 1).await.unwrap(), Some(2));
+    let taken = store.sale(SKU).await.unwrap().unwrap();
+    assert_eq!(taken.epoch, 2);
+    assert!(taken.epoch_at_ms > 0);
+    assert_eq!(store.take_epoch(SkuId(999), 0).await.unwrap(), None);
     assert!(matches!(
         store
             .apply_events(SkuId(999), &buy(&mut book(&s), &[req(1, "a", 1)]))
@@ -173,7 +186,7 @@ async fn sale_lifecycle(store: &dyn OrderStore) {
 
 async fn batch_applies_orders_events_and_counters(store: &dyn OrderStore) {
     let s = sale(10, 2, SaleMode::Direct);
-    store.create_sale(&s).await.unwrap();
+    create(store, &s).await;
     let mut b = book(&s);
     let events = buy(
         &mut b,
@@ -215,7 +228,7 @@ async fn batch_applies_orders_events_and_counters(store: &dyn OrderStore) {
 
 async fn redelivery_is_a_no_op(store: &dyn OrderStore) {
     let s = sale(10, 1, SaleMode::Direct);
-    store.create_sale(&s).await.unwrap();
+    create(store, &s).await;
     let mut b = book(&s);
     let events = buy(&mut b, &[req(1, "a", 1), req(2, "b", 1), req(3, "c", 1)]);
     store.apply_events(SKU, &events).await.unwrap();
@@ -238,9 +251,55 @@ async fn redelivery_is_a_no_op(store: &dyn OrderStore) {
     assert_matches_book(store, &b).await;
 }
 
+/// Events of a replaced copy (an older epoch) and a different event at an applied seq are
+/// never applied, never taken for redeliveries: they are kept in `fenced_events` and reported
+/// once.
+async fn the_epoch_fence_keeps_refused_events_apart(store: &dyn OrderStore) {
+    let s = sale(10, 1, SaleMode::Direct);
+    create(store, &s).await;
+    let mut old = book(&s);
+    let events = buy(&mut old, &[req(1, "a", 1), req(2, "b", 1), req(3, "c", 1)]);
+    store.apply_events(SKU, &events[..2]).await.unwrap();
+    // A rebuild takes epoch 2 at applied_seq 2: the old copy's third event is fenced.
+    assert_eq!(store.take_epoch(SKU, 1).await.unwrap(), Some(2));
+    let stored = store.sale(SKU).await.unwrap().unwrap();
+    let mut new = SaleBook::new(old.sale.clone(), stored.counters, 2);
+    let fresh = buy(&mut new, &[req(4, "d", 1)]);
+    assert_eq!(fresh[0].order_no.as_str(), format!("{}-2-3", SKU.0));
+    // Same seq 2 as an applied event, another order: refused, not a redelivery.
+    let mut collides = fresh[0].clone();
+    collides.seq = 2;
+    collides.order_no = OrderNo::new(SKU, 2, 2);
+    let batch = [
+        events[2].clone(),
+        collides.clone(),
+        events[1].clone(),
+        fresh[0].clone(),
+    ];
+    let report = store.apply_events(SKU, &batch).await.unwrap();
+    assert_eq!((report.applied, report.duplicates), (1, 1));
+    assert_eq!(report.fenced, vec![events[2].clone(), collides.clone()]);
+    let again = store.apply_events(SKU, &batch).await.unwrap();
+    assert_eq!(
+        (again.applied, again.duplicates, again.fenced.len()),
+        (0, 2, 2)
+    );
+    let fenced = store.unreported_fenced(SKU, 10).await.unwrap();
+    assert_eq!(fenced, vec![events[2].clone(), collides], "kept once each");
+    store
+        .mark_fenced_reported(SKU, &[(1, 3), (2, 2)])
+        .await
+        .unwrap();
+    assert!(store.unreported_fenced(SKU, 10).await.unwrap().is_empty());
+    let orders = store.orders(SKU).await.unwrap();
+    let users: Vec<u64> = orders.iter().map(|o| o.user_id.0).collect();
+    assert_eq!(users, vec![1, 2, 4]);
+    assert_eq!(store.sale(SKU).await.unwrap().unwrap().counters.seq, 3);
+}
+
 async fn overlapping_batch_applies_only_the_new_part(store: &dyn OrderStore) {
     let s = sale(10, 1, SaleMode::Direct);
-    store.create_sale(&s).await.unwrap();
+    create(store, &s).await;
     let mut b = book(&s);
     let reqs: Vec<PurchaseRequest> = (1..=6).map(|u| req(u, "r", 1)).collect();
     let events = buy(&mut b, &reqs);
@@ -254,7 +313,7 @@ async fn overlapping_batch_applies_only_the_new_part(store: &dyn OrderStore) {
 
 async fn gap_is_refused_and_changes_nothing(store: &dyn OrderStore) {
     let s = sale(10, 1, SaleMode::Direct);
-    store.create_sale(&s).await.unwrap();
+    create(store, &s).await;
     let mut b = book(&s);
     let reqs: Vec<PurchaseRequest> = (1..=6).map(|u| req(u, "r", 1)).collect();
     let events = buy(&mut b, &reqs);
@@ -293,7 +352,7 @@ async fn gap_is_refused_and_changes_nothing(store: &dyn OrderStore) {
 async fn oversell_guard_rejects_and_keeps_counters(store: &dyn OrderStore) {
     // The database holds 2 units; a (broken) hot ledger believes in 4.
     let stored_sale = sale(2, 1, SaleMode::Direct);
-    store.create_sale(&stored_sale).await.unwrap();
+    create(store, &stored_sale).await;
     let mut b = book(&sale(4, 1, SaleMode::Direct));
     let events = buy(
         &mut b,
@@ -345,7 +404,7 @@ async fn oversell_guard_rejects_and_keeps_counters(store: &dyn OrderStore) {
 
 async fn resolution_of_a_non_reserved_order_is_rejected(store: &dyn OrderStore) {
     let s = sale(5, 1, SaleMode::Reserve);
-    store.create_sale(&s).await.unwrap();
+    create(store, &s).await;
     let mut b = book(&s);
     let mut events = buy(&mut b, &[req(1, "a", 1)]);
     let no = events[0].order_no.clone();
@@ -379,7 +438,7 @@ async fn resolution_of_a_non_reserved_order_is_rejected(store: &dyn OrderStore) 
 
 async fn reserve_mode_pay_cancel_expire(store: &dyn OrderStore) {
     let s = sale(10, 2, SaleMode::Reserve);
-    store.create_sale(&s).await.unwrap();
+    create(store, &s).await;
     let mut b = book(&s);
     let reqs: Vec<PurchaseRequest> = (1..=6).map(|u| req(u, "r", (u % 2 + 1) as u32)).collect();
     let mut events = buy(&mut b, &reqs);
@@ -430,7 +489,7 @@ async fn reserve_mode_pay_cancel_expire(store: &dyn OrderStore) {
 
 async fn large_batch_is_chunked(store: &dyn OrderStore) {
     let s = sale(1_300, 1, SaleMode::Reserve);
-    store.create_sale(&s).await.unwrap();
+    create(store, &s).await;
     let mut b = book(&s);
     let reqs: Vec<PurchaseRequest> = (1..=1_200).map(|u| req(u, "r", 1)).collect();
     let mut events = buy(&mut b, &reqs);
@@ -450,7 +509,7 @@ async fn large_batch_is_chunked(store: &dyn OrderStore) {
 
 async fn request_ids_are_case_sensitive(store: &dyn OrderStore) {
     let s = sale(10, 3, SaleMode::Direct);
-    store.create_sale(&s).await.unwrap();
+    create(store, &s).await;
     let mut b = book(&s);
     let events = buy(
         &mut b,
@@ -465,7 +524,7 @@ async fn request_ids_are_case_sensitive(store: &dyn OrderStore) {
 
 async fn dead_letters_are_recorded_once_per_entry(store: &dyn OrderStore) {
     let s = sale(10, 1, SaleMode::Direct);
-    store.create_sale(&s).await.unwrap();
+    create(store, &s).await;
     let mut letter = DeadLetter {
         sku_id: SKU,
         entry_id: "1700000000000-0".into(),
@@ -496,10 +555,7 @@ async fn mysql_stream_pause_flag() {
 }
 
 async fn stream_pause_flag_mysql(store: &MySqlStore) {
-    store
-        .create_sale(&sale(10, 1, SaleMode::Direct))
-        .await
-        .unwrap();
+    create(store, &sale(10, 1, SaleMode::Direct)).await;
     assert!(!store.stream_paused(SKU).await.unwrap());
     store
         .record_dead_letter(&DeadLetter {
@@ -528,10 +584,7 @@ async fn sqlite_stream_pause_flag_and_reopen() {
     let url = format!("sqlite://{}", path.display());
     {
         let store = SqliteStore::open(&url).await.unwrap();
-        store
-            .create_sale(&sale(10, 1, SaleMode::Direct))
-            .await
-            .unwrap();
+        create(&store, &sale(10, 1, SaleMode::Direct)).await;
         let mut b = book(&sale(10, 1, SaleMode::Direct));
         let events = buy(&mut b, &[req(1, "a", 1)]);
         store.apply_events(SKU, &events).await.unwrap();
@@ -592,7 +645,7 @@ async fn sqlite_in_memory_works() {
 /// Concurrent writers of one sale on both backends: every batch applies exactly once.
 async fn concurrent_redeliveries(store: std::sync::Arc<dyn OrderStore>) {
     let s = sale(200, 1, SaleMode::Direct);
-    store.create_sale(&s).await.unwrap();
+    create(store.as_ref(), &s).await;
     let mut b = book(&s);
     let reqs: Vec<PurchaseRequest> = (1..=200).map(|u| req(u, "r", 1)).collect();
     let events = std::sync::Arc::new(buy(&mut b, &reqs));
@@ -651,7 +704,7 @@ async fn random_redeliveries_end_equal_to_the_book(store: &dyn OrderStore) {
     let seed: u64 = rand::rng().random();
     let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
     let s = sale(60, 3, SaleMode::Reserve);
-    store.create_sale(&s).await.unwrap();
+    create(store, &s).await;
     let mut b = book(&s);
     let mut events: Vec<Event> = Vec::new();
     let mut live: Vec<(OrderNo, UserId)> = Vec::new();
@@ -711,7 +764,7 @@ async fn mysql_outage_is_unavailable_and_recoverable() {
     let db = TestDatabase::create_on(&server.url()).await;
     let store = MySqlStore::connect(&db.url).await.unwrap();
     let s = sale(10, 1, SaleMode::Direct);
-    store.create_sale(&s).await.unwrap();
+    create(&store, &s).await;
     let mut b = book(&s);
     let events = buy(&mut b, &[req(1, "a", 1), req(2, "b", 1)]);
     store.apply_events(SKU, &events[..1]).await.unwrap();

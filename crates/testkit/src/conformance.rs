@@ -33,7 +33,9 @@ pub async fn run_all(ledger: Arc<dyn HotLedger>) {
     window_and_state_are_judged(l).await;
     not_warmed_sales_are_refused(l).await;
     replay_returns_the_first_outcome(l).await;
-    warm_refuses_to_overwrite_a_sale_that_sold(l).await;
+    load_replaces_only_older_copies_and_fences_until_open(l).await;
+    state_changes_only_from_the_expected_state(l).await;
+    accepted_count_follows_the_copy(l).await;
     batch_results_come_in_order(l).await;
     accepted_keys_list_accepted_requests(l).await;
     oversized_batch_is_refused(l).await;
@@ -81,7 +83,7 @@ pub fn live_sale(mode: SaleMode, total: u64, limit: u32) -> Sale {
 pub async fn warm(ledger: &dyn HotLedger, sale: &Sale) -> SkuId {
     let counters = sale.fresh_counters();
     ledger
-        .warm(sale, &counters, 1, false)
+        .warm(sale, &counters, 1)
         .await
         .expect("warm a fresh sale");
     sale.sku_id
@@ -306,29 +308,96 @@ pub async fn replay_returns_the_first_outcome(ledger: &dyn HotLedger) {
     assert_eq!(stock(ledger, sku).await, (0, 0, 2, 2));
 }
 
-/// Warm overwrites a sale that sold nothing, refuses one that sold (AlreadyWarm) unless force.
-pub async fn warm_refuses_to_overwrite_a_sale_that_sold(ledger: &dyn HotLedger) {
+/// A copy stands against another load of its epoch; a newer epoch replaces it, fenced (every
+/// write answers UNAVAILABLE) until it is opened, and its order numbers carry the new epoch.
+/// Opening with a stale epoch is refused (a rebuild that lost a race).
+pub async fn load_replaces_only_older_copies_and_fences_until_open(ledger: &dyn HotLedger) {
     let sale = live_sale(SaleMode::Direct, 10, 1);
     let sku = warm(ledger, &sale).await;
-    warm(ledger, &sale).await;
     buy_ok(ledger, sku, 1, "a", 1).await;
     let fresh = sale.fresh_counters();
-    let again = ledger.warm(&sale, &fresh, 1, false).await;
+    let again = ledger.load(&sale, &fresh, 1).await;
     assert!(matches!(again, Err(LedgerError::AlreadyWarm)), "{again:?}");
     assert_eq!(stock(ledger, sku).await, (9, 0, 1, 1));
+    assert!(ledger.fence(sku).await.expect("fence"));
+    assert!(ledger.fence(sku).await.expect("fence again"), "idempotent");
+    buy_refused(ledger, sku, 2, "f", 1, ErrorCode::Unavailable).await;
+    assert_eq!(
+        stock(ledger, sku).await,
+        (9, 0, 1, 1),
+        "a fenced copy sells nothing"
+    );
     let rebuilt = Counters {
         available: 7,
         sold: 3,
         seq: 3,
         ..fresh
     };
-    ledger.warm(&sale, &rebuilt, 2, true).await.expect("force");
+    ledger
+        .load(&sale, &rebuilt, 2)
+        .await
+        .expect("a newer epoch");
+    buy_refused(ledger, sku, 2, "g", 1, ErrorCode::Unavailable).await;
+    assert_eq!(
+        ledger.restore_orders(sku, 2, &[]).await.expect("restore"),
+        0
+    );
+    let stale = ledger.open(sku, 1, SaleState::Live).await;
+    assert!(matches!(stale, Err(LedgerError::AlreadyWarm)), "{stale:?}");
+    ledger.open(sku, 2, SaleState::Live).await.expect("open");
     assert_eq!(stock(ledger, sku).await, (7, 0, 3, 3));
     let next = buy_ok(ledger, sku, 2, "b", 1).await;
     assert_eq!(
         next.order_no,
         OrderNo::new(sku, 2, 4),
         "new epoch, next seq"
+    );
+    assert!(!ledger.fence(random_sku()).await.expect("fence"), "no copy");
+}
+
+/// `set_state_if` moves a sale only from the state it names (back-pressure's auto-pause must
+/// never reopen a sale an operator paused or ended); a fenced copy takes no state change.
+pub async fn state_changes_only_from_the_expected_state(ledger: &dyn HotLedger) {
+    let sale = live_sale(SaleMode::Direct, 10, 1);
+    let sku = warm(ledger, &sale).await;
+    let (live, paused, ended) = (SaleState::Live, SaleState::Paused, SaleState::Ended);
+    assert!(ledger.set_state_if(sku, live, paused).await.expect("pause"));
+    buy_refused(ledger, sku, 1, "a", 1, ErrorCode::Paused).await;
+    ledger
+        .set_state(sku, ended)
+        .await
+        .expect("an operator ends it");
+    assert!(!ledger
+        .set_state_if(sku, paused, live)
+        .await
+        .expect("resume"));
+    buy_refused(ledger, sku, 1, "a", 1, ErrorCode::Ended).await;
+    ledger.fence(sku).await.expect("fence");
+    let fenced = ledger.set_state(sku, live).await;
+    assert!(
+        matches!(fenced, Err(LedgerError::Unavailable(_))),
+        "{fenced:?}"
+    );
+}
+
+/// `accepted_count` names the copy's epoch and how many requests it accepted.
+pub async fn accepted_count_follows_the_copy(ledger: &dyn HotLedger) {
+    let sale = live_sale(SaleMode::Direct, 10, 2);
+    let sku = warm(ledger, &sale).await;
+    assert_eq!(
+        ledger.accepted_count(sku).await.expect("count"),
+        Some((1, 0))
+    );
+    buy_ok(ledger, sku, 1, "a", 1).await;
+    buy(ledger, sku, 1, "a", 1).await; // a replay accepts nothing new
+    buy_ok(ledger, sku, 2, "b", 1).await;
+    assert_eq!(
+        ledger.accepted_count(sku).await.expect("count"),
+        Some((1, 2))
+    );
+    assert_eq!(
+        ledger.accepted_count(random_sku()).await.expect("count"),
+        None
     );
 }
 

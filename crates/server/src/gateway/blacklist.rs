@@ -195,10 +195,9 @@ pub struct RedisGuards {
 }
 
 impl RedisGuards {
+    /// Connects on first use (a service starts while Redis is down).
     pub async fn connect(url: &str, prefix: &str) -> Result<RedisGuards, String> {
-        let conn = Conn::connect(url, Timeouts::HOT)
-            .await
-            .map_err(|e| e.to_string())?;
+        let conn = Conn::lazy(url, Timeouts::HOT);
         Ok(RedisGuards {
             conn,
             prefix: prefix.to_owned(),

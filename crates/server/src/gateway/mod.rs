@@ -214,19 +214,27 @@ async fn auto_pause(st: &Inner, gate: &pressure::SaleGate, engaged: bool) {
     if !engaged && !gate.auto_paused.load(Ordering::Relaxed) {
         return;
     }
-    let state = pressure::auto_state(engaged);
-    match st.ledger.set_state(gate.sku, state).await {
-        Ok(()) => {
-            gate.auto_paused.store(engaged, Ordering::Relaxed);
+    let (from, to) = pressure::auto_transition(engaged);
+    if !engaged && !operator_left_it_live(st, gate.sku).await {
+        // An operator paused or ended the sale while it was auto-paused: theirs now.
+        gate.auto_paused.store(false, Ordering::Relaxed);
+        return;
+    }
+    match st.ledger.set_state_if(gate.sku, from, to).await {
+        Ok(changed) => {
+            gate.auto_paused
+                .store(engaged && changed, Ordering::Relaxed);
             st.sales.forget(gate.sku);
-            tracing::warn!(
-                sku = gate.sku.0,
-                ?state,
-                "back-pressure auto-pause: sale state set"
-            );
+            tracing::warn!(sku = gate.sku.0, ?to, changed, "back-pressure auto-pause");
         }
         Err(e) => tracing::warn!(sku = gate.sku.0, error = %e, "auto-pause failed"),
     }
+}
+
+/// The operator's state in the database is still `live` (the hot copy's state is the one
+/// the auto-pause changed).
+async fn operator_left_it_live(st: &Inner, sku: SkuId) -> bool {
+    matches!(st.store.sale(sku).await, Ok(Some(s)) if s.sale.state == flashsale_core::SaleState::Live)
 }
 
 #[cfg(test)]

@@ -144,12 +144,14 @@ pub struct Bounds {
     pub queue: u64,
 }
 
-/// What the auto-pause does to a sale when back-pressure engages or lets go.
-pub fn auto_state(engaged: bool) -> SaleState {
+/// What the auto-pause does to a sale when back-pressure engages or lets go, as
+/// `(from, to)`: it only ever moves a live sale to paused and back, never a sale an operator
+/// paused or ended meanwhile.
+pub fn auto_transition(engaged: bool) -> (SaleState, SaleState) {
     if engaged {
-        SaleState::Paused
+        (SaleState::Live, SaleState::Paused)
     } else {
-        SaleState::Live
+        (SaleState::Paused, SaleState::Live)
     }
 }
 

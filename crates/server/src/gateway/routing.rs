@@ -48,20 +48,29 @@ impl HotLedger for RoutedLedger {
         self.main.kind()
     }
 
-    async fn warm(
-        &self,
-        sale: &Sale,
-        counters: &Counters,
-        epoch: u64,
-        force: bool,
-    ) -> Result<(), LedgerError> {
-        self.route(sale.sku_id)
-            .warm(sale, counters, epoch, force)
-            .await
+    async fn load(&self, sale: &Sale, counters: &Counters, epoch: u64) -> Result<(), LedgerError> {
+        self.route(sale.sku_id).load(sale, counters, epoch).await
+    }
+
+    async fn fence(&self, sku: SkuId) -> Result<bool, LedgerError> {
+        self.route(sku).fence(sku).await
+    }
+
+    async fn open(&self, sku: SkuId, epoch: u64, state: SaleState) -> Result<(), LedgerError> {
+        self.route(sku).open(sku, epoch, state).await
     }
 
     async fn set_state(&self, sku: SkuId, state: SaleState) -> Result<(), LedgerError> {
         self.route(sku).set_state(sku, state).await
+    }
+
+    async fn set_state_if(
+        &self,
+        sku: SkuId,
+        from: SaleState,
+        to: SaleState,
+    ) -> Result<bool, LedgerError> {
+        self.route(sku).set_state_if(sku, from, to).await
     }
 
     async fn purchase_batch(
@@ -105,6 +114,10 @@ impl HotLedger for RoutedLedger {
         self.route(sku).accepted_keys(sku, max).await
     }
 
+    async fn accepted_count(&self, sku: SkuId) -> Result<Option<(u64, usize)>, LedgerError> {
+        self.route(sku).accepted_count(sku).await
+    }
+
     fn on_restock(&self, listener: RestockListener) {
         self.main.on_restock(listener.clone());
         self.hot.on_restock(listener);
@@ -114,8 +127,13 @@ impl HotLedger for RoutedLedger {
         self.route(sku).hot_snapshot(sku).await
     }
 
-    async fn restore_orders(&self, sku: SkuId, orders: &[HotOrder]) -> Result<usize, LedgerError> {
-        self.route(sku).restore_orders(sku, orders).await
+    async fn restore_orders(
+        &self,
+        sku: SkuId,
+        epoch: u64,
+        orders: &[HotOrder],
+    ) -> Result<usize, LedgerError> {
+        self.route(sku).restore_orders(sku, epoch, orders).await
     }
 }
 
@@ -128,9 +146,8 @@ pub async fn hot_routed(
     let g = &config.limits.gateway;
     match (&g.hot_redis_url, &config.redis_url) {
         (Some(hot_url), Some(_)) if !g.hot_skus.is_empty() => {
-            let hot = flashsale_redis::RedisLedger::connect(hot_url, &config.redis_prefix)
-                .await
-                .map_err(|e| anyhow::anyhow!("connect to the hot-sale Redis: {e}"))?;
+            let hot = flashsale_redis::RedisLedger::connect_lazy(hot_url, &config.redis_prefix)
+                .map_err(|e| anyhow::anyhow!("the hot-sale Redis: {e}"))?;
             tracing::info!(skus = ?g.hot_skus, "hot sales routed to a dedicated Redis");
             Ok(Arc::new(RoutedLedger::new(
                 ledger,

@@ -3,7 +3,9 @@
 use axum::extract::rejection::PathRejection;
 use axum::extract::{Path, State};
 use axum::Json;
-use flashsale_core::{ErrorCode, HotOrder, LedgerError, OrderNo, OrderStatus, Resolution, UserId};
+use flashsale_core::{
+    ErrorCode, EventKind, HotOrder, LedgerError, OrderNo, OrderStatus, Resolution, UserId,
+};
 
 use super::OrderView;
 use crate::auth::User;
@@ -47,8 +49,11 @@ fn owned(
     Ok(Json(OrderView::new(&order, status.unwrap_or(order.status))))
 }
 
+/// Answers a pay or cancel; one answered 200 goes into the loss journal (a hot ledger that
+/// loses it afterwards must not lose it silently).
 async fn resolve(
     st: &AppState,
+    kind: EventKind,
     result: Result<Resolution, LedgerError>,
 ) -> Result<Json<OrderView>, AppError> {
     match &result {
@@ -57,6 +62,8 @@ async fn resolve(
         Err(_) => {}
     }
     let order = result?.map_err(AppError::from_code)?;
+    let at_ms = crate::routes::sales::now_ms();
+    st.journal.record_resolution(&order.order_no, kind, at_ms);
     Ok(Json(OrderView::new(&order, order.status)))
 }
 
@@ -67,7 +74,7 @@ pub async fn pay(
 ) -> Result<Json<OrderView>, AppError> {
     let no = parse(p)?;
     let result = st.ledger.pay(&no, user).await;
-    resolve(&st, result).await
+    resolve(&st, EventKind::Paid, result).await
 }
 
 pub async fn cancel(
@@ -77,7 +84,7 @@ pub async fn cancel(
 ) -> Result<Json<OrderView>, AppError> {
     let no = parse(p)?;
     let result = st.ledger.cancel(&no, user).await;
-    let answer = resolve(&st, result).await;
+    let answer = resolve(&st, EventKind::Cancelled, result).await;
     if answer.is_ok() {
         st.sold_out.clear(no.sku());
     }

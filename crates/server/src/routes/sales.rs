@@ -151,6 +151,12 @@ pub struct WarmQuery {
     pub force: bool,
 }
 
+/// Loads a sale into the hot ledger. A sale whose hot copy is intact (open, of the
+/// database's epoch) and has sold is refused unless `force`; everything else — the first
+/// load, a copy that is gone or older than the database, a forced warm — is a rebuild: the
+/// old copy is fenced and drained, the next epoch is taken in the database, and the new copy
+/// is loaded with the database's orders (see `reconcile::rebuild`). No order number is ever
+/// handed out twice, and nothing the old copy accepted is lost while it is readable.
 pub async fn warm(
     State(st): State<AppState>,
     _: Admin,
@@ -159,25 +165,65 @@ pub async fn warm(
 ) -> Result<Json<SaleView>, AppError> {
     let sku = SkuId(path(p)?);
     let Query(q) = q?;
-    let stored = st
-        .store
-        .sale(sku)
-        .await?
-        .ok_or_else(|| AppError::from_code(ErrorCode::SaleNotFound))?;
+    let stored = stored_sale(&st, sku).await?;
     if stored.sale.state == SaleState::Ended {
         return Err(AppError::from_code(ErrorCode::Ended));
     }
-    let mut sale = stored.sale.clone();
-    if sale.state == SaleState::Scheduled {
-        sale.state = SaleState::Live;
+    if stored.sale.state == SaleState::Scheduled {
+        // The database first: a rebuild opens the copy in the database's state.
+        st.store.set_state(sku, SaleState::Live).await?;
     }
-    st.ledger
-        .warm(&sale, &stored.counters, stored.epoch, q.force)
-        .await?;
-    st.store.set_state(sku, sale.state).await?;
+    let snap = st.ledger.hot_snapshot(sku).await?;
+    let intact = snap
+        .as_ref()
+        .filter(|s| s.epoch == stored.epoch && s.fenced_ms.is_none());
+    match intact {
+        Some(s) if s.counters.seq > 0 && !q.force => {
+            return Err(AppError::new(
+                ErrorCode::SaleExists,
+                format!(
+                    "sale {sku} is warm and has sold; ?force=true rebuilds it from the database \
+                     in a new epoch (its stream is drained first: nothing accepted is lost)"
+                ),
+            ));
+        }
+        Some(_) if !q.force => {
+            let state = stored_sale(&st, sku).await?.sale.state;
+            st.ledger.set_state(sku, state).await?;
+        }
+        _ => {
+            crate::reconcile::rebuild(st.ledger.as_ref(), st.store.as_ref(), sku)
+                .await
+                .map_err(rebuild_error)?;
+        }
+    }
     st.sales.forget(sku);
     st.sold_out.clear(sku);
-    Ok(Json(SaleView::new(&sale, &stored.counters)))
+    let stored = stored_sale(&st, sku).await?;
+    let hot = st.ledger.counters(sku).await.ok().flatten();
+    Ok(Json(SaleView::new(
+        &stored.sale,
+        &hot.unwrap_or(stored.counters),
+    )))
+}
+
+async fn stored_sale(st: &AppState, sku: SkuId) -> Result<StoredSale, AppError> {
+    st.store
+        .sale(sku)
+        .await?
+        .ok_or_else(|| AppError::from_code(ErrorCode::SaleNotFound))
+}
+
+fn rebuild_error(e: crate::reconcile::RebuildError) -> AppError {
+    use crate::reconcile::RebuildError;
+    match e {
+        RebuildError::Raced(sku) => AppError::new(
+            ErrorCode::Unavailable,
+            format!("another rebuild of sale {sku} is under way; retry"),
+        ),
+        RebuildError::Ledger(e) => e.into(),
+        RebuildError::Store(e) => e.into(),
+    }
 }
 
 async fn set_state(

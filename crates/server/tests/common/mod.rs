@@ -58,6 +58,7 @@ pub fn config(redis_url: Option<String>, database_url: String) -> Config {
         limits: Limits::default(),
         run_persister: true,
         instance_id: flashsale_testkit::unique_name("inst"),
+        reconcile: Default::default(),
     }
 }
 

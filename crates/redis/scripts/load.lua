@@ -1,29 +1,35 @@
 #!lua
--- Loads a sale into the hot ledger with the given counters and epoch (from the system of
--- record). Refuses when the sale hash exists and has seq > 0, unless force; force first drops
--- the sale's buyers, requests, orders and holds. The events stream is never deleted here.
+-- Loads a sale into the hot ledger from the system of record as the copy of an epoch the
+-- caller has just taken in the database (the fencing token). The copy starts fenced: it
+-- judges nothing until open.lua. A copy of an older epoch is replaced (the database already
+-- refuses its events); a copy of this epoch or a newer one stands, and the answer is
+-- 'ALREADY_WARM'. The events stream is never deleted here: the persister still reads it,
+-- and the database sorts its events by epoch.
 -- KEYS: 1 sale, 2 buyers, 3 requests, 4 orders, 5 holds (all tagged {<sku>})
 -- ARGV: 1 sku, 2 total, 3 available, 4 reserved, 5 sold, 6 seq, 7 epoch, 8 limit, 9 mode,
---       10 timeout_ms, 11 starts_at_ms, 12 ends_at_ms, 13 state, 14 force ('0' | '1')
+--       10 timeout_ms, 11 starts_at_ms, 12 ends_at_ms, 13 state
 -- Returns 'OK' or 'ALREADY_WARM'. Error reply 'INVALID_ARGS' (nothing changed).
-if #KEYS ~= 5 or #ARGV ~= 14 then
-  return redis.error_reply('INVALID_ARGS warm needs 5 keys and 14 args')
+if #KEYS ~= 5 or #ARGV ~= 13 then
+  return redis.error_reply('INVALID_ARGS load needs 5 keys and 13 args')
 end
+-- Canonical decimals below 2^53 (a Lua number holds them exactly).
 local function uint(s)
-  if type(s) ~= 'string' or #s > 15 or not string.match(s, '^%d+$') then return nil end
-  return tonumber(s)
+  if type(s) ~= 'string' or #s > 16 or not string.match(s, '^%d+$') then return nil end
+  local n = tonumber(s)
+  if n > 9007199254740991 then return nil end
+  return n
 end
 local sku, total, available, reserved, sold, seq, epoch, limit =
   uint(ARGV[1]), uint(ARGV[2]), uint(ARGV[3]), uint(ARGV[4]), uint(ARGV[5]), uint(ARGV[6]),
   uint(ARGV[7]), uint(ARGV[8])
-local mode, timeout_ms, starts_at, ends_at, state, force =
-  ARGV[9], uint(ARGV[10]), uint(ARGV[11]), uint(ARGV[12]), ARGV[13], ARGV[14]
-local function bad(why) return redis.error_reply('INVALID_ARGS warm: ' .. why) end
+local mode, timeout_ms, starts_at, ends_at, state =
+  ARGV[9], uint(ARGV[10]), uint(ARGV[11]), uint(ARGV[12]), ARGV[13]
+local function bad(why) return redis.error_reply('INVALID_ARGS load: ' .. why) end
 if not (sku and total and available and reserved and sold and seq and epoch and limit
     and timeout_ms and starts_at and ends_at) then
-  return bad('numbers must be non-negative integers')
+  return bad('numbers must be integers in 0..2^53')
 end
-if sku < 1 then return bad('sku must be positive') end
+if sku < 1 or epoch < 1 then return bad('sku and epoch must be positive') end
 if total < 1 or total > 1000000000 then return bad('total must be 1..=10^9') end
 if available + reserved + sold ~= total then return bad('counters not conserved') end
 if limit < 1 or limit > 1000 then return bad('limit must be 1..=1000') end
@@ -35,17 +41,18 @@ if ends_at <= starts_at then return bad('ends_at_ms must be after starts_at_ms')
 if state ~= 'scheduled' and state ~= 'live' and state ~= 'paused' and state ~= 'ended' then
   return bad('state must be scheduled|live|paused|ended')
 end
-if force ~= '0' and force ~= '1' then return bad("force must be '0' or '1'") end
 if string.match(KEYS[1], '{(.-)}') ~= ARGV[1] then return bad('sku does not match the keys') end
 
-local cur_seq = redis.call('HGET', KEYS[1], 'seq')
-if cur_seq and (tonumber(cur_seq) or 0) > 0 and force ~= '1' then
+local cur_epoch = tonumber(redis.call('HGET', KEYS[1], 'epoch') or '0') or 0
+if cur_epoch >= epoch then
   return 'ALREADY_WARM'
 end
 
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 redis.call('DEL', KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5])
 redis.call('HSET', KEYS[1], 'sku', ARGV[1], 'total', ARGV[2], 'available', ARGV[3],
   'reserved', ARGV[4], 'sold', ARGV[5], 'seq', ARGV[6], 'epoch', ARGV[7], 'limit', ARGV[8],
   'mode', mode, 'timeout_ms', ARGV[10], 'starts_at_ms', ARGV[11], 'ends_at_ms', ARGV[12],
-  'state', state)
+  'state', state, 'fenced_at_ms', string.format('%d', now))
 return 'OK'

@@ -1,0 +1,198 @@
+//! The loss journal: what this instance promised that the database may not hold yet.
+//!
+//! When Redis restarts without persistence its stream goes with the counters, so nothing in
+//! Redis or the database names the purchases accepted after `applied_seq`, nor the payments
+//! and cancellations answered 200. Each instance therefore records, per sale, every newly
+//! accepted purchase (by order number: `(epoch, seq)`) and every resolution it answered (with
+//! the time it answered), in memory. A reconciler run forgets what the database holds and
+//! reports what it never will: a purchase of an epoch older than the database's (the database
+//! refuses that epoch now), a resolution answered before the sale's copy was replaced.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::Mutex;
+
+use flashsale_core::{EventKind, HotOrder, OrderNo, OrderStatus, SaleMode, SkuId, StoredSale};
+
+/// Most entries the journal keeps per sale (beyond it, the oldest go and the journal says it
+/// is incomplete).
+pub const JOURNAL_PER_SALE_MAX: usize = 262_144;
+
+#[derive(Default)]
+pub struct Journal {
+    sales: Mutex<HashMap<SkuId, SaleJournal>>,
+    /// One reconciler run at a time in this process (worker, admin API).
+    pub(crate) running: tokio::sync::Mutex<()>,
+}
+
+#[derive(Default)]
+struct SaleJournal {
+    /// Accepted purchases by `(epoch, seq)` of their order number.
+    purchases: BTreeMap<(u64, u64), OrderNo>,
+    /// Payments and cancellations answered 200: order number → (kind, answered at ms).
+    resolutions: BTreeMap<OrderNo, (EventKind, i64)>,
+    /// Entries dropped because the journal was full.
+    dropped: u64,
+}
+
+/// What the journal could decide in one run.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct Losses {
+    pub orders: Vec<OrderNo>,
+    /// `(order_no, kind)` of resolutions answered 200 that the database never got.
+    pub resolutions: Vec<(OrderNo, EventKind)>,
+    /// False when entries were dropped (the report may be incomplete).
+    pub complete: bool,
+}
+
+impl Journal {
+    /// Records newly accepted purchases (not replays) of `sku`.
+    pub fn record_purchases(&self, sku: SkuId, orders: impl Iterator<Item = OrderNo>) {
+        let mut sales = self.sales.lock().expect("journal lock");
+        let journal = sales.entry(sku).or_default();
+        for no in orders {
+            journal.purchases.insert((no.epoch(), no.seq()), no);
+            if journal.purchases.len() > JOURNAL_PER_SALE_MAX {
+                journal.purchases.pop_first();
+                journal.dropped += 1;
+            }
+        }
+    }
+
+    /// Records a payment or cancellation answered 200 at `at_ms` (this process's clock).
+    pub fn record_resolution(&self, no: &OrderNo, kind: EventKind, at_ms: i64) {
+        let mut sales = self.sales.lock().expect("journal lock");
+        let journal = sales.entry(no.sku()).or_default();
+        journal.resolutions.insert(no.clone(), (kind, at_ms));
+        if journal.resolutions.len() > JOURNAL_PER_SALE_MAX {
+            journal.resolutions.pop_first();
+            journal.dropped += 1;
+        }
+    }
+
+    /// Forgets what the database holds and takes out what it never will (`stored` and
+    /// `orders` read in one transaction).
+    pub fn settle(&self, stored: &StoredSale, orders: &[HotOrder]) -> Losses {
+        let sku = stored.sale.sku_id;
+        let mut sales = self.sales.lock().expect("journal lock");
+        let Some(j) = sales.get_mut(&sku) else {
+            return Losses {
+                complete: true,
+                ..Losses::default()
+            };
+        };
+        let held: HashSet<&OrderNo> = orders.iter().map(|o| &o.order_no).collect();
+        let status: HashMap<&OrderNo, OrderStatus> =
+            orders.iter().map(|o| (&o.order_no, o.status)).collect();
+        let mut losses = Losses {
+            complete: j.dropped == 0,
+            ..Losses::default()
+        };
+        j.purchases.retain(|&(epoch, _), no| {
+            let lost = !held.contains(no) && epoch < stored.epoch;
+            if lost {
+                losses.orders.push(no.clone());
+            }
+            !held.contains(no) && !lost
+        });
+        j.resolutions.retain(|no, &mut (kind, at_ms)| {
+            // Resolutions exist in reserve mode only.
+            let done = status.get(no).copied() == Some(kind.status_after(SaleMode::Reserve));
+            let lost = !done && stored.epoch_at_ms > at_ms;
+            if lost {
+                losses.resolutions.push((no.clone(), kind));
+            }
+            !done && !lost
+        });
+        losses
+    }
+
+    /// Entries kept for a sale (for tests and metrics).
+    pub fn len(&self, sku: SkuId) -> usize {
+        let sales = self.sales.lock().expect("journal lock");
+        sales
+            .get(&sku)
+            .map_or(0, |j| j.purchases.len() + j.resolutions.len())
+    }
+
+    pub fn is_empty(&self, sku: SkuId) -> bool {
+        self.len(sku) == 0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use flashsale_core::{Counters, RequestId, Sale, SaleState, UserId};
+
+    fn no(epoch: u64, seq: u64) -> OrderNo {
+        OrderNo::new(SkuId(7), epoch, seq)
+    }
+
+    fn stored(epoch: u64, epoch_at_ms: i64) -> StoredSale {
+        let sale = Sale {
+            sku_id: SkuId(7),
+            name: "t".into(),
+            total_stock: 100,
+            per_user_limit: 1,
+            mode: SaleMode::Reserve,
+            payment_timeout_ms: 1_000,
+            starts_at_ms: 0,
+            ends_at_ms: 1,
+            state: SaleState::Live,
+        };
+        StoredSale {
+            counters: Counters::default(),
+            sale,
+            epoch,
+            epoch_at_ms,
+        }
+    }
+
+    fn held(no: &OrderNo, status: OrderStatus) -> HotOrder {
+        HotOrder {
+            order_no: no.clone(),
+            sku_id: SkuId(7),
+            user_id: UserId(1),
+            request_id: RequestId::parse("r").unwrap(),
+            quantity: 1,
+            status,
+            deadline_ms: 0,
+            created_at_ms: 0,
+        }
+    }
+
+    /// The database holding an order number is what settles it, never its seq alone.
+    #[test]
+    fn purchases_settle_by_order_number_and_older_epochs_not_held_are_lost() {
+        let j = Journal::default();
+        let sku = SkuId(7);
+        j.record_purchases(sku, (1..=4).map(|s| no(1, s)));
+        let orders = [held(&no(1, 1), OrderStatus::Reserved)];
+        // Same epoch: 2–4 are still in flight.
+        let l = j.settle(&stored(1, 0), &orders);
+        assert!(l.orders.is_empty() && l.complete);
+        assert_eq!(j.len(sku), 3);
+        // Rebuilt in epoch 2 holding only seq 2 of the old numbers: 3 and 4 are lost.
+        let orders = [held(&no(1, 2), OrderStatus::Reserved)];
+        let l = j.settle(&stored(2, 0), &orders);
+        assert_eq!(l.orders, vec![no(1, 3), no(1, 4)]);
+        assert!(j.is_empty(sku));
+    }
+
+    #[test]
+    fn a_payment_answered_before_a_rebuild_that_the_database_lacks_is_lost() {
+        let j = Journal::default();
+        j.record_resolution(&no(1, 1), EventKind::Paid, 1_000);
+        j.record_resolution(&no(1, 2), EventKind::Paid, 1_000);
+        j.record_resolution(&no(1, 3), EventKind::Cancelled, 3_000);
+        let orders = [
+            held(&no(1, 1), OrderStatus::Paid),
+            held(&no(1, 2), OrderStatus::Reserved),
+            held(&no(1, 3), OrderStatus::Reserved),
+        ];
+        // Rebuilt at 2,000: the payment of 1-2 never arrived; the cancel of 1-3 came after.
+        let l = j.settle(&stored(2, 2_000), &orders);
+        assert_eq!(l.resolutions, vec![(no(1, 2), EventKind::Paid)]);
+        assert_eq!(j.len(SkuId(7)), 1);
+    }
+}

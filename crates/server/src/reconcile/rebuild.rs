@@ -1,0 +1,180 @@
+//! The life of a sale's hot copy: `absent → live(e) → lost → rebuilt(e+1)`, and the one way
+//! a copy is (re)loaded: [`rebuild`].
+//!
+//! | step | writes first | why |
+//! |---|---|---|
+//! | 1 fence the old copy | Redis: `fenced_at_ms` | no write of epoch `e` after this (purchases, pay, cancel, expiry answer UNAVAILABLE) |
+//! | 2 drain its stream | database: the events of `e` above `applied_seq` | nothing the old copy accepted is lost when it is readable |
+//! | 3 take epoch `e+1` | database: `sales.epoch` (compare and set) | the fencing token: the database refuses `e`'s events from now on; of two racing rebuilds one wins |
+//! | 4 load the new copy | Redis: the sale hash at the database's counters, fenced | replaces only an older copy |
+//! | 5 restore orders | Redis: orders, request replays, buyer units, holds | retries of persisted requests get their first outcome |
+//! | 6 open | Redis: the operator state, fence lifted | only the copy of `e+1` |
+//!
+//! Every step is idempotent and checks the epoch it works on. A rebuild that dies midway
+//! leaves a fenced copy or a copy older than the database's epoch: the reconciler sees either
+//! as behind and rebuilds again (a fenced copy once it has been fenced for
+//! [`REBUILD_STALL_MS`]), so a rebuild cannot be left half done.
+
+use flashsale_core::{Event, HotLedger, LedgerError, OrderStore, SaleState, SkuId, StoreError};
+
+/// A copy fenced this long is taken for a rebuild that died midway and rebuilt again.
+pub const REBUILD_STALL_MS: u64 = 5_000;
+
+/// What a rebuild did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Rebuilt {
+    pub epoch: u64,
+    /// Events of the old copy applied from its stream before the epoch moved.
+    pub drained: usize,
+    /// Orders put back into the new copy.
+    pub restored: usize,
+    pub applied_seq: u64,
+    pub state: SaleState,
+}
+
+impl std::fmt::Display for Rebuilt {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "epoch {}, {} events drained, counters at seq {}, {} orders restored, state {}",
+            self.epoch,
+            self.drained,
+            self.applied_seq,
+            self.restored,
+            self.state.as_str()
+        )
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum RebuildError {
+    /// Another rebuild took the epoch or replaced the copy first; it finishes the job.
+    #[error("another rebuild of sale {0} won the race")]
+    Raced(SkuId),
+    #[error(transparent)]
+    Ledger(#[from] LedgerError),
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+/// Replaces a sale's hot copy with one loaded from the database in a new epoch (see the
+/// module doc for the steps).
+pub async fn rebuild(
+    ledger: &dyn HotLedger,
+    store: &dyn OrderStore,
+    sku: SkuId,
+) -> Result<Rebuilt, RebuildError> {
+    ledger.fence(sku).await?;
+    let drained = drain(ledger, store, sku).await?;
+    let before = stored(store, sku).await?;
+    let epoch = store
+        .take_epoch(sku, before.epoch)
+        .await?
+        .ok_or(RebuildError::Raced(sku))?;
+    let after = stored(store, sku).await?;
+    let raced = |e: LedgerError| match e {
+        LedgerError::AlreadyWarm => RebuildError::Raced(sku),
+        e => RebuildError::Ledger(e),
+    };
+    ledger
+        .load(&after.sale, &after.counters, epoch)
+        .await
+        .map_err(raced)?;
+    let orders = store.orders(sku).await?;
+    let restored = ledger
+        .restore_orders(sku, epoch, &orders)
+        .await
+        .map_err(raced)?;
+    // The operator's word as it is now (it may have changed during the rebuild).
+    let state = stored(store, sku).await?.sale.state;
+    ledger.open(sku, epoch, state).await.map_err(raced)?;
+    tracing::warn!(%sku, epoch, drained, restored, applied_seq = after.counters.seq, "hot copy rebuilt from the database");
+    Ok(Rebuilt {
+        epoch,
+        drained,
+        restored,
+        applied_seq: after.counters.seq,
+        state,
+    })
+}
+
+async fn stored(
+    store: &dyn OrderStore,
+    sku: SkuId,
+) -> Result<flashsale_core::StoredSale, StoreError> {
+    store.sale(sku).await?.ok_or(StoreError::SaleNotFound)
+}
+
+/// Applies the fenced copy's events the database lacks, when the copy is the one of the
+/// database's epoch (an older one is refused already): the contiguous run above
+/// `applied_seq`. Events past a hole (lost with a failover) stay in the stream; after the
+/// epoch moves the persister keeps them as fenced, and the reconciler reports them.
+async fn drain(
+    ledger: &dyn HotLedger,
+    store: &dyn OrderStore,
+    sku: SkuId,
+) -> Result<usize, RebuildError> {
+    let Some(snap) = ledger.hot_snapshot(sku).await? else {
+        return Ok(0);
+    };
+    let db = stored(store, sku).await?;
+    if snap.epoch != db.epoch {
+        return Ok(0);
+    }
+    let run = contiguous_above(&snap.events, snap.epoch, db.counters.seq);
+    if run.is_empty() {
+        return Ok(0);
+    }
+    match store.apply_events(sku, &run).await {
+        Ok(report) => Ok(report.applied),
+        // The persister applied some meanwhile: what is left is applied on the next try.
+        Err(StoreError::Gap { .. }) => Ok(0),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// The events of `epoch` that continue `applied_seq` without a hole, in seq order.
+fn contiguous_above(events: &[Event], epoch: u64, applied_seq: u64) -> Vec<Event> {
+    let mut mine: Vec<&Event> = events
+        .iter()
+        .filter(|e| e.epoch == epoch && e.seq > applied_seq)
+        .collect();
+    mine.sort_by_key(|e| e.seq);
+    mine.into_iter()
+        .enumerate()
+        .take_while(|(i, e)| e.seq == applied_seq + 1 + *i as u64)
+        .map(|(_, e)| e.clone())
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use flashsale_core::{EventKind, OrderNo, RequestId, UserId};
+
+    fn ev(epoch: u64, seq: u64) -> Event {
+        Event {
+            sku_id: SkuId(1),
+            epoch,
+            seq,
+            kind: EventKind::Deducted,
+            order_no: OrderNo::new(SkuId(1), epoch, seq),
+            request_id: RequestId::parse("r").unwrap(),
+            user_id: UserId(1),
+            quantity: 1,
+            at_ms: 0,
+            deadline_ms: 0,
+        }
+    }
+
+    #[test]
+    fn a_drain_takes_the_run_of_its_epoch_up_to_the_first_hole() {
+        let events = [ev(1, 2), ev(2, 3), ev(2, 5), ev(2, 4), ev(2, 7)];
+        let seqs: Vec<u64> = contiguous_above(&events, 2, 2)
+            .iter()
+            .map(|e| e.seq)
+            .collect();
+        assert_eq!(seqs, vec![3, 4, 5]);
+        assert!(contiguous_above(&events, 2, 5).is_empty());
+    }
+}

@@ -1,0 +1,69 @@
+//! The reconciler over HTTP: a fresh report (admin) and a repair of one sale.
+
+use axum::extract::rejection::{PathRejection, QueryRejection};
+use axum::extract::{Path, Query, State};
+use axum::Json;
+use flashsale_core::{LedgerError, SkuId, StoreError};
+use serde::Deserialize;
+
+use super::{Reconciler, SaleReport, Trigger};
+use crate::auth::Admin;
+use crate::error::AppError;
+use crate::state::AppState;
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ReportQuery {
+    pub sku: Option<u64>,
+}
+
+/// `GET /api/v1/admin/reconcile[?sku=N]`: a fresh run (no repairs) of every sale or one.
+pub async fn report_route(
+    State(st): State<AppState>,
+    _: Admin,
+    q: Result<Query<ReportQuery>, QueryRejection>,
+) -> Result<Json<Vec<SaleReport>>, AppError> {
+    let Query(q) = q?;
+    let reconciler = Reconciler::from_state(&st);
+    reconciler
+        .run(q.sku.map(SkuId), false, Trigger::Admin)
+        .await
+        .map(Json)
+        .map_err(internal)
+}
+
+/// `POST /api/v1/admin/reconcile/{sku_id}/repair`: a run with repairs.
+pub async fn repair_route(
+    State(st): State<AppState>,
+    _: Admin,
+    p: Result<Path<u64>, PathRejection>,
+) -> Result<Json<SaleReport>, AppError> {
+    let sku = SkuId(crate::routes::path(p)?);
+    if st.store.sale(sku).await?.is_none() {
+        return Err(AppError::from_code(flashsale_core::ErrorCode::SaleNotFound));
+    }
+    let reconciler = Reconciler::from_state(&st);
+    let report = reconciler
+        .run_sale(sku, true, Trigger::Admin)
+        .await
+        .map_err(internal)?;
+    st.sold_out.clear(sku);
+    st.sales.forget(sku);
+    Ok(Json(report))
+}
+
+fn internal(e: anyhow::Error) -> AppError {
+    if let Some(super::RebuildError::Raced(sku)) = e.downcast_ref::<super::RebuildError>() {
+        return AppError::new(
+            flashsale_core::ErrorCode::Unavailable,
+            format!("another rebuild of sale {sku} is under way; retry"),
+        );
+    }
+    match e.downcast::<LedgerError>() {
+        Ok(l) => l.into(),
+        Err(e) => match e.downcast::<StoreError>() {
+            Ok(s) => s.into(),
+            Err(e) => AppError::new(flashsale_core::ErrorCode::Unavailable, e.to_string()),
+        },
+    }
+}

@@ -1,0 +1,177 @@
+//! The persister's recovery paths: its own pending entries behind a gap that a dead consumer
+//! holds, pending entries trimmed meanwhile, and a stream a dead letter stopped, across a
+//! restart. Real Redis, real MariaDB.
+
+mod common;
+
+use std::time::Duration;
+
+use common::Stack;
+use flashsale_core::{OrderStore, SkuId};
+use flashsale_redis::StreamReader;
+use flashsale_store::persister::{Persister, PersisterConfig};
+use flashsale_store::MySqlStore;
+use flashsale_testkit::mariadb::TestDatabase;
+use flashsale_testkit::redis_server;
+use flashsale_testkit::wait;
+use reqwest::StatusCode;
+use serde_json::json;
+use tokio::sync::broadcast;
+
+async fn stack_without_persister() -> Stack {
+    let db = TestDatabase::create().await;
+    let mut cfg = common::config(Some(redis_server::shared_url()), db.url.clone());
+    cfg.run_persister = false;
+    cfg.reconcile.interval = Duration::ZERO;
+    Stack::start(cfg, Some(db), None).await
+}
+
+async fn buy(stack: &Stack, sku: u64, users: std::ops::RangeInclusive<u64>) {
+    for u in users {
+        let (s, b) = stack.buy(u, sku, "r", json!(1)).await;
+        assert_eq!(s, StatusCode::ACCEPTED, "{b}");
+    }
+}
+
+async fn reader(stack: &Stack, consumer: &str) -> StreamReader {
+    let url = stack.config.redis_url.clone().unwrap();
+    StreamReader::connect(&url, &stack.config.redis_prefix, consumer)
+        .await
+        .unwrap()
+}
+
+/// A persister named `consumer`, until the returned sender fires.
+fn start(stack: &Stack, consumer: &str) -> (broadcast::Sender<()>, tokio::task::JoinHandle<()>) {
+    let url = stack.config.redis_url.clone().unwrap();
+    let mut config = PersisterConfig::new(&url, &stack.config.redis_prefix, consumer);
+    config.claim_idle_ms = 200;
+    let (stop, rx) = broadcast::channel(1);
+    let persister = Persister::new(config, stack.store());
+    let task = tokio::spawn(async move {
+        persister.run(rx).await.unwrap();
+    });
+    (stop, task)
+}
+
+async fn applied_seq(store: &dyn OrderStore, sku: u64) -> u64 {
+    store.sale(SkuId(sku)).await.unwrap().unwrap().counters.seq
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn own_pending_entries_behind_a_gap_wait_for_the_dead_consumers_to_be_claimed() {
+    let stack = stack_without_persister().await;
+    stack.live_sale(61, 10, 1).await;
+    buy(&stack, 61, 1..=4).await;
+    let sku = SkuId(61);
+    let dead = reader(&stack, "dead").await;
+    dead.ensure_group(sku).await.unwrap();
+    assert_eq!(dead.read_new(sku, 2, 0).await.unwrap().len(), 2);
+    // The next owner held 3 and 4 before it restarted: its own pending entries have a gap.
+    let own = reader(&stack, "next").await;
+    assert_eq!(own.read_new(sku, 2, 0).await.unwrap().len(), 2);
+    let (stop, task) = start(&stack, "next");
+    stack.drain(61).await;
+    stop.send(()).unwrap();
+    task.await.unwrap();
+    assert_eq!(own.pending_summary(sku).await.unwrap().count, 0);
+    assert!(stack.store().dead_letters(sku).await.unwrap().is_empty());
+    common::assert_invariants(stack.store().as_ref(), 61).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pending_entry_trimmed_after_it_was_applied_is_acknowledged_not_parked() {
+    let stack = stack_without_persister().await;
+    stack.live_sale(62, 10, 1).await;
+    buy(&stack, 62, 1..=2).await;
+    let sku = SkuId(62);
+    let gone = reader(&stack, "gone").await;
+    gone.ensure_group(sku).await.unwrap();
+    let entries = gone.read_new(sku, 10, 0).await.unwrap();
+    assert_eq!(entries.len(), 2);
+    // Another writer (a reconciler's replay) applied them; then the stream was trimmed.
+    let (s, b) = stack
+        .admin("POST", "/api/v1/admin/reconcile/62/repair", None)
+        .await;
+    assert_eq!(s, StatusCode::OK, "{b}");
+    assert_eq!(applied_seq(stack.store().as_ref(), 62).await, 2);
+    let last = entries.last().unwrap().0.clone();
+    let url = stack.config.redis_url.clone().unwrap();
+    let client = redis::Client::open(url).unwrap();
+    let mut conn = client.get_multiplexed_async_connection().await.unwrap();
+    let key = gone.keys().events(sku);
+    let _: i64 = redis::cmd("XDEL")
+        .arg(&key)
+        .arg(&entries[0].0)
+        .arg(&last)
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    let (stop, task) = start(&stack, "gone");
+    let probe = reader(&stack, "probe").await;
+    wait::until(
+        "the trimmed entries acknowledged",
+        Duration::from_secs(20),
+        || async { (probe.pending_summary(sku).await.unwrap().count == 0).then_some(()) },
+    )
+    .await;
+    stop.send(()).unwrap();
+    task.await.unwrap();
+    assert!(stack.store().dead_letters(sku).await.unwrap().is_empty());
+    assert_eq!(applied_seq(stack.store().as_ref(), 62).await, 2);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stream_stopped_by_a_dead_letter_stays_stopped_across_a_restart() {
+    let stack = stack_without_persister().await;
+    stack.live_sale(63, 10, 1).await;
+    let store = MySqlStore::connect(&stack.db.as_ref().unwrap().url)
+        .await
+        .unwrap();
+    store
+        .record_dead_letter(&flashsale_core::DeadLetter {
+            sku_id: SkuId(63),
+            entry_id: "1-0".into(),
+            seq: None,
+            payload: String::new(),
+            error: "poison".into(),
+            attempts: 5,
+        })
+        .await
+        .unwrap();
+    buy(&stack, 63, 1..=1).await;
+    let (stop, task) = start(&stack, "restarted");
+    // The lease is renewed on every step, parked or not: two renewals mean two steps taken.
+    let url = stack.config.redis_url.clone().unwrap();
+    let client = redis::Client::open(url).unwrap();
+    let conn = client.get_multiplexed_async_connection().await.unwrap();
+    let lease = reader(&stack, "probe").await.keys().lease(SkuId(63));
+    let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::<i64>::new()));
+    wait::until("two lease renewals", Duration::from_secs(20), || {
+        let (mut conn, lease, seen) = (conn.clone(), lease.clone(), seen.clone());
+        async move {
+            let ttl: i64 = redis::cmd("PTTL")
+                .arg(&lease)
+                .query_async(&mut conn)
+                .await
+                .unwrap();
+            let mut seen = seen.lock().unwrap();
+            match seen.last_mut() {
+                _ if ttl <= 0 => {}
+                Some(last) if ttl <= *last => *last = ttl,
+                _ => seen.push(ttl),
+            }
+            (seen.len() >= 3).then_some(())
+        }
+    })
+    .await;
+    assert_eq!(
+        applied_seq(&store, 63).await,
+        0,
+        "a parked stream applies nothing"
+    );
+    // The operator resumes it: the event goes through.
+    store.set_stream_paused(SkuId(63), false).await.unwrap();
+    stack.drain(63).await;
+    stop.send(()).unwrap();
+    task.await.unwrap();
+}
