@@ -257,13 +257,13 @@ async fn build_report(server: &Server, args: &DemoArgs, run: Outcome) -> anyhow:
     database.insert("sales.sold".into(), stored.counters.sold as i64);
     database.insert("sales.reserved".into(), stored.counters.reserved as i64);
 
-    let answered: HashSet<&str> = run
+    let answered: HashSet<String> = run
         .records
         .iter()
         .filter(|r| r.status == 202)
-        .filter_map(|r| r.order_no.as_deref())
+        .filter_map(|r| r.order_no.clone())
         .collect();
-    let in_db: HashSet<&str> = orders.iter().map(|o| o.order_no.as_str()).collect();
+    let in_db: HashSet<String> = orders.iter().map(|o| o.order_no.to_string()).collect();
     let diff = reconciliation_diff(run.counters_hot, &stored.counters);
     let mut checks = Vec::new();
     let named = |name: &str, held: bool, detail: String| Check {
@@ -304,7 +304,7 @@ async fn build_report(server: &Server, args: &DemoArgs, run: Outcome) -> anyhow:
         detail("I3"),
     ));
     checks.push(named("I4 idempotency", invariants.held("I4"), detail("I4")));
-    let lost: Vec<&&str> = answered.difference(&in_db).take(5).collect();
+    let lost: Vec<&String> = answered.difference(&in_db).take(5).collect();
     checks.push(named(
         "I5 no lost sale",
         invariants.held("I5") && lost.is_empty(),

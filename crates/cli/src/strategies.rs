@@ -460,7 +460,7 @@ impl Strategy for Ours {
         self.name
     }
     fn uses_redis(&self) -> bool {
-        self.ledger.kind() == "redis"
+        self.ledger.durability() == flashsale_core::Durability::Streamed
     }
     async fn purchase(&self, user: u64) -> anyhow::Result<bool> {
         let req = PurchaseRequest {

@@ -65,12 +65,49 @@ impl fmt::Display for RequestId {
     }
 }
 
-/// An order number, `<sku>-<epoch>-<seq>`: unique across sales, and any instance can tell the
-/// sale from it without a lookup. The epoch grows each time a sale's hot state is rebuilt from
-/// the database, so a number handed out before a loss of hot state is never handed out again.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+/// The idempotency key of one purchase attempt in a sale: the buyer and the client's request
+/// id. Its text form `<user>:<request_id>` is written here and nowhere else in Rust: the field
+/// of the Redis `requests` hash (the scripts build the same text, and the conformance suite
+/// reads it back through [`RequestKey::parse`]), the entries of a sold-out flag, the holder of a
+/// purchase token.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct RequestKey {
+    pub user: UserId,
+    pub request_id: RequestId,
+}
+
+impl RequestKey {
+    pub fn new(user: UserId, request_id: RequestId) -> RequestKey {
+        RequestKey { user, request_id }
+    }
+
+    /// Parses the text form; `None` for anything [`RequestKey`]'s `Display` would not write.
+    pub fn parse(s: &str) -> Option<RequestKey> {
+        let (user, rid) = s.split_once(':')?;
+        let user = parse_decimal(user).filter(|u| u.to_string() == user)?;
+        Some(RequestKey::new(UserId(user), RequestId::parse(rid)?))
+    }
+}
+
+impl fmt::Display for RequestKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}:{}", self.user.0, self.request_id)
+    }
+}
+
+/// An order number: the sale, the epoch of the hot copy that handed it out and the seq of the
+/// `deducted` event that created the order. Unique across sales (I8: an epoch is taken in the
+/// database for every hot copy, so a number handed out before a loss of hot state is never
+/// handed out again), and any instance can tell the sale from it without a lookup. Its text
+/// form `<sku>-<epoch>-<seq>` is written here and read here (the scripts build the same text;
+/// the conformance suite compares their numbers with [`OrderNo::new`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(into = "String", try_from = "String")]
-pub struct OrderNo(String);
+pub struct OrderNo {
+    pub sku: SkuId,
+    pub epoch: u64,
+    pub seq: u64,
+}
 
 impl TryFrom<String> for OrderNo {
     type Error = &'static str;
@@ -81,48 +118,42 @@ impl TryFrom<String> for OrderNo {
 
 impl From<OrderNo> for String {
     fn from(no: OrderNo) -> String {
-        no.0
+        no.to_string()
     }
 }
 
 impl OrderNo {
     pub fn new(sku: SkuId, epoch: u64, seq: u64) -> OrderNo {
-        OrderNo(format!("{}-{}-{}", sku.0, epoch, seq))
+        OrderNo { sku, epoch, seq }
     }
 
-    /// Parses and validates an order number from outside (a URL path).
+    /// Parses and validates an order number from outside (a URL path, a row, a stream entry):
+    /// only the canonical text that `Display` writes.
     pub fn parse(s: &str) -> Option<OrderNo> {
         let mut parts = s.split('-');
         let mut next = || parts.next().and_then(parse_decimal);
-        let (_sku, _epoch, _seq) = (next()?, next()?, next()?);
-        (s.split('-').count() == 3).then(|| OrderNo(s.to_owned()))
+        let no = OrderNo::new(SkuId(next()?), next()?, next()?);
+        (no.to_string() == s).then_some(no)
     }
 
     pub fn sku(&self) -> SkuId {
-        SkuId(self.part(0))
+        self.sku
     }
 
     /// The epoch of the hot copy that handed this number out.
     pub fn epoch(&self) -> u64 {
-        self.part(1)
+        self.epoch
     }
 
     /// The seq of the `deducted` event that created the order.
     pub fn seq(&self) -> u64 {
-        self.part(2)
+        self.seq
     }
+}
 
-    /// Part `i` of a number that [`OrderNo::parse`] or [`OrderNo::new`] made (so it parses).
-    fn part(&self, i: usize) -> u64 {
-        self.0
-            .split('-')
-            .nth(i)
-            .and_then(|p| p.parse().ok())
-            .unwrap_or(0)
-    }
-
-    pub fn as_str(&self) -> &str {
-        &self.0
+impl fmt::Display for OrderNo {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}-{}-{}", self.sku.0, self.epoch, self.seq)
     }
 }
 
@@ -132,12 +163,6 @@ fn parse_decimal(s: &str) -> Option<u64> {
         s.parse().ok()
     } else {
         None
-    }
-}
-
-impl fmt::Display for OrderNo {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0)
     }
 }
 
@@ -156,10 +181,20 @@ mod tests {
     }
 
     #[test]
+    fn request_keys_round_trip_through_their_text() {
+        let key = RequestKey::new(UserId(22), RequestId::parse("a-B_9").unwrap());
+        assert_eq!(key.to_string(), "22:a-B_9");
+        assert_eq!(RequestKey::parse("22:a-B_9"), Some(key));
+        for bad in ["", "22", ":a", "x:a", "022:a", "22:", "22:a:b", "22:a b"] {
+            assert_eq!(RequestKey::parse(bad), None, "{bad}");
+        }
+    }
+
+    #[test]
     fn order_numbers_round_trip_and_name_their_sale() {
         let no = OrderNo::new(SkuId(42), 1, 17);
-        assert_eq!(no.as_str(), "42-1-17");
-        assert_eq!(OrderNo::parse("42-1-17"), Some(no.clone()));
+        assert_eq!(no.to_string(), "42-1-17");
+        assert_eq!(OrderNo::parse("42-1-17"), Some(no));
         assert_eq!((no.sku(), no.epoch(), no.seq()), (SkuId(42), 1, 17));
         for bad in [
             "",
@@ -170,6 +205,7 @@ mod tests {
             "-1-2",
             "42--1",
             "1-2-+3",
+            "042-1-17",
         ] {
             assert_eq!(OrderNo::parse(bad), None, "{bad}");
         }

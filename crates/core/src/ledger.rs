@@ -5,8 +5,8 @@ use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 
 use crate::error::{ErrorCode, LedgerError, StoreError};
-use crate::ids::{OrderNo, RequestId, SkuId, UserId};
-use crate::order::{Event, HotOrder, PurchaseOutcome};
+use crate::ids::{OrderNo, RequestId, RequestKey, SkuId, UserId};
+use crate::order::{Event, HotOrder, OrderStatus, PurchaseOutcome};
 use crate::sale::{Counters, Sale, SaleState};
 
 /// One purchase attempt, already validated by the service (the ledger checks again).
@@ -18,14 +18,47 @@ pub struct PurchaseRequest {
     pub quantity: u32,
 }
 
+impl PurchaseRequest {
+    /// Its idempotency key within the sale.
+    pub fn key(&self) -> RequestKey {
+        RequestKey::new(self.user_id, self.request_id.clone())
+    }
+}
+
 /// Result of pay or cancel: the order after the change, or why nothing changed.
 pub type Resolution = Result<HotOrder, ErrorCode>;
+
+/// When an accepted purchase is durable in the system of record, relative to its answer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Durability {
+    /// Committed before the answer (the embedded ledger's group commit).
+    BeforeAnswer,
+    /// In the hot ledger's stream; the persister stores it after the answer (Redis).
+    Streamed,
+}
+
+impl Durability {
+    /// The status an answer shows for an order the hot ledger holds (one rule for every
+    /// route): a streamed order not yet resolved is `PENDING` until the persister stores it.
+    pub fn as_answered(self, status: OrderStatus) -> OrderStatus {
+        match (self, status) {
+            (Durability::Streamed, OrderStatus::Created | OrderStatus::Reserved) => {
+                OrderStatus::Pending
+            }
+            _ => status,
+        }
+    }
+}
 
 /// The hot path of a sale. Two implementations (Redis, embedded) pass one conformance suite.
 #[async_trait]
 pub trait HotLedger: Send + Sync + 'static {
-    /// "redis" or "embedded".
+    /// "redis" or "embedded": a name for logs, metrics and health answers. Behaviour is
+    /// asked by capability ([`HotLedger::durability`]), never by name.
     fn kind(&self) -> &'static str;
+
+    /// When an accepted purchase is durable, relative to its answer.
+    fn durability(&self) -> Durability;
 
     /// Loads a sale into the hot ledger from the system of record, as the copy of `epoch`
     /// (an epoch the caller has just taken in the database, see [`OrderStore::take_epoch`]),
@@ -87,14 +120,14 @@ pub trait HotLedger: Send + Sync + 'static {
     /// Cheap reachability check for /readyz and the breaker.
     async fn ping(&self) -> Result<(), LedgerError>;
 
-    /// Keys `<user>:<request_id>` of every accepted request of a sale, or `None` when the
-    /// sale has more than `max` of them (or is not warm). With it an instance whose local
-    /// sold-out flag is set still answers a retry of an accepted request with its first outcome.
+    /// The keys of every accepted request of a sale, or `None` when the sale has more than
+    /// `max` of them (or is not warm). With it an instance whose local sold-out flag is set
+    /// still answers a retry of an accepted request with its first outcome.
     async fn accepted_keys(
         &self,
         sku: SkuId,
         max: usize,
-    ) -> Result<Option<Vec<String>>, LedgerError>;
+    ) -> Result<Option<Vec<RequestKey>>, LedgerError>;
 
     /// The epoch of a sale's copy and how many accepted requests it remembers (cheap: no
     /// keys), so an instance reloads [`HotLedger::accepted_keys`] only when they changed;
@@ -279,4 +312,21 @@ pub struct ReconcileRun {
     pub lost_resolutions: Vec<String>,
     /// The whole report, JSON.
     pub report: String,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_streamed_order_is_pending_until_resolved_and_a_committed_one_says_its_status() {
+        use OrderStatus::*;
+        for s in [Created, Reserved] {
+            assert_eq!(Durability::Streamed.as_answered(s), Pending);
+            assert_eq!(Durability::BeforeAnswer.as_answered(s), s);
+        }
+        for s in [Paid, Cancelled, Expired] {
+            assert_eq!(Durability::Streamed.as_answered(s), s);
+        }
+    }
 }

@@ -16,15 +16,16 @@ pub mod error;
 pub mod ids;
 pub mod invariants;
 pub mod ledger;
+pub mod metric_names;
 pub mod order;
 pub mod rules;
 pub mod sale;
 
 pub use error::{ErrorCode, LedgerError, StoreError};
-pub use ids::{OrderNo, RequestId, SkuId, UserId};
+pub use ids::{OrderNo, RequestId, RequestKey, SkuId, UserId};
 pub use ledger::{
-    ApplyReport, Audit, DeadLetter, HotLedger, HotSnapshot, OrderStore, PurchaseRequest,
-    ReconcileRun, Resolution, StoredSale,
+    ApplyReport, Audit, DeadLetter, Durability, HotLedger, HotSnapshot, OrderStore,
+    PurchaseRequest, ReconcileRun, Resolution, StoredSale,
 };
 pub use order::{Event, EventKind, HotOrder, OrderStatus, PurchaseOutcome};
 pub use rules::SaleBook;

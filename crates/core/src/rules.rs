@@ -48,12 +48,11 @@ impl SaleBook {
             *self.buyers.entry(order.user_id).or_default() += order.quantity;
         }
         if order.status == OrderStatus::Reserved {
-            self.holds
-                .insert((order.deadline_ms, order.order_no.clone()));
+            self.holds.insert((order.deadline_ms, order.order_no));
         }
         let key = (order.user_id, order.request_id.clone());
-        self.requests.insert(key, order.order_no.clone());
-        self.orders.insert(order.order_no.clone(), order);
+        self.requests.insert(key, order.order_no);
+        self.orders.insert(order.order_no, order);
     }
 
     pub fn order(&self, order_no: &OrderNo) -> Option<&HotOrder> {
@@ -102,7 +101,7 @@ impl SaleBook {
     /// Every check, no change. `Ok(Some(_))` is a replay of an accepted request.
     fn judge(&self, req: &PurchaseRequest, now_ms: i64) -> Result<Option<OrderNo>, ErrorCode> {
         if let Some(no) = self.requests.get(&(req.user_id, req.request_id.clone())) {
-            return Ok(Some(no.clone()));
+            return Ok(Some(*no));
         }
         self.judge_window(now_ms)?;
         if req.quantity == 0 || req.quantity > self.sale.per_user_limit {
@@ -162,7 +161,7 @@ impl SaleBook {
             epoch: self.epoch,
             seq: self.counters.seq + 1,
             kind,
-            order_no: order.order_no.clone(),
+            order_no: order.order_no,
             request_id: order.request_id.clone(),
             user_id: order.user_id,
             quantity: order.quantity,
@@ -234,7 +233,7 @@ impl SaleBook {
             .iter()
             .take_while(|(deadline, _)| *deadline <= now_ms)
             .take(max)
-            .map(|(_, no)| no.clone())
+            .map(|(_, no)| *no)
             .collect();
         due.iter()
             .map(|no| self.transition(no, EventKind::Expired, now_ms).1)
@@ -247,7 +246,7 @@ impl SaleBook {
         assert_eq!(order.status, OrderStatus::Reserved);
         let event = self.event_for(&order, kind, now_ms);
         self.apply_event(&event);
-        self.holds.remove(&(order.deadline_ms, no.clone()));
+        self.holds.remove(&(order.deadline_ms, *no));
         if kind != EventKind::Paid {
             let held = self
                 .buyers

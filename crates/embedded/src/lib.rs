@@ -23,8 +23,8 @@ use flashsale_core::ledger::RestockListener;
 use flashsale_core::limits::BATCH_LEN_MAX;
 use flashsale_core::{
     Counters, ErrorCode, Event, EventKind, HotLedger, HotOrder, LedgerError, OrderNo, OrderStore,
-    PurchaseOutcome, PurchaseRequest, Resolution, Sale, SaleBook, SaleState, SkuId, StoreError,
-    UserId,
+    PurchaseOutcome, PurchaseRequest, RequestKey, Resolution, Sale, SaleBook, SaleState, SkuId,
+    StoreError, UserId,
 };
 use flashsale_store::SqliteStore;
 
@@ -60,8 +60,8 @@ struct Loaded {
     stale: bool,
     /// Since when a rebuild has fenced the book (it judges nothing until opened).
     fenced_at: Option<std::time::Instant>,
-    /// `<user>:<request_id>` of every accepted request (for `accepted_keys`).
-    accepted: Vec<String>,
+    /// Every accepted request (for `accepted_keys`).
+    accepted: Vec<RequestKey>,
 }
 
 enum Job {
@@ -150,10 +150,6 @@ fn now_ms() -> i64 {
 
 fn unavailable(e: StoreError) -> LedgerError {
     LedgerError::Unavailable(e.to_string())
-}
-
-fn key(user: UserId, request_id: &str) -> String {
-    format!("{user}:{request_id}")
 }
 
 impl EmbeddedLedger {
@@ -278,7 +274,7 @@ impl Inner {
         let mut book = SaleBook::new(stored.sale, stored.counters, stored.epoch);
         let mut accepted = Vec::with_capacity(orders.len());
         for order in orders {
-            accepted.push(key(order.user_id, order.request_id.as_str()));
+            accepted.push(RequestKey::new(order.user_id, order.request_id.clone()));
             book.restore_order(order);
         }
         Ok(Loaded {
@@ -363,7 +359,7 @@ impl Inner {
                     for r in &reqs {
                         let (outcome, event) = loaded.book.purchase(r, now);
                         if let Some(e) = event {
-                            keys.push(key(e.user_id, e.request_id.as_str()));
+                            keys.push(RequestKey::new(e.user_id, e.request_id.clone()));
                             events.push(e);
                         }
                         outcomes.push(outcome);
@@ -396,7 +392,7 @@ impl Inner {
             }
         }
         if requests > 0 {
-            metrics::histogram!("flashsale_batch_size", "ledger" => "embedded")
+            metrics::histogram!(flashsale_core::metric_names::BATCH_SIZE, "ledger" => "embedded")
                 .record(requests as f64);
         }
         if !events.is_empty() {
@@ -431,7 +427,7 @@ impl Inner {
             .await
             .map_err(unavailable)?;
         if !report.rejected.is_empty() {
-            metrics::counter!("flashsale_db_guard_rejections_total", "sku" => sku.to_string())
+            metrics::counter!(flashsale_core::metric_names::GUARD_REJECTIONS, "sku" => sku.to_string())
                 .increment(report.rejected.len() as u64);
         }
         if report.applied != events.len() || !report.rejected.is_empty() {
@@ -448,6 +444,10 @@ impl Inner {
 impl HotLedger for EmbeddedLedger {
     fn kind(&self) -> &'static str {
         "embedded"
+    }
+
+    fn durability(&self) -> flashsale_core::Durability {
+        flashsale_core::Durability::BeforeAnswer
     }
 
     async fn load(&self, sale: &Sale, counters: &Counters, epoch: u64) -> Result<(), LedgerError> {
@@ -601,7 +601,7 @@ impl HotLedger for EmbeddedLedger {
         let Some(slot) = self.inner.slot(order_no.sku()) else {
             return Ok(None);
         };
-        let no = order_no.clone();
+        let no = *order_no;
         self.with_book(slot, move |_, loaded| {
             Box::pin(async move { Ok(loaded.book.order(&no).cloned()) })
         })
@@ -616,7 +616,7 @@ impl HotLedger for EmbeddedLedger {
         &self,
         sku: SkuId,
         max: usize,
-    ) -> Result<Option<Vec<String>>, LedgerError> {
+    ) -> Result<Option<Vec<RequestKey>>, LedgerError> {
         let Some(slot) = self.inner.slot(sku) else {
             return Ok(None);
         };
@@ -730,7 +730,7 @@ impl EmbeddedLedger {
         };
         let (reply, rx) = oneshot::channel();
         let job = Job::Resolve {
-            order_no: order_no.clone(),
+            order_no: *order_no,
             user,
             kind,
             reply,

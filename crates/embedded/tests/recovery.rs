@@ -104,9 +104,9 @@ async fn a_reopened_ledger_remembers_everything() {
         let ledger = ledger.clone();
         async move { ledger.order(&no).await.unwrap().unwrap().status }
     };
-    assert_eq!(o(paid.order_no.clone()).await, OrderStatus::Paid);
-    assert_eq!(o(cancelled.order_no.clone()).await, OrderStatus::Cancelled);
-    assert_eq!(o(held.order_no.clone()).await, OrderStatus::Reserved);
+    assert_eq!(o(paid.order_no).await, OrderStatus::Paid);
+    assert_eq!(o(cancelled.order_no).await, OrderStatus::Cancelled);
+    assert_eq!(o(held.order_no).await, OrderStatus::Reserved);
     buy_ok(&ledger, r, 3, "c2", 2).await;
     assert_eq!(
         ledger.pay(&paid.order_no, UserId(2)).await.unwrap(),
@@ -115,13 +115,13 @@ async fn a_reopened_ledger_remembers_everything() {
     // The recovered hold (and the new one) expire when due.
     tokio::time::sleep(Duration::from_millis(HOLD_MS + 50)).await;
     assert_eq!(ledger.expire_due(r, 10).await.unwrap(), 2);
-    assert_eq!(o(held.order_no.clone()).await, OrderStatus::Expired);
+    assert_eq!(o(held.order_no).await, OrderStatus::Expired);
     let c = check(&store, &ledger, r).await;
     assert_eq!((c.available, c.reserved, c.sold), (8, 0, 2));
     check(&store, &ledger, d).await;
     // Order numbers keep counting from the stored seq: no reuse after restart.
     let next = buy_ok(&ledger, r, 4, "n", 1).await;
-    assert_eq!(next.order_no.as_str(), format!("{r}-1-{}", c.seq + 1));
+    assert_eq!(next.order_no.to_string(), format!("{r}-1-{}", c.seq + 1));
     // A sale that sold refuses a plain warm; it is warm already.
     let again = ledger.warm(&reserve, &reserve.fresh_counters(), 1).await;
     assert!(matches!(again, Err(LedgerError::AlreadyWarm)), "{again:?}");
@@ -156,7 +156,7 @@ async fn warm_takes_a_sale_created_in_the_store() {
     assert_eq!(ledger.queue_depth(sku), 0);
     assert_eq!(
         ledger.accepted_keys(sku, 10).await.unwrap(),
-        Some(vec!["1:a".to_string()])
+        Some(vec![flashsale_core::RequestKey::parse("1:a").unwrap()])
     );
     assert_eq!(ledger.accepted_keys(sku, 0).await.unwrap(), None);
     assert_eq!(ledger.accepted_keys(SkuId(1), 10).await.unwrap(), None);
@@ -203,7 +203,7 @@ async fn a_failed_commit_answers_unavailable_and_keeps_the_book_equal_to_sqlite(
     );
     // Others go on, with the next seq (no gap in SQLite).
     let o = buy_ok(&ledger, sku, 2, "a", 1).await;
-    assert_eq!(o.order_no.as_str(), format!("{sku}-1-2"));
+    assert_eq!(o.order_no.to_string(), format!("{sku}-1-2"));
 
     sqlx::query("DROP TRIGGER inject_fault")
         .execute(store.writer())

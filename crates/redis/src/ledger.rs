@@ -8,8 +8,8 @@ use async_trait::async_trait;
 use flashsale_core::ledger::{HotSnapshot, RestockListener};
 use flashsale_core::limits::BATCH_LEN_MAX;
 use flashsale_core::{
-    Counters, ErrorCode, HotLedger, HotOrder, LedgerError, OrderNo, OrderStatus, PurchaseOutcome,
-    PurchaseRequest, Resolution, Sale, SaleState, SkuId, UserId,
+    Counters, Durability, ErrorCode, HotLedger, HotOrder, LedgerError, OrderNo, PurchaseOutcome,
+    PurchaseRequest, RequestKey, Resolution, Sale, SaleState, SkuId, UserId,
 };
 use futures::StreamExt;
 use redis::{FromRedisValue, ScriptInvocation, Value};
@@ -166,7 +166,7 @@ impl RedisLedger {
                 .key(self.keys.holds(sku));
             inv.arg(epoch).arg(chunk.len());
             for o in chunk {
-                inv.arg(o.order_no.as_str())
+                inv.arg(o.order_no.to_string())
                     .arg(o.user_id.0)
                     .arg(o.request_id.as_str())
                     .arg(o.quantity)
@@ -189,7 +189,7 @@ impl RedisLedger {
         let started = Instant::now();
         let mut conn = self.conn.clone();
         let result = bounded(Timeouts::HOT.call, inv.invoke_async(&mut conn)).await;
-        metrics::histogram!("flashsale_script_latency_seconds", "script" => name)
+        metrics::histogram!(flashsale_core::metric_names::SCRIPT_LATENCY, "script" => name)
             .record(started.elapsed().as_secs_f64());
         result
     }
@@ -213,14 +213,14 @@ impl RedisLedger {
         let sku = order_no.sku();
         let mut inv = self.scripts.resolve.prepare_invoke();
         self.resolve_keys(&mut inv, sku);
-        inv.arg(order_no.as_str()).arg(user.0).arg(kind);
+        inv.arg(order_no.to_string()).arg(user.0).arg(kind);
         let reply: Vec<Value> = self.run(name, &inv).await?;
         let head = reply.first().and_then(as_string);
         match head.as_deref() {
             Some("OK") => {
                 let encoded = reply.get(1).and_then(as_string).unwrap_or_default();
                 let order =
-                    decode_order(order_no.as_str(), &encoded).map_err(LedgerError::Internal)?;
+                    decode_order(&order_no.to_string(), &encoded).map_err(LedgerError::Internal)?;
                 if reply.get(2).and_then(as_int) == Some(1) {
                     self.announce_restock(sku).await;
                 }
@@ -266,15 +266,6 @@ fn code_of(v: Option<&Value>) -> Result<ErrorCode, LedgerError> {
         .ok_or_else(|| LedgerError::Internal(format!("script answered unknown code {text:?}")))
 }
 
-/// The purchase answer carries the ledger's truth: an order not yet resolved is `PENDING`
-/// until the persister has stored it.
-fn as_answered(mut order: HotOrder) -> HotOrder {
-    if matches!(order.status, OrderStatus::Created | OrderStatus::Reserved) {
-        order.status = OrderStatus::Pending;
-    }
-    order
-}
-
 /// One request's `[tag, order_no | code, encoded | ""]` of the purchase reply.
 fn outcome_of(entry: &[String]) -> Result<PurchaseOutcome, LedgerError> {
     let bad = || LedgerError::Internal(format!("unexpected purchase result {entry:?}"));
@@ -282,7 +273,7 @@ fn outcome_of(entry: &[String]) -> Result<PurchaseOutcome, LedgerError> {
         [tag, order_no, encoded] if tag == "A" || tag == "R" => {
             let order = decode_order(order_no, encoded).map_err(LedgerError::Internal)?;
             Ok(PurchaseOutcome::Accepted {
-                order: as_answered(order),
+                order,
                 replayed: tag == "R",
             })
         }
@@ -297,6 +288,10 @@ fn outcome_of(entry: &[String]) -> Result<PurchaseOutcome, LedgerError> {
 impl HotLedger for RedisLedger {
     fn kind(&self) -> &'static str {
         "redis"
+    }
+
+    fn durability(&self) -> Durability {
+        Durability::Streamed
     }
 
     async fn load(&self, sale: &Sale, counters: &Counters, epoch: u64) -> Result<(), LedgerError> {
@@ -471,10 +466,10 @@ impl HotLedger for RedisLedger {
         let mut conn = self.conn.clone();
         let cmd = redis::cmd("HGET")
             .arg(self.keys.orders(order_no.sku()))
-            .arg(order_no.as_str())
+            .arg(order_no.to_string())
             .clone();
         let v: Option<String> = bounded(Timeouts::HOT.call, cmd.query_async(&mut conn)).await?;
-        v.map(|encoded| decode_order(order_no.as_str(), &encoded))
+        v.map(|encoded| decode_order(&order_no.to_string(), &encoded))
             .transpose()
             .map_err(LedgerError::Internal)
     }
@@ -490,7 +485,7 @@ impl HotLedger for RedisLedger {
         &self,
         sku: SkuId,
         max: usize,
-    ) -> Result<Option<Vec<String>>, LedgerError> {
+    ) -> Result<Option<Vec<RequestKey>>, LedgerError> {
         let mut conn = self.conn.clone();
         let mut pipe = redis::pipe();
         pipe.cmd("EXISTS")
@@ -504,7 +499,14 @@ impl HotLedger for RedisLedger {
         }
         let cmd = redis::cmd("HKEYS").arg(self.keys.requests(sku)).clone();
         let keys: Vec<String> = bounded(Timeouts::HOT.call, cmd.query_async(&mut conn)).await?;
-        Ok((keys.len() <= max).then_some(keys))
+        if keys.len() > max {
+            return Ok(None);
+        }
+        let parse = |k: &String| {
+            RequestKey::parse(k)
+                .ok_or_else(|| LedgerError::Internal(format!("sale {sku}: bad request key {k:?}")))
+        };
+        keys.iter().map(parse).collect::<Result<_, _>>().map(Some)
     }
 
     async fn accepted_count(&self, sku: SkuId) -> Result<Option<(u64, usize)>, LedgerError> {

@@ -81,7 +81,7 @@ async fn run_seed(t: &TestLedger, seed: u64, mode: SaleMode) {
                 book.sale.state = state;
             }
             1..=2 if !orders.is_empty() => {
-                let no = orders[rng.random_range(0..orders.len())].clone();
+                let no = orders[rng.random_range(0..orders.len())];
                 let user = if rng.random_bool(0.9) {
                     book.order(&no).unwrap().user_id
                 } else {
@@ -111,7 +111,7 @@ async fn run_seed(t: &TestLedger, seed: u64, mode: SaleMode) {
                     let (want, event) = book.purchase(r, now_ms());
                     same_outcome(got, &want);
                     if let (Some(_), PurchaseOutcome::Accepted { order, .. }) = (event, &want) {
-                        orders.push(order.order_no.clone());
+                        orders.push(order.order_no);
                     }
                 }
             }

@@ -56,7 +56,7 @@ async fn restored_orders_keep_replays_limits_and_holds() {
     }
     buy_refused(l, sku, 1, "z", 1, ErrorCode::LimitExceeded).await;
     let next = buy_ok(l, sku, 3, "c2", 2).await;
-    assert_eq!(next.order_no.as_str(), format!("{sku}-2-6"));
+    assert_eq!(next.order_no.to_string(), format!("{sku}-2-6"));
     expire_until(l, sku, 2).await;
     assert_eq!(stock(l, sku).await, (8, 0, 2, 8));
     t.cleanup().await;

@@ -23,7 +23,7 @@ use std::time::Instant;
 use flashsale_core::{ErrorCode, HotLedger, LedgerError, PurchaseOutcome, PurchaseRequest, SkuId};
 use tokio::sync::{mpsc, oneshot};
 
-use crate::cache::{request_key, SoldOutFlags};
+use crate::cache::SoldOutFlags;
 use crate::reconcile::Journal;
 use crate::state::Limits;
 
@@ -100,8 +100,7 @@ impl Batcher {
     /// True when `req` can be answered SOLD_OUT here without the ledger: its sale is flagged
     /// and it is not a retry of an accepted request.
     pub fn sold_out_here(&self, req: &PurchaseRequest) -> bool {
-        let key = request_key(req.user_id, req.request_id.as_str());
-        self.flagger.flags.answers(req.sku_id, &key)
+        self.flagger.flags.answers(req.sku_id, &req.key())
     }
 
     /// Queues one purchase for the ledger and waits for its outcome.
@@ -196,7 +195,7 @@ fn newly_accepted(
         PurchaseOutcome::Accepted {
             order,
             replayed: false,
-        } => Some(order.order_no.clone()),
+        } => Some(order.order_no),
         _ => None,
     })
 }
@@ -228,7 +227,7 @@ impl Flagger {
             return Ok(());
         }
         if let Some(keys) = self.ledger.accepted_keys(sku, self.keys_max).await? {
-            let keys: HashSet<String> = keys.into_iter().collect();
+            let keys: HashSet<_> = keys.into_iter().collect();
             // Keys read after the count: a count that moved meanwhile only costs a reload.
             self.flags.set(sku, Arc::new(keys), version, loaded_at);
         }

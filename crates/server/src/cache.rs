@@ -6,7 +6,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use flashsale_core::ledger::StoredSale;
-use flashsale_core::{Counters, SkuId, UserId};
+use flashsale_core::{Counters, RequestKey, SkuId};
 
 /// Entries kept at most; the map is cleared when full (a bound on memory under junk ids).
 const ENTRIES_MAX: usize = 10_000;
@@ -85,7 +85,7 @@ enum Flag {
     /// Someone is loading the accepted keys; meanwhile ask the ledger.
     Loading(Instant),
     /// Sold out as of `Instant`; requests not in `accepted` are answered locally.
-    Set(Instant, Arc<HashSet<String>>),
+    Set(Instant, Arc<HashSet<RequestKey>>),
 }
 
 /// Local sold-out flags, cleared by restock notices and by a short TTL.
@@ -102,12 +102,7 @@ pub struct SoldOutFlags {
 #[derive(Clone)]
 pub struct Loaded {
     pub version: (u64, usize),
-    pub keys: Arc<HashSet<String>>,
-}
-
-/// The key under which a ledger remembers an accepted request.
-pub fn request_key(user: UserId, request_id: &str) -> String {
-    format!("{}:{}", user.0, request_id)
+    pub keys: Arc<HashSet<RequestKey>>,
 }
 
 impl SoldOutFlags {
@@ -120,7 +115,7 @@ impl SoldOutFlags {
     }
 
     /// The keys last loaded for a sale when they are still of `version`.
-    pub fn loaded(&self, sku: SkuId, version: (u64, usize)) -> Option<Arc<HashSet<String>>> {
+    pub fn loaded(&self, sku: SkuId, version: (u64, usize)) -> Option<Arc<HashSet<RequestKey>>> {
         let loaded = self.loaded.lock().expect("loaded lock");
         loaded
             .get(&sku)
@@ -130,7 +125,7 @@ impl SoldOutFlags {
 
     /// True when this request can be answered SOLD_OUT without the ledger: the sale is
     /// flagged and the request is not a retry of an accepted one.
-    pub fn answers(&self, sku: SkuId, key: &str) -> bool {
+    pub fn answers(&self, sku: SkuId, key: &RequestKey) -> bool {
         let flags = self.flags.lock().expect("flags lock");
         match flags.get(&sku) {
             Some(Flag::Set(at, accepted)) => at.elapsed() < self.ttl && !accepted.contains(key),
@@ -156,7 +151,7 @@ impl SoldOutFlags {
     pub fn set(
         &self,
         sku: SkuId,
-        accepted: Arc<HashSet<String>>,
+        accepted: Arc<HashSet<RequestKey>>,
         version: (u64, usize),
         loaded_at: Instant,
     ) {
@@ -182,34 +177,38 @@ impl SoldOutFlags {
 mod tests {
     use super::*;
 
+    fn key(text: &str) -> RequestKey {
+        RequestKey::parse(text).unwrap()
+    }
+
     #[test]
     fn a_flag_answers_new_requests_but_not_retries_and_clears_on_restock() {
         let flags = SoldOutFlags::new(Duration::from_secs(60));
         let sku = SkuId(1);
-        assert!(!flags.answers(sku, "1:a"));
+        assert!(!flags.answers(sku, &key("1:a")));
         assert!(flags.begin_load(sku));
         assert!(!flags.begin_load(sku), "one loader at a time");
-        let keys = Arc::new(HashSet::from(["1:a".to_string()]));
+        let keys = Arc::new(HashSet::from([key("1:a")]));
         flags.set(sku, keys, (1, 1), Instant::now());
         assert!(flags.loaded(sku, (1, 1)).is_some());
         assert!(
             flags.loaded(sku, (2, 1)).is_none(),
             "another copy's keys are not reused"
         );
-        assert!(flags.answers(sku, "2:b"));
+        assert!(flags.answers(sku, &key("2:b")));
         assert!(
-            !flags.answers(sku, "1:a"),
+            !flags.answers(sku, &key("1:a")),
             "a retry of an accepted request goes to the ledger"
         );
         flags.clear(sku);
-        assert!(!flags.answers(sku, "2:b"));
+        assert!(!flags.answers(sku, &key("2:b")));
         assert!(
             flags.loaded(sku, (1, 1)).is_none(),
             "a restock drops the keys"
         );
         flags.set(sku, Arc::default(), (1, 0), Instant::now());
         assert!(
-            !flags.answers(sku, "2:b"),
+            !flags.answers(sku, &key("2:b")),
             "a set after a restock is ignored"
         );
     }

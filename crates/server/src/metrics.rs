@@ -1,5 +1,6 @@
-//! The Prometheus recorder (installed once per process) and the names of the metrics the
-//! server itself records. Histograms get buckets, so they export as histograms, not summaries.
+//! The Prometheus recorder (installed once per process). Histograms get buckets, so they
+//! export as histograms, not summaries. Every metric's name lives in
+//! `flashsale_core::metric_names`; the ones the request path uses are re-exported here.
 
 use std::sync::OnceLock;
 
@@ -23,10 +24,7 @@ pub fn handle() -> PrometheusHandle {
             let builder = PrometheusBuilder::new()
                 .set_buckets_for_metric(Matcher::Suffix("_seconds".into()), &LATENCY_BUCKETS_S)
                 .expect("non-empty buckets")
-                .set_buckets_for_metric(
-                    Matcher::Full("flashsale_batch_size".into()),
-                    &BATCH_BUCKETS,
-                )
+                .set_buckets_for_metric(Matcher::Full(BATCH_SIZE.into()), &BATCH_BUCKETS)
                 .expect("non-empty buckets");
             builder.install_recorder().unwrap_or_else(|_| {
                 // Another recorder is installed (a test harness): render an empty one.
@@ -36,8 +34,6 @@ pub fn handle() -> PrometheusHandle {
         .clone()
 }
 
-pub const HTTP_REQUESTS: &str = "flashsale_http_requests_total";
-pub const PURCHASE_LATENCY: &str = "flashsale_purchase_latency_seconds";
-pub const BATCH_SIZE: &str = "flashsale_batch_size";
-pub const SOLD_OUT_LOCAL: &str = "flashsale_sold_out_local_total";
-pub const BREAKER_OPEN: &str = "flashsale_breaker_open";
+pub use flashsale_core::metric_names::{
+    BATCH_SIZE, BREAKER_OPEN, HTTP_REQUESTS, PURCHASE_LATENCY, SOLD_OUT_LOCAL,
+};

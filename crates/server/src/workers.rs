@@ -61,7 +61,7 @@ impl ExpiryWorker {
         for stored in reserve {
             let sku = stored.sale.sku_id;
             if let Err(e) = self.expire_sale(sku).await {
-                metrics::counter!("flashsale_expiry_failures_total", "sku" => sku.to_string())
+                metrics::counter!(flashsale_core::metric_names::EXPIRY_FAILURES, "sku" => sku.to_string())
                     .increment(1);
                 tracing::warn!(%sku, error = %e, "hold expiry of one sale failed; others go on");
             }

@@ -96,7 +96,7 @@ async fn run(ledger: &EmbeddedLedger, mode: SaleMode, total: u64, limit: u32, op
                 if orders.is_empty() {
                     continue;
                 }
-                let no = orders[pick % orders.len()].clone();
+                let no = orders[pick % orders.len()];
                 let user = if owner {
                     book.order(&no).unwrap().user_id
                 } else {
@@ -129,7 +129,7 @@ async fn run(ledger: &EmbeddedLedger, mode: SaleMode, total: u64, limit: u32, op
                     let (want, event) = book.purchase(r, now_ms());
                     same_outcome(got, &want);
                     if let (Some(_), PurchaseOutcome::Accepted { order, .. }) = (event, &want) {
-                        orders.push(order.order_no.clone());
+                        orders.push(order.order_no);
                     }
                 }
             }

@@ -28,6 +28,10 @@ async fn quiet_stack(redis_url: &str, edit: impl FnOnce(&mut Config)) -> Stack {
     Stack::start(cfg, Some(db), None).await
 }
 
+fn key(text: &str) -> flashsale_core::RequestKey {
+    flashsale_core::RequestKey::parse(text).unwrap()
+}
+
 fn order_no(body: &Value) -> String {
     body["order_no"]
         .as_str()
@@ -219,7 +223,7 @@ async fn sold_out_for_two_units_does_not_flag_a_sale_with_one_left() {
     let flags = state(&stack).sold_out.clone();
     let set = wait::within(Duration::from_millis(300), || {
         let flags = flags.clone();
-        async move { flags.answers(SkuId(45), "3:c").then_some(()) }
+        async move { flags.answers(SkuId(45), &key("3:c")).then_some(()) }
     })
     .await;
     assert!(
@@ -246,12 +250,12 @@ async fn a_sold_out_sale_reads_its_accepted_keys_once() {
         let flags = flags.clone();
         wait::until("the flag to be set", Duration::from_secs(10), || {
             let flags = flags.clone();
-            async move { flags.answers(SkuId(46), "9:z").then_some(()) }
+            async move { flags.answers(SkuId(46), &key("9:z")).then_some(()) }
         })
         .await;
         wait::until("the flag to lapse", Duration::from_secs(10), || {
             let flags = flags.clone();
-            async move { (!flags.answers(SkuId(46), "9:z")).then_some(()) }
+            async move { (!flags.answers(SkuId(46), &key("9:z"))).then_some(()) }
         })
         .await;
     }

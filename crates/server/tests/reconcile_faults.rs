@@ -137,7 +137,7 @@ async fn reserve_pay_cancel_expire(stack: &Stack) {
     let store = stack.store();
     let no3 = OrderNo::parse(&orders[&3]).unwrap();
     wait::until("hold 3 to expire", Duration::from_secs(20), || {
-        let (store, no3) = (store.clone(), no3.clone());
+        let (store, no3) = (store.clone(), no3);
         async move {
             let o = store.order(&no3).await.ok()??;
             (o.status == OrderStatus::Expired).then_some(())

@@ -71,14 +71,14 @@ pub(crate) struct StoredEvent {
     /// 0 for rows written before events carried their epoch.
     pub epoch: u64,
     pub kind: EventKind,
-    pub order_no: String,
+    pub order_no: OrderNo,
 }
 
 impl StoredEvent {
     fn is(&self, e: &Event) -> bool {
         (self.epoch == 0 || self.epoch == e.epoch)
             && self.kind == e.kind
-            && self.order_no == e.order_no.as_str()
+            && self.order_no == e.order_no
     }
 }
 
@@ -225,7 +225,8 @@ pub(crate) fn fold<'a>(
     let mut changed: Vec<(String, OrderStatus, i64)> = Vec::new();
 
     for &e in fresh {
-        let no = e.order_no.as_str();
+        let no_text = e.order_no.to_string();
+        let no = no_text.as_str();
         let next = c.apply(e.delta(head.mode));
         let accepted = match e.kind {
             EventKind::Deducted => {
@@ -286,7 +287,7 @@ pub(crate) fn fold<'a>(
         };
         if !accepted {
             c.seq += 1;
-            plan.report.rejected.push(e.order_no.clone());
+            plan.report.rejected.push(e.order_no);
         }
         debug_assert_eq!(c.seq, e.seq);
         plan.events.push((e, !accepted));
@@ -474,7 +475,7 @@ mod tests {
                 seq: e.seq,
                 epoch: e.epoch,
                 kind: e.kind,
-                order_no: e.order_no.to_string(),
+                order_no: e.order_no,
             })
             .collect()
     }
@@ -517,7 +518,7 @@ mod tests {
         assert_eq!(split.duplicates, 1);
         assert_eq!(split.fenced, vec![&other, &old_epoch]);
         assert_eq!(split.fresh.len(), 1);
-        assert_eq!(split.fresh[0].order_no.as_str(), "1-2-4");
+        assert_eq!(split.fresh[0].order_no.to_string(), "1-2-4");
     }
 
     #[test]
@@ -564,7 +565,7 @@ mod tests {
         );
         assert_eq!(
             plan.report.rejected,
-            vec![events[1].order_no.clone(), events[3].order_no.clone()]
+            vec![events[1].order_no, events[3].order_no]
         );
         let statuses: Vec<OrderStatus> = plan.new_orders.iter().map(|o| o.status).collect();
         assert_eq!(

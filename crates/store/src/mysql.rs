@@ -167,7 +167,7 @@ impl MySqlStore {
                     .bind(e.epoch)
                     .bind(e.seq)
                     .bind(e.kind.as_str())
-                    .bind(e.order_no.as_str())
+                    .bind(e.order_no.to_string())
                     .bind(e.request_id.as_str())
                     .bind(e.user_id.0)
                     .bind(e.quantity)
@@ -198,7 +198,7 @@ impl MySqlStore {
                     .bind(e.epoch)
                     .bind(e.seq)
                     .bind(e.kind.as_str())
-                    .bind(e.order_no.as_str())
+                    .bind(e.order_no.to_string())
                     .bind(e.request_id.as_str())
                     .bind(e.user_id.0)
                     .bind(e.quantity)
@@ -356,7 +356,7 @@ fn stored_event(row: &MySqlRow) -> Result<StoredEvent, StoreError> {
         seq: get(row, "seq")?,
         epoch: get(row, "epoch")?,
         kind: batch::parse("kind", &kind, EventKind::parse)?,
-        order_no: text(row, "order_no")?,
+        order_no: batch::order_no(&text(row, "order_no")?)?,
     })
 }
 
@@ -481,7 +481,7 @@ impl OrderStore for MySqlStore {
             batch::ORDER_COLUMNS
         );
         let row = sqlx::query(&sql)
-            .bind(order_no.as_str())
+            .bind(order_no.to_string())
             .fetch_optional(&self.pool)
             .await
             .map_err(db_error)?;

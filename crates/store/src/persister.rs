@@ -338,7 +338,7 @@ impl SaleWorker {
             reader.trim_below(self.sku, last).await?;
             // What stays is the last acknowledged entry and everything not yet persisted.
             let lag = reader.backlog(self.sku).await?.saturating_sub(1);
-            metrics::gauge!("flashsale_stream_lag_events", "sku" => self.sku.to_string())
+            metrics::gauge!(flashsale_core::metric_names::STREAM_LAG, "sku" => self.sku.to_string())
                 .set(lag as f64);
         }
         self.attempts.remove(&first_id);
@@ -366,16 +366,16 @@ impl SaleWorker {
 
     fn record(&self, report: &flashsale_core::ApplyReport, events: usize, started: Instant) {
         let sku = self.sku.to_string();
-        metrics::histogram!("flashsale_persist_batch_seconds")
+        metrics::histogram!(flashsale_core::metric_names::PERSIST_BATCH)
             .record(started.elapsed().as_secs_f64());
-        metrics::counter!("flashsale_persisted_events_total", "sku" => sku.clone())
+        metrics::counter!(flashsale_core::metric_names::PERSISTED_EVENTS, "sku" => sku.clone())
             .increment(report.applied as u64);
         if !report.fenced.is_empty() {
-            metrics::counter!("flashsale_fenced_events_total", "sku" => sku.clone())
+            metrics::counter!(flashsale_core::metric_names::FENCED_EVENTS, "sku" => sku.clone())
                 .increment(report.fenced.len() as u64);
         }
         if !report.rejected.is_empty() {
-            metrics::counter!("flashsale_db_guard_rejections_total", "sku" => sku)
+            metrics::counter!(flashsale_core::metric_names::GUARD_REJECTIONS, "sku" => sku)
                 .increment(report.rejected.len() as u64);
             tracing::error!(sku = %self.sku, rejected = ?report.rejected, "database guard REJECTED accepted orders");
         }
@@ -413,7 +413,7 @@ impl SaleWorker {
             attempts: tries,
         };
         self.store.record_dead_letter(&letter).await?;
-        metrics::counter!("flashsale_dead_letters_total", "sku" => self.sku.to_string())
+        metrics::counter!(flashsale_core::metric_names::DEAD_LETTERS, "sku" => self.sku.to_string())
             .increment(1);
         tracing::error!(sku = %self.sku, entry = %letter.entry_id, "stream parked: entry moved to dead_letters");
         self.mode = Mode::Parked;

@@ -340,7 +340,7 @@ impl SqliteStore {
                     .bind(i(e.epoch))
                     .bind(i(e.seq))
                     .bind(e.kind.as_str())
-                    .bind(e.order_no.as_str())
+                    .bind(e.order_no.to_string())
                     .bind(e.request_id.as_str())
                     .bind(i(e.user_id.0))
                     .bind(e.quantity)
@@ -371,7 +371,7 @@ impl SqliteStore {
                     .bind(i(e.epoch))
                     .bind(i(e.seq))
                     .bind(e.kind.as_str())
-                    .bind(e.order_no.as_str())
+                    .bind(e.order_no.to_string())
                     .bind(e.request_id.as_str())
                     .bind(i(e.user_id.0))
                     .bind(e.quantity)
@@ -522,7 +522,7 @@ fn stored_event(row: &SqliteRow) -> Result<StoredEvent, StoreError> {
         seq: id(row, "seq")?,
         epoch: id(row, "epoch")?,
         kind: batch::parse("kind", &kind, EventKind::parse)?,
-        order_no: get(row, "order_no")?,
+        order_no: batch::order_no(&get::<String>(row, "order_no")?)?,
     })
 }
 
@@ -650,7 +650,7 @@ impl OrderStore for SqliteStore {
             batch::ORDER_COLUMNS
         );
         let row = sqlx::query(&sql)
-            .bind(order_no.as_str())
+            .bind(order_no.to_string())
             .fetch_optional(&self.reader)
             .await
             .map_err(db_error)?;

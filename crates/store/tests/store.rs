@@ -265,7 +265,7 @@ async fn the_epoch_fence_keeps_refused_events_apart(store: &dyn OrderStore) {
     let stored = store.sale(SKU).await.unwrap().unwrap();
     let mut new = SaleBook::new(old.sale.clone(), stored.counters, 2);
     let fresh = buy(&mut new, &[req(4, "d", 1)]);
-    assert_eq!(fresh[0].order_no.as_str(), format!("{}-2-3", SKU.0));
+    assert_eq!(fresh[0].order_no.to_string(), format!("{}-2-3", SKU.0));
     // Same seq 2 as an applied event, another order: refused, not a redelivery.
     let mut collides = fresh[0].clone();
     collides.seq = 2;
@@ -366,9 +366,9 @@ async fn oversell_guard_rejects_and_keeps_counters(store: &dyn OrderStore) {
     assert_eq!(events.len(), 4);
     let first = store.apply_events(SKU, &events[..3]).await.unwrap();
     assert_eq!(first.applied, 3);
-    assert_eq!(first.rejected, vec![events[2].order_no.clone()]);
+    assert_eq!(first.rejected, vec![events[2].order_no]);
     let second = store.apply_events(SKU, &events[3..]).await.unwrap();
-    assert_eq!(second.rejected, vec![events[3].order_no.clone()]);
+    assert_eq!(second.rejected, vec![events[3].order_no]);
     // Redelivery of a rejected event is a duplicate, not a second rejection.
     let again = store.apply_events(SKU, &events).await.unwrap();
     assert_eq!((again.applied, again.duplicates), (0, 4));
@@ -407,7 +407,7 @@ async fn resolution_of_a_non_reserved_order_is_rejected(store: &dyn OrderStore) 
     create(store, &s).await;
     let mut b = book(&s);
     let mut events = buy(&mut b, &[req(1, "a", 1)]);
-    let no = events[0].order_no.clone();
+    let no = events[0].order_no;
     let (_, paid) = b.pay(&no, UserId(1), NOW + 1).unwrap();
     events.push(paid.clone());
     store.apply_events(SKU, &events).await.unwrap();
@@ -425,7 +425,7 @@ async fn resolution_of_a_non_reserved_order_is_rejected(store: &dyn OrderStore) 
         .await
         .unwrap();
     assert_eq!(report.applied, 2);
-    assert_eq!(report.rejected, vec![no.clone(), ghost.order_no.clone()]);
+    assert_eq!(report.rejected, vec![no, ghost.order_no]);
     let stored = store.sale(SKU).await.unwrap().unwrap();
     let c = stored.counters;
     assert_eq!((c.available, c.reserved, c.sold, c.seq), (4, 0, 1, 4));

@@ -11,8 +11,7 @@ use flashsale_core::ErrorCode;
 use crate::error::AppError;
 use crate::state::AppState;
 
-pub const TIMEOUTS: &str = "flashsale_request_timeouts_total";
-pub const SHED: &str = "flashsale_requests_shed_total";
+pub use flashsale_core::metric_names::{SHED, TIMEOUTS};
 
 /// Outermost layer: headers, in-flight cap, request timeout.
 pub async fn guard(State(st): State<AppState>, req: Request, next: Next) -> Response {

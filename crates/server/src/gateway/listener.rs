@@ -14,7 +14,7 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
-pub const OPEN_CONNECTIONS: &str = "flashsale_open_connections";
+pub use flashsale_core::metric_names::OPEN_CONNECTIONS;
 
 pub struct CappedListener {
     inner: TcpListener,

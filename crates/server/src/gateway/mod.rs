@@ -87,7 +87,7 @@ impl Gateway {
     pub fn check_user(&self, parts: &Parts, user: UserId) -> Result<(), AppError> {
         let ip = self.client_ip(parts);
         if self.guards.user_blocked(user) || ip.is_some_and(|ip| self.guards.ip_blocked(ip)) {
-            metrics::counter!("flashsale_blacklisted_total").increment(1);
+            metrics::counter!(flashsale_core::metric_names::BLACKLISTED).increment(1);
             return Err(AppError::new(
                 ErrorCode::Blacklisted,
                 "this user or address is blocked",
@@ -188,7 +188,8 @@ async fn monitor(st: &Inner) {
     for gate in st.gateway.gates.all() {
         let sku = gate.sku;
         let queue = st.batcher.queue_depth(sku) as u64;
-        let lag = if bounds.lag > 0 && st.ledger.kind() == "redis" {
+        let streamed = st.ledger.durability() == flashsale_core::Durability::Streamed;
+        let lag = if bounds.lag > 0 && streamed {
             stream_lag(st, sku)
                 .await
                 .unwrap_or(gate.backlog.load(std::sync::atomic::Ordering::Relaxed))

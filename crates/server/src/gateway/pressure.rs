@@ -14,9 +14,7 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use crate::error::AppError;
 
-pub const BACKPRESSURE: &str = "flashsale_backpressure_engaged";
-pub const BACKPRESSURE_CHANGES: &str = "flashsale_backpressure_changes_total";
-pub const SALE_INFLIGHT_REFUSED: &str = "flashsale_sale_inflight_refused_total";
+pub use flashsale_core::metric_names::{BACKPRESSURE, BACKPRESSURE_CHANGES, SALE_INFLIGHT_REFUSED};
 
 /// Sales tracked at most (gates are made only for sales that exist).
 const GATES_MAX: usize = 100_000;

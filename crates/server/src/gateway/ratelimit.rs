@@ -13,7 +13,7 @@ use governor::{DefaultDirectRateLimiter, DefaultKeyedRateLimiter, Quota, RateLim
 use super::config::{GatewayConfig, Rate};
 use crate::error::AppError;
 
-pub const RATE_LIMITED: &str = "flashsale_rate_limited_total";
+pub use flashsale_core::metric_names::RATE_LIMITED;
 
 fn quota(rate: Rate) -> Option<Quota> {
     let per_s = NonZeroU32::new(rate.per_s)?;

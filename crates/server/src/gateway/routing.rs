@@ -48,6 +48,10 @@ impl HotLedger for RoutedLedger {
         self.main.kind()
     }
 
+    fn durability(&self) -> flashsale_core::Durability {
+        self.main.durability()
+    }
+
     async fn load(&self, sale: &Sale, counters: &Counters, epoch: u64) -> Result<(), LedgerError> {
         self.route(sale.sku_id).load(sale, counters, epoch).await
     }
@@ -110,7 +114,7 @@ impl HotLedger for RoutedLedger {
         &self,
         sku: SkuId,
         max: usize,
-    ) -> Result<Option<Vec<String>>, LedgerError> {
+    ) -> Result<Option<Vec<flashsale_core::RequestKey>>, LedgerError> {
         self.route(sku).accepted_keys(sku, max).await
     }
 

@@ -62,7 +62,7 @@ impl Journal {
     pub fn record_resolution(&self, no: &OrderNo, kind: EventKind, at_ms: i64) {
         let mut sales = self.sales.lock().expect("journal lock");
         let journal = sales.entry(no.sku()).or_default();
-        journal.resolutions.insert(no.clone(), (kind, at_ms));
+        journal.resolutions.insert(*no, (kind, at_ms));
         if journal.resolutions.len() > JOURNAL_PER_SALE_MAX {
             journal.resolutions.pop_first();
             journal.dropped += 1;
@@ -90,7 +90,7 @@ impl Journal {
         j.purchases.retain(|&(epoch, _), no| {
             let lost = !held.contains(no) && epoch < stored.epoch;
             if lost {
-                losses.orders.push(no.clone());
+                losses.orders.push(*no);
             }
             !held.contains(no) && !lost
         });
@@ -99,7 +99,7 @@ impl Journal {
             let done = status.get(no).copied() == Some(kind.status_after(SaleMode::Reserve));
             let lost = !done && stored.epoch_at_ms > at_ms;
             if lost {
-                losses.resolutions.push((no.clone(), kind));
+                losses.resolutions.push((*no, kind));
             }
             !done && !lost
         });
@@ -150,7 +150,7 @@ mod tests {
 
     fn held(no: &OrderNo, status: OrderStatus) -> HotOrder {
         HotOrder {
-            order_no: no.clone(),
+            order_no: *no,
             sku_id: SkuId(7),
             user_id: UserId(1),
             request_id: RequestId::parse("r").unwrap(),

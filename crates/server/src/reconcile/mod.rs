@@ -250,7 +250,8 @@ impl Reconciler {
             Ok(_) => "mismatch",
             Err(_) => "error",
         };
-        metrics::counter!("flashsale_reconcile_runs_total", "result" => outcome).increment(1);
+        metrics::counter!(flashsale_core::metric_names::RECONCILE_RUNS, "result" => outcome)
+            .increment(1);
         result
     }
 
@@ -267,7 +268,7 @@ impl Reconciler {
             let repairs = self.repair(sku, &report).await?;
             if !repairs.is_empty() {
                 for (kind, _) in &repairs {
-                    metrics::counter!("flashsale_reconcile_repairs_total", "kind" => kind.as_str())
+                    metrics::counter!(flashsale_core::metric_names::RECONCILE_REPAIRS, "kind" => kind.as_str())
                         .increment(1);
                 }
                 report.repairs = repairs
@@ -324,7 +325,7 @@ impl Reconciler {
         report.lost_orders = orders.into_iter().collect();
         report.lost_resolutions = resolutions.into_iter().collect();
         if !fenced.is_empty() {
-            metrics::counter!("flashsale_reconcile_lost_orders_total", "sku" => sku.to_string())
+            metrics::counter!(flashsale_core::metric_names::RECONCILE_LOST, "sku" => sku.to_string())
                 .increment(fenced.len() as u64);
         }
         Ok(fenced.iter().map(|e| (e.epoch, e.seq)).collect())
@@ -452,7 +453,7 @@ impl Reconciler {
             .collect();
         let lost = losses.orders.len() + losses.resolutions.len();
         if lost > 0 {
-            metrics::counter!("flashsale_reconcile_lost_orders_total", "sku" => report.sku_id.to_string())
+            metrics::counter!(flashsale_core::metric_names::RECONCILE_LOST, "sku" => report.sku_id.to_string())
                 .increment(lost as u64);
         }
     }
@@ -608,16 +609,13 @@ impl Reconciler {
         let last = report.after.as_deref().unwrap_or(report);
         let diff = last.diff.clone().unwrap_or_default();
         for (field, value) in diff.fields() {
-            metrics::gauge!("flashsale_reconcile_diff", "sku" => sku.clone(), "field" => field)
+            metrics::gauge!(flashsale_core::metric_names::RECONCILE_DIFF, "sku" => sku.clone(), "field" => field)
                 .set(value as f64);
         }
-        metrics::gauge!("flashsale_reconcile_violations", "sku" => sku.clone())
+        metrics::gauge!(flashsale_core::metric_names::RECONCILE_VIOLATIONS, "sku" => sku.clone())
             .set(last.violations.len() as f64);
-        metrics::gauge!("flashsale_reconcile_hot_behind", "sku" => sku).set(if last.hot_behind {
-            1.0
-        } else {
-            0.0
-        });
+        metrics::gauge!(flashsale_core::metric_names::RECONCILE_HOT_BEHIND, "sku" => sku)
+            .set(if last.hot_behind { 1.0 } else { 0.0 });
     }
 
     async fn record(&self, report: &SaleReport) -> anyhow::Result<u64> {

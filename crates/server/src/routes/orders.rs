@@ -26,27 +26,28 @@ pub async fn get(
 ) -> Result<Json<OrderView>, AppError> {
     let no = parse(p)?;
     match st.store.order(&no).await {
-        Ok(Some(order)) => return owned(order, user, None),
+        Ok(Some(order)) => {
+            let status = order.status;
+            return owned(order, user, status);
+        }
         Ok(None) => {}
         Err(e) => tracing::warn!(error = %e, "database unreachable; answering from the hot ledger"),
     }
     let hot = st.ledger.order(&no).await?;
-    let pending = (st.ledger.kind() == "redis").then_some(OrderStatus::Pending);
     match hot {
-        Some(order) => owned(order, user, pending),
+        Some(order) => {
+            let status = st.ledger.durability().as_answered(order.status);
+            owned(order, user, status)
+        }
         None => Err(AppError::from_code(ErrorCode::OrderNotFound)),
     }
 }
 
-fn owned(
-    order: HotOrder,
-    user: UserId,
-    status: Option<OrderStatus>,
-) -> Result<Json<OrderView>, AppError> {
+fn owned(order: HotOrder, user: UserId, status: OrderStatus) -> Result<Json<OrderView>, AppError> {
     if order.user_id != user {
         return Err(AppError::from_code(ErrorCode::OrderNotFound));
     }
-    Ok(Json(OrderView::new(&order, status.unwrap_or(order.status))))
+    Ok(Json(OrderView::new(&order, status)))
 }
 
 /// Answers a pay or cancel; one answered 200 goes into the loss journal (a hot ledger that

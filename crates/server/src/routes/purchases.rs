@@ -14,7 +14,6 @@ use serde::Deserialize;
 
 use super::{path, OrderView};
 use crate::auth::User;
-use crate::cache::request_key;
 use crate::error::AppError;
 use crate::metrics::{PURCHASE_LATENCY, SOLD_OUT_LOCAL};
 use crate::state::AppState;
@@ -69,7 +68,7 @@ pub async fn purchase(
     let Json(body) = body?;
     let req = body.validate(sku, user)?;
     super::sales::lookup(&st, sku).await?;
-    let key = request_key(user, req.request_id.as_str());
+    let key = req.key().to_string();
     let _permit = st
         .gateway
         .admit_purchase(sku, user, &key, body.purchase_token.as_deref())
@@ -82,7 +81,7 @@ pub async fn purchase(
     };
     metrics::histogram!(PURCHASE_LATENCY, "outcome" => label)
         .record(started.elapsed().as_secs_f64());
-    metrics::counter!("flashsale_purchases_total", "outcome" => label).increment(1);
+    metrics::counter!(flashsale_core::metric_names::PURCHASES, "outcome" => label).increment(1);
     result.map(|view| (StatusCode::ACCEPTED, Json(view)))
 }
 
@@ -106,10 +105,8 @@ async fn decide(st: &AppState, req: PurchaseRequest) -> Result<OrderView, AppErr
     }
     match outcome? {
         PurchaseOutcome::Accepted { order, replayed } => {
-            let mut view = OrderView::new(&order, order.status);
-            if st.ledger.kind() == "redis" && !replayed {
-                view.status = flashsale_core::OrderStatus::Pending;
-            }
+            let status = st.ledger.durability().as_answered(order.status);
+            let mut view = OrderView::new(&order, status);
             view.replayed = Some(replayed);
             Ok(view)
         }

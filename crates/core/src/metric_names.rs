@@ -1,0 +1,63 @@
+//! The name of every metric the service exports, in one place (Prometheus conventions: base
+//! units, `_seconds`, `_total`). Each crate records under these names; the server sets the
+//! histogram buckets and serves `/metrics`. Labels are given per name.
+
+/// Counter `{route, status, outcome}`: HTTP requests answered.
+pub const HTTP_REQUESTS: &str = "flashsale_http_requests_total";
+/// Histogram `{outcome}`: purchase latency as the server saw it.
+pub const PURCHASE_LATENCY: &str = "flashsale_purchase_latency_seconds";
+/// Counter `{outcome}`: purchases answered, by outcome.
+pub const PURCHASES: &str = "flashsale_purchases_total";
+/// Histogram `{script}`: one Redis script call.
+pub const SCRIPT_LATENCY: &str = "flashsale_script_latency_seconds";
+/// Histogram `{ledger}`: requests per ledger call.
+pub const BATCH_SIZE: &str = "flashsale_batch_size";
+/// Counter: purchases answered SOLD_OUT by an instance's local flag.
+pub const SOLD_OUT_LOCAL: &str = "flashsale_sold_out_local_total";
+/// Gauge: 1 while the hot ledger's circuit breaker is open.
+pub const BREAKER_OPEN: &str = "flashsale_breaker_open";
+
+/// Gauge `{sku}`: events in a sale's stream not yet persisted.
+pub const STREAM_LAG: &str = "flashsale_stream_lag_events";
+/// Counter `{sku}`: events the persister applied.
+pub const PERSISTED_EVENTS: &str = "flashsale_persisted_events_total";
+/// Histogram: one persister batch (read, apply, ack).
+pub const PERSIST_BATCH: &str = "flashsale_persist_batch_seconds";
+/// Counter `{sku}`: accepted orders the database's guard refused (must stay 0).
+pub const GUARD_REJECTIONS: &str = "flashsale_db_guard_rejections_total";
+/// Counter `{sku}`: events the database's epoch fence refused (kept in `fenced_events`).
+pub const FENCED_EVENTS: &str = "flashsale_fenced_events_total";
+/// Counter `{sku}`: stream entries parked as dead letters (the stream stops).
+pub const DEAD_LETTERS: &str = "flashsale_dead_letters_total";
+/// Counter `{sku}`: hold expiry passes of a sale that failed.
+pub const EXPIRY_FAILURES: &str = "flashsale_expiry_failures_total";
+
+/// Gauge `{sku, field}`: hot minus database counters after a reconciler run.
+pub const RECONCILE_DIFF: &str = "flashsale_reconcile_diff";
+/// Counter `{result = ok | mismatch | error}`: reconciler runs.
+pub const RECONCILE_RUNS: &str = "flashsale_reconcile_runs_total";
+/// Counter `{kind = replay | rebuild | expire}`: repairs made.
+pub const RECONCILE_REPAIRS: &str = "flashsale_reconcile_repairs_total";
+/// Counter `{sku}`: promises (purchases, resolutions) reported lost with the hot ledger.
+pub const RECONCILE_LOST: &str = "flashsale_reconcile_lost_orders_total";
+/// Gauge `{sku}`: invariant violations found by the last run.
+pub const RECONCILE_VIOLATIONS: &str = "flashsale_reconcile_violations";
+/// Gauge `{sku}`: 1 while the hot copy is behind the database.
+pub const RECONCILE_HOT_BEHIND: &str = "flashsale_reconcile_hot_behind";
+
+/// Counter `{scope = ip | user | instance | sale}`: requests refused by a rate limit.
+pub const RATE_LIMITED: &str = "flashsale_rate_limited_total";
+/// Counter: requests refused by the blacklist.
+pub const BLACKLISTED: &str = "flashsale_blacklisted_total";
+/// Gauge `{sku}`: 1 while back-pressure holds.
+pub const BACKPRESSURE: &str = "flashsale_backpressure_engaged";
+/// Counter `{sku, to}`: back-pressure engaging or letting go.
+pub const BACKPRESSURE_CHANGES: &str = "flashsale_backpressure_changes_total";
+/// Counter: purchases refused by a sale's in-flight limit.
+pub const SALE_INFLIGHT_REFUSED: &str = "flashsale_sale_inflight_refused_total";
+/// Gauge: open client connections.
+pub const OPEN_CONNECTIONS: &str = "flashsale_open_connections";
+/// Counter: requests past the request timeout.
+pub const TIMEOUTS: &str = "flashsale_request_timeouts_total";
+/// Counter: requests shed by the in-flight cap.
+pub const SHED: &str = "flashsale_requests_shed_total";
