@@ -20,6 +20,9 @@ use crate::conn::{bounded, split_urls, Conn, Timeouts};
 use crate::keys::Keys;
 use crate::scripts::Scripts;
 
+/// Wait before the restock subscriber connects again after a fault.
+const RESUBSCRIBE_AFTER: Duration = Duration::from_millis(200);
+
 /// Most holds one `expire_due` call may expire (the script's own bound).
 pub const EXPIRE_MAX: usize = 10_000;
 
@@ -597,7 +600,7 @@ async fn subscribe_loop(hub: Weak<RestockHub>) {
         if let Err(e) = subscribe_once(&url, &channel, &hub).await {
             tracing::debug!(error = %e, "restock subscriber reconnecting");
         }
-        tokio::time::sleep(Duration::from_millis(200)).await;
+        tokio::time::sleep(RESUBSCRIBE_AFTER).await;
     }
 }
 

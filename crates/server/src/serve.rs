@@ -18,6 +18,8 @@ use tokio::sync::broadcast;
 use tokio::task::JoinHandle;
 
 use crate::auth::Auth;
+use crate::gateway::blacklist::{RedisGuards, SqliteGuards};
+use crate::gateway::GuardStore;
 use crate::reconcile::{ReconcileWorker, Reconciler};
 use crate::state::{AppState, Limits};
 use crate::workers::{ExpiryWorker, PersisterWorker, Worker};
@@ -67,45 +69,72 @@ pub async fn open_store(url: &str) -> anyhow::Result<Arc<dyn OrderStore>> {
     }
 }
 
-/// The ledger and store a config names, the ledger routed as every process of a deployment
-/// routes it (hot sales to their own Redis), so `serve`, `worker` and `reconcile` see each
-/// sale where it lives. Redis is connected on first use: a process starts while Redis is
-/// down and answers 503 (`/readyz` false) until it is back.
+/// What a process serves from, opened once from its config: the hot ledger (routed as every
+/// process of a deployment routes it: hot sales to their own Redis, so `serve`, `worker` and
+/// `reconcile` see each sale where it lives), the system of record, and where the blacklist
+/// lives. The embedded mode opens its SQLite file once and shares the one writer. Redis is
+/// connected on first use: a process starts while Redis is down and answers 503 (`/readyz`
+/// false) until it is back.
+pub struct Backends {
+    pub ledger: Arc<dyn HotLedger>,
+    pub store: Arc<dyn OrderStore>,
+    pub guards: Arc<dyn GuardStore>,
+}
+
+impl Backends {
+    pub async fn open(config: &Config) -> anyhow::Result<Backends> {
+        let url = config.database_url.as_str();
+        let backends = match &config.redis_url {
+            Some(redis_url) => {
+                let ledger = RedisLedger::connect_lazy(redis_url, &config.redis_prefix)
+                    .context("the Redis ledger")?;
+                let guards = RedisGuards::connect(redis_url, &config.redis_prefix);
+                Backends {
+                    ledger: Arc::new(ledger),
+                    store: open_store(url).await?,
+                    guards: Arc::new(guards),
+                }
+            }
+            None => {
+                if !url.starts_with("sqlite:") {
+                    bail!("the embedded ledger (no FLASHSALE_REDIS_URL) needs a sqlite:// database, not {url}");
+                }
+                let store = Arc::new(
+                    SqliteStore::open(url)
+                        .await
+                        .context("open the SQLite database")?,
+                );
+                let ledger = EmbeddedLedger::open(store.clone())
+                    .await
+                    .context("open the embedded ledger")?;
+                Backends {
+                    ledger: Arc::new(ledger),
+                    guards: Arc::new(SqliteGuards::new(store.clone())),
+                    store,
+                }
+            }
+        };
+        Ok(Backends {
+            ledger: crate::gateway::routing::hot_routed(config, backends.ledger)?,
+            ..backends
+        })
+    }
+}
+
+/// The ledger and store a config names (see [`Backends::open`]).
 pub async fn backends(
     config: &Config,
 ) -> anyhow::Result<(Arc<dyn HotLedger>, Arc<dyn OrderStore>)> {
-    let (ledger, store) = unrouted_backends(config).await?;
-    let ledger = crate::gateway::routing::hot_routed(config, ledger).await?;
-    Ok((ledger, store))
+    let b = Backends::open(config).await?;
+    Ok((b.ledger, b.store))
 }
 
-async fn unrouted_backends(
-    config: &Config,
-) -> anyhow::Result<(Arc<dyn HotLedger>, Arc<dyn OrderStore>)> {
-    let url = config.database_url.as_str();
-    match &config.redis_url {
-        Some(redis_url) => {
-            let store = open_store(url).await?;
-            let ledger = RedisLedger::connect_lazy(redis_url, &config.redis_prefix)
-                .context("the Redis ledger")?;
-            Ok((Arc::new(ledger), store))
-        }
-        None => {
-            if !url.starts_with("sqlite:") {
-                bail!("the embedded ledger (no FLASHSALE_REDIS_URL) needs a sqlite:// database, not {url}");
-            }
-            let store = Arc::new(
-                SqliteStore::open(url)
-                    .await
-                    .context("open the SQLite database")?,
-            );
-            let ledger = EmbeddedLedger::open(store.clone())
-                .await
-                .context("open the embedded ledger")?;
-            Ok((Arc::new(ledger), store))
-        }
-    }
-}
+/// How long a stopping task may take to finish its current work (a persister batch, a drain
+/// of in-flight requests) before shutdown reports it.
+const TASK_STOP_MAX: Duration = Duration::from_secs(30);
+/// Between hold expiry passes, and the most holds one `expire_due` call expires.
+const EXPIRY_INTERVAL: Duration = Duration::from_millis(250);
+const EXPIRY_BATCH_MAX: usize = 256;
 
 /// Tasks stopped together by one broadcast.
 struct Tasks {
@@ -132,15 +161,16 @@ impl Tasks {
         let _ = self.shutdown.send(());
         let mut first_error = None;
         for (name, task) in self.handles.drain(..) {
-            match tokio::time::timeout(Duration::from_secs(30), task).await {
+            match tokio::time::timeout(TASK_STOP_MAX, task).await {
                 Ok(Ok(Ok(()))) => {}
                 Ok(Ok(Err(e))) => first_error = first_error.or(Some(e.context(name))),
                 Ok(Err(join)) => {
                     first_error = first_error.or(Some(anyhow::anyhow!("{name} panicked: {join}")))
                 }
                 Err(_) => {
-                    first_error =
-                        first_error.or(Some(anyhow::anyhow!("{name} did not stop in 30 s")))
+                    first_error = first_error.or(Some(anyhow::anyhow!(
+                        "{name} did not stop in {TASK_STOP_MAX:?}"
+                    )))
                 }
             }
         }
@@ -180,8 +210,11 @@ impl Server {
             .await
             .with_context(|| format!("bind {}", config.listen))?;
         let addr = listener.local_addr()?;
-        let (ledger, store) = backends(&config).await?;
-        let guards = crate::gateway::routing::guard_store(&config).await?;
+        let Backends {
+            ledger,
+            store,
+            guards,
+        } = Backends::open(&config).await?;
         let auth = Auth::new(&config.jwt_secret, &config.admin_token);
         let state = AppState::with_guards(
             ledger.clone(),
@@ -213,6 +246,7 @@ impl Server {
         };
         // The listener first: on shutdown it drains in-flight requests before workers stop.
         tasks.handles.push(("http", tokio::spawn(serve)));
+        tasks.spawn_worker(Box::new(crate::gateway::GatewayWorker::new(&state)));
         for worker in workers(&config, ledger, store) {
             tasks.spawn_worker(worker);
         }
@@ -239,8 +273,8 @@ fn workers(
     let mut workers: Vec<Box<dyn Worker>> = vec![Box::new(ExpiryWorker {
         ledger,
         store: store.clone(),
-        interval: Duration::from_millis(250),
-        batch_max: 256,
+        interval: EXPIRY_INTERVAL,
+        batch_max: EXPIRY_BATCH_MAX,
     })];
     if let (Some(redis_url), true) = (&config.redis_url, config.run_persister) {
         workers.push(Box::new(PersisterWorker::new(

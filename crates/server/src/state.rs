@@ -41,6 +41,11 @@ impl Default for Limits {
     }
 }
 
+/// Consecutive hot-ledger failures that open the breaker, and how long it stays open before
+/// one request may try again.
+const BREAKER_FAILURES_MAX: u32 = 5;
+const BREAKER_OPEN_MS: i64 = 1_000;
+
 #[derive(Clone)]
 pub struct AppState(Arc<Inner>);
 
@@ -69,6 +74,11 @@ impl std::ops::Deref for AppState {
 }
 
 impl AppState {
+    /// The shared state itself (workers hold it weakly).
+    pub fn inner(&self) -> &Arc<Inner> {
+        &self.0
+    }
+
     pub fn new(
         ledger: Arc<dyn HotLedger>,
         store: Arc<dyn OrderStore>,
@@ -109,13 +119,12 @@ impl AppState {
             auth,
             sales: SaleCache::new(limits.cache_ttl),
             sold_out,
-            breaker: Breaker::new(5, 1_000),
+            breaker: Breaker::new(BREAKER_FAILURES_MAX, BREAKER_OPEN_MS),
             metrics: crate::metrics::handle(),
             limits,
             gateway,
             journal,
         });
-        crate::gateway::spawn_tasks(&inner);
         let weak = Arc::downgrade(&inner);
         inner.ledger.on_restock(Arc::new(move |sku| {
             if let Some(inner) = weak.upgrade() {

@@ -132,50 +132,80 @@ impl Gateway {
     }
 }
 
-/// Starts the gateway's background tasks; each stops when the state is dropped.
-pub fn spawn_tasks(inner: &Arc<Inner>) {
-    if tokio::runtime::Handle::try_current().is_err() {
-        return;
-    }
-    let c = &inner.gateway.config;
-    spawn_every(inner, c.blacklist_refresh, |st| async move {
-        use std::sync::atomic::Ordering;
-        let failing = &st.gateway.guards.failing;
-        match st.gateway.guards.refresh().await {
-            // One line per change, not one per tick while the store is down.
-            Err(e) if !failing.swap(true, Ordering::Relaxed) => {
-                tracing::warn!(error = %e, "blacklist refresh failed; keeping the last copy")
-            }
-            Ok(()) if failing.swap(false, Ordering::Relaxed) => {
-                tracing::info!("blacklist refresh works again")
-            }
-            _ => {}
-        }
-    });
-    spawn_every(inner, c.limiter_sweep, |st| async move {
-        st.gateway.rates.sweep();
-    });
-    spawn_every(inner, c.backpressure_interval, |st| async move {
-        monitor(&st).await;
-    });
+/// The gateway's periodic work as one worker, stopped and joined with the others at
+/// shutdown: the blacklist reload, the rate limiters' sweep and the back-pressure monitor.
+/// It holds the state weakly: a state dropped without a shutdown ends it too.
+pub struct GatewayWorker {
+    state: Weak<Inner>,
 }
 
-fn spawn_every<F, Fut>(inner: &Arc<Inner>, every: Duration, f: F)
-where
-    F: Fn(Arc<Inner>) -> Fut + Send + 'static,
-    Fut: std::future::Future<Output = ()> + Send,
-{
-    let weak: Weak<Inner> = Arc::downgrade(inner);
-    let every = every.max(Duration::from_millis(10));
-    tokio::spawn(async move {
-        let mut tick = tokio::time::interval(every);
-        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        loop {
-            tick.tick().await;
-            let Some(st) = weak.upgrade() else { return };
-            f(st).await;
+impl GatewayWorker {
+    pub fn new(state: &crate::state::AppState) -> GatewayWorker {
+        GatewayWorker {
+            state: Arc::downgrade(state.inner()),
         }
-    });
+    }
+}
+
+/// The shortest period of a gateway ticker, whatever the settings say.
+const TICK_MIN: Duration = Duration::from_millis(10);
+
+#[async_trait::async_trait]
+impl crate::workers::Worker for GatewayWorker {
+    fn name(&self) -> &'static str {
+        "gateway"
+    }
+
+    async fn run(
+        self: Box<Self>,
+        mut shutdown: tokio::sync::broadcast::Receiver<()>,
+    ) -> anyhow::Result<()> {
+        let Some(c) = self.state.upgrade().map(|st| st.gateway.config.clone()) else {
+            return Ok(());
+        };
+        let every = |d: Duration| {
+            let mut tick = tokio::time::interval(d.max(TICK_MIN));
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            tick
+        };
+        let (mut refresh, mut sweep, mut monitor_tick) = (
+            every(c.blacklist_refresh),
+            every(c.limiter_sweep),
+            every(c.backpressure_interval),
+        );
+        loop {
+            tokio::select! {
+                _ = shutdown.recv() => return Ok(()),
+                _ = refresh.tick() => match self.state.upgrade() {
+                    Some(st) => refresh_guards(&st).await,
+                    None => return Ok(()),
+                },
+                _ = sweep.tick() => match self.state.upgrade() {
+                    Some(st) => st.gateway.rates.sweep(),
+                    None => return Ok(()),
+                },
+                _ = monitor_tick.tick() => match self.state.upgrade() {
+                    Some(st) => monitor(&st).await,
+                    None => return Ok(()),
+                },
+            }
+        }
+    }
+}
+
+async fn refresh_guards(st: &Inner) {
+    use std::sync::atomic::Ordering;
+    let failing = &st.gateway.guards.failing;
+    match st.gateway.guards.refresh().await {
+        // One line per change, not one per tick while the store is down.
+        Err(e) if !failing.swap(true, Ordering::Relaxed) => {
+            tracing::warn!(error = %e, "blacklist refresh failed; keeping the last copy")
+        }
+        Ok(()) if failing.swap(false, Ordering::Relaxed) => {
+            tracing::info!("blacklist refresh works again")
+        }
+        _ => {}
+    }
 }
 
 /// One back-pressure pass over every sale this instance has seen purchases for.

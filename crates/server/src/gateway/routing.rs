@@ -143,7 +143,7 @@ impl HotLedger for RoutedLedger {
 
 /// The configured ledger, wrapped to send `hot_skus` to `hot_redis_url` when both are set
 /// (Redis ledger only).
-pub async fn hot_routed(
+pub fn hot_routed(
     config: &crate::serve::Config,
     ledger: Arc<dyn HotLedger>,
 ) -> anyhow::Result<Arc<dyn HotLedger>> {
@@ -163,26 +163,5 @@ pub async fn hot_routed(
             anyhow::bail!("a hot-sale Redis needs the Redis ledger (FLASHSALE_REDIS_URL)")
         }
         _ => Ok(ledger),
-    }
-}
-
-/// Where the blacklist lives: Redis sets for the Redis ledger, the SQLite database for the
-/// embedded one.
-pub async fn guard_store(
-    config: &crate::serve::Config,
-) -> anyhow::Result<Arc<dyn crate::gateway::GuardStore>> {
-    use crate::gateway::blacklist::{RedisGuards, SqliteGuards};
-    match &config.redis_url {
-        Some(url) => Ok(Arc::new(
-            RedisGuards::connect(url, &config.redis_prefix)
-                .await
-                .map_err(|e| anyhow::anyhow!("connect to Redis for the blacklist: {e}"))?,
-        )),
-        None => {
-            let store = flashsale_store::SqliteStore::open(&config.database_url)
-                .await
-                .map_err(|e| anyhow::anyhow!("open the database for the blacklist: {e}"))?;
-            Ok(Arc::new(SqliteGuards::new(Arc::new(store))))
-        }
     }
 }
