@@ -52,6 +52,8 @@ pub fn app(state: AppState) -> Router {
         .route("/orders/{order_no}", get(orders::get))
         .route("/orders/{order_no}/pay", post(orders::pay))
         .route("/orders/{order_no}/cancel", post(orders::cancel))
+        .route("/dashboard", get(dashboard::public_route))
+        .route("/admin/dashboard", get(dashboard::admin_route))
         .route("/admin/reconcile", get(reconcile::report_route))
         .route(
             "/admin/reconcile/{sku_id}/repair",

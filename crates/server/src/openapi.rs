@@ -180,7 +180,7 @@ pub struct Ready {
         create_sale, get_sale, warm_sale, pause_sale, resume_sale, end_sale, purchase,
         get_order, pay_order, cancel_order, issue_purchase_token, list_blacklist,
         block_user, unblock_user, block_ip, unblock_ip, require_token, drop_token,
-        reconcile_report, reconcile_repair,
+        reconcile_report, reconcile_repair, public_dashboard, admin_dashboard,
         healthz, readyz, metrics, dashboard,
     ),
     components(schemas(
@@ -367,6 +367,16 @@ fn reconcile_report() {}
     responses((status = 200, description = "a reconciler run with repairs (replay, rebuild, expire)")))]
 #[allow(dead_code)]
 fn reconcile_repair() {}
+
+#[utoipa::path(get, path = "/api/v1/dashboard", tag = "ops",
+    responses((status = 200, description = "every sale (live first, at most 50) with its state and stock")))]
+#[allow(dead_code)]
+fn public_dashboard() {}
+
+#[utoipa::path(get, path = "/api/v1/admin/dashboard", tag = "admin", security(("bearer" = [])),
+    responses((status = 200, description = "per sale: answers per second and latency (last 60 s), stream lag, backlog, sold-out and back-pressure flags, last reconciliation; breaker, script latency")))]
+#[allow(dead_code)]
+fn admin_dashboard() {}
 
 #[utoipa::path(get, path = "/healthz", tag = "ops", responses((status = 200, description = "alive", body = Health)))]
 #[allow(dead_code)]

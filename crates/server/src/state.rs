@@ -58,6 +58,8 @@ pub struct Inner {
     pub gateway: Gateway,
     /// Accepted purchases not yet in the database, for the reconciler's loss report.
     pub journal: Arc<crate::reconcile::Journal>,
+    /// Per-sale answers and readings for the live dashboard.
+    pub dashboard: crate::dashboard::Dashboard,
 }
 
 impl std::ops::Deref for AppState {
@@ -113,6 +115,7 @@ impl AppState {
             limits,
             gateway,
             journal,
+            dashboard: Default::default(),
         });
         crate::gateway::spawn_tasks(&inner);
         let weak = Arc::downgrade(&inner);
