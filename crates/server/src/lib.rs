@@ -9,6 +9,8 @@
 //! - [`workers`]: background workers (persister, hold expiry) behind one `Worker` trait.
 //! - [`serve`]: `Config` → ledger, store, workers, listener; graceful shutdown.
 //! - [`metrics`]: the Prometheus recorder.
+//! - [`dashboard`]: the live page at `/` and the JSON it polls.
+//! - [`openapi`]: the OpenAPI document; [`openapi_extra`]: `u64` ranges and links in it.
 //!
 //! May depend on every backend crate; the domain rules stay in flashsale-core.
 
@@ -21,6 +23,7 @@ pub mod error;
 pub mod gateway;
 pub mod metrics;
 pub mod openapi;
+pub mod openapi_extra;
 pub mod reconcile;
 pub mod routes;
 pub mod serve;

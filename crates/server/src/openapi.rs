@@ -11,6 +11,7 @@ use utoipa::{Modify, OpenApi, ToSchema};
 use utoipa_swagger_ui::SwaggerUi;
 
 use crate::gateway::routes::{BlacklistEntry, BlacklistView, PurchaseTokenView, TokenSaleView};
+use crate::openapi_extra::{Links, Unsigned};
 use crate::state::AppState;
 
 /// `/openapi.json` and `/docs`.
@@ -187,7 +188,7 @@ pub struct Ready {
         Error, CreateSale, SaleView, PurchaseBody, OrderView, Health, Ready, BlacklistView,
         BlacklistEntry, TokenSaleView, PurchaseTokenView,
     )),
-    modifiers(&Common),
+    modifiers(&Common, &Unsigned, &Links),
 )]
 pub struct ApiDoc;
 
