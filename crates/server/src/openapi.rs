@@ -11,7 +11,7 @@ use utoipa::{Modify, OpenApi, ToSchema};
 use utoipa_swagger_ui::SwaggerUi;
 
 use crate::gateway::routes::{BlacklistEntry, BlacklistView, PurchaseTokenView, TokenSaleView};
-use crate::openapi_extra::{Links, Unsigned};
+use crate::openapi_extra::{IpAddresses, Links, Unsigned};
 use crate::state::AppState;
 
 /// `/openapi.json` and `/docs`.
@@ -188,7 +188,7 @@ pub struct Ready {
         Error, CreateSale, SaleView, PurchaseBody, OrderView, Health, Ready, BlacklistView,
         BlacklistEntry, TokenSaleView, PurchaseTokenView,
     )),
-    modifiers(&Common, &Unsigned, &Links),
+    modifiers(&Common, &Unsigned, &IpAddresses, &Links),
 )]
 pub struct ApiDoc;
 
@@ -328,12 +328,12 @@ fn cancel_order() {}
 fn list_blacklist() {}
 
 #[utoipa::path(put, path = "/api/v1/admin/blacklist/users/{user_id}", tag = "admin", security(("bearer" = [])),
-    params(("user_id" = u64, Path, minimum = 0)), responses((status = 200, description = "blocked", body = BlacklistEntry)))]
+    params(("user_id" = u64, Path, minimum = 1)), responses((status = 200, description = "blocked", body = BlacklistEntry)))]
 #[allow(dead_code)]
 fn block_user() {}
 
 #[utoipa::path(delete, path = "/api/v1/admin/blacklist/users/{user_id}", tag = "admin", security(("bearer" = [])),
-    params(("user_id" = u64, Path, minimum = 0)), responses((status = 200, description = "unblocked", body = BlacklistEntry)))]
+    params(("user_id" = u64, Path, minimum = 1)), responses((status = 200, description = "unblocked", body = BlacklistEntry)))]
 #[allow(dead_code)]
 fn unblock_user() {}
 

@@ -3,12 +3,15 @@
 //! - [`Unsigned`]: the true range of `u64` values. utoipa writes a `u64` as `format: int64,
 //!   minimum: 0`, and `int64` tells clients (and fuzzers) the top is 2^63−1, while the code
 //!   takes every `u64`: such schemas say `format: uint64` and `maximum: 2^64−1` instead.
+//! - [`IpAddresses`]: an `{ip}` path parameter is an IPv4 or IPv6 address, as the code parses it.
 //! - [`Links`]: OpenAPI links along a sale's life (create → warm → purchase → order → pay or
 //!   cancel), so a stateful client or fuzzer can chain calls with real ids.
 
 use serde_json::{json, Value};
 use utoipa::openapi::path::{Operation, PathItem};
-use utoipa::openapi::schema::{KnownFormat, Object, SchemaFormat, SchemaType, Type};
+use utoipa::openapi::schema::{
+    AnyOfBuilder, KnownFormat, Object, ObjectBuilder, SchemaFormat, SchemaType, Type,
+};
 use utoipa::openapi::{OpenApi, RefOr, Schema};
 use utoipa::{Modify, Number};
 
@@ -84,6 +87,36 @@ fn is_unbounded_u64(o: &Object) -> bool {
         None => false,
     };
     integer && int64 && non_negative && o.maximum.is_none()
+}
+
+/// `{ip}` parameters: `anyOf` an `ipv4` and an `ipv6` string (utoipa has no attribute for it).
+pub struct IpAddresses;
+
+impl Modify for IpAddresses {
+    fn modify(&self, doc: &mut OpenApi) {
+        for item in doc.paths.paths.values_mut() {
+            for op in operations(item) {
+                let params = op.parameters.iter_mut().flatten();
+                for param in params.filter(|p| p.name == "ip") {
+                    param.schema = Some(RefOr::T(ip_schema()));
+                }
+            }
+        }
+    }
+}
+
+fn ip_schema() -> Schema {
+    let string = |format: &str| {
+        ObjectBuilder::new()
+            .schema_type(Type::String)
+            .format(Some(SchemaFormat::Custom(format.into())))
+            .build()
+    };
+    AnyOfBuilder::new()
+        .item(string("ipv4"))
+        .item(string("ipv6"))
+        .build()
+        .into()
 }
 
 /// One link: (name, target operation id, its parameter, runtime expression of the value).

@@ -33,10 +33,13 @@ async fn u64_ids_are_documented_and_served_to_their_top() {
     let path = "/api/v1/admin/blacklist/users/{user_id}";
     let schema = path_param(&doc, path, "put", "user_id");
     assert_eq!(schema["format"], "uint64", "{schema}");
-    assert_eq!(schema["minimum"].as_u64(), Some(0), "{schema}");
+    assert_eq!(schema["minimum"].as_u64(), Some(1), "{schema}");
     assert_eq!(schema["maximum"].as_u64(), Some(u64::MAX), "{schema}");
     let sale_id = &doc["components"]["schemas"]["SaleView"]["properties"]["sku_id"];
     assert_eq!(sale_id["maximum"].as_u64(), Some(u64::MAX), "{sale_id}");
+    let ip = path_param(&doc, "/api/v1/admin/blacklist/ips/{ip}", "put", "ip");
+    assert_eq!(ip["anyOf"][0]["format"], "ipv4", "{ip}");
+    assert_eq!(ip["anyOf"][1]["format"], "ipv6", "{ip}");
     let quantity = &doc["components"]["schemas"]["PurchaseBody"]["properties"]["quantity"];
     assert_eq!(
         quantity["maximum"].as_u64(),
