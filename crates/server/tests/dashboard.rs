@@ -1,8 +1,8 @@
 //! The dashboard in a real browser: headless Debian chromium driven over WebDriver
 //! (chromedriver, `fantoccini`). A server on the embedded ledger sells out a small spike while
 //! the page is open with the admin token; the DOM must show the sold count reaching the total,
-//! all three outcomes, the charts drawn with data and the reconciliation verdict. Screenshots
-//! (desktop and phone width) go to `target/test-output/`.
+//! the charts drawn with data and the reconciliation verdict. Screenshots (public, admin,
+//! admin at phone width) go to `target/test-output/`.
 //!
 //! `scripts/browser-deps.sh` installs chromium and chromium-driver when they are missing (as
 //! root; otherwise the test fails saying what to install).
@@ -257,6 +257,12 @@ async fn the_dashboard_shows_a_spike_selling_out() {
     let driver = start_driver(&chromedriver).await;
     let browser = open_browser(&driver, &chromium).await;
     browser.goto(&stack.base).await.expect("page loads");
+    let public = wait_for_page(&browser, |p| {
+        p["total"] == json!(UNITS.to_string()) && p["admin"] == json!(false)
+    })
+    .await;
+    screenshot(&browser, "dashboard-public.png").await;
+    assert!(public.is_ok(), "the public page shows the sale: {public:?}");
     unlock_admin(&browser).await;
 
     let statuses = spike(&stack).await;

@@ -212,14 +212,23 @@ const timeAxis = {space: 60};
 
 function stockOpts() {
   return {
-    // The same last minute as the server's series, so the charts of a card line up.
-    scales: {x: {time: true, range: (u, min, max) => [max - 60, max]},
+    // The same last minute as the server's series, so the charts of a card line up. From the
+    // last x, not `max`: with one point uPlot widens max by a day.
+    scales: {x: {time: true, range: u => lastMinute(u.data[0])},
              units: {range: (u, min, max) => [0, Math.max(1, max)]}},
     axes: [timeAxis, {...axisY('units'), scale: 'units'}],
-    series: [{}, {label: 'remaining', stroke: COLORS.stock, width: 2, scale: 'units'},
+    series: [{}, {label: 'remaining', stroke: COLORS.stock, width: 2, scale: 'units', points: {show: fewPoints}},
              {label: 'backlog', stroke: COLORS.lag, width: 1.5, scale: 'units', dash: [4, 3]}],
   };
 }
+
+function lastMinute(xs) {
+  const end = xs.length ? xs[xs.length - 1] : Date.now() / 1000;
+  return [end - 60, end];
+}
+
+// Dots while a line has too few points to be seen (the first seconds after the page opens).
+const fewPoints = u => u.data[0].length < 5;
 
 function answersOpts(card) {
   // Legends show each outcome's own rate, not the running sum that is drawn.
