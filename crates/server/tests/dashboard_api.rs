@@ -15,7 +15,7 @@ const SKU: u64 = 77;
 const UNITS: u64 = 20;
 const BUYERS: u64 = 30;
 
-fn sale<'a>(view: &'a Value, sku: u64) -> &'a Value {
+fn sale(view: &Value, sku: u64) -> &Value {
     let sales = view["sales"].as_array().expect("sales");
     sales
         .iter()
