@@ -9,6 +9,7 @@
 
 mod common;
 
+use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -28,7 +29,8 @@ const WAVES: usize = 4;
 /// Everything the page must show within this after the spike (it polls once a second).
 const DEADLINE: Duration = Duration::from_secs(30);
 
-/// chromedriver on a free port, killed when dropped.
+/// chromedriver on a free port in a process group of its own, killed with the browsers it
+/// started when dropped (also when the test fails before closing its session).
 struct Driver {
     child: Child,
     url: String,
@@ -36,7 +38,8 @@ struct Driver {
 
 impl Drop for Driver {
     fn drop(&mut self) {
-        let _ = self.child.kill();
+        let group = format!("-{}", self.child.id());
+        let _ = Command::new("kill").args(["-KILL", "--", &group]).status();
         let _ = self.child.wait();
     }
 }
@@ -81,6 +84,7 @@ async fn start_driver(chromedriver: &str) -> Driver {
     let port = free_port();
     let child = Command::new(chromedriver)
         .arg(format!("--port={port}"))
+        .process_group(0)
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()
