@@ -12,6 +12,8 @@ pub mod live;
 pub mod prom;
 pub mod view;
 
+use std::time::{Duration, Instant};
+
 use axum::extract::State;
 use axum::http::header;
 use axum::response::IntoResponse;
@@ -41,6 +43,28 @@ const PAGE: &str = concat!(
 pub struct Dashboard {
     pub live: live::Live,
     pub scripts: view::ScriptReadings,
+    /// The last public view and when it was made: anyone may poll it, during a sale too, so
+    /// it is computed at most once per [`PUBLIC_TTL`] whatever the number of pages open.
+    public: tokio::sync::Mutex<Option<(Instant, view::PublicView)>>,
+}
+
+/// How long one public view is served (the page polls once a second).
+const PUBLIC_TTL: Duration = Duration::from_millis(500);
+
+impl Dashboard {
+    /// The public view, fresh or at most [`PUBLIC_TTL`] old; one caller computes it while the
+    /// others wait for that result.
+    async fn public(&self, st: &AppState) -> Result<view::PublicView, AppError> {
+        let mut cached = self.public.lock().await;
+        if let Some((at, v)) = cached.as_ref() {
+            if at.elapsed() < PUBLIC_TTL {
+                return Ok(v.clone());
+            }
+        }
+        let fresh = view::public(st).await?;
+        *cached = Some((Instant::now(), fresh.clone()));
+        Ok(fresh)
+    }
 }
 
 pub async fn page() -> impl IntoResponse {
@@ -55,7 +79,7 @@ pub async fn page() -> impl IntoResponse {
 
 /// `GET /api/v1/dashboard`.
 pub async fn public_route(State(st): State<AppState>) -> Result<Json<view::PublicView>, AppError> {
-    view::public(&st).await.map(Json)
+    st.dashboard.public(&st).await.map(Json)
 }
 
 /// `GET /api/v1/admin/dashboard`.

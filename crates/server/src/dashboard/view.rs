@@ -26,7 +26,7 @@ const SCRIPT_WINDOW: Duration = Duration::from_secs(5);
 const SCRIPT_LATENCY: &str = "flashsale_script_latency_seconds";
 
 /// One sale, public fields.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Clone, Serialize)]
 pub struct SaleCard {
     pub sku_id: u64,
     pub name: String,
@@ -39,7 +39,7 @@ pub struct SaleCard {
 }
 
 /// `GET /api/v1/dashboard`.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Clone, Serialize)]
 pub struct PublicView {
     pub at_ms: i64,
     pub sales: Vec<SaleCard>,
