@@ -40,6 +40,7 @@ async function fetchView() {
 }
 
 async function tick() {
+  const started = performance.now();
   try {
     const {view, admin} = await fetchView();
     render(view, admin);
@@ -49,7 +50,8 @@ async function tick() {
   } catch (e) {
     setStatus(String(e), true);
   } finally {
-    setTimeout(tick, POLL_MS);
+    // Once a second from start to start, whatever the answer took (never two at once).
+    setTimeout(tick, Math.max(100, POLL_MS - (performance.now() - started)));
   }
 }
 
