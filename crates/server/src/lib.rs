@@ -8,7 +8,7 @@
 //! - [`error`]: `AppError`, the one error answer.
 //! - [`workers`]: background workers (persister, hold expiry) behind one `Worker` trait.
 //! - [`serve`]: `Config` → ledger, store, workers, listener; graceful shutdown.
-//! - [`metrics`]: the Prometheus recorder.
+//! - [`metrics`]: the Prometheus recorder; [`metrics_help`]: the HELP text of every metric.
 //! - [`dashboard`]: the live page at `/` and the JSON it polls.
 //! - [`openapi`]: the OpenAPI document; [`openapi_extra`]: `u64` ranges and links in it.
 //!
@@ -22,6 +22,7 @@ pub mod dashboard;
 pub mod error;
 pub mod gateway;
 pub mod metrics;
+pub mod metrics_help;
 pub mod openapi;
 pub mod openapi_extra;
 pub mod reconcile;

@@ -1,13 +1,20 @@
 //! The monitoring files in `deploy/`: the Prometheus alerts pass `promtool check rules` and
 //! their unit tests, the scrape config passes `promtool check config`, every query of the
-//! Grafana dashboard parses as PromQL, and every metric they name is one the docs define.
+//! Grafana dashboard parses as PromQL, every metric they name is one the docs define, and the
+//! service's own `/metrics` after a few purchases passes `promtool check metrics` (names,
+//! units, HELP text).
 //!
 //! `scripts/promtool.sh` runs the promtool checks (installing Debian's `prometheus` package
 //! for promtool when missing, as root).
 
+mod common;
+
 use std::collections::BTreeSet;
+use std::io::Write as _;
 use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::process::{Command, Stdio};
+
+use common::Stack;
 
 use serde_json::{json, Value};
 
@@ -94,4 +101,51 @@ fn alerts_and_dashboard_name_only_documented_metrics() {
         "metrics not in docs/DESIGN.md: {unknown:?}"
     );
     assert!(used.len() >= 15, "{used:?}");
+}
+
+/// `promtool` is there (scripts/promtool.sh installs it when missing).
+fn ensure_promtool() {
+    let status = Command::new("bash")
+        .arg(repo_root().join("scripts/promtool.sh"))
+        .stdout(Stdio::null())
+        .status()
+        .expect("scripts/promtool.sh runs");
+    assert!(status.success(), "scripts/promtool.sh failed (see above)");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_exported_metrics_pass_promtool_check_metrics() {
+    ensure_promtool();
+    let stack = Stack::embedded().await;
+    stack.live_sale(3, 2, 1).await;
+    for user in 1..=4 {
+        stack.buy(user, 3, &format!("r{user}"), json!(1)).await;
+    }
+    let text = stack
+        .http
+        .get(format!("{}/metrics", stack.base))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(text.contains("flashsale_purchases_total"), "{text}");
+    let mut check = Command::new("promtool")
+        .args(["check", "metrics"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("promtool runs");
+    check
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(text.as_bytes())
+        .unwrap();
+    let out = check.wait_with_output().unwrap();
+    let said =
+        String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "promtool check metrics: {said}");
 }
