@@ -3,6 +3,7 @@
 #
 #   scripts/fuzz.sh [MAX_EXAMPLES]      # default 50 examples per operation
 #   FUZZ_CHECKS=all scripts/fuzz.sh 20  # every schemathesis check (stricter, informational)
+#   FUZZ_PROFILE=dev scripts/fuzz.sh    # fuzz the debug build (no release build needed)
 #
 # Installs schemathesis into a venv (~/.cache/flashsale-fuzz-venv, or $FUZZ_VENV) when missing, builds the binary, starts it on a
 # free port with a fresh data dir, creates and warms sale 1, then runs schemathesis twice (a
@@ -20,8 +21,10 @@ if [ ! -x "$VENV/bin/schemathesis" ]; then
     "$VENV/bin/pip" install --quiet 'schemathesis>=4,<5'
 fi
 
-cargo build --quiet --release -p flashsale
-BIN=target/release/flashsale
+PROFILE="${FUZZ_PROFILE:-release}"
+cargo build --quiet --profile "$PROFILE" -p flashsale
+# Cargo writes the dev profile to target/debug, every other profile to target/<name>.
+BIN="target/$([ "$PROFILE" = dev ] && echo debug || echo "$PROFILE")/flashsale"
 
 DATA="$(mktemp -d)"
 PORT="$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')"

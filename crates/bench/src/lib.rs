@@ -6,11 +6,14 @@
 //!   same request id. Latency counts from the scheduled arrival, so a stalled server is not
 //!   hidden by the client waiting politely (coordinated omission).
 //! - [`summary`]: outcomes, latency percentiles (hdrhistogram) and a timeline from the records.
-//! - [`report`]: the JSON and the self-contained HTML (inline SVG charts) of a run.
+//! - [`series`]: answers by outcome and latency percentiles over time, a latency histogram.
+//! - [`report`]: the JSON and the self-contained HTML of a run; [`charts`]: its inline SVG.
 //!
 //! Depends on core (for ids) and client libraries; never on a server crate.
 
+pub mod charts;
 pub mod closed;
 pub mod load;
 pub mod report;
+pub mod series;
 pub mod summary;

@@ -1,4 +1,5 @@
-//! A run's report: JSON for machines, one self-contained HTML page (inline SVG) for people.
+//! A run's report: JSON for machines, one self-contained HTML page (inline SVG charts from
+//! [`crate::charts`], no script) for people.
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -6,6 +7,7 @@ use std::path::{Path, PathBuf};
 
 use serde::Serialize;
 
+use crate::charts::{self, esc, Labels, Series, PALETTE};
 use crate::summary::Summary;
 
 /// One verdict (an invariant, a target).
@@ -54,7 +56,7 @@ impl Report {
             "<!doctype html><html><head><meta charset=\"utf-8\"><title>{}</title>",
             esc(&self.title)
         );
-        page.push_str("<style>body{font:14px system-ui,sans-serif;margin:2em;max-width:960px}table{border-collapse:collapse;margin:1em 0}td,th{border:1px solid #ccc;padding:4px 8px;text-align:right}th{background:#f4f4f4}.ok{color:#080}.bad{color:#c00;font-weight:bold}svg{border:1px solid #ddd;margin:.5em 0}</style></head><body>");
+        page.push_str("<style>body{font:14px system-ui,sans-serif;margin:2em;max-width:960px}table{border-collapse:collapse;margin:1em 0}td,th{border:1px solid #ccc;padding:4px 8px;text-align:right}th{background:#f4f4f4}.ok{color:#080}.bad{color:#c00;font-weight:bold}svg.chart{width:100%;height:auto;max-width:900px;border:1px solid #ddd;margin:.5em 0;background:#fff}</style></head><body>");
         let _ = write!(page, "<h1>{}</h1>", esc(&self.title));
         page.push_str(&table(
             "Setup",
@@ -100,41 +102,10 @@ impl Report {
                 .iter()
                 .map(|(k, v)| (k.clone(), v.to_string())),
         ));
-        let t: Vec<f64> = s.timeline.iter().map(|p| p.t_ms as f64 / 1_000.0).collect();
-        let rate: Vec<f64> = s.timeline.iter().map(|p| p.answered_per_s).collect();
-        let stock: Vec<f64> = s.timeline.iter().map(|p| p.remaining as f64).collect();
-        page.push_str(&svg_chart(
-            "Answers per second",
-            &t,
-            &rate,
-            "time (s)",
-            "answers/s",
-        ));
-        page.push_str(&svg_chart(
-            "Remaining stock",
-            &t,
-            &stock,
-            "time (s)",
-            "units",
-        ));
-        let (q, ms): (Vec<f64>, Vec<f64>) = s.latency_curve.iter().cloned().unzip();
-        page.push_str(&svg_chart(
-            "Latency by percentile",
-            &q,
-            &ms,
-            "percentile",
-            "ms",
-        ));
+        page.push_str(&charts_html(s));
         page.push_str("</body></html>");
         page
     }
-}
-
-fn esc(s: &str) -> String {
-    s.replace('&', "&amp;")
-        .replace('<', "&lt;")
-        .replace('>', "&gt;")
-        .replace('"', "&quot;")
 }
 
 fn table(title: &str, rows: impl Iterator<Item = (String, String)>) -> String {
@@ -165,49 +136,142 @@ fn checks_table(checks: &[Check]) -> String {
     out + "</table>"
 }
 
-/// A line chart as inline SVG, axes from 0 to the largest value.
-fn svg_chart(title: &str, xs: &[f64], ys: &[f64], x_label: &str, y_label: &str) -> String {
-    const W: f64 = 900.0;
-    const H: f64 = 260.0;
-    const PAD: f64 = 50.0;
-    let x_max = xs.iter().cloned().fold(0.0, f64::max).max(1e-9);
-    let y_max = ys.iter().cloned().fold(0.0, f64::max).max(1e-9);
-    let px = |x: f64| PAD + x / x_max * (W - 2.0 * PAD);
-    let py = |y: f64| H - PAD + -(y / y_max) * (H - 2.0 * PAD);
-    let points: Vec<String> = xs
+/// The run's charts: answers by outcome, stock, latency over time, histogram, percentiles.
+fn charts_html(s: &Summary) -> String {
+    let o = &s.over_time;
+    let t: Vec<f64> = o.t_ms.iter().map(|ms| *ms as f64 / 1_000.0).collect();
+    let mut out = answers_chart(o, &t);
+    let stock_t: Vec<f64> = s.timeline.iter().map(|p| p.t_ms as f64 / 1_000.0).collect();
+    let stock = Series {
+        name: "remaining",
+        color: PALETTE[0],
+        ys: s
+            .timeline
+            .iter()
+            .map(|p| Some(p.remaining as f64))
+            .collect(),
+    };
+    out += &charts::lines(
+        &Labels {
+            title: "Remaining stock",
+            x: "time since start (s)",
+            y: "units",
+        },
+        &stock_t,
+        &[stock],
+    );
+    let latency = [
+        Series {
+            name: "p50",
+            color: PALETTE[3],
+            ys: o.p50_ms.clone(),
+        },
+        Series {
+            name: "p99",
+            color: PALETTE[4],
+            ys: o.p99_ms.clone(),
+        },
+        Series {
+            name: "max",
+            color: PALETTE[2],
+            ys: o.max_ms.clone(),
+        },
+    ];
+    out += &charts::lines(
+        &Labels {
+            title: "Latency percentiles over time (by answer time)",
+            x: "time since start (s)",
+            y: "latency (ms)",
+        },
+        &t,
+        &latency,
+    );
+    out += &histogram_chart(s);
+    let (q, ms): (Vec<f64>, Vec<f64>) = s.latency_curve.iter().cloned().unzip();
+    let curve = Series {
+        name: "latency",
+        color: PALETTE[3],
+        ys: ms.into_iter().map(Some).collect(),
+    };
+    out + &charts::lines(
+        &Labels {
+            title: "Latency by percentile",
+            x: "percentile (%)",
+            y: "latency (ms)",
+        },
+        &q,
+        &[curve],
+    )
+}
+
+/// Answers per second stacked by outcome, accepted at the bottom.
+fn answers_chart(o: &crate::series::OverTime, t: &[f64]) -> String {
+    let mut names: Vec<&String> = o.answers_per_s.keys().collect();
+    names.sort_by_key(|n| (outcome_rank(n), n.as_str()));
+    let series: Vec<Series> = names
         .iter()
-        .zip(ys)
-        .map(|(x, y)| format!("{:.1},{:.1}", px(*x), py(*y)))
+        .enumerate()
+        .map(|(i, n)| Series {
+            name: n.as_str(),
+            color: outcome_color(n, i),
+            ys: o.answers_per_s[*n].iter().map(|v| Some(*v)).collect(),
+        })
         .collect();
-    let mut svg = format!(
-        "<h2>{}</h2><svg width=\"{W}\" height=\"{H}\" xmlns=\"http://www.w3.org/2000/svg\">",
-        esc(title)
-    );
-    let _ = write!(
-        svg,
-        "<line x1=\"{PAD}\" y1=\"{b}\" x2=\"{r}\" y2=\"{b}\" stroke=\"#333\"/><line x1=\"{PAD}\" y1=\"{PAD}\" x2=\"{PAD}\" y2=\"{b}\" stroke=\"#333\"/>",
-        b = H - PAD,
-        r = W - PAD
-    );
-    let _ = write!(
-        svg,
-        "<polyline fill=\"none\" stroke=\"#1565c0\" stroke-width=\"2\" points=\"{}\"/>",
-        points.join(" ")
-    );
-    let _ = write!(
-        svg,
-        "<text x=\"{}\" y=\"{}\" font-size=\"12\" text-anchor=\"middle\">{} (max {:.2})</text>",
-        W / 2.0,
-        H - 12.0,
-        esc(x_label),
-        x_max
-    );
-    let _ = write!(
-        svg,
-        "<text x=\"8\" y=\"{}\" font-size=\"12\">{} (max {:.2})</text>",
-        PAD - 12.0,
-        esc(y_label),
-        y_max
-    );
-    svg + "</svg>"
+    charts::stacked(
+        &Labels {
+            title: "Answers per second by outcome (stacked)",
+            x: "time since start (s)",
+            y: "answers/s",
+        },
+        t,
+        &series,
+    )
+}
+
+fn histogram_chart(s: &Summary) -> String {
+    let names: Vec<String> = s
+        .latency_histogram
+        .iter()
+        .map(|b| format!("≤{}", ms_label(b.upper_ms)))
+        .collect();
+    let counts: Vec<f64> = s.latency_histogram.iter().map(|b| b.count as f64).collect();
+    charts::bars(
+        &Labels {
+            title: "Latency histogram",
+            x: "latency (bins of 1-2-5 steps)",
+            y: "answers",
+        },
+        &names,
+        &counts,
+        PALETTE[3],
+    )
+}
+
+fn ms_label(ms: f64) -> String {
+    if ms >= 1_000.0 {
+        format!("{} s", ms / 1_000.0)
+    } else if ms >= 1.0 {
+        format!("{ms} ms")
+    } else {
+        format!("{} µs", (ms * 1_000.0).round())
+    }
+}
+
+fn outcome_rank(name: &str) -> u8 {
+    match name {
+        "ACCEPTED" => 0,
+        "REPLAYED" => 1,
+        "SOLD_OUT" => 2,
+        _ => 3,
+    }
+}
+
+/// Fixed colours for the outcomes every run has, so reports compare at a glance.
+fn outcome_color(name: &str, i: usize) -> &'static str {
+    match name {
+        "ACCEPTED" => "#2e7d32",
+        "REPLAYED" => "#81c784",
+        "SOLD_OUT" => "#e0a030",
+        _ => ["#c62828", "#6a1b9a", "#00838f", "#8d6e63"][i % 4],
+    }
 }

@@ -44,6 +44,9 @@ pub struct Summary {
     /// (percentile, ms) pairs for the latency distribution chart.
     pub latency_curve: Vec<(f64, f64)>,
     pub timeline: Vec<TimelinePoint>,
+    /// Answers per second by outcome and latency percentiles, per timeline bucket.
+    pub over_time: crate::series::OverTime,
+    pub latency_histogram: Vec<crate::series::Bin>,
 }
 
 fn histogram() -> Histogram<u64> {
@@ -94,6 +97,8 @@ pub fn summarize(records: &[Record], total_stock: u64, quantity: u32) -> Summary
             .collect(),
         latency_curve: curve(&all),
         timeline: timeline(records, total_stock, quantity, end_us),
+        over_time: crate::series::over_time(records),
+        latency_histogram: crate::series::histogram(records),
         outcomes,
     }
 }

@@ -133,6 +133,12 @@ impl SoldOutFlags {
         }
     }
 
+    /// Whether a fresh flag stands for the sale (the dashboard shows it).
+    pub fn is_set(&self, sku: SkuId) -> bool {
+        let flags = self.flags.lock().expect("flags lock");
+        matches!(flags.get(&sku), Some(Flag::Set(at, _)) if at.elapsed() < self.ttl)
+    }
+
     /// Claims the right to load the accepted keys after a SOLD_OUT answer; false when a
     /// fresh flag or load is already there.
     pub fn begin_load(&self, sku: SkuId) -> bool {

@@ -8,7 +8,9 @@
 //! - [`error`]: `AppError`, the one error answer.
 //! - [`workers`]: background workers (persister, hold expiry) behind one `Worker` trait.
 //! - [`serve`]: `Config` → ledger, store, workers, listener; graceful shutdown.
-//! - [`metrics`]: the Prometheus recorder.
+//! - [`metrics`]: the Prometheus recorder; [`metrics_help`]: the HELP text of every metric.
+//! - [`dashboard`]: the live page at `/` and the JSON it polls.
+//! - [`openapi`]: the OpenAPI document; [`openapi_extra`]: `u64` ranges and links in it.
 //!
 //! May depend on every backend crate; the domain rules stay in flashsale-core.
 
@@ -20,7 +22,9 @@ pub mod dashboard;
 pub mod error;
 pub mod gateway;
 pub mod metrics;
+pub mod metrics_help;
 pub mod openapi;
+pub mod openapi_extra;
 pub mod reconcile;
 pub mod routes;
 pub mod serve;
@@ -52,6 +56,8 @@ pub fn app(state: AppState) -> Router {
         .route("/orders/{order_no}", get(orders::get))
         .route("/orders/{order_no}/pay", post(orders::pay))
         .route("/orders/{order_no}/cancel", post(orders::cancel))
+        .route("/dashboard", get(dashboard::public_route))
+        .route("/admin/dashboard", get(dashboard::admin_route))
         .route("/admin/reconcile", get(reconcile::routes::report_route))
         .route(
             "/admin/reconcile/{sku_id}/repair",

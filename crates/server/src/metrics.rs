@@ -26,10 +26,14 @@ pub fn handle() -> PrometheusHandle {
                 .expect("non-empty buckets")
                 .set_buckets_for_metric(Matcher::Full(BATCH_SIZE.into()), &BATCH_BUCKETS)
                 .expect("non-empty buckets");
-            builder.install_recorder().unwrap_or_else(|_| {
+            match builder.install_recorder() {
+                Ok(handle) => {
+                    crate::metrics_help::describe();
+                    handle
+                }
                 // Another recorder is installed (a test harness): render an empty one.
-                PrometheusBuilder::new().build_recorder().handle()
-            })
+                Err(_) => PrometheusBuilder::new().build_recorder().handle(),
+            }
         })
         .clone()
 }

@@ -11,6 +11,7 @@ use utoipa::{Modify, OpenApi, ToSchema};
 use utoipa_swagger_ui::SwaggerUi;
 
 use crate::gateway::routes::{BlacklistEntry, BlacklistView, PurchaseTokenView, TokenSaleView};
+use crate::openapi_extra::{IpAddresses, Links, Unsigned};
 use crate::state::AppState;
 
 /// `/openapi.json` and `/docs`.
@@ -94,7 +95,8 @@ enum OrderStatus {
 #[derive(serde::Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct CreateSale {
-    #[schema(minimum = 1)]
+    /// At most 2^53 − 1 (the Redis scripts hold numbers as Lua doubles).
+    #[schema(minimum = 1, maximum = 9_007_199_254_740_991_u64)]
     sku_id: u64,
     #[schema(min_length = 1, max_length = 200)]
     name: String,
@@ -104,7 +106,9 @@ pub struct CreateSale {
     per_user_limit: Option<u32>,
     mode: Option<SaleMode>,
     payment_timeout_ms: Option<u64>,
+    #[schema(minimum = 0, maximum = 9_007_199_254_740_991_i64)]
     starts_at_ms: Option<i64>,
+    #[schema(minimum = 1, maximum = 9_007_199_254_740_991_i64)]
     ends_at_ms: Option<i64>,
 }
 
@@ -180,14 +184,14 @@ pub struct Ready {
         create_sale, get_sale, warm_sale, pause_sale, resume_sale, end_sale, purchase,
         get_order, pay_order, cancel_order, issue_purchase_token, list_blacklist,
         block_user, unblock_user, block_ip, unblock_ip, require_token, drop_token,
-        reconcile_report, reconcile_repair,
+        reconcile_report, reconcile_repair, public_dashboard, admin_dashboard,
         healthz, readyz, metrics, dashboard,
     ),
     components(schemas(
         Error, CreateSale, SaleView, PurchaseBody, OrderView, Health, Ready, BlacklistView,
         BlacklistEntry, TokenSaleView, PurchaseTokenView,
     )),
-    modifiers(&Common),
+    modifiers(&Common, &Unsigned, &IpAddresses, &Links),
 )]
 pub struct ApiDoc;
 
@@ -327,12 +331,12 @@ fn cancel_order() {}
 fn list_blacklist() {}
 
 #[utoipa::path(put, path = "/api/v1/admin/blacklist/users/{user_id}", tag = "admin", security(("bearer" = [])),
-    params(("user_id" = u64, Path, minimum = 0)), responses((status = 200, description = "blocked", body = BlacklistEntry)))]
+    params(("user_id" = u64, Path, minimum = 1)), responses((status = 200, description = "blocked", body = BlacklistEntry)))]
 #[allow(dead_code)]
 fn block_user() {}
 
 #[utoipa::path(delete, path = "/api/v1/admin/blacklist/users/{user_id}", tag = "admin", security(("bearer" = [])),
-    params(("user_id" = u64, Path, minimum = 0)), responses((status = 200, description = "unblocked", body = BlacklistEntry)))]
+    params(("user_id" = u64, Path, minimum = 1)), responses((status = 200, description = "unblocked", body = BlacklistEntry)))]
 #[allow(dead_code)]
 fn unblock_user() {}
 
@@ -367,6 +371,16 @@ fn reconcile_report() {}
     responses((status = 200, description = "a reconciler run with repairs (replay, rebuild, expire)")))]
 #[allow(dead_code)]
 fn reconcile_repair() {}
+
+#[utoipa::path(get, path = "/api/v1/dashboard", tag = "ops",
+    responses((status = 200, description = "every sale (live first, at most 50) with its state and stock")))]
+#[allow(dead_code)]
+fn public_dashboard() {}
+
+#[utoipa::path(get, path = "/api/v1/admin/dashboard", tag = "admin", security(("bearer" = [])),
+    responses((status = 200, description = "per sale: answers per second and latency (last 60 s), stream lag, backlog, sold-out and back-pressure flags, last reconciliation; breaker, script latency")))]
+#[allow(dead_code)]
+fn admin_dashboard() {}
 
 #[utoipa::path(get, path = "/healthz", tag = "ops", responses((status = 200, description = "alive", body = Health)))]
 #[allow(dead_code)]

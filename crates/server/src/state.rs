@@ -64,6 +64,8 @@ pub struct Inner {
     /// Promises not yet in the database (accepted purchases: the batcher; resolutions: the
     /// order routes), for the reconciler's loss report.
     pub journal: Arc<crate::reconcile::Journal>,
+    /// Per-sale answers and readings for the live dashboard.
+    pub dashboard: crate::dashboard::Dashboard,
 }
 
 impl std::ops::Deref for AppState {
@@ -124,6 +126,7 @@ impl AppState {
             limits,
             gateway,
             journal,
+            dashboard: Default::default(),
         });
         let weak = Arc::downgrade(&inner);
         inner.ledger.on_restock(Arc::new(move |sku| {

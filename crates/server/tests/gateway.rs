@@ -625,7 +625,7 @@ async fn dashboard_and_docs_are_served() {
         .to_str()
         .unwrap()
         .starts_with("text/html"));
-    assert!(resp.text().await.unwrap().contains("/api/v1/sales/"));
+    assert!(resp.text().await.unwrap().contains("/api/v1/dashboard"));
     let resp = stack
         .http
         .get(format!("{}/docs/", stack.base))

@@ -29,6 +29,8 @@ const ROUTES: &[(&str, &str)] = &[
     ("delete", "/api/v1/admin/blacklist/ips/{ip}"),
     ("put", "/api/v1/admin/sales/{sku_id}/purchase-token"),
     ("delete", "/api/v1/admin/sales/{sku_id}/purchase-token"),
+    ("get", "/api/v1/dashboard"),
+    ("get", "/api/v1/admin/dashboard"),
     ("get", "/api/v1/admin/reconcile"),
     ("post", "/api/v1/admin/reconcile/{sku_id}/repair"),
     ("get", "/healthz"),

@@ -82,6 +82,8 @@ pub async fn purchase(
     metrics::histogram!(PURCHASE_LATENCY, "outcome" => label)
         .record(started.elapsed().as_secs_f64());
     metrics::counter!(flashsale_core::metric_names::PURCHASES, "outcome" => label).increment(1);
+    let answer = crate::dashboard::live::Answer::from_label(label);
+    st.dashboard.live.record(sku, answer, started.elapsed());
     result.map(|view| (StatusCode::ACCEPTED, Json(view)))
 }
 

@@ -1,0 +1,278 @@
+// The live dashboard: polls the dashboard JSON once a second and draws every sale.
+// Public: sales and stock. With the admin token (kept in sessionStorage, so it dies with the
+// tab): answers per second, latency, lag, flags and the last reconciliation per sale.
+'use strict';
+
+const TOKEN_KEY = 'flashsale.adminToken';
+const POLL_MS = 1000;
+// Seconds of stock and backlog kept in the page (the server sends no history of those).
+const HISTORY_S = 120;
+const COLORS = {accepted: '#2e9e5b', soldOut: '#e0a030', rejected: '#c8323c',
+                p50: '#3a6fd8', p99: '#8e44ad', stock: '#2e9e5b', lag: '#c8323c'};
+
+const $ = (sel, root = document) => root.querySelector(sel);
+const fmt = v => (v === null || v === undefined) ? '—' : Number(v).toLocaleString('en-US');
+const ms = v => (v === null || v === undefined) ? '—' : (v < 1 ? v.toFixed(2) : v.toFixed(1));
+const cards = new Map();   // sku -> {el, charts: {name: uPlot}, history}
+
+let token = sessionStorage.getItem(TOKEN_KEY) || '';
+
+function setStatus(text, bad) {
+  const s = $('#status');
+  s.textContent = text;
+  s.classList.toggle('err', !!bad);
+}
+
+async function fetchView() {
+  if (token) {
+    const r = await fetch('/api/v1/admin/dashboard', {headers: {Authorization: 'Bearer ' + token}});
+    if (r.ok) return {view: await r.json(), admin: true};
+    if (r.status === 401 || r.status === 403) {
+      forgetToken();
+      setStatus('the admin token was refused; showing public data', true);
+    } else {
+      throw new Error('admin dashboard answered ' + r.status);
+    }
+  }
+  const r = await fetch('/api/v1/dashboard');
+  if (!r.ok) throw new Error('dashboard answered ' + r.status);
+  return {view: await r.json(), admin: false};
+}
+
+async function tick() {
+  const started = performance.now();
+  try {
+    const {view, admin} = await fetchView();
+    render(view, admin);
+    if (!$('#status').classList.contains('err') || admin) {
+      setStatus('updated ' + new Date(view.at_ms).toLocaleTimeString() + (admin ? ' · admin' : ''));
+    }
+  } catch (e) {
+    setStatus(String(e), true);
+  } finally {
+    // Once a second from start to start, whatever the answer took (never two at once).
+    setTimeout(tick, Math.max(100, POLL_MS - (performance.now() - started)));
+  }
+}
+
+function render(view, admin) {
+  $('#admin-lock').hidden = !admin;
+  $('#admin-unlock').hidden = admin;
+  $('#admin-token').hidden = admin;
+  $('#service').hidden = !admin;
+  if (admin) renderService(view);
+  const main = $('#sales');
+  const seen = new Set();
+  for (const sale of view.sales) {
+    seen.add(sale.sku_id);
+    renderSale(main, sale, admin, view);
+  }
+  for (const [sku, card] of cards) {
+    if (!seen.has(sku)) { card.el.remove(); cards.delete(sku); }
+  }
+  $('.empty', main)?.toggleAttribute('hidden', view.sales.length > 0);
+}
+
+function renderService(view) {
+  $('#svc-ledger').textContent = 'ledger: ' + view.ledger;
+  const b = $('#svc-breaker');
+  b.textContent = 'breaker ' + (view.breaker_open ? 'OPEN' : 'closed');
+  b.className = 'chip ' + (view.breaker_open ? 'on-bad' : 'on-ok');
+  $('#svc-conns').textContent = 'connections: ' + fmt(view.open_connections);
+  const scripts = view.scripts.map(s => s.script + ' p50 ' + ms(s.p50_ms) + ' / p99 ' + ms(s.p99_ms) + ' ms');
+  $('#svc-scripts').textContent = 'Lua scripts: ' + (scripts.length ? scripts.join(' · ') : 'none (embedded ledger)');
+}
+
+function cardFor(main, sku) {
+  let card = cards.get(sku);
+  if (card) return card;
+  const el = $('#sale-card').content.firstElementChild.cloneNode(true);
+  el.id = 'sale-' + sku;
+  el.dataset.sku = sku;
+  main.appendChild(el);
+  card = {el, charts: {}, history: {t: [], stock: [], backlog: []}};
+  cards.set(sku, card);
+  // Charts have a fixed pixel width: follow the card's (window resize, phone rotation).
+  new ResizeObserver(() => resizeCharts(card)).observe(el);
+  return card;
+}
+
+function setField(el, key, text, raw) {
+  const dd = $('[data-k="' + key + '"]', el);
+  dd.textContent = text;
+  if (raw !== undefined) dd.dataset.v = raw;
+}
+
+function renderSale(main, sale, admin, view) {
+  const card = cardFor(main, sale.sku_id);
+  const el = card.el;
+  setField(el, 'name', sale.name);
+  setField(el, 'sku', '#' + sale.sku_id);
+  const badge = $('[data-k="state"]', el);
+  badge.textContent = sale.state;
+  badge.className = 'badge ' + sale.state;
+  for (const k of ['available', 'sold', 'reserved', 'total']) setField(el, k, fmt(sale[k]), sale[k]);
+  $('.fill', el).style.width = (sale.total ? 100 * sale.sold / sale.total : 0) + '%';
+  $('.ops', el).hidden = !admin;
+  remember(card.history, view.at_ms / 1000, sale.available, admin ? sale.backlog : null);
+  if (admin) renderOps(card, sale, view);
+  drawCharts(card, sale, admin);
+}
+
+function remember(h, t, stock, backlog) {
+  h.t.push(t); h.stock.push(stock); h.backlog.push(backlog);
+  while (h.t.length && h.t[0] < t - HISTORY_S) { h.t.shift(); h.stock.shift(); h.backlog.shift(); }
+}
+
+function renderOps(card, sale, view) {
+  const el = card.el;
+  const a = sale.answers;
+  const last = a.t.length - 1;
+  setField(el, 'accepted_s', fmt(a.accepted[last]), a.accepted[last]);
+  setField(el, 'sold_out_s', fmt(a.sold_out[last]), a.sold_out[last]);
+  setField(el, 'rejected_s', fmt(a.rejected[last]), a.rejected[last]);
+  setField(el, 'p50_p99', ms(lastValue(a.p50_ms)) + ' · ' + ms(lastValue(a.p99_ms)));
+  setField(el, 'stream_lag', sale.stream_lag_events === null ? 'n/a' : fmt(sale.stream_lag_events));
+  setField(el, 'backlog', fmt(sale.backlog), sale.backlog);
+  setField(el, 'db_guard_rejections', fmt(sale.db_guard_rejections), sale.db_guard_rejections);
+  setField(el, 'dead_letters', fmt(sale.dead_letters), sale.dead_letters);
+  flag(el, 'sold_out_flag', sale.sold_out_flag ? 'warn' : 'ok', 'sold-out flag ' + (sale.sold_out_flag ? 'set' : 'clear'));
+  flag(el, 'backpressure', sale.backpressure ? 'bad' : 'ok', 'back-pressure ' + (sale.backpressure ? 'ENGAGED' : 'off'));
+  flag(el, 'breaker', view.breaker_open ? 'bad' : 'ok', 'breaker ' + (view.breaker_open ? 'OPEN' : 'closed'));
+  renderReconcile(el, sale.reconcile);
+}
+
+// The latest second that had answers (a quiet second has no percentile).
+function lastValue(xs) {
+  for (let i = xs.length - 1; i >= 0; i--) if (xs[i] !== null) return xs[i];
+  return null;
+}
+
+function flag(el, key, level, text) {
+  const li = $('[data-f="' + key + '"]', el);
+  li.textContent = text;
+  li.className = 'on-' + level;
+  li.dataset.level = level;
+}
+
+function renderReconcile(el, r) {
+  if (!r) {
+    flag(el, 'reconcile', 'warn', 'not reconciled yet');
+    setField(el, 'reconcile_text', '');
+    return;
+  }
+  const diff = diffText(r.diff);
+  flag(el, 'reconcile', r.ok ? 'ok' : 'bad', 'reconcile ' + (r.ok ? 'OK' : 'MISMATCH'));
+  const text = 'last reconciliation ' + new Date(r.at_ms).toLocaleTimeString() + ' (' + r.trigger + '): ' +
+    r.violations + ' violations, ' + r.lost_orders + ' lost, diff ' + diff + (r.hot_behind ? ', hot copy behind' : '');
+  setField(el, 'reconcile_text', text, r.ok ? 'ok' : 'mismatch');
+}
+
+function diffText(diff) {
+  if (!diff) return 'not compared (hot copy missing or behind)';
+  const off = Object.entries(diff).filter(([, v]) => v !== 0);
+  if (!off.length) return '0 in every field';
+  return off.map(([k, v]) => k + ' ' + (v > 0 ? '+' : '') + v).join(', ');
+}
+
+function drawCharts(card, sale, admin) {
+  const h = card.history;
+  const backlog = admin ? h.backlog : h.backlog.map(() => null);
+  draw(card, 'stock', stockOpts, [h.t, h.stock, backlog]);
+  for (const name of ['answers', 'latency']) $('[data-chart="' + name + '"]', card.el).hidden = !admin;
+  if (!admin) return;
+  const a = sale.answers;
+  const acc = a.accepted, so = a.t.map((_, i) => acc[i] + a.sold_out[i]);
+  const all = a.t.map((_, i) => so[i] + a.rejected[i]);
+  // Stacked: each band is drawn over the one above it, so series hold running sums.
+  card.answersRaw = [null, a.rejected, a.sold_out, a.accepted];
+  draw(card, 'answers', answersOpts(card), [a.t, all, so, acc]);
+  draw(card, 'latency', latencyOpts, [a.t, a.p50_ms, a.p99_ms]);
+}
+
+function draw(card, name, opts, data) {
+  const fig = $('[data-chart="' + name + '"]', card.el);
+  let chart = card.charts[name];
+  if (!chart) {
+    const o = typeof opts === 'function' ? opts() : opts;
+    chart = new uPlot({...o, width: chartWidth(fig), height: 170}, data, fig);
+    card.charts[name] = chart;
+  } else {
+    chart.setData(data);
+  }
+  // Points with a value: the browser test reads this to know the chart has data.
+  fig.dataset.points = data.slice(1).flat().filter(v => v !== null && v > 0).length;
+}
+
+// The width of the card's chart column: set by the card, never by the charts in it.
+function chartWidth(fig) {
+  return Math.max(200, fig.parentElement.clientWidth || 320);
+}
+
+const axisY = label => ({label, size: 56, labelSize: 16, values: (u, ticks) => ticks.map(v => fmt(v))});
+const timeAxis = {space: 60};
+
+function stockOpts() {
+  return {
+    // The same last minute as the server's series, so the charts of a card line up. From the
+    // last x, not `max`: with one point uPlot widens max by a day.
+    scales: {x: {time: true, range: u => lastMinute(u.data[0])},
+             units: {range: (u, min, max) => [0, Math.max(1, max)]}},
+    axes: [timeAxis, {...axisY('units'), scale: 'units'}],
+    series: [{}, {label: 'remaining', stroke: COLORS.stock, width: 2, scale: 'units', points: {show: fewPoints}},
+             {label: 'backlog', stroke: COLORS.lag, width: 1.5, scale: 'units', dash: [4, 3]}],
+  };
+}
+
+function lastMinute(xs) {
+  const end = xs.length ? xs[xs.length - 1] : Date.now() / 1000;
+  return [end - 60, end];
+}
+
+// Dots while a line has too few points to be seen (the first seconds after the page opens).
+const fewPoints = u => u.data[0].length < 5;
+
+function answersOpts(card) {
+  // Legends show each outcome's own rate, not the running sum that is drawn.
+  const own = si => (u, v, _s, i) => (i === null || i === undefined) ? fmt(v) : fmt(card.answersRaw[si][i]);
+  return () => ({
+    scales: {x: {time: true}, y: {range: (u, min, max) => [0, Math.max(1, max)]}},
+    axes: [timeAxis, axisY('answers/s')],
+    series: [{},
+      {label: 'rejected', stroke: COLORS.rejected, fill: COLORS.rejected + '99', value: own(1)},
+      {label: 'sold out', stroke: COLORS.soldOut, fill: COLORS.soldOut + '99', value: own(2)},
+      {label: 'accepted', stroke: COLORS.accepted, fill: COLORS.accepted + 'bb', value: own(3)}],
+  });
+}
+
+// Points, because a quiet second has no percentile and a lone busy second would otherwise
+// draw nothing.
+const latencyOpts = {
+  scales: {x: {time: true}, y: {range: (u, min, max) => [0, Math.max(1, max)]}},
+  axes: [timeAxis, axisY('ms')],
+  series: [{}, {label: 'p50', stroke: COLORS.p50, width: 2, points: {show: true, size: 6}},
+           {label: 'p99', stroke: COLORS.p99, width: 2, points: {show: true, size: 6}}],
+};
+
+function forgetToken() {
+  token = '';
+  sessionStorage.removeItem(TOKEN_KEY);
+}
+
+function resizeCharts(card) {
+  for (const [name, chart] of Object.entries(card.charts)) {
+    const fig = $('[data-chart="' + name + '"]', card.el);
+    const width = chartWidth(fig);
+    if (!fig.hidden && width !== chart.width) chart.setSize({width, height: 170});
+  }
+}
+
+$('#admin-form').addEventListener('submit', e => {
+  e.preventDefault();
+  token = $('#admin-token').value.trim();
+  $('#admin-token').value = '';
+  if (token) sessionStorage.setItem(TOKEN_KEY, token);
+  setStatus('');
+});
+$('#admin-lock').addEventListener('click', () => { forgetToken(); setStatus(''); });
+tick();

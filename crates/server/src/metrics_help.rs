@@ -1,0 +1,144 @@
+//! `# HELP` text and units for every metric the service exports (the names of docs/DESIGN.md,
+//! recorded by this crate and by the ledger, store and persister crates through the one global
+//! recorder). The exporter writes HELP only for described metrics, and `promtool check metrics`
+//! flags a metric without it.
+
+use flashsale_core::metric_names as names;
+use metrics::{describe_counter, describe_gauge, describe_histogram, Unit};
+
+/// Describes every metric; call once, after the recorder is installed.
+pub fn describe() {
+    describe_requests();
+    describe_ledger();
+    describe_persister();
+    describe_gateway();
+    describe_reconciler();
+}
+
+fn describe_requests() {
+    describe_counter!(
+        names::HTTP_REQUESTS,
+        "HTTP answers by route template and status."
+    );
+    describe_histogram!(
+        names::PURCHASE_LATENCY,
+        Unit::Seconds,
+        "Purchase handling time in the server, by outcome."
+    );
+    describe_counter!(
+        names::PURCHASES,
+        "Purchase answers by outcome (accepted, replayed or the error code)."
+    );
+    describe_counter!(
+        names::SOLD_OUT_LOCAL,
+        "Purchases answered SOLD_OUT by the local sold-out flag, without the ledger."
+    );
+    describe_histogram!(
+        names::BATCH_SIZE,
+        Unit::Count,
+        "Purchase requests per ledger call (natural batching), by ledger."
+    );
+}
+
+fn describe_ledger() {
+    describe_histogram!(
+        names::SCRIPT_LATENCY,
+        Unit::Seconds,
+        "Redis Lua script round trip, by script."
+    );
+    describe_gauge!(
+        names::BREAKER_OPEN,
+        "1 while the circuit breaker in front of the hot ledger is open."
+    );
+    describe_counter!(
+        names::GUARD_REJECTIONS,
+        "Accepted orders the database's guard refused (stored REJECTED; must stay 0), by sale."
+    );
+}
+
+fn describe_persister() {
+    describe_gauge!(
+        names::STREAM_LAG,
+        "Events in a sale's Redis stream not yet stored in the database."
+    );
+    describe_counter!(
+        names::PERSISTED_EVENTS,
+        "Events stored in the database by the persister, by sale."
+    );
+    describe_histogram!(
+        names::PERSIST_BATCH,
+        Unit::Seconds,
+        "Time to store one batch of events in the database."
+    );
+    describe_counter!(
+        names::DEAD_LETTERS,
+        "Stream entries parked after repeated failures (the sale's stream pauses), by sale."
+    );
+    describe_counter!(
+        names::FENCED_EVENTS,
+        "Events refused by the database's epoch fence (kept in fenced_events, reported), by sale."
+    );
+    describe_counter!(
+        names::EXPIRY_FAILURES,
+        "Hold expiry passes of one sale that failed (the other sales go on), by sale."
+    );
+}
+
+fn describe_gateway() {
+    describe_counter!(
+        names::RATE_LIMITED,
+        "Requests refused RATE_LIMITED, by scope (ip, user, instance, sale)."
+    );
+    describe_counter!(
+        names::BLACKLISTED,
+        "Requests refused for a blacklisted user or address."
+    );
+    describe_gauge!(
+        names::BACKPRESSURE,
+        "1 while a sale's purchases answer BUSY because its backlog is past the bound."
+    );
+    describe_counter!(
+        names::BACKPRESSURE_CHANGES,
+        "Back-pressure engaging and releasing, by sale and direction."
+    );
+    describe_counter!(
+        names::SALE_INFLIGHT_REFUSED,
+        "Purchases refused BUSY at a sale's in-flight cap."
+    );
+    describe_gauge!(names::OPEN_CONNECTIONS, "Client connections open now.");
+    describe_counter!(
+        names::TIMEOUTS,
+        "Requests answered UNAVAILABLE after the request timeout."
+    );
+    describe_counter!(
+        names::SHED,
+        "Requests refused UNAVAILABLE at the instance's in-flight cap."
+    );
+}
+
+fn describe_reconciler() {
+    describe_gauge!(
+        names::RECONCILE_DIFF,
+        "Hot (in-flight folded) minus database counters after repairs, by sale and field."
+    );
+    describe_counter!(
+        names::RECONCILE_RUNS,
+        "Reconciler runs by result (ok, mismatch, error)."
+    );
+    describe_counter!(
+        names::RECONCILE_REPAIRS,
+        "Repairs made by the reconciler, by kind (replay, rebuild, expire)."
+    );
+    describe_counter!(
+        names::RECONCILE_LOST,
+        "Accepted orders lost with the hot ledger, by sale."
+    );
+    describe_gauge!(
+        names::RECONCILE_VIOLATIONS,
+        "Invariant violations found by the last reconciler run, by sale."
+    );
+    describe_gauge!(
+        names::RECONCILE_HOT_BEHIND,
+        "1 when the last run found a sale's hot copy missing or behind the database."
+    );
+}
