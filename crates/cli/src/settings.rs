@@ -44,7 +44,7 @@ pub struct Settings {
     pub gateway: GatewaySettings,
 }
 
-/// Gateway protections (issue 6); unset → the defaults of `GatewayConfig`. Rates are
+/// Gateway protections; unset → the defaults of `GatewayConfig`. Rates are
 /// `PER_S` or `PER_S/BURST`, `0` or `off` turns one off.
 #[derive(Debug, Clone, Default, Args)]
 pub struct GatewaySettings {

@@ -1,4 +1,4 @@
-//! Gateway protections in front of the handlers (issue 6).
+//! Gateway protections in front of the handlers.
 //!
 //! - [`config`]: `GatewayConfig`, every knob and its default.
 //! - [`ratelimit`]: governor token buckets per instance, sale, user and client IP.
