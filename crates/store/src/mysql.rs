@@ -162,17 +162,7 @@ impl MySqlStore {
             );
             let mut q = sqlx::query(&sql);
             for e in chunk {
-                q = q
-                    .bind(e.sku_id.0)
-                    .bind(e.epoch)
-                    .bind(e.seq)
-                    .bind(e.kind.as_str())
-                    .bind(e.order_no.to_string())
-                    .bind(e.request_id.as_str())
-                    .bind(e.user_id.0)
-                    .bind(e.quantity)
-                    .bind(e.at_ms)
-                    .bind(e.deadline_ms);
+                q = bind_event(q, e);
             }
             q.execute(&mut **tx).await.map_err(db_error)?;
         }
@@ -193,18 +183,7 @@ impl MySqlStore {
             );
             let mut q = sqlx::query(&sql);
             for (e, rejected) in chunk {
-                q = q
-                    .bind(e.sku_id.0)
-                    .bind(e.epoch)
-                    .bind(e.seq)
-                    .bind(e.kind.as_str())
-                    .bind(e.order_no.to_string())
-                    .bind(e.request_id.as_str())
-                    .bind(e.user_id.0)
-                    .bind(e.quantity)
-                    .bind(e.at_ms)
-                    .bind(e.deadline_ms)
-                    .bind(*rejected);
+                q = bind_event(q, e).bind(*rejected);
             }
             q.execute(&mut **tx).await.map_err(db_error)?;
         }
@@ -348,6 +327,23 @@ fn known_order(row: &MySqlRow) -> Result<KnownOrder, StoreError> {
         quantity: get(row, "quantity")?,
         status: batch::parse("status", &status, OrderStatus::parse)?,
     })
+}
+
+/// Binds an event's columns in `batch::EVENT_COLUMNS` order (stock_events, fenced_events).
+fn bind_event<'q>(
+    q: sqlx::query::Query<'q, MySql, sqlx::mysql::MySqlArguments>,
+    e: &'q Event,
+) -> sqlx::query::Query<'q, MySql, sqlx::mysql::MySqlArguments> {
+    q.bind(e.sku_id.0)
+        .bind(e.epoch)
+        .bind(e.seq)
+        .bind(e.kind.as_str())
+        .bind(e.order_no.to_string())
+        .bind(e.request_id.as_str())
+        .bind(e.user_id.0)
+        .bind(e.quantity)
+        .bind(e.at_ms)
+        .bind(e.deadline_ms)
 }
 
 fn stored_event(row: &MySqlRow) -> Result<StoredEvent, StoreError> {

@@ -335,17 +335,7 @@ impl SqliteStore {
             );
             let mut q = sqlx::query(&sql);
             for e in chunk {
-                q = q
-                    .bind(i(e.sku_id.0))
-                    .bind(i(e.epoch))
-                    .bind(i(e.seq))
-                    .bind(e.kind.as_str())
-                    .bind(e.order_no.to_string())
-                    .bind(e.request_id.as_str())
-                    .bind(i(e.user_id.0))
-                    .bind(e.quantity)
-                    .bind(e.at_ms)
-                    .bind(e.deadline_ms);
+                q = bind_event(q, e);
             }
             q.execute(&mut **tx).await.map_err(db_error)?;
         }
@@ -366,18 +356,7 @@ impl SqliteStore {
             );
             let mut q = sqlx::query(&sql);
             for (e, rejected) in chunk {
-                q = q
-                    .bind(i(e.sku_id.0))
-                    .bind(i(e.epoch))
-                    .bind(i(e.seq))
-                    .bind(e.kind.as_str())
-                    .bind(e.order_no.to_string())
-                    .bind(e.request_id.as_str())
-                    .bind(i(e.user_id.0))
-                    .bind(e.quantity)
-                    .bind(e.at_ms)
-                    .bind(e.deadline_ms)
-                    .bind(*rejected);
+                q = bind_event(q, e).bind(*rejected);
             }
             q.execute(&mut **tx).await.map_err(db_error)?;
         }
@@ -514,6 +493,23 @@ fn known_order(row: &SqliteRow) -> Result<KnownOrder, StoreError> {
         quantity: get(row, "quantity")?,
         status: batch::parse("status", &status, OrderStatus::parse)?,
     })
+}
+
+/// Binds an event's columns in `batch::EVENT_COLUMNS` order (stock_events, fenced_events).
+fn bind_event<'q>(
+    q: sqlx::query::Query<'q, Sqlite, sqlx::sqlite::SqliteArguments<'q>>,
+    e: &'q Event,
+) -> sqlx::query::Query<'q, Sqlite, sqlx::sqlite::SqliteArguments<'q>> {
+    q.bind(i(e.sku_id.0))
+        .bind(i(e.epoch))
+        .bind(i(e.seq))
+        .bind(e.kind.as_str())
+        .bind(e.order_no.to_string())
+        .bind(e.request_id.as_str())
+        .bind(i(e.user_id.0))
+        .bind(e.quantity)
+        .bind(e.at_ms)
+        .bind(e.deadline_ms)
 }
 
 fn stored_event(row: &SqliteRow) -> Result<StoredEvent, StoreError> {
