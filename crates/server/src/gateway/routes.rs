@@ -3,8 +3,7 @@
 
 use std::net::IpAddr;
 
-use axum::extract::rejection::PathRejection;
-use axum::extract::{Path, State};
+use axum::extract::State;
 use axum::routing::{get, post, put};
 use axum::{Json, Router};
 use flashsale_core::{ErrorCode, SaleState, SkuId, UserId};
@@ -12,7 +11,7 @@ use serde::Serialize;
 
 use crate::auth::{Admin, User};
 use crate::error::AppError;
-use crate::routes::path;
+use crate::routes::ApiPath;
 use crate::state::AppState;
 
 /// Routes to nest under `/api/v1`.
@@ -74,15 +73,15 @@ pub async fn list(State(st): State<AppState>, _: Admin) -> Result<Json<Blacklist
     Ok(Json(BlacklistView { users, ips }))
 }
 
-fn user_id(p: Result<Path<u64>, PathRejection>) -> Result<UserId, AppError> {
-    match path(p)? {
+fn user_id(p: u64) -> Result<UserId, AppError> {
+    match p {
         0 => Err(AppError::invalid("user_id must be positive")),
         u => Ok(UserId(u)),
     }
 }
 
-fn ip(p: Result<Path<String>, PathRejection>) -> Result<IpAddr, AppError> {
-    let raw = path(p)?;
+fn ip(p: String) -> Result<IpAddr, AppError> {
+    let raw = p;
     if raw.len() > 64 {
         return Err(AppError::invalid("not an IP address"));
     }
@@ -123,7 +122,7 @@ async fn set_ip(st: &AppState, ip: IpAddr, on: bool) -> Result<Json<BlacklistEnt
 pub async fn block_user(
     State(st): State<AppState>,
     _: Admin,
-    p: Result<Path<u64>, PathRejection>,
+    ApiPath(p): ApiPath<u64>,
 ) -> Result<Json<BlacklistEntry>, AppError> {
     set_user(&st, user_id(p)?, true).await
 }
@@ -131,7 +130,7 @@ pub async fn block_user(
 pub async fn unblock_user(
     State(st): State<AppState>,
     _: Admin,
-    p: Result<Path<u64>, PathRejection>,
+    ApiPath(p): ApiPath<u64>,
 ) -> Result<Json<BlacklistEntry>, AppError> {
     set_user(&st, user_id(p)?, false).await
 }
@@ -139,7 +138,7 @@ pub async fn unblock_user(
 pub async fn block_ip(
     State(st): State<AppState>,
     _: Admin,
-    p: Result<Path<String>, PathRejection>,
+    ApiPath(p): ApiPath<String>,
 ) -> Result<Json<BlacklistEntry>, AppError> {
     set_ip(&st, ip(p)?, true).await
 }
@@ -147,17 +146,13 @@ pub async fn block_ip(
 pub async fn unblock_ip(
     State(st): State<AppState>,
     _: Admin,
-    p: Result<Path<String>, PathRejection>,
+    ApiPath(p): ApiPath<String>,
 ) -> Result<Json<BlacklistEntry>, AppError> {
     set_ip(&st, ip(p)?, false).await
 }
 
-async fn set_token_sale(
-    st: &AppState,
-    p: Result<Path<u64>, PathRejection>,
-    on: bool,
-) -> Result<Json<TokenSaleView>, AppError> {
-    let sku = SkuId(path(p)?);
+async fn set_token_sale(st: &AppState, p: u64, on: bool) -> Result<Json<TokenSaleView>, AppError> {
+    let sku = SkuId(p);
     st.store
         .sale(sku)
         .await?
@@ -178,7 +173,7 @@ async fn set_token_sale(
 pub async fn require_token(
     State(st): State<AppState>,
     _: Admin,
-    p: Result<Path<u64>, PathRejection>,
+    ApiPath(p): ApiPath<u64>,
 ) -> Result<Json<TokenSaleView>, AppError> {
     set_token_sale(&st, p, true).await
 }
@@ -186,7 +181,7 @@ pub async fn require_token(
 pub async fn drop_token(
     State(st): State<AppState>,
     _: Admin,
-    p: Result<Path<u64>, PathRejection>,
+    ApiPath(p): ApiPath<u64>,
 ) -> Result<Json<TokenSaleView>, AppError> {
     set_token_sale(&st, p, false).await
 }
@@ -195,9 +190,9 @@ pub async fn drop_token(
 pub async fn issue_token(
     State(st): State<AppState>,
     User(user): User,
-    p: Result<Path<u64>, PathRejection>,
+    ApiPath(p): ApiPath<u64>,
 ) -> Result<Json<PurchaseTokenView>, AppError> {
-    let sku = SkuId(path(p)?);
+    let sku = SkuId(p);
     let stored = crate::routes::sales::lookup(&st, sku).await?;
     let sale = &stored.sale;
     let now = crate::routes::sales::now_ms();

@@ -1,7 +1,7 @@
 //! The reconciler over HTTP: a fresh report (admin) and a repair of one sale.
 
-use axum::extract::rejection::{PathRejection, QueryRejection};
-use axum::extract::{Path, Query, State};
+use axum::extract::rejection::QueryRejection;
+use axum::extract::{Query, State};
 use axum::Json;
 use flashsale_core::{LedgerError, SkuId, StoreError};
 use serde::Deserialize;
@@ -9,6 +9,7 @@ use serde::Deserialize;
 use super::{Reconciler, SaleReport, Trigger};
 use crate::auth::Admin;
 use crate::error::AppError;
+use crate::routes::ApiPath;
 use crate::state::AppState;
 
 #[derive(Debug, Deserialize)]
@@ -36,9 +37,9 @@ pub async fn report_route(
 pub async fn repair_route(
     State(st): State<AppState>,
     _: Admin,
-    p: Result<Path<u64>, PathRejection>,
+    ApiPath(p): ApiPath<u64>,
 ) -> Result<Json<SaleReport>, AppError> {
-    let sku = SkuId(crate::routes::path(p)?);
+    let sku = SkuId(p);
     if st.store.sale(sku).await?.is_none() {
         return Err(AppError::from_code(flashsale_core::ErrorCode::SaleNotFound));
     }

@@ -5,18 +5,16 @@ pub mod orders;
 pub mod purchases;
 pub mod sales;
 
-use axum::extract::rejection::PathRejection;
-use axum::extract::Path;
 use serde::Serialize;
 
 use flashsale_core::{HotOrder, OrderStatus};
 
 use crate::error::AppError;
 
-/// A path parameter, with the rejection in our error shape.
-pub fn path<T>(p: Result<Path<T>, PathRejection>) -> Result<T, AppError> {
-    p.map(|Path(v)| v).map_err(AppError::from)
-}
+/// `Path` whose rejection is the API's own error (400 `INVALID_REQUEST`, our JSON shape).
+#[derive(axum::extract::FromRequestParts)]
+#[from_request(via(axum::extract::Path), rejection(AppError))]
+pub struct ApiPath<T>(pub T);
 
 /// An order as the API shows it.
 #[derive(Debug, Serialize)]

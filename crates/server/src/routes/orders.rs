@@ -1,7 +1,6 @@
 //! Orders: status for their owner, pay and cancel.
 
-use axum::extract::rejection::PathRejection;
-use axum::extract::{Path, State};
+use axum::extract::State;
 use axum::Json;
 use flashsale_core::{
     ErrorCode, EventKind, HotOrder, LedgerError, OrderNo, OrderStatus, Resolution, UserId,
@@ -10,10 +9,11 @@ use flashsale_core::{
 use super::OrderView;
 use crate::auth::User;
 use crate::error::AppError;
+use crate::routes::ApiPath;
 use crate::state::AppState;
 
-fn parse(p: Result<Path<String>, PathRejection>) -> Result<OrderNo, AppError> {
-    let raw = super::path(p)?;
+fn parse(p: String) -> Result<OrderNo, AppError> {
+    let raw = p;
     // A malformed number names no order: the same 404 as someone else's order.
     OrderNo::parse(&raw).ok_or_else(|| AppError::from_code(ErrorCode::OrderNotFound))
 }
@@ -22,7 +22,7 @@ fn parse(p: Result<Path<String>, PathRejection>) -> Result<OrderNo, AppError> {
 pub async fn get(
     State(st): State<AppState>,
     User(user): User,
-    p: Result<Path<String>, PathRejection>,
+    ApiPath(p): ApiPath<String>,
 ) -> Result<Json<OrderView>, AppError> {
     let no = parse(p)?;
     match st.store.order(&no).await {
@@ -71,7 +71,7 @@ async fn resolve(
 pub async fn pay(
     State(st): State<AppState>,
     User(user): User,
-    p: Result<Path<String>, PathRejection>,
+    ApiPath(p): ApiPath<String>,
 ) -> Result<Json<OrderView>, AppError> {
     let no = parse(p)?;
     let result = st.ledger.pay(&no, user).await;
@@ -81,7 +81,7 @@ pub async fn pay(
 pub async fn cancel(
     State(st): State<AppState>,
     User(user): User,
-    p: Result<Path<String>, PathRejection>,
+    ApiPath(p): ApiPath<String>,
 ) -> Result<Json<OrderView>, AppError> {
     let no = parse(p)?;
     let result = st.ledger.cancel(&no, user).await;

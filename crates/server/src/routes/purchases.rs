@@ -2,8 +2,8 @@
 
 use std::time::Instant;
 
-use axum::extract::rejection::{JsonRejection, PathRejection};
-use axum::extract::{Path, State};
+use axum::extract::rejection::JsonRejection;
+use axum::extract::State;
 use axum::http::StatusCode;
 use axum::Json;
 use flashsale_core::limits::PER_USER_LIMIT_MAX;
@@ -12,7 +12,7 @@ use flashsale_core::{
 };
 use serde::Deserialize;
 
-use super::{path, OrderView};
+use super::{ApiPath, OrderView};
 use crate::auth::User;
 use crate::error::AppError;
 use crate::metrics::{PURCHASE_LATENCY, SOLD_OUT_LOCAL};
@@ -60,11 +60,11 @@ impl PurchaseBody {
 pub async fn purchase(
     State(st): State<AppState>,
     User(user): User,
-    p: Result<Path<u64>, PathRejection>,
+    ApiPath(p): ApiPath<u64>,
     body: Result<Json<PurchaseBody>, JsonRejection>,
 ) -> Result<(StatusCode, Json<OrderView>), AppError> {
     let started = Instant::now();
-    let sku = SkuId(path(p)?);
+    let sku = SkuId(p);
     let Json(body) = body?;
     let req = body.validate(sku, user)?;
     super::sales::lookup(&st, sku).await?;

@@ -2,15 +2,15 @@
 
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use axum::extract::rejection::{JsonRejection, PathRejection, QueryRejection};
-use axum::extract::{Path, Query, State};
+use axum::extract::rejection::{JsonRejection, QueryRejection};
+use axum::extract::{Query, State};
 use axum::http::StatusCode;
 use axum::Json;
 use flashsale_core::ledger::StoredSale;
 use flashsale_core::{Counters, ErrorCode, LedgerError, Sale, SaleMode, SaleState, SkuId};
 use serde::{Deserialize, Serialize};
 
-use super::path;
+use super::ApiPath;
 use crate::auth::Admin;
 use crate::error::AppError;
 use crate::state::AppState;
@@ -122,9 +122,9 @@ pub async fn lookup(st: &AppState, sku: SkuId) -> Result<std::sync::Arc<StoredSa
 
 pub async fn get(
     State(st): State<AppState>,
-    p: Result<Path<u64>, PathRejection>,
+    ApiPath(p): ApiPath<u64>,
 ) -> Result<Json<SaleView>, AppError> {
-    let sku = SkuId(path(p)?);
+    let sku = SkuId(p);
     let stored = lookup(&st, sku).await?;
     let counters = match st.sales.counters(sku) {
         Some(c) => c,
@@ -160,10 +160,10 @@ pub struct WarmQuery {
 pub async fn warm(
     State(st): State<AppState>,
     _: Admin,
-    p: Result<Path<u64>, PathRejection>,
+    ApiPath(p): ApiPath<u64>,
     q: Result<Query<WarmQuery>, QueryRejection>,
 ) -> Result<Json<SaleView>, AppError> {
-    let sku = SkuId(path(p)?);
+    let sku = SkuId(p);
     let Query(q) = q?;
     let stored = stored_sale(&st, sku).await?;
     if stored.sale.state == SaleState::Ended {
@@ -226,12 +226,8 @@ fn rebuild_error(e: crate::reconcile::RebuildError) -> AppError {
     }
 }
 
-async fn set_state(
-    st: AppState,
-    p: Result<Path<u64>, PathRejection>,
-    state: SaleState,
-) -> Result<Json<SaleView>, AppError> {
-    let sku = SkuId(path(p)?);
+async fn set_state(st: AppState, p: u64, state: SaleState) -> Result<Json<SaleView>, AppError> {
+    let sku = SkuId(p);
     let stored = st
         .store
         .sale(sku)
@@ -265,7 +261,7 @@ async fn set_state(
 pub async fn pause(
     State(st): State<AppState>,
     _: Admin,
-    p: Result<Path<u64>, PathRejection>,
+    ApiPath(p): ApiPath<u64>,
 ) -> Result<Json<SaleView>, AppError> {
     set_state(st, p, SaleState::Paused).await
 }
@@ -273,7 +269,7 @@ pub async fn pause(
 pub async fn resume(
     State(st): State<AppState>,
     _: Admin,
-    p: Result<Path<u64>, PathRejection>,
+    ApiPath(p): ApiPath<u64>,
 ) -> Result<Json<SaleView>, AppError> {
     set_state(st, p, SaleState::Live).await
 }
@@ -281,7 +277,7 @@ pub async fn resume(
 pub async fn end(
     State(st): State<AppState>,
     _: Admin,
-    p: Result<Path<u64>, PathRejection>,
+    ApiPath(p): ApiPath<u64>,
 ) -> Result<Json<SaleView>, AppError> {
     set_state(st, p, SaleState::Ended).await
 }
