@@ -12,6 +12,7 @@
 //!
 //! May depend on serde, thiserror and async-trait only; never on tokio, redis or sqlx.
 
+pub mod clock;
 pub mod error;
 pub mod ids;
 pub mod invariants;

@@ -14,11 +14,11 @@
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
-use std::time::{SystemTime, UNIX_EPOCH};
 
 use async_trait::async_trait;
 use tokio::sync::{oneshot, Mutex as AsyncMutex, OwnedMutexGuard};
 
+use flashsale_core::clock::now_ms;
 use flashsale_core::ledger::RestockListener;
 use flashsale_core::limits::BATCH_LEN_MAX;
 use flashsale_core::{
@@ -139,13 +139,6 @@ impl Answer {
             Answer::Expire(tx, _) => tx.send(Err(e())).map_err(drop),
         };
     }
-}
-
-fn now_ms() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_millis() as i64)
-        .unwrap_or(0)
 }
 
 fn unavailable(e: StoreError) -> LedgerError {

@@ -423,7 +423,7 @@ impl OrderStore for MySqlStore {
         let done = sqlx::query(
             "UPDATE sales SET epoch = epoch + 1, epoch_at_ms = ? WHERE sku_id = ? AND epoch = ?",
         )
-        .bind(rows::now_ms())
+        .bind(flashsale_core::clock::now_ms())
         .bind(sku.0)
         .bind(current)
         .execute(&self.pool)

@@ -211,11 +211,3 @@ pub(crate) fn lines(text: &str) -> Vec<String> {
         .map(str::to_owned)
         .collect()
 }
-
-/// Now, in ms since the Unix epoch (this process's clock).
-pub(crate) fn now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_millis() as i64)
-        .unwrap_or(0)
-}

@@ -592,7 +592,7 @@ impl OrderStore for SqliteStore {
         let done = sqlx::query(
             "UPDATE sales SET epoch = epoch + 1, epoch_at_ms = ? WHERE sku_id = ? AND epoch = ?",
         )
-        .bind(rows::now_ms())
+        .bind(flashsale_core::clock::now_ms())
         .bind(i(sku.0))
         .bind(i(current))
         .execute(&self.writer)

@@ -10,7 +10,7 @@
 
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use flashsale_core::limits::BATCH_LEN_MAX;
 use flashsale_core::{
@@ -49,10 +49,7 @@ pub async fn run_all(ledger: Arc<dyn HotLedger>) {
 // ---------------------------------------------------------------------------------------------
 // Helpers
 
-pub fn now_ms() -> i64 {
-    let since = SystemTime::now().duration_since(UNIX_EPOCH);
-    since.expect("clock after 1970").as_millis() as i64
-}
+pub use flashsale_core::clock::now_ms;
 
 /// A sku no other check uses.
 pub fn random_sku() -> SkuId {

@@ -12,6 +12,7 @@ use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
+use flashsale_core::clock::now_ms;
 use flashsale_core::{SkuId, UserId};
 use flashsale_redis::conn::{Conn, Timeouts};
 use flashsale_store::SqliteStore;
@@ -131,10 +132,6 @@ impl SqliteGuards {
             tokens: UsedTokens::default(),
         }
     }
-}
-
-fn now_ms() -> i64 {
-    crate::routes::sales::now_ms()
 }
 
 #[async_trait]

@@ -38,6 +38,7 @@ use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Duration;
 
+use flashsale_core::clock::now_ms;
 use flashsale_core::invariants::{check_sale, Violation};
 use flashsale_core::{
     Counters, Event, EventKind, HotLedger, HotSnapshot, LedgerError, OrderStatus, OrderStore,
@@ -162,13 +163,6 @@ pub struct Reconciler {
     pub store: Arc<dyn OrderStore>,
     pub journal: Arc<Journal>,
     pub config: ReconcileConfig,
-}
-
-fn now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_millis() as i64)
-        .unwrap_or(0)
 }
 
 impl SaleReport {

@@ -1,7 +1,5 @@
 //! Sales: admin create / warm / pause / resume / end, and the public view.
 
-use std::time::{SystemTime, UNIX_EPOCH};
-
 use axum::extract::rejection::{JsonRejection, QueryRejection};
 use axum::extract::{Query, State};
 use axum::http::StatusCode;
@@ -56,12 +54,7 @@ impl SaleView {
     }
 }
 
-pub fn now_ms() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_millis() as i64)
-        .unwrap_or(0)
-}
+pub use flashsale_core::clock::now_ms;
 
 impl CreateSale {
     fn into_sale(self) -> Result<Sale, AppError> {
