@@ -1,7 +1,11 @@
-//! `flashsale`: the binary. Commands: `serve`, `worker`, `demo`, `token`, `migrate`.
+//! `flashsale`: the binary. Commands: `serve`, `worker`, `demo`, `reconcile`, `bench`,
+//! `token`, `migrate`.
 //!
 //! - [`settings`]: flags, environment, config file and secrets.
 //! - [`demo`]: the whole flash sale in one command, with a report.
+//! - [`reconcile`]: one reconciler run from the command line.
+//! - [`bench`]: `bench http | ledger | persister`; [`spike`]: `bench spike` against running
+//!   instances; [`strategies`]: `bench strategies`, the seeds' designs against ours.
 
 mod bench;
 mod demo;

@@ -6,8 +6,13 @@
 //! - [`batch`]: the purchase hot path: the local sold-out flag, then natural batching per sale.
 //! - [`cache`]: sale cache and sold-out flags; [`breaker`]: fast failure when Redis is down.
 //! - [`error`]: `AppError`, the one error answer.
-//! - [`workers`]: background workers (persister, hold expiry) behind one `Worker` trait.
-//! - [`serve`]: `Config` → ledger, store, workers, listener; graceful shutdown.
+//! - [`gateway`]: protections in front of the handlers (rate limits, blacklist, back-pressure,
+//!   per-sale isolation, purchase tokens, request limits) and the hot-sale router.
+//! - [`reconcile`]: the reconciler, the loss journal, and the hot copy's lifecycle (rebuild).
+//! - [`state`]: `AppState`, what every handler shares, and the request path's `Limits`.
+//! - [`workers`]: background workers (persister, hold expiry; the gateway's and the
+//!   reconciler's live beside their code) behind one `Worker` trait, joined at shutdown.
+//! - [`serve`]: `Config` → backends, workers, listener; graceful shutdown.
 //! - [`metrics`]: the Prometheus recorder; [`metrics_help`]: the HELP text of every metric.
 //! - [`dashboard`]: the live page at `/` and the JSON it polls.
 //! - [`openapi`]: the OpenAPI document; [`openapi_extra`]: `u64` ranges and links in it.
