@@ -12,8 +12,8 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use clap::{Args, Subcommand};
 use flashsale_bench::closed::{self, MakeRequest, Rate};
 use flashsale_core::{
-    HotLedger, PurchaseOutcome, PurchaseRequest, RequestId, Sale, SaleMode, SaleState, SkuId,
-    UserId,
+    HotCopies, HotLedger, Ledger, PurchaseOutcome, PurchaseRequest, RequestId, Sale, SaleMode,
+    SaleState, SkuId, UserId,
 };
 use flashsale_embedded::EmbeddedLedger;
 use flashsale_server::auth::Auth;
@@ -484,7 +484,7 @@ async fn build_strategy(
             let url = fresh_mysql(&a.mysql_url, &format!("{p}_ours")).await?;
             let store: Arc<dyn flashsale_core::OrderStore> =
                 Arc::new(flashsale_store::MySqlStore::connect(&url).await?);
-            let ledger: Arc<dyn HotLedger> =
+            let ledger: Arc<dyn Ledger> =
                 Arc::new(flashsale_redis::RedisLedger::connect(&a.redis_url, p).await?);
             ours(
                 "flashsale-redis",
@@ -499,7 +499,7 @@ async fn build_strategy(
             let dir = tempfile_dir(std::path::Path::new("./flashsale-data"))?;
             let sqlite =
                 Arc::new(SqliteStore::open(&format!("sqlite://{}/{p}.db", dir.display())).await?);
-            let ledger: Arc<dyn HotLedger> = Arc::new(EmbeddedLedger::open(sqlite.clone()).await?);
+            let ledger: Arc<dyn Ledger> = Arc::new(EmbeddedLedger::open(sqlite.clone()).await?);
             ours("flashsale-embedded", ledger, sqlite, a.units, None).await?
         }
         other => anyhow::bail!("unknown strategy {other}"),
@@ -508,7 +508,7 @@ async fn build_strategy(
 
 async fn ours(
     name: &'static str,
-    ledger: Arc<dyn HotLedger>,
+    ledger: Arc<dyn Ledger>,
     store: Arc<dyn flashsale_core::OrderStore>,
     units: u64,
     persist: Option<(&str, &str)>,

@@ -20,7 +20,7 @@ use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use flashsale_core::{
-    HotLedger, OrderStore, PurchaseOutcome, PurchaseRequest, RequestId, Sale, SaleMode, SaleState,
+    Ledger, OrderStore, PurchaseOutcome, PurchaseRequest, RequestId, Sale, SaleMode, SaleState,
     SkuId, UserId,
 };
 use flashsale_server::batch::Batcher;
@@ -449,7 +449,7 @@ impl Strategy for RedisLua {
 /// system of record.
 pub struct Ours {
     pub name: &'static str,
-    pub ledger: Arc<dyn HotLedger>,
+    pub ledger: Arc<dyn Ledger>,
     pub store: Arc<dyn OrderStore>,
     pub batcher: Batcher,
 }

@@ -1,5 +1,8 @@
-//! The traits that backends implement: `HotLedger` (the hot path) and `OrderStore` (the
-//! system of record).
+//! The traits that backends implement. A hot ledger is three capabilities, asked for by what
+//! a caller needs: [`HotLedger`] (the hot path and reads), [`HotCopies`] (loading and replacing
+//! a sale's hot copy: the rebuild and the reconciler) and [`SoldOutSupport`] (the local
+//! sold-out flag); [`Ledger`] is all three, what the service holds. [`OrderStore`] is the
+//! system of record.
 
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
@@ -60,30 +63,6 @@ pub trait HotLedger: Send + Sync + 'static {
     /// When an accepted purchase is durable, relative to its answer.
     fn durability(&self) -> Durability;
 
-    /// Loads a sale into the hot ledger from the system of record, as the copy of `epoch`
-    /// (an epoch the caller has just taken in the database, see [`OrderStore::take_epoch`]),
-    /// with `counters` at the database's `applied_seq`. The new copy starts **fenced**: it
-    /// judges nothing until [`HotLedger::open`]. Replaces a copy of an older epoch (already
-    /// fenced by the database); refuses (`AlreadyWarm`) when a copy of `epoch` or newer stands.
-    async fn load(&self, sale: &Sale, counters: &Counters, epoch: u64) -> Result<(), LedgerError>;
-
-    /// Loads and opens a copy in one call ([`HotLedger::load`] then [`HotLedger::open`] in
-    /// `sale.state`): for a sale's first copy in tests and benches. The server loads sales
-    /// through its rebuild, which takes the epoch in the database first.
-    async fn warm(&self, sale: &Sale, counters: &Counters, epoch: u64) -> Result<(), LedgerError> {
-        self.load(sale, counters, epoch).await?;
-        self.open(sale.sku_id, epoch, sale.state).await
-    }
-
-    /// Stops every write to a sale's hot copy: purchases, pay, cancel and expiry answer
-    /// `UNAVAILABLE` until a newer copy is loaded and opened. Idempotent; `Ok(false)` when the
-    /// sale has no hot copy.
-    async fn fence(&self, sku: SkuId) -> Result<bool, LedgerError>;
-
-    /// Opens a loaded (fenced) copy in operator state `state`, when it is still the copy of
-    /// `epoch`; `AlreadyWarm` when another copy replaced it meanwhile.
-    async fn open(&self, sku: SkuId, epoch: u64, state: SaleState) -> Result<(), LedgerError>;
-
     /// Sets the operator state (live, paused, ended) of an open sale.
     async fn set_state(&self, sku: SkuId, state: SaleState) -> Result<(), LedgerError>;
 
@@ -119,7 +98,55 @@ pub trait HotLedger: Send + Sync + 'static {
 
     /// Cheap reachability check for /readyz and the breaker.
     async fn ping(&self) -> Result<(), LedgerError>;
+}
 
+/// Loading and replacing a sale's hot copy (the rebuild, the reconciler): see
+/// `reconcile::rebuild` in the server for the steps, and docs/DESIGN.md "A sale's hot copy".
+#[async_trait]
+pub trait HotCopies: Send + Sync + 'static {
+    /// Loads a sale into the hot ledger from the system of record, as the copy of `epoch`
+    /// (an epoch the caller has just taken in the database, see [`OrderStore::take_epoch`]),
+    /// with `counters` at the database's `applied_seq`. The new copy starts **fenced**: it
+    /// judges nothing until [`HotLedger::open`]. Replaces a copy of an older epoch (already
+    /// fenced by the database); refuses (`AlreadyWarm`) when a copy of `epoch` or newer stands.
+    async fn load(&self, sale: &Sale, counters: &Counters, epoch: u64) -> Result<(), LedgerError>;
+
+    /// Loads and opens a copy in one call ([`HotLedger::load`] then [`HotLedger::open`] in
+    /// `sale.state`): for a sale's first copy in tests and benches. The server loads sales
+    /// through its rebuild, which takes the epoch in the database first.
+    async fn warm(&self, sale: &Sale, counters: &Counters, epoch: u64) -> Result<(), LedgerError> {
+        self.load(sale, counters, epoch).await?;
+        self.open(sale.sku_id, epoch, sale.state).await
+    }
+
+    /// Stops every write to a sale's hot copy: purchases, pay, cancel and expiry answer
+    /// `UNAVAILABLE` until a newer copy is loaded and opened. Idempotent; `Ok(false)` when the
+    /// sale has no hot copy.
+    async fn fence(&self, sku: SkuId) -> Result<bool, LedgerError>;
+
+    /// Opens a loaded (fenced) copy in operator state `state`, when it is still the copy of
+    /// `epoch`; `AlreadyWarm` when another copy replaced it meanwhile.
+    async fn open(&self, sku: SkuId, epoch: u64, state: SaleState) -> Result<(), LedgerError>;
+
+    /// For the reconciler and rebuilds: the hot counters at `seq`, the epoch, whether the copy
+    /// is fenced, and every event still in the sale's stream, read in one atomic step; `None`
+    /// when the sale has no hot copy.
+    async fn hot_snapshot(&self, sku: SkuId) -> Result<Option<HotSnapshot>, LedgerError>;
+
+    /// Rebuild: puts orders read back from the system of record into the loaded (fenced)
+    /// copy of `epoch`. Idempotent: orders already present are skipped. Returns how many
+    /// orders were added; `AlreadyWarm` when the copy is no longer the one of `epoch`.
+    async fn restore_orders(
+        &self,
+        sku: SkuId,
+        epoch: u64,
+        orders: &[HotOrder],
+    ) -> Result<usize, LedgerError>;
+}
+
+/// What an instance's local sold-out flag needs from the ledger.
+#[async_trait]
+pub trait SoldOutSupport: Send + Sync + 'static {
     /// The keys of every accepted request of a sale, or `None` when the sale has more than
     /// `max` of them (or is not warm). With it an instance whose local sold-out flag is set
     /// still answers a retry of an accepted request with its first outcome.
@@ -137,22 +164,13 @@ pub trait HotLedger: Send + Sync + 'static {
     /// Registers who to tell when a sale's stock comes back (cancel, expiry) on any instance,
     /// so that local sold-out flags clear. Called once at start; a later call replaces it.
     fn on_restock(&self, listener: RestockListener);
-
-    /// For the reconciler and rebuilds: the hot counters at `seq`, the epoch, whether the copy
-    /// is fenced, and every event still in the sale's stream, read in one atomic step; `None`
-    /// when the sale has no hot copy.
-    async fn hot_snapshot(&self, sku: SkuId) -> Result<Option<HotSnapshot>, LedgerError>;
-
-    /// Rebuild: puts orders read back from the system of record into the loaded (fenced)
-    /// copy of `epoch`. Idempotent: orders already present are skipped. Returns how many
-    /// orders were added; `AlreadyWarm` when the copy is no longer the one of `epoch`.
-    async fn restore_orders(
-        &self,
-        sku: SkuId,
-        epoch: u64,
-        orders: &[HotOrder],
-    ) -> Result<usize, LedgerError>;
 }
+
+/// A whole hot ledger: the hot path and reads, its copies' lifecycle, and what the
+/// sold-out flag needs. Every backend implements the three; the service holds `dyn Ledger`.
+pub trait Ledger: HotLedger + HotCopies + SoldOutSupport {}
+
+impl<T: HotLedger + HotCopies + SoldOutSupport> Ledger for T {}
 
 /// What [`HotLedger::hot_snapshot`] reads.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

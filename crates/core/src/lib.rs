@@ -1,14 +1,17 @@
 //! flashsale-core: the domain of a flash sale, with no I/O.
 //!
 //! Map of the crate:
-//! - [`ids`]: `SkuId`, `UserId`, `RequestId`, `OrderNo` and their validation.
+//! - [`ids`]: `SkuId`, `UserId`, `RequestId`, `RequestKey`, `OrderNo`: validation and text forms.
 //! - [`sale`]: a sale's definition, mode, state and counters.
 //! - [`order`]: order status, hot orders, events and the counter delta of each event.
 //! - [`error`]: the error codes of the HTTP contract and the errors of ledgers and stores.
 //! - [`rules`]: `SaleBook`, the reference state machine of one sale. The embedded ledger
 //!   runs it; the Lua scripts mirror it; tests compare both ledgers against it.
-//! - [`ledger`]: the `HotLedger` and `OrderStore` traits that backends implement.
+//! - [`ledger`]: the traits backends implement: a hot ledger is `HotLedger` (the hot path and
+//!   reads), `HotCopies` (loading and replacing a sale's hot copy) and `SoldOutSupport` (what
+//!   the local sold-out flag needs), together `Ledger`; the system of record is `OrderStore`.
 //! - [`invariants`]: checks I1–I7 over plain rows, shared by tests, bench and reconciler.
+//! - [`metric_names`]: the name of every metric; [`clock`]: the wall clock, read in one place.
 //!
 //! May depend on serde, thiserror and async-trait only; never on tokio, redis or sqlx.
 
@@ -25,8 +28,8 @@ pub mod sale;
 pub use error::{ErrorCode, LedgerError, StoreError};
 pub use ids::{OrderNo, RequestId, RequestKey, SkuId, UserId};
 pub use ledger::{
-    ApplyReport, Audit, DeadLetter, Durability, HotLedger, HotSnapshot, OrderStore,
-    PurchaseRequest, ReconcileRun, Resolution, StoredSale,
+    ApplyReport, Audit, DeadLetter, Durability, HotCopies, HotLedger, HotSnapshot, Ledger,
+    OrderStore, PurchaseRequest, ReconcileRun, Resolution, SoldOutSupport, StoredSale,
 };
 pub use order::{Event, EventKind, HotOrder, OrderStatus, PurchaseOutcome};
 pub use rules::SaleBook;

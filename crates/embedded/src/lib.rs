@@ -22,9 +22,9 @@ use flashsale_core::clock::now_ms;
 use flashsale_core::ledger::RestockListener;
 use flashsale_core::limits::BATCH_LEN_MAX;
 use flashsale_core::{
-    Counters, ErrorCode, Event, EventKind, HotLedger, HotOrder, LedgerError, OrderNo, OrderStore,
-    PurchaseOutcome, PurchaseRequest, RequestKey, Resolution, Sale, SaleBook, SaleState, SkuId,
-    StoreError, UserId,
+    Counters, ErrorCode, Event, EventKind, HotCopies, HotLedger, HotOrder, LedgerError, OrderNo,
+    OrderStore, PurchaseOutcome, PurchaseRequest, RequestKey, Resolution, Sale, SaleBook,
+    SaleState, SkuId, SoldOutSupport, StoreError, UserId,
 };
 use flashsale_store::SqliteStore;
 
@@ -443,82 +443,6 @@ impl HotLedger for EmbeddedLedger {
         flashsale_core::Durability::BeforeAnswer
     }
 
-    async fn load(&self, sale: &Sale, counters: &Counters, epoch: u64) -> Result<(), LedgerError> {
-        let sku = sale.sku_id;
-        if counters.total != sale.total_stock || !counters.conserved() || epoch == 0 {
-            return Err(LedgerError::Internal(format!(
-                "load with counters {counters:?} for total {} at epoch {epoch}",
-                sale.total_stock
-            )));
-        }
-        let (wanted, counters) = (sale.clone(), *counters);
-        let inner = self.inner.clone();
-        // In a task of its own: a caller giving up must not leave book and store apart.
-        let task = tokio::spawn(async move {
-            let _serial = inner.warm_lock.lock().await;
-            let slot = inner.slot(sku);
-            let mut guard = match &slot {
-                Some(slot) => Some(slot.book.clone().lock_owned().await),
-                None => None,
-            };
-            if guard.as_ref().is_some_and(|g| g.book.epoch >= epoch) {
-                return Err(LedgerError::AlreadyWarm);
-            }
-            if let Some(g) = guard.as_mut() {
-                g.stale = true; // until it is loaded again below
-            }
-            inner
-                .store
-                .put_sale(&wanted, &counters, epoch)
-                .await
-                .map_err(unavailable)?;
-            let mut loaded = inner.load(sku).await?;
-            loaded.fenced_at = Some(std::time::Instant::now());
-            match guard.as_mut() {
-                Some(g) => **g = loaded,
-                None => {
-                    inner.insert(sku, loaded);
-                }
-            }
-            Ok(())
-        });
-        task.await
-            .map_err(|e| LedgerError::Internal(format!("load task: {e}")))?
-    }
-
-    async fn fence(&self, sku: SkuId) -> Result<bool, LedgerError> {
-        let Some(slot) = self.inner.slot(sku) else {
-            return Ok(false);
-        };
-        self.with_book(slot, |_, loaded| {
-            Box::pin(async move {
-                loaded.fenced_at.get_or_insert_with(std::time::Instant::now);
-                Ok(true)
-            })
-        })
-        .await
-    }
-
-    async fn open(&self, sku: SkuId, epoch: u64, state: SaleState) -> Result<(), LedgerError> {
-        let slot = self.inner.slot(sku).ok_or(LedgerError::AlreadyWarm)?;
-        self.with_book(slot, move |inner, loaded| {
-            Box::pin(async move {
-                if loaded.book.epoch != epoch {
-                    return Err(LedgerError::AlreadyWarm);
-                }
-                inner
-                    .store
-                    .set_state(sku, state)
-                    .await
-                    .map_err(unavailable)?;
-                loaded.book.sale.state = state;
-                loaded.fenced_at = None;
-                Ok(())
-            })
-        })
-        .await
-    }
-
     async fn set_state(&self, sku: SkuId, state: SaleState) -> Result<(), LedgerError> {
         self.change_state(sku, None, state).await.map(|_| ())
     }
@@ -604,35 +528,84 @@ impl HotLedger for EmbeddedLedger {
     async fn ping(&self) -> Result<(), LedgerError> {
         self.inner.store.ping().await.map_err(unavailable)
     }
+}
 
-    async fn accepted_keys(
-        &self,
-        sku: SkuId,
-        max: usize,
-    ) -> Result<Option<Vec<RequestKey>>, LedgerError> {
-        let Some(slot) = self.inner.slot(sku) else {
-            return Ok(None);
-        };
-        self.with_book(slot, move |_, loaded| {
-            Box::pin(
-                async move { Ok((loaded.accepted.len() <= max).then(|| loaded.accepted.clone())) },
-            )
-        })
-        .await
+#[async_trait]
+impl HotCopies for EmbeddedLedger {
+    async fn load(&self, sale: &Sale, counters: &Counters, epoch: u64) -> Result<(), LedgerError> {
+        let sku = sale.sku_id;
+        if counters.total != sale.total_stock || !counters.conserved() || epoch == 0 {
+            return Err(LedgerError::Internal(format!(
+                "load with counters {counters:?} for total {} at epoch {epoch}",
+                sale.total_stock
+            )));
+        }
+        let (wanted, counters) = (sale.clone(), *counters);
+        let inner = self.inner.clone();
+        // In a task of its own: a caller giving up must not leave book and store apart.
+        let task = tokio::spawn(async move {
+            let _serial = inner.warm_lock.lock().await;
+            let slot = inner.slot(sku);
+            let mut guard = match &slot {
+                Some(slot) => Some(slot.book.clone().lock_owned().await),
+                None => None,
+            };
+            if guard.as_ref().is_some_and(|g| g.book.epoch >= epoch) {
+                return Err(LedgerError::AlreadyWarm);
+            }
+            if let Some(g) = guard.as_mut() {
+                g.stale = true; // until it is loaded again below
+            }
+            inner
+                .store
+                .put_sale(&wanted, &counters, epoch)
+                .await
+                .map_err(unavailable)?;
+            let mut loaded = inner.load(sku).await?;
+            loaded.fenced_at = Some(std::time::Instant::now());
+            match guard.as_mut() {
+                Some(g) => **g = loaded,
+                None => {
+                    inner.insert(sku, loaded);
+                }
+            }
+            Ok(())
+        });
+        task.await
+            .map_err(|e| LedgerError::Internal(format!("load task: {e}")))?
     }
 
-    async fn accepted_count(&self, sku: SkuId) -> Result<Option<(u64, usize)>, LedgerError> {
+    async fn fence(&self, sku: SkuId) -> Result<bool, LedgerError> {
         let Some(slot) = self.inner.slot(sku) else {
-            return Ok(None);
+            return Ok(false);
         };
         self.with_book(slot, |_, loaded| {
-            Box::pin(async move { Ok(Some((loaded.book.epoch, loaded.accepted.len()))) })
+            Box::pin(async move {
+                loaded.fenced_at.get_or_insert_with(std::time::Instant::now);
+                Ok(true)
+            })
         })
         .await
     }
 
-    fn on_restock(&self, listener: RestockListener) {
-        *self.inner.restock.write().expect("restock lock") = Some(listener);
+    async fn open(&self, sku: SkuId, epoch: u64, state: SaleState) -> Result<(), LedgerError> {
+        let slot = self.inner.slot(sku).ok_or(LedgerError::AlreadyWarm)?;
+        self.with_book(slot, move |inner, loaded| {
+            Box::pin(async move {
+                if loaded.book.epoch != epoch {
+                    return Err(LedgerError::AlreadyWarm);
+                }
+                inner
+                    .store
+                    .set_state(sku, state)
+                    .await
+                    .map_err(unavailable)?;
+                loaded.book.sale.state = state;
+                loaded.fenced_at = None;
+                Ok(())
+            })
+        })
+        .await
     }
 
     /// No stream: every group is committed to SQLite before it is answered, so there are
@@ -676,6 +649,39 @@ impl HotLedger for EmbeddedLedger {
             })
         })
         .await
+    }
+}
+
+#[async_trait]
+impl SoldOutSupport for EmbeddedLedger {
+    async fn accepted_keys(
+        &self,
+        sku: SkuId,
+        max: usize,
+    ) -> Result<Option<Vec<RequestKey>>, LedgerError> {
+        let Some(slot) = self.inner.slot(sku) else {
+            return Ok(None);
+        };
+        self.with_book(slot, move |_, loaded| {
+            Box::pin(
+                async move { Ok((loaded.accepted.len() <= max).then(|| loaded.accepted.clone())) },
+            )
+        })
+        .await
+    }
+
+    async fn accepted_count(&self, sku: SkuId) -> Result<Option<(u64, usize)>, LedgerError> {
+        let Some(slot) = self.inner.slot(sku) else {
+            return Ok(None);
+        };
+        self.with_book(slot, |_, loaded| {
+            Box::pin(async move { Ok(Some((loaded.book.epoch, loaded.accepted.len()))) })
+        })
+        .await
+    }
+
+    fn on_restock(&self, listener: RestockListener) {
+        *self.inner.restock.write().expect("restock lock") = Some(listener);
     }
 }
 

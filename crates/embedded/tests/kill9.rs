@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use flashsale_core::invariants::check_sale;
 use flashsale_core::{
-    HotLedger, OrderNo, OrderStore, PurchaseOutcome, Sale, SaleMode, SaleState, SkuId,
+    HotCopies, HotLedger, OrderNo, OrderStore, PurchaseOutcome, Sale, SaleMode, SaleState, SkuId,
 };
 use flashsale_embedded::EmbeddedLedger;
 use flashsale_store::SqliteStore;

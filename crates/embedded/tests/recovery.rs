@@ -9,8 +9,8 @@ use std::time::Duration;
 
 use flashsale_core::invariants::check_sale;
 use flashsale_core::{
-    Counters, ErrorCode, HotLedger, LedgerError, OrderStatus, OrderStore, PurchaseOutcome, Sale,
-    SaleMode, SaleState, SkuId, UserId,
+    Counters, ErrorCode, HotCopies, HotLedger, LedgerError, OrderStatus, OrderStore,
+    PurchaseOutcome, Sale, SaleMode, SaleState, SkuId, SoldOutSupport, UserId,
 };
 use flashsale_embedded::EmbeddedLedger;
 use flashsale_store::SqliteStore;

@@ -8,8 +8,9 @@ use async_trait::async_trait;
 use flashsale_core::ledger::{HotSnapshot, RestockListener};
 use flashsale_core::limits::BATCH_LEN_MAX;
 use flashsale_core::{
-    Counters, Durability, ErrorCode, HotLedger, HotOrder, LedgerError, OrderNo, PurchaseOutcome,
-    PurchaseRequest, RequestKey, Resolution, Sale, SaleState, SkuId, UserId,
+    Counters, Durability, ErrorCode, HotCopies, HotLedger, HotOrder, LedgerError, OrderNo,
+    PurchaseOutcome, PurchaseRequest, RequestKey, Resolution, Sale, SaleState, SkuId,
+    SoldOutSupport, UserId,
 };
 use futures::StreamExt;
 use redis::{FromRedisValue, ScriptInvocation, Value};
@@ -297,59 +298,6 @@ impl HotLedger for RedisLedger {
         Durability::Streamed
     }
 
-    async fn load(&self, sale: &Sale, counters: &Counters, epoch: u64) -> Result<(), LedgerError> {
-        sale.validate().map_err(LedgerError::Internal)?;
-        if !counters.conserved() || counters.total != sale.total_stock {
-            return Err(LedgerError::Internal(format!(
-                "counters do not fit the sale: {counters:?}"
-            )));
-        }
-        let sku = sale.sku_id;
-        let mut inv = self.scripts.load.prepare_invoke();
-        inv.key(self.keys.sale(sku))
-            .key(self.keys.buyers(sku))
-            .key(self.keys.requests(sku))
-            .key(self.keys.orders(sku))
-            .key(self.keys.holds(sku));
-        inv.arg(sku.0)
-            .arg(counters.total)
-            .arg(counters.available)
-            .arg(counters.reserved)
-            .arg(counters.sold)
-            .arg(counters.seq)
-            .arg(epoch)
-            .arg(sale.per_user_limit)
-            .arg(sale.mode.as_str())
-            .arg(sale.payment_timeout_ms)
-            .arg(sale.starts_at_ms)
-            .arg(sale.ends_at_ms)
-            .arg(sale.state.as_str());
-        let answer: String = self.run("load", &inv).await?;
-        if answer == "ALREADY_WARM" {
-            return Err(LedgerError::AlreadyWarm);
-        }
-        let mut conn = self.conn.clone();
-        let cmd = redis::cmd("SADD").arg(self.keys.sales()).arg(sku.0).clone();
-        let _: i64 = bounded(Timeouts::HOT.call, cmd.query_async(&mut conn)).await?;
-        Ok(())
-    }
-
-    async fn fence(&self, sku: SkuId) -> Result<bool, LedgerError> {
-        let mut inv = self.scripts.fence.prepare_invoke();
-        inv.key(self.keys.sale(sku));
-        let present: i64 = self.run("fence", &inv).await?;
-        Ok(present == 1)
-    }
-
-    async fn open(&self, sku: SkuId, epoch: u64, state: SaleState) -> Result<(), LedgerError> {
-        let mut inv = self.scripts.open.prepare_invoke();
-        inv.key(self.keys.sale(sku)).arg(epoch).arg(state.as_str());
-        match self.run::<String>("open", &inv).await?.as_str() {
-            "OK" => Ok(()),
-            _ => Err(LedgerError::AlreadyWarm),
-        }
-    }
-
     async fn set_state(&self, sku: SkuId, state: SaleState) -> Result<(), LedgerError> {
         let mut inv = self.scripts.set_state.prepare_invoke();
         inv.key(self.keys.sale(sku)).arg(state.as_str());
@@ -483,7 +431,97 @@ impl HotLedger for RedisLedger {
         let _: String = bounded(Timeouts::HOT.call, cmd.query_async(&mut conn)).await?;
         Ok(())
     }
+}
 
+#[async_trait]
+impl HotCopies for RedisLedger {
+    async fn load(&self, sale: &Sale, counters: &Counters, epoch: u64) -> Result<(), LedgerError> {
+        sale.validate().map_err(LedgerError::Internal)?;
+        if !counters.conserved() || counters.total != sale.total_stock {
+            return Err(LedgerError::Internal(format!(
+                "counters do not fit the sale: {counters:?}"
+            )));
+        }
+        let sku = sale.sku_id;
+        let mut inv = self.scripts.load.prepare_invoke();
+        inv.key(self.keys.sale(sku))
+            .key(self.keys.buyers(sku))
+            .key(self.keys.requests(sku))
+            .key(self.keys.orders(sku))
+            .key(self.keys.holds(sku));
+        inv.arg(sku.0)
+            .arg(counters.total)
+            .arg(counters.available)
+            .arg(counters.reserved)
+            .arg(counters.sold)
+            .arg(counters.seq)
+            .arg(epoch)
+            .arg(sale.per_user_limit)
+            .arg(sale.mode.as_str())
+            .arg(sale.payment_timeout_ms)
+            .arg(sale.starts_at_ms)
+            .arg(sale.ends_at_ms)
+            .arg(sale.state.as_str());
+        let answer: String = self.run("load", &inv).await?;
+        if answer == "ALREADY_WARM" {
+            return Err(LedgerError::AlreadyWarm);
+        }
+        let mut conn = self.conn.clone();
+        let cmd = redis::cmd("SADD").arg(self.keys.sales()).arg(sku.0).clone();
+        let _: i64 = bounded(Timeouts::HOT.call, cmd.query_async(&mut conn)).await?;
+        Ok(())
+    }
+
+    async fn fence(&self, sku: SkuId) -> Result<bool, LedgerError> {
+        let mut inv = self.scripts.fence.prepare_invoke();
+        inv.key(self.keys.sale(sku));
+        let present: i64 = self.run("fence", &inv).await?;
+        Ok(present == 1)
+    }
+
+    async fn open(&self, sku: SkuId, epoch: u64, state: SaleState) -> Result<(), LedgerError> {
+        let mut inv = self.scripts.open.prepare_invoke();
+        inv.key(self.keys.sale(sku)).arg(epoch).arg(state.as_str());
+        match self.run::<String>("open", &inv).await?.as_str() {
+            "OK" => Ok(()),
+            _ => Err(LedgerError::AlreadyWarm),
+        }
+    }
+
+    async fn hot_snapshot(&self, sku: SkuId) -> Result<Option<HotSnapshot>, LedgerError> {
+        let Some(snap) = self.snapshot(sku).await? else {
+            return Ok(None);
+        };
+        let mut events = Vec::with_capacity(snap.events.len());
+        let mut bad_entries = Vec::new();
+        for (id, parsed) in snap.events {
+            match parsed {
+                Ok(e) => events.push(e),
+                Err(why) => bad_entries.push((id, why)),
+            }
+        }
+        events.sort_by_key(|e| (e.epoch, e.seq));
+        Ok(Some(HotSnapshot {
+            counters: snap.counters,
+            epoch: snap.epoch,
+            events,
+            bad_entries,
+            fenced_ms: snap.fenced_ms,
+        }))
+    }
+
+    async fn restore_orders(
+        &self,
+        sku: SkuId,
+        epoch: u64,
+        orders: &[HotOrder],
+    ) -> Result<usize, LedgerError> {
+        RedisLedger::restore_orders(self, sku, epoch, orders).await
+    }
+}
+
+#[async_trait]
+impl SoldOutSupport for RedisLedger {
     async fn accepted_keys(
         &self,
         sku: SkuId,
@@ -528,37 +566,6 @@ impl HotLedger for RedisLedger {
     fn on_restock(&self, listener: RestockListener) {
         *self.restock.listener.write().expect("restock lock") = Some(listener);
         RestockHub::ensure_task(&self.restock);
-    }
-
-    async fn hot_snapshot(&self, sku: SkuId) -> Result<Option<HotSnapshot>, LedgerError> {
-        let Some(snap) = self.snapshot(sku).await? else {
-            return Ok(None);
-        };
-        let mut events = Vec::with_capacity(snap.events.len());
-        let mut bad_entries = Vec::new();
-        for (id, parsed) in snap.events {
-            match parsed {
-                Ok(e) => events.push(e),
-                Err(why) => bad_entries.push((id, why)),
-            }
-        }
-        events.sort_by_key(|e| (e.epoch, e.seq));
-        Ok(Some(HotSnapshot {
-            counters: snap.counters,
-            epoch: snap.epoch,
-            events,
-            bad_entries,
-            fenced_ms: snap.fenced_ms,
-        }))
-    }
-
-    async fn restore_orders(
-        &self,
-        sku: SkuId,
-        epoch: u64,
-        orders: &[HotOrder],
-    ) -> Result<usize, LedgerError> {
-        RedisLedger::restore_orders(self, sku, epoch, orders).await
     }
 }
 

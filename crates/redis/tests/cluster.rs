@@ -4,7 +4,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use flashsale_core::{HotLedger, SkuId};
+use flashsale_core::{Ledger, SkuId};
 use flashsale_redis::{slot, Keys, RedisLedger};
 use flashsale_testkit::conformance;
 use flashsale_testkit::redis_server::RedisServer;
@@ -65,6 +65,6 @@ async fn the_conformance_suite_passes_on_a_cluster() {
     let urls = format!("{},{}", server.url(), server.url());
     let ledger = RedisLedger::connect(&urls, "fs").await.unwrap();
     assert!(ledger.is_cluster());
-    let ledger: Arc<dyn HotLedger> = Arc::new(ledger);
+    let ledger: Arc<dyn Ledger> = Arc::new(ledger);
     conformance::run_all(ledger).await;
 }

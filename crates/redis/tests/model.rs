@@ -5,8 +5,8 @@ mod common;
 
 use common::TestLedger;
 use flashsale_core::{
-    HotLedger, HotOrder, OrderNo, OrderStatus, PurchaseOutcome, PurchaseRequest, Sale, SaleBook,
-    SaleMode, SaleState, UserId,
+    HotCopies, HotLedger, HotOrder, OrderNo, OrderStatus, PurchaseOutcome, PurchaseRequest, Sale,
+    SaleBook, SaleMode, SaleState, UserId,
 };
 use flashsale_testkit::conformance::{live_sale, now_ms, req};
 use rand::rngs::StdRng;

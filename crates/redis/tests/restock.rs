@@ -3,7 +3,7 @@
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use flashsale_core::{HotLedger, SaleMode, SkuId};
+use flashsale_core::{HotLedger, SaleMode, SkuId, SoldOutSupport};
 use flashsale_redis::{Keys, RedisLedger};
 use flashsale_testkit::conformance::{buy_ok, live_sale, warm};
 use flashsale_testkit::redis_server::RedisServer;

@@ -6,7 +6,8 @@ mod common;
 
 use common::TestLedger;
 use flashsale_core::{
-    Counters, ErrorCode, HotLedger, OrderStatus, PurchaseOutcome, SaleMode, SaleState, UserId,
+    Counters, ErrorCode, HotCopies, HotLedger, OrderStatus, PurchaseOutcome, SaleMode, SaleState,
+    UserId,
 };
 use flashsale_testkit::conformance::{
     buy, buy_ok, buy_refused, expire_until, live_sale, stock, warm,

@@ -20,7 +20,7 @@ use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
-use flashsale_core::{ErrorCode, HotLedger, LedgerError, PurchaseOutcome, PurchaseRequest, SkuId};
+use flashsale_core::{ErrorCode, Ledger, LedgerError, PurchaseOutcome, PurchaseRequest, SkuId};
 use tokio::sync::{mpsc, oneshot};
 
 use crate::cache::SoldOutFlags;
@@ -50,7 +50,7 @@ pub struct Batcher {
 /// Sets a sale's sold-out flag after a SOLD_OUT answer of the ledger, and journals what the
 /// ledger accepted.
 struct Flagger {
-    ledger: Arc<dyn HotLedger>,
+    ledger: Arc<dyn Ledger>,
     flags: Arc<SoldOutFlags>,
     journal: Arc<Journal>,
     /// A flag remembers at most this many accepted request keys (else it is not set).
@@ -59,7 +59,7 @@ struct Flagger {
 
 impl Batcher {
     /// With its own sold-out flags, lifetime and key bound as the server's default [`Limits`].
-    pub fn new(ledger: Arc<dyn HotLedger>, batch_max: usize, queue_cap: usize) -> Batcher {
+    pub fn new(ledger: Arc<dyn Ledger>, batch_max: usize, queue_cap: usize) -> Batcher {
         let limits = Limits::default();
         let flags = Arc::new(SoldOutFlags::new(limits.cache_ttl));
         Batcher::with_flags(
@@ -75,7 +75,7 @@ impl Batcher {
     /// With `flags` shared with whoever clears them (restock notices, state changes), and
     /// the `journal` the reconciler reads.
     pub fn with_flags(
-        ledger: Arc<dyn HotLedger>,
+        ledger: Arc<dyn Ledger>,
         batch_max: usize,
         queue_cap: usize,
         flags: Arc<SoldOutFlags>,

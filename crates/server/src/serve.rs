@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{bail, Context};
-use flashsale_core::{HotLedger, OrderStore};
+use flashsale_core::{Ledger, OrderStore};
 use flashsale_embedded::EmbeddedLedger;
 use flashsale_redis::RedisLedger;
 use flashsale_store::{MySqlStore, SqliteStore};
@@ -76,7 +76,7 @@ pub async fn open_store(url: &str) -> anyhow::Result<Arc<dyn OrderStore>> {
 /// connected on first use: a process starts while Redis is down and answers 503 (`/readyz`
 /// false) until it is back.
 pub struct Backends {
-    pub ledger: Arc<dyn HotLedger>,
+    pub ledger: Arc<dyn Ledger>,
     pub store: Arc<dyn OrderStore>,
     pub guards: Arc<dyn GuardStore>,
 }
@@ -122,9 +122,7 @@ impl Backends {
 }
 
 /// The ledger and store a config names (see [`Backends::open`]).
-pub async fn backends(
-    config: &Config,
-) -> anyhow::Result<(Arc<dyn HotLedger>, Arc<dyn OrderStore>)> {
+pub async fn backends(config: &Config) -> anyhow::Result<(Arc<dyn Ledger>, Arc<dyn OrderStore>)> {
     let b = Backends::open(config).await?;
     Ok((b.ledger, b.store))
 }
@@ -267,7 +265,7 @@ impl Server {
 
 fn workers(
     config: &Config,
-    ledger: Arc<dyn HotLedger>,
+    ledger: Arc<dyn Ledger>,
     store: Arc<dyn OrderStore>,
 ) -> Vec<Box<dyn Worker>> {
     let mut workers: Vec<Box<dyn Worker>> = vec![Box::new(ExpiryWorker {

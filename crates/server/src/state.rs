@@ -3,7 +3,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use flashsale_core::{HotLedger, OrderStore};
+use flashsale_core::{Ledger, OrderStore};
 use metrics_exporter_prometheus::PrometheusHandle;
 
 use crate::auth::Auth;
@@ -50,7 +50,7 @@ const BREAKER_OPEN_MS: i64 = 1_000;
 pub struct AppState(Arc<Inner>);
 
 pub struct Inner {
-    pub ledger: Arc<dyn HotLedger>,
+    pub ledger: Arc<dyn Ledger>,
     pub store: Arc<dyn OrderStore>,
     pub batcher: Batcher,
     pub auth: Auth,
@@ -82,7 +82,7 @@ impl AppState {
     }
 
     pub fn new(
-        ledger: Arc<dyn HotLedger>,
+        ledger: Arc<dyn Ledger>,
         store: Arc<dyn OrderStore>,
         auth: Auth,
         limits: Limits,
@@ -98,7 +98,7 @@ impl AppState {
 
     /// With the blacklist and token-sale flags kept in `guards` (Redis or the database).
     pub fn with_guards(
-        ledger: Arc<dyn HotLedger>,
+        ledger: Arc<dyn Ledger>,
         store: Arc<dyn OrderStore>,
         auth: Auth,
         limits: Limits,

@@ -4,7 +4,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use flashsale_core::{HotLedger, LedgerError, OrderStore, SaleMode, SaleState};
+use flashsale_core::{Ledger, LedgerError, OrderStore, SaleMode, SaleState};
 use tokio::sync::broadcast;
 
 /// A long-running task of the service.
@@ -18,7 +18,7 @@ pub trait Worker: Send + 'static {
 
 /// Expires due holds of every live reserve-mode sale, in bounded batches.
 pub struct ExpiryWorker {
-    pub ledger: Arc<dyn HotLedger>,
+    pub ledger: Arc<dyn Ledger>,
     pub store: Arc<dyn OrderStore>,
     pub interval: Duration,
     /// Holds expired per ledger call.

@@ -6,8 +6,8 @@
 use std::sync::Arc;
 
 use flashsale_core::{
-    HotLedger, HotOrder, OrderNo, OrderStatus, OrderStore, PurchaseOutcome, Sale, SaleBook,
-    SaleMode, SaleState, UserId,
+    HotCopies, HotLedger, HotOrder, OrderNo, OrderStatus, OrderStore, PurchaseOutcome, Sale,
+    SaleBook, SaleMode, SaleState, UserId,
 };
 use flashsale_embedded::EmbeddedLedger;
 use flashsale_store::SqliteStore;

@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use flashsale_core::limits::BATCH_LEN_MAX;
 use flashsale_core::{
-    Counters, ErrorCode, HotLedger, HotOrder, LedgerError, OrderNo, OrderStatus, PurchaseOutcome,
+    Counters, ErrorCode, HotOrder, Ledger, LedgerError, OrderNo, OrderStatus, PurchaseOutcome,
     PurchaseRequest, RequestId, Sale, SaleMode, SaleState, SkuId, UserId,
 };
 use rand::Rng;
@@ -26,7 +26,7 @@ const HOUR_MS: i64 = 3_600_000;
 pub const PAYMENT_TIMEOUT_MS: u64 = 300;
 
 /// Runs every check, one after the other, on one ledger.
-pub async fn run_all(ledger: Arc<dyn HotLedger>) {
+pub async fn run_all(ledger: Arc<dyn Ledger>) {
     let l = ledger.as_ref();
     accepts_until_sold_out(l).await;
     per_user_limit_counts_units(l).await;
@@ -77,7 +77,7 @@ pub fn live_sale(mode: SaleMode, total: u64, limit: u32) -> Sale {
 }
 
 /// Warms a sale that has sold nothing; returns its sku.
-pub async fn warm(ledger: &dyn HotLedger, sale: &Sale) -> SkuId {
+pub async fn warm(ledger: &dyn Ledger, sale: &Sale) -> SkuId {
     let counters = sale.fresh_counters();
     ledger
         .warm(sale, &counters, 1)
@@ -96,13 +96,7 @@ pub fn req(sku: SkuId, user: u64, rid: &str, quantity: u32) -> PurchaseRequest {
 }
 
 /// One purchase, as a batch of one.
-pub async fn buy(
-    ledger: &dyn HotLedger,
-    sku: SkuId,
-    user: u64,
-    rid: &str,
-    q: u32,
-) -> PurchaseOutcome {
+pub async fn buy(ledger: &dyn Ledger, sku: SkuId, user: u64, rid: &str, q: u32) -> PurchaseOutcome {
     let mut out = ledger
         .purchase_batch(sku, &[req(sku, user, rid, q)])
         .await
@@ -120,7 +114,7 @@ pub fn accepted(outcome: &PurchaseOutcome) -> HotOrder {
 }
 
 /// Buys and expects acceptance; returns the order.
-pub async fn buy_ok(ledger: &dyn HotLedger, sku: SkuId, user: u64, rid: &str, q: u32) -> HotOrder {
+pub async fn buy_ok(ledger: &dyn Ledger, sku: SkuId, user: u64, rid: &str, q: u32) -> HotOrder {
     let outcome = buy(ledger, sku, user, rid, q).await;
     assert!(
         matches!(
@@ -137,7 +131,7 @@ pub async fn buy_ok(ledger: &dyn HotLedger, sku: SkuId, user: u64, rid: &str, q:
 
 /// Buys and expects the rejection `code`.
 pub async fn buy_refused(
-    ledger: &dyn HotLedger,
+    ledger: &dyn Ledger,
     sku: SkuId,
     user: u64,
     rid: &str,
@@ -160,7 +154,7 @@ pub fn assert_unresolved(status: OrderStatus, mode: SaleMode) {
     );
 }
 
-pub async fn counters(ledger: &dyn HotLedger, sku: SkuId) -> Counters {
+pub async fn counters(ledger: &dyn Ledger, sku: SkuId) -> Counters {
     let c = ledger.counters(sku).await.expect("counters answered");
     let c = c.expect("sale is warm");
     assert!(c.conserved(), "I2: {c:?}");
@@ -168,18 +162,18 @@ pub async fn counters(ledger: &dyn HotLedger, sku: SkuId) -> Counters {
 }
 
 /// (available, reserved, sold, seq) of a sale.
-pub async fn stock(ledger: &dyn HotLedger, sku: SkuId) -> (u64, u64, u64, u64) {
+pub async fn stock(ledger: &dyn Ledger, sku: SkuId) -> (u64, u64, u64, u64) {
     let c = counters(ledger, sku).await;
     (c.available, c.reserved, c.sold, c.seq)
 }
 
-async fn order(ledger: &dyn HotLedger, no: &OrderNo) -> HotOrder {
+async fn order(ledger: &dyn Ledger, no: &OrderNo) -> HotOrder {
     let found = ledger.order(no).await.expect("order answered");
     found.unwrap_or_else(|| panic!("order {no} is known"))
 }
 
 /// Expires due holds until `n` have expired in all (polls; holds come due by the ledger clock).
-pub async fn expire_until(ledger: &dyn HotLedger, sku: SkuId, n: usize) {
+pub async fn expire_until(ledger: &dyn Ledger, sku: SkuId, n: usize) {
     let done = Arc::new(Mutex::new(0usize));
     wait::until("holds to expire", Duration::from_secs(10), || {
         let done = done.clone();
@@ -198,7 +192,7 @@ pub async fn expire_until(ledger: &dyn HotLedger, sku: SkuId, n: usize) {
 // Purchases
 
 /// Accepts until the stock is gone; then SOLD_OUT to everyone, even a user at their limit.
-pub async fn accepts_until_sold_out(ledger: &dyn HotLedger) {
+pub async fn accepts_until_sold_out(ledger: &dyn Ledger) {
     let sale = live_sale(SaleMode::Direct, 3, 1);
     let sku = warm(ledger, &sale).await;
     for user in 1..=3 {
@@ -214,7 +208,7 @@ pub async fn accepts_until_sold_out(ledger: &dyn HotLedger) {
 
 /// The per-user limit counts units across orders; quantity 0 is invalid, above the limit is
 /// LIMIT_EXCEEDED; a rejected request changes nothing.
-pub async fn per_user_limit_counts_units(ledger: &dyn HotLedger) {
+pub async fn per_user_limit_counts_units(ledger: &dyn Ledger) {
     let sale = live_sale(SaleMode::Direct, 100, 3);
     let sku = warm(ledger, &sale).await;
     buy_ok(ledger, sku, 1, "a", 2).await;
@@ -230,7 +224,7 @@ pub async fn per_user_limit_counts_units(ledger: &dyn HotLedger) {
 /// NOT_STARTED before starts_at and while scheduled, ENDED at ends_at and when ended,
 /// PAUSED while paused; live again after resume. Nothing changes meanwhile. Warm keeps the
 /// state it is given.
-pub async fn window_and_state_are_judged(ledger: &dyn HotLedger) {
+pub async fn window_and_state_are_judged(ledger: &dyn Ledger) {
     let now = now_ms();
     let mut early = live_sale(SaleMode::Direct, 5, 1);
     (early.starts_at_ms, early.ends_at_ms) = (now + HOUR_MS, now + 2 * HOUR_MS);
@@ -266,7 +260,7 @@ pub async fn window_and_state_are_judged(ledger: &dyn HotLedger) {
 
 /// A sale that was never warmed: purchases and set_state fail with NotWarmed, counters and
 /// orders are absent, pay answers ORDER_NOT_FOUND.
-pub async fn not_warmed_sales_are_refused(ledger: &dyn HotLedger) {
+pub async fn not_warmed_sales_are_refused(ledger: &dyn Ledger) {
     let sku = random_sku();
     let r = ledger.purchase_batch(sku, &[req(sku, 1, "a", 1)]).await;
     assert!(matches!(r, Err(LedgerError::NotWarmed)), "{r:?}");
@@ -282,7 +276,7 @@ pub async fn not_warmed_sales_are_refused(ledger: &dyn HotLedger) {
 /// A retry answers the first outcome with the same order_no, even after the sale sold out,
 /// ended or the retry carries another quantity; the same request_id of another user is a new
 /// purchase.
-pub async fn replay_returns_the_first_outcome(ledger: &dyn HotLedger) {
+pub async fn replay_returns_the_first_outcome(ledger: &dyn Ledger) {
     let sale = live_sale(SaleMode::Direct, 2, 2);
     let sku = warm(ledger, &sale).await;
     let first = buy_ok(ledger, sku, 1, "same", 1).await;
@@ -308,7 +302,7 @@ pub async fn replay_returns_the_first_outcome(ledger: &dyn HotLedger) {
 /// A copy stands against another load of its epoch; a newer epoch replaces it, fenced (every
 /// write answers UNAVAILABLE) until it is opened, and its order numbers carry the new epoch.
 /// Opening with a stale epoch is refused (a rebuild that lost a race).
-pub async fn load_replaces_only_older_copies_and_fences_until_open(ledger: &dyn HotLedger) {
+pub async fn load_replaces_only_older_copies_and_fences_until_open(ledger: &dyn Ledger) {
     let sale = live_sale(SaleMode::Direct, 10, 1);
     let sku = warm(ledger, &sale).await;
     buy_ok(ledger, sku, 1, "a", 1).await;
@@ -354,7 +348,7 @@ pub async fn load_replaces_only_older_copies_and_fences_until_open(ledger: &dyn 
 
 /// `set_state_if` moves a sale only from the state it names (back-pressure's auto-pause must
 /// never reopen a sale an operator paused or ended); a fenced copy takes no state change.
-pub async fn state_changes_only_from_the_expected_state(ledger: &dyn HotLedger) {
+pub async fn state_changes_only_from_the_expected_state(ledger: &dyn Ledger) {
     let sale = live_sale(SaleMode::Direct, 10, 1);
     let sku = warm(ledger, &sale).await;
     let (live, paused, ended) = (SaleState::Live, SaleState::Paused, SaleState::Ended);
@@ -378,7 +372,7 @@ pub async fn state_changes_only_from_the_expected_state(ledger: &dyn HotLedger) 
 }
 
 /// `accepted_count` names the copy's epoch and how many requests it accepted.
-pub async fn accepted_count_follows_the_copy(ledger: &dyn HotLedger) {
+pub async fn accepted_count_follows_the_copy(ledger: &dyn Ledger) {
     let sale = live_sale(SaleMode::Direct, 10, 2);
     let sku = warm(ledger, &sale).await;
     assert_eq!(
@@ -399,7 +393,7 @@ pub async fn accepted_count_follows_the_copy(ledger: &dyn HotLedger) {
 }
 
 /// One outcome per request, in request order, judged one after the other.
-pub async fn batch_results_come_in_order(ledger: &dyn HotLedger) {
+pub async fn batch_results_come_in_order(ledger: &dyn Ledger) {
     let sale = live_sale(SaleMode::Direct, 2, 1);
     let sku = warm(ledger, &sale).await;
     let batch = [
@@ -432,7 +426,7 @@ pub async fn batch_results_come_in_order(ledger: &dyn HotLedger) {
 
 /// `accepted_keys` lists the keys of accepted requests only, or `None` when
 /// there are more than `max` (or the sale is not warm).
-pub async fn accepted_keys_list_accepted_requests(ledger: &dyn HotLedger) {
+pub async fn accepted_keys_list_accepted_requests(ledger: &dyn Ledger) {
     let sku = warm(ledger, &live_sale(SaleMode::Direct, 3, 2)).await;
     assert_eq!(ledger.accepted_keys(sku, 10).await.unwrap(), Some(vec![]));
     buy_ok(ledger, sku, 1, "a", 1).await;
@@ -454,7 +448,7 @@ pub async fn accepted_keys_list_accepted_requests(ledger: &dyn HotLedger) {
 }
 
 /// A batch above `BATCH_LEN_MAX` is an error, and changes nothing.
-pub async fn oversized_batch_is_refused(ledger: &dyn HotLedger) {
+pub async fn oversized_batch_is_refused(ledger: &dyn Ledger) {
     let sku = warm(ledger, &live_sale(SaleMode::Direct, 5, 1)).await;
     let batch: Vec<_> = (0..=BATCH_LEN_MAX as u64)
         .map(|u| req(sku, u + 1, "a", 1))
@@ -467,7 +461,7 @@ pub async fn oversized_batch_is_refused(ledger: &dyn HotLedger) {
 // Reserve mode
 
 /// Reserve: pay moves reserved to sold, cancel and expiry give units and quota back.
-pub async fn reserve_pay_cancel_expire(ledger: &dyn HotLedger) {
+pub async fn reserve_pay_cancel_expire(ledger: &dyn Ledger) {
     let sale = live_sale(SaleMode::Reserve, 10, 2);
     let sku = warm(ledger, &sale).await;
     let a = buy_ok(ledger, sku, 1, "a", 2).await;
@@ -501,7 +495,7 @@ pub async fn reserve_pay_cancel_expire(ledger: &dyn HotLedger) {
 }
 
 /// Pay (or cancel) `no` as `user`; the error code when refused.
-async fn resolve(ledger: &dyn HotLedger, pay: bool, no: &OrderNo, user: u64) -> Option<ErrorCode> {
+async fn resolve(ledger: &dyn Ledger, pay: bool, no: &OrderNo, user: u64) -> Option<ErrorCode> {
     let r = if pay {
         ledger.pay(no, UserId(user)).await
     } else {
@@ -513,7 +507,7 @@ async fn resolve(ledger: &dyn HotLedger, pay: bool, no: &OrderNo, user: u64) -> 
 /// I7: a reservation resolves once. Second pay or a cancel after pay → ALREADY_RESOLVED,
 /// another user → ORDER_NOT_FOUND, pay or cancel past the deadline → HOLD_EXPIRED (before
 /// and after the expiry worker ran).
-pub async fn one_resolution_per_reservation(ledger: &dyn HotLedger) {
+pub async fn one_resolution_per_reservation(ledger: &dyn Ledger) {
     let sku = warm(ledger, &live_sale(SaleMode::Reserve, 10, 1)).await;
     let paid = buy_ok(ledger, sku, 1, "p", 1).await.order_no;
     let late = buy_ok(ledger, sku, 2, "l", 1).await;
@@ -561,7 +555,7 @@ pub async fn one_resolution_per_reservation(ledger: &dyn HotLedger) {
 }
 
 /// Direct-mode orders are sold at once: pay and cancel answer ALREADY_RESOLVED.
-pub async fn direct_orders_are_already_resolved(ledger: &dyn HotLedger) {
+pub async fn direct_orders_are_already_resolved(ledger: &dyn Ledger) {
     let sku = warm(ledger, &live_sale(SaleMode::Direct, 1, 1)).await;
     let no = buy_ok(ledger, sku, 1, "d", 1).await.order_no;
     for pay in [true, false] {
@@ -575,7 +569,7 @@ pub async fn direct_orders_are_already_resolved(ledger: &dyn HotLedger) {
 
 /// When stock comes back from zero (cancel), the restock listener hears the sku.
 /// Replaces the ledger's restock listener.
-pub async fn restock_is_announced(ledger: &dyn HotLedger) {
+pub async fn restock_is_announced(ledger: &dyn Ledger) {
     let heard = Arc::new(Mutex::new(Vec::<SkuId>::new()));
     let sink = heard.clone();
     ledger.on_restock(Arc::new(move |sku| sink.lock().unwrap().push(sku)));
@@ -603,7 +597,7 @@ const LIMIT: u32 = 2;
 /// 2,000 users race for 500 units in concurrent batches of 1..=32 requests, with retries of
 /// the same request_id (in the same batch and in a later one) and second attempts that hit
 /// the per-user limit. Then I1–I4 hold, from the ledger's own orders and counters.
-pub async fn concurrent_buyers_keep_invariants(ledger: Arc<dyn HotLedger>) {
+pub async fn concurrent_buyers_keep_invariants(ledger: Arc<dyn Ledger>) {
     let sale = live_sale(SaleMode::Direct, STOCK, LIMIT);
     let sku = warm(ledger.as_ref(), &sale).await;
     let batches = concurrent_batches(sku);
@@ -648,7 +642,7 @@ fn concurrent_batches(sku: SkuId) -> Vec<Vec<PurchaseRequest>> {
 }
 
 async fn check_concurrent_answers(
-    ledger: &dyn HotLedger,
+    ledger: &dyn Ledger,
     sale: &Sale,
     answers: &[(PurchaseRequest, PurchaseOutcome)],
 ) {
@@ -682,7 +676,7 @@ async fn check_concurrent_answers(
 }
 
 /// I1 no oversell, I2 conservation, I3 per-user limit over a direct-mode sale's orders.
-async fn check_orders_against_counters(ledger: &dyn HotLedger, sale: &Sale, orders: &[HotOrder]) {
+async fn check_orders_against_counters(ledger: &dyn Ledger, sale: &Sale, orders: &[HotOrder]) {
     let c = counters(ledger, sale.sku_id).await;
     let units: u64 = orders.iter().map(|o| u64::from(o.quantity)).sum();
     assert!(

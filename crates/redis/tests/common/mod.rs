@@ -2,9 +2,9 @@
 //! removed when the test is done.
 #![allow(dead_code)]
 
+use flashsale_core::Ledger;
 use std::sync::Arc;
 
-use flashsale_core::HotLedger;
 use flashsale_redis::RedisLedger;
 use flashsale_testkit::redis_server::{shared_url, unique_prefix};
 
@@ -26,7 +26,7 @@ impl TestLedger {
         }
     }
 
-    pub fn dyn_ledger(&self) -> Arc<dyn HotLedger> {
+    pub fn dyn_ledger(&self) -> Arc<dyn Ledger> {
         self.ledger.clone()
     }
 

@@ -9,20 +9,20 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use flashsale_core::ledger::{HotSnapshot, RestockListener};
 use flashsale_core::{
-    Counters, HotLedger, HotOrder, LedgerError, OrderNo, PurchaseOutcome, PurchaseRequest,
-    Resolution, Sale, SaleState, SkuId, UserId,
+    Counters, HotCopies, HotLedger, HotOrder, Ledger, LedgerError, OrderNo, PurchaseOutcome,
+    PurchaseRequest, Resolution, Sale, SaleState, SkuId, SoldOutSupport, UserId,
 };
 
 pub struct RoutedLedger {
-    main: Arc<dyn HotLedger>,
-    hot: Arc<dyn HotLedger>,
+    main: Arc<dyn Ledger>,
+    hot: Arc<dyn Ledger>,
     hot_skus: HashSet<u64>,
 }
 
 impl RoutedLedger {
     pub fn new(
-        main: Arc<dyn HotLedger>,
-        hot: Arc<dyn HotLedger>,
+        main: Arc<dyn Ledger>,
+        hot: Arc<dyn Ledger>,
         hot_skus: impl IntoIterator<Item = u64>,
     ) -> RoutedLedger {
         RoutedLedger {
@@ -33,7 +33,7 @@ impl RoutedLedger {
     }
 
     /// The ledger that holds `sku`.
-    pub fn route(&self, sku: SkuId) -> &Arc<dyn HotLedger> {
+    pub fn route(&self, sku: SkuId) -> &Arc<dyn Ledger> {
         if self.hot_skus.contains(&sku.0) {
             &self.hot
         } else {
@@ -50,18 +50,6 @@ impl HotLedger for RoutedLedger {
 
     fn durability(&self) -> flashsale_core::Durability {
         self.main.durability()
-    }
-
-    async fn load(&self, sale: &Sale, counters: &Counters, epoch: u64) -> Result<(), LedgerError> {
-        self.route(sale.sku_id).load(sale, counters, epoch).await
-    }
-
-    async fn fence(&self, sku: SkuId) -> Result<bool, LedgerError> {
-        self.route(sku).fence(sku).await
-    }
-
-    async fn open(&self, sku: SkuId, epoch: u64, state: SaleState) -> Result<(), LedgerError> {
-        self.route(sku).open(sku, epoch, state).await
     }
 
     async fn set_state(&self, sku: SkuId, state: SaleState) -> Result<(), LedgerError> {
@@ -109,22 +97,20 @@ impl HotLedger for RoutedLedger {
         self.main.ping().await?;
         self.hot.ping().await
     }
+}
 
-    async fn accepted_keys(
-        &self,
-        sku: SkuId,
-        max: usize,
-    ) -> Result<Option<Vec<flashsale_core::RequestKey>>, LedgerError> {
-        self.route(sku).accepted_keys(sku, max).await
+#[async_trait]
+impl HotCopies for RoutedLedger {
+    async fn load(&self, sale: &Sale, counters: &Counters, epoch: u64) -> Result<(), LedgerError> {
+        self.route(sale.sku_id).load(sale, counters, epoch).await
     }
 
-    async fn accepted_count(&self, sku: SkuId) -> Result<Option<(u64, usize)>, LedgerError> {
-        self.route(sku).accepted_count(sku).await
+    async fn fence(&self, sku: SkuId) -> Result<bool, LedgerError> {
+        self.route(sku).fence(sku).await
     }
 
-    fn on_restock(&self, listener: RestockListener) {
-        self.main.on_restock(listener.clone());
-        self.hot.on_restock(listener);
+    async fn open(&self, sku: SkuId, epoch: u64, state: SaleState) -> Result<(), LedgerError> {
+        self.route(sku).open(sku, epoch, state).await
     }
 
     async fn hot_snapshot(&self, sku: SkuId) -> Result<Option<HotSnapshot>, LedgerError> {
@@ -141,12 +127,32 @@ impl HotLedger for RoutedLedger {
     }
 }
 
+#[async_trait]
+impl SoldOutSupport for RoutedLedger {
+    async fn accepted_keys(
+        &self,
+        sku: SkuId,
+        max: usize,
+    ) -> Result<Option<Vec<flashsale_core::RequestKey>>, LedgerError> {
+        self.route(sku).accepted_keys(sku, max).await
+    }
+
+    async fn accepted_count(&self, sku: SkuId) -> Result<Option<(u64, usize)>, LedgerError> {
+        self.route(sku).accepted_count(sku).await
+    }
+
+    fn on_restock(&self, listener: RestockListener) {
+        self.main.on_restock(listener.clone());
+        self.hot.on_restock(listener);
+    }
+}
+
 /// The configured ledger, wrapped to send `hot_skus` to `hot_redis_url` when both are set
 /// (Redis ledger only).
 pub fn hot_routed(
     config: &crate::serve::Config,
-    ledger: Arc<dyn HotLedger>,
-) -> anyhow::Result<Arc<dyn HotLedger>> {
+    ledger: Arc<dyn Ledger>,
+) -> anyhow::Result<Arc<dyn Ledger>> {
     let g = &config.limits.gateway;
     match (&g.hot_redis_url, &config.redis_url) {
         (Some(hot_url), Some(_)) if !g.hot_skus.is_empty() => {

@@ -41,7 +41,7 @@ use std::time::Duration;
 use flashsale_core::clock::now_ms;
 use flashsale_core::invariants::{check_sale, Violation};
 use flashsale_core::{
-    Counters, Event, EventKind, HotLedger, HotSnapshot, LedgerError, OrderStatus, OrderStore,
+    Counters, Event, EventKind, HotSnapshot, Ledger, LedgerError, OrderStatus, OrderStore,
     ReconcileRun, SaleMode, SaleState, SkuId, StoreError,
 };
 use serde::Serialize;
@@ -159,7 +159,7 @@ impl Default for ReconcileConfig {
 }
 
 pub struct Reconciler {
-    pub ledger: Arc<dyn HotLedger>,
+    pub ledger: Arc<dyn Ledger>,
     pub store: Arc<dyn OrderStore>,
     pub journal: Arc<Journal>,
     pub config: ReconcileConfig,
@@ -181,7 +181,7 @@ impl SaleReport {
 
 impl Reconciler {
     pub fn new(
-        ledger: Arc<dyn HotLedger>,
+        ledger: Arc<dyn Ledger>,
         store: Arc<dyn OrderStore>,
         journal: Arc<Journal>,
     ) -> Reconciler {

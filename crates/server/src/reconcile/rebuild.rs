@@ -15,7 +15,7 @@
 //! as behind and rebuilds again (a fenced copy once it has been fenced for
 //! [`REBUILD_STALL_MS`]), so a rebuild cannot be left half done.
 
-use flashsale_core::{Event, HotLedger, LedgerError, OrderStore, SaleState, SkuId, StoreError};
+use flashsale_core::{Event, Ledger, LedgerError, OrderStore, SaleState, SkuId, StoreError};
 
 /// A copy fenced this long is taken for a rebuild that died midway and rebuilt again.
 pub const REBUILD_STALL_MS: u64 = 5_000;
@@ -60,7 +60,7 @@ pub enum RebuildError {
 /// Replaces a sale's hot copy with one loaded from the database in a new epoch (see the
 /// module doc for the steps).
 pub async fn rebuild(
-    ledger: &dyn HotLedger,
+    ledger: &dyn Ledger,
     store: &dyn OrderStore,
     sku: SkuId,
 ) -> Result<Rebuilt, RebuildError> {
@@ -110,7 +110,7 @@ async fn stored(
 /// `applied_seq`. Events past a hole (lost with a failover) stay in the stream; after the
 /// epoch moves the persister keeps them as fenced, and the reconciler reports them.
 async fn drain(
-    ledger: &dyn HotLedger,
+    ledger: &dyn Ledger,
     store: &dyn OrderStore,
     sku: SkuId,
 ) -> Result<usize, RebuildError> {
