@@ -107,11 +107,11 @@ pub trait HotCopies: Send + Sync + 'static {
     /// Loads a sale into the hot ledger from the system of record, as the copy of `epoch`
     /// (an epoch the caller has just taken in the database, see [`OrderStore::take_epoch`]),
     /// with `counters` at the database's `applied_seq`. The new copy starts **fenced**: it
-    /// judges nothing until [`HotLedger::open`]. Replaces a copy of an older epoch (already
+    /// judges nothing until [`HotCopies::open`]. Replaces a copy of an older epoch (already
     /// fenced by the database); refuses (`AlreadyWarm`) when a copy of `epoch` or newer stands.
     async fn load(&self, sale: &Sale, counters: &Counters, epoch: u64) -> Result<(), LedgerError>;
 
-    /// Loads and opens a copy in one call ([`HotLedger::load`] then [`HotLedger::open`] in
+    /// Loads and opens a copy in one call ([`HotCopies::load`] then [`HotCopies::open`] in
     /// `sale.state`): for a sale's first copy in tests and benches. The server loads sales
     /// through its rebuild, which takes the epoch in the database first.
     async fn warm(&self, sale: &Sale, counters: &Counters, epoch: u64) -> Result<(), LedgerError> {
@@ -157,7 +157,7 @@ pub trait SoldOutSupport: Send + Sync + 'static {
     ) -> Result<Option<Vec<RequestKey>>, LedgerError>;
 
     /// The epoch of a sale's copy and how many accepted requests it remembers (cheap: no
-    /// keys), so an instance reloads [`HotLedger::accepted_keys`] only when they changed;
+    /// keys), so an instance reloads [`SoldOutSupport::accepted_keys`] only when they changed;
     /// `None` when the sale has no hot copy.
     async fn accepted_count(&self, sku: SkuId) -> Result<Option<(u64, usize)>, LedgerError>;
 
@@ -172,7 +172,7 @@ pub trait Ledger: HotLedger + HotCopies + SoldOutSupport {}
 
 impl<T: HotLedger + HotCopies + SoldOutSupport> Ledger for T {}
 
-/// What [`HotLedger::hot_snapshot`] reads.
+/// What [`HotCopies::hot_snapshot`] reads.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct HotSnapshot {
     pub counters: Counters,
