@@ -1,0 +1,287 @@
+//! The clients: seeded buyers over HTTP, round-robin over the two instances. Every answer is
+//! recorded as it came (instance, sku, user, request_id, HTTP status, order_no, status), the
+//! raw material of the checker.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use flashsale_core::UserId;
+use flashsale_server::auth::Auth;
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use serde_json::{json, Value};
+
+use super::plan::{Plan, SaleSpec};
+use super::procs::{ADMIN, SECRET};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Op {
+    Purchase,
+    Pay,
+    Cancel,
+}
+
+/// One request and its answer. `status` 0: no answer (refused connection, timeout).
+#[derive(Debug, Clone)]
+pub struct Answer {
+    pub sent_ms: u64,
+    pub at_ms: u64,
+    pub instance: usize,
+    pub op: Op,
+    pub sku: u64,
+    pub user: u64,
+    /// The purchase's request id (for pay and cancel: the order's).
+    pub request_id: String,
+    pub status: u16,
+    /// The answered order number (for pay and cancel: the order acted on).
+    pub order_no: Option<String>,
+    pub order_status: Option<String>,
+    pub code: Option<String>,
+    /// The purchase answer's `replayed`: false when this answer accepted it first.
+    pub replayed: Option<bool>,
+}
+
+impl Answer {
+    /// A purchase the service accepted (a first answer or a replay).
+    pub fn accepted(&self) -> bool {
+        self.op == Op::Purchase && self.status == 202 && self.order_no.is_some()
+    }
+}
+
+/// Most operations one client issues: the stop flag ends the run long before.
+const OPS_MAX: usize = 50_000;
+
+/// Runs `plan.clients` clients until `stop` is set; returns every answer.
+pub async fn run(
+    plan: Arc<Plan>,
+    bases: Vec<String>,
+    http: reqwest::Client,
+    start: Instant,
+    stop: Arc<AtomicBool>,
+) -> Vec<Answer> {
+    let tasks: Vec<_> = (0..plan.clients)
+        .map(|id| {
+            let mut client = Client {
+                id,
+                rng: StdRng::seed_from_u64(plan.seed.wrapping_mul(1_000).wrapping_add(id as u64)),
+                plan: plan.clone(),
+                bases: bases.clone(),
+                http: http.clone(),
+                auth: Auth::new(SECRET, ADMIN),
+                start,
+                turn: id,
+                made: 0,
+                answers: Vec::new(),
+                to_retry: Vec::new(),
+                reserved: Vec::new(),
+            };
+            let stop = stop.clone();
+            tokio::spawn(async move {
+                client.run(&stop).await;
+                client.answers
+            })
+        })
+        .collect();
+    let mut answers = Vec::new();
+    for task in tasks {
+        answers.extend(task.await.expect("a client panicked"));
+    }
+    answers
+}
+
+/// A request as it left.
+struct Sent {
+    at_ms: u64,
+    instance: usize,
+    op: Op,
+    sku: u64,
+    user: u64,
+    request_id: String,
+}
+
+struct Client {
+    id: usize,
+    rng: StdRng,
+    plan: Arc<Plan>,
+    bases: Vec<String>,
+    http: reqwest::Client,
+    auth: Auth,
+    start: Instant,
+    /// Round-robin position over the instances.
+    turn: usize,
+    /// Request ids made so far (they are `s<seed>c<client>n<k>`).
+    made: usize,
+    answers: Vec<Answer>,
+    /// Purchases whose answer was an error or none: the client retries them, same id.
+    to_retry: Vec<usize>,
+    /// Accepted reserve-mode orders this client has not paid or cancelled yet.
+    reserved: Vec<usize>,
+}
+
+impl Client {
+    async fn run(&mut self, stop: &AtomicBool) {
+        for _ in 0..OPS_MAX {
+            if stop.load(Ordering::Relaxed) {
+                return;
+            }
+            self.step().await;
+            // Load shaping, not synchronisation: keeps the sales selling while faults land.
+            tokio::time::sleep(Duration::from_millis(self.plan.pace_ms)).await;
+        }
+    }
+
+    /// One seeded operation.
+    async fn step(&mut self) {
+        let roll = self.rng.random_range(0..100);
+        let purchases: Vec<usize> = (0..self.answers.len())
+            .filter(|&i| self.answers[i].op == Op::Purchase)
+            .collect();
+        if roll < 15 && !self.to_retry.is_empty() {
+            let i = self.rng.random_range(0..self.to_retry.len());
+            let a = self.answers[self.to_retry.swap_remove(i)].clone();
+            self.purchase(a.sku, a.user, a.request_id).await;
+        } else if roll < 25 && !purchases.is_empty() {
+            let a = self.answers[purchases[self.rng.random_range(0..purchases.len())]].clone();
+            self.purchase(a.sku, a.user, a.request_id).await;
+        } else if roll < 35 && self.answers.iter().any(Answer::accepted) {
+            // A buyer who already bought tries again with a new request id.
+            let won: Vec<&Answer> = self.answers.iter().filter(|a| a.accepted()).collect();
+            let (sku, user) = {
+                let a = won[self.rng.random_range(0..won.len())];
+                (a.sku, a.user)
+            };
+            let rid = self.new_request_id();
+            self.purchase(sku, user, rid).await;
+        } else if roll < 55 && !self.reserved.is_empty() {
+            self.resolve().await;
+        } else {
+            let sale = self.plan.sales[self.rng.random_range(0..self.plan.sales.len())].clone();
+            let user = self.rng.random_range(1..=self.plan.buyers);
+            let rid = self.new_request_id();
+            self.purchase(sale.sku, user, rid).await;
+        }
+    }
+
+    fn new_request_id(&mut self) -> String {
+        self.made += 1;
+        format!("s{}c{}n{}", self.plan.seed, self.id, self.made)
+    }
+
+    fn next_instance(&mut self) -> usize {
+        self.turn = (self.turn + 1) % self.bases.len();
+        self.turn
+    }
+
+    fn quantity(&mut self, sale: &SaleSpec) -> u32 {
+        if sale.per_user_limit > 1 && self.rng.random_bool(0.25) {
+            2
+        } else {
+            1
+        }
+    }
+
+    async fn purchase(&mut self, sku: u64, user: u64, request_id: String) {
+        let sale = self.plan.sales.iter().find(|s| s.sku == sku).cloned();
+        let quantity = sale.map_or(1, |s| self.quantity(&s));
+        let instance = self.next_instance();
+        let url = format!("{}/api/v1/sales/{sku}/purchases", self.bases[instance]);
+        let body = json!({"request_id": request_id, "quantity": quantity});
+        let sent = Sent {
+            at_ms: self.now_ms(),
+            instance,
+            op: Op::Purchase,
+            sku,
+            user,
+            request_id,
+        };
+        let (status, v) = self.post(&url, user, Some(body)).await;
+        let answer = self.answer(sent, status, &v);
+        let idx = self.answers.len();
+        let first_time = answer.accepted()
+            && !self
+                .answers
+                .iter()
+                .any(|a| a.accepted() && a.order_no == answer.order_no);
+        if status == 0 || status >= 500 || status == 429 {
+            self.to_retry.push(idx);
+        }
+        let reserve = self
+            .plan
+            .sales
+            .iter()
+            .any(|s| s.sku == sku && s.payment_timeout_ms.is_some());
+        if first_time && reserve {
+            self.reserved.push(idx);
+        }
+        self.answers.push(answer);
+    }
+
+    /// Pays (mostly) or cancels one of this client's reserved orders.
+    async fn resolve(&mut self) {
+        let pick = self.rng.random_range(0..self.reserved.len());
+        let order = self.answers[self.reserved[pick]].clone();
+        let op = if self.rng.random_bool(0.7) {
+            Op::Pay
+        } else {
+            Op::Cancel
+        };
+        let action = if op == Op::Pay { "pay" } else { "cancel" };
+        let no = order.order_no.clone().unwrap_or_default();
+        let instance = self.next_instance();
+        let url = format!("{}/api/v1/orders/{no}/{action}", self.bases[instance]);
+        let sent = Sent {
+            at_ms: self.now_ms(),
+            instance,
+            op,
+            sku: order.sku,
+            user: order.user,
+            request_id: order.request_id,
+        };
+        let (status, v) = self.post(&url, order.user, None).await;
+        let mut answer = self.answer(sent, status, &v);
+        answer.order_no = Some(no);
+        // An error or no answer: the order stays on the list, so the client may try again.
+        if status != 0 && status < 500 && status != 429 {
+            self.reserved.swap_remove(pick);
+        }
+        self.answers.push(answer);
+    }
+
+    async fn post(&self, url: &str, user: u64, body: Option<Value>) -> (u16, Value) {
+        let token = self.auth.sign(UserId(user), 600);
+        let mut req = self.http.post(url).bearer_auth(token);
+        if let Some(body) = body {
+            req = req.json(&body);
+        }
+        match req.send().await {
+            Ok(resp) => {
+                let status = resp.status().as_u16();
+                (status, resp.json().await.unwrap_or(Value::Null))
+            }
+            Err(_) => (0, Value::Null),
+        }
+    }
+
+    fn answer(&self, sent: Sent, status: u16, v: &Value) -> Answer {
+        let text = |k: &str| v[k].as_str().map(str::to_owned);
+        Answer {
+            sent_ms: sent.at_ms,
+            at_ms: self.now_ms(),
+            instance: sent.instance,
+            op: sent.op,
+            sku: sent.sku,
+            user: sent.user,
+            request_id: sent.request_id,
+            status,
+            order_no: text("order_no"),
+            order_status: text("status"),
+            code: text("code"),
+            replayed: v["replayed"].as_bool(),
+        }
+    }
+
+    fn now_ms(&self) -> u64 {
+        self.start.elapsed().as_millis() as u64
+    }
+}
