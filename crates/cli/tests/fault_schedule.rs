@@ -53,6 +53,7 @@ async fn seeded_fault_schedules_keep_i1_to_i8() {
         let secs = started.elapsed().as_secs_f64();
         let report = match result {
             Ok(outcome) if outcome.verdict.failures.is_empty() => {
+                println!("{}", outcome.timeline.lines.join("\n"));
                 println!(
                     "fault_schedule seed {seed}: PASS in {secs:.1}s; {}",
                     notes(&outcome.verdict)

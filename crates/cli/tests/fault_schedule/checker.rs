@@ -74,6 +74,18 @@ pub fn check(f: &Facts) -> Verdict {
     v
 }
 
+/// (order_no, request key) of every stored order.
+fn stored_pairs(stored: &Stored) -> HashSet<(&str, Key<'_>)> {
+    stored
+        .orders
+        .iter()
+        .map(|o| {
+            let k = (o.sku_id.0, o.user_id.0, o.request_id.as_str());
+            (o.order_no.as_str(), k)
+        })
+        .collect()
+}
+
 /// Accepted order numbers → the request keys they were answered to.
 fn answered(answers: &[Answer]) -> BTreeMap<&str, BTreeSet<Key<'_>>> {
     let mut map: BTreeMap<&str, BTreeSet<Key>> = BTreeMap::new();
@@ -163,17 +175,7 @@ fn journal_died(f: &Facts, answers: &[(usize, u64)]) -> bool {
 /// number, and a reported loss only where Redis kept nothing and was killed.
 fn no_acked_loss(f: &Facts, v: &mut Verdict) {
     const CHECK: &str = "no-acked-loss";
-    let stored: HashSet<(&str, Key)> = f
-        .stored
-        .orders
-        .iter()
-        .map(|o| {
-            (
-                o.order_no.as_str(),
-                (o.sku_id.0, o.user_id.0, o.request_id.as_str()),
-            )
-        })
-        .collect();
+    let stored = stored_pairs(f.stored);
     let (mut kept, mut reported, mut died) = (0, 0, 0);
     for (no, keys) in answered(f.answers) {
         for k in keys {
@@ -269,12 +271,7 @@ fn invariants(f: &Facts, v: &mut Verdict) {
 /// I4 from the answers: every accepted answer to one request names the same order, except
 /// after that order was lost with Redis (the retry is judged anew).
 fn retries_get_first_outcome(f: &Facts, v: &mut Verdict) {
-    let stored: HashSet<&str> = f
-        .stored
-        .orders
-        .iter()
-        .map(|o| o.order_no.as_str())
-        .collect();
+    let stored = stored_pairs(f.stored);
     let mut by_key: BTreeMap<Key, Vec<&Answer>> = BTreeMap::new();
     for a in f.answers.iter().filter(|a| a.accepted()) {
         by_key.entry(key(a)).or_default().push(a);
@@ -283,7 +280,7 @@ fn retries_get_first_outcome(f: &Facts, v: &mut Verdict) {
         answers.sort_by_key(|a| a.at_ms);
         for pair in answers.windows(2) {
             let (x, y) = (pair[0].order_no.as_deref(), pair[1].order_no.as_deref());
-            let x_lost = f.redis_lost && !stored.contains(x.unwrap_or_default());
+            let x_lost = f.redis_lost && !stored.contains(&(x.unwrap_or_default(), k));
             if x != y && !x_lost {
                 v.fail(
                     "I4",
@@ -350,6 +347,7 @@ mod tests {
             sku: 1,
             user,
             request_id: rid.into(),
+            quantity: 1,
             status: 202,
             order_no: Some(no.into()),
             order_status: Some("PENDING".into()),

@@ -1,9 +1,11 @@
-//! The nemesis: lands the plan's faults at their planned times (each one over, everything
-//! running again, before the next) and writes down when each really happened.
+//! The nemesis: lands the plan's faults at their planned times and brings every killed
+//! process back `down_ms` later (faults may overlap: Redis killed while the worker is down),
+//! writing down when each thing really happened.
 
+use std::collections::HashSet;
 use std::time::{Duration, Instant};
 
-use super::plan::{Fault, Plan};
+use super::plan::{Fault, Plan, Target};
 use super::procs::{Cluster, ADMIN};
 
 /// What the nemesis did, with times in ms after the workload started.
@@ -12,7 +14,6 @@ pub struct Timeline {
     pub lines: Vec<String>,
     /// (instance, when) of every kill -9 of a serve instance: its loss journal died there.
     pub serve_kills: Vec<(usize, u64)>,
-    pub redis_kills: Vec<u64>,
 }
 
 impl Timeline {
@@ -29,47 +30,139 @@ impl Timeline {
     }
 }
 
-pub async fn run(plan: &Plan, cluster: &mut Cluster, start: Instant) -> Timeline {
-    let mut timeline = Timeline::default();
-    for step in &plan.steps {
-        // The schedule: wait for the step's planned time (a late step runs at once).
-        tokio::time::sleep_until((start + Duration::from_millis(step.at_ms)).into()).await;
-        apply(step.fault, cluster, start, &mut timeline).await;
-    }
-    timeline
+/// One thing the nemesis does at one time.
+#[derive(Debug, Clone, Copy)]
+enum Action {
+    Fault(Fault),
+    Heal(Target),
 }
 
-async fn apply(fault: Fault, cluster: &mut Cluster, start: Instant, t: &mut Timeline) {
-    let ms = |start: Instant| start.elapsed().as_millis() as u64;
-    match fault {
-        Fault::RedisRestart => {
-            cluster.redis.kill();
-            t.redis_kills.push(ms(start));
-            t.note(start, "redis killed".into());
-            cluster.redis.start().await;
-            t.note(start, "redis back".into());
+/// The plan's steps and the heals they imply, in time order (a heal after its kill).
+fn actions(plan: &Plan) -> Vec<(u64, Action)> {
+    let mut all = Vec::new();
+    for s in &plan.steps {
+        all.push((s.at_ms, Action::Fault(s.fault)));
+        if let Fault::Kill { target, down_ms } = s.fault {
+            all.push((s.at_ms + down_ms, Action::Heal(target)));
         }
+    }
+    all.sort_by_key(|(at, _)| *at);
+    all
+}
+
+const BACKENDS: [Target; 3] = [Target::Redis, Target::HotRedis, Target::MariaDb];
+
+/// Which processes are down, and which of them wait to come back: `flashsale` processes do
+/// not start without Redis and MariaDB, so their heal waits for both.
+#[derive(Default)]
+struct Down {
+    now: HashSet<Target>,
+    waiting: Vec<Target>,
+}
+
+impl Down {
+    fn backends_up(&self) -> bool {
+        BACKENDS.iter().all(|b| !self.now.contains(b))
+    }
+}
+
+pub async fn run(plan: &Plan, cluster: &mut Cluster, start: Instant) -> Timeline {
+    let mut t = Timeline::default();
+    let mut down = Down::default();
+    for (at_ms, action) in actions(plan) {
+        // The schedule: wait for the planned time (a late action runs at once).
+        tokio::time::sleep_until((start + Duration::from_millis(at_ms)).into()).await;
+        match action {
+            Action::Fault(Fault::Kill { target, .. }) => {
+                if down.now.insert(target) {
+                    kill(target, cluster, start, &mut t);
+                }
+            }
+            Action::Fault(other) => apply(other, cluster, start, &down.now, &mut t).await,
+            Action::Heal(target) => {
+                heal_when_possible(target, cluster, start, &mut down, &mut t).await
+            }
+        }
+    }
+    // Everything back before the run quiesces: the backends first.
+    let rest: Vec<Target> = BACKENDS
+        .into_iter()
+        .chain(down.now.iter().copied())
+        .collect();
+    for target in rest {
+        heal_when_possible(target, cluster, start, &mut down, &mut t).await;
+    }
+    t
+}
+
+async fn heal_when_possible(
+    target: Target,
+    cluster: &mut Cluster,
+    start: Instant,
+    down: &mut Down,
+    t: &mut Timeline,
+) {
+    if !down.now.contains(&target) || down.waiting.contains(&target) {
+        return;
+    }
+    let backend = BACKENDS.contains(&target);
+    if !backend && !down.backends_up() {
+        down.waiting.push(target);
+        return;
+    }
+    heal(target, cluster, start, t).await;
+    down.now.remove(&target);
+    if backend && down.backends_up() {
+        for waiting in std::mem::take(&mut down.waiting) {
+            heal(waiting, cluster, start, t).await;
+            down.now.remove(&waiting);
+        }
+    }
+}
+
+fn kill(target: Target, cluster: &mut Cluster, start: Instant, t: &mut Timeline) {
+    match target {
+        Target::Redis => cluster.redis.kill(),
+        Target::HotRedis => cluster.hot.as_mut().expect("a hot Redis").kill(),
+        Target::Serve(i) => {
+            cluster.serves[i].kill();
+            t.serve_kills.push((i, start.elapsed().as_millis() as u64));
+        }
+        Target::Worker => cluster.worker.kill(),
+        Target::MariaDb => cluster.db.kill(),
+    }
+    t.note(start, format!("{target:?} killed"));
+}
+
+async fn heal(target: Target, cluster: &mut Cluster, start: Instant, t: &mut Timeline) {
+    match target {
+        Target::Redis => cluster.redis.start().await,
+        Target::HotRedis => cluster.hot.as_mut().expect("a hot Redis").start().await,
+        Target::Serve(i) => {
+            cluster.serves[i].start();
+            cluster.ready(i).await;
+        }
+        Target::Worker => cluster.worker.start(),
+        Target::MariaDb => cluster.db.start().await,
+    }
+    t.note(start, format!("{target:?} back"));
+}
+
+async fn apply(
+    fault: Fault,
+    cluster: &mut Cluster,
+    start: Instant,
+    down: &HashSet<Target>,
+    t: &mut Timeline,
+) {
+    match fault {
+        Fault::Kill { .. } => unreachable!("kills are handled with their heals"),
         Fault::ForcedWarm { sku } => {
-            let url = format!("{}/api/v1/sales/{sku}/warm?force=true", cluster.base(0));
+            // Through an instance that is up, so that the warm lands.
+            let up = usize::from(down.contains(&Target::Serve(0)));
+            let url = format!("{}/api/v1/sales/{sku}/warm?force=true", cluster.base(up));
             let status = admin_post(cluster, &url).await;
             t.note(start, format!("forced warm of sale {sku}: HTTP {status}"));
-        }
-        Fault::ServeRestart { instance } => {
-            cluster.serves[instance].kill();
-            t.serve_kills.push((instance, ms(start)));
-            t.note(start, format!("serve{instance} killed"));
-            cluster.restart_serve(instance).await;
-            t.note(start, format!("serve{instance} back"));
-        }
-        Fault::WorkerRestart => {
-            cluster.restart_worker();
-            t.note(start, "worker killed and restarted".into());
-        }
-        Fault::MariaDbRestart => {
-            cluster.db.kill();
-            t.note(start, "mariadb killed".into());
-            cluster.db.start().await;
-            t.note(start, "mariadb back".into());
         }
         Fault::RacingRepairCli => {
             let args = ["reconcile", "--repair"];

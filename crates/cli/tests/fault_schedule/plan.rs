@@ -24,18 +24,26 @@ pub struct SaleSpec {
     pub per_user_limit: u32,
 }
 
+/// A process the nemesis kills with SIGKILL and brings back `down_ms` later (other faults may
+/// land meanwhile: a Redis loss while the persister is down leaves accepted writes in flight).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Target {
+    /// Its data gone when it keeps nothing.
+    Redis,
+    /// The dedicated Redis of the hot sale, when the plan has one.
+    HotRedis,
+    Serve(usize),
+    /// `flashsale worker`: persister (mid-batch), expiry, repairing reconciler.
+    Worker,
+    MariaDb,
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Fault {
-    /// kill -9 and restart of Redis (its data gone when it keeps nothing).
-    RedisRestart,
+    /// kill -9 of a process, back after `down_ms`.
+    Kill { target: Target, down_ms: u64 },
     /// `POST /sales/{sku}/warm?force=true` as admin, mid-sale.
     ForcedWarm { sku: u64 },
-    /// kill -9 and restart of one `flashsale serve`.
-    ServeRestart { instance: usize },
-    /// kill -9 and restart of `flashsale worker` (persister mid-batch, expiry, reconciler).
-    WorkerRestart,
-    /// kill -9 and restart of MariaDB.
-    MariaDbRestart,
     /// Two `flashsale reconcile --repair` processes at once.
     RacingRepairCli,
     /// `POST /admin/reconcile/{sku}/repair` on both instances at once.
@@ -54,6 +62,8 @@ pub struct Plan {
     pub seed: u64,
     pub redis: RedisKeeps,
     pub sales: Vec<SaleSpec>,
+    /// A sale routed to a dedicated Redis (`FLASHSALE_HOT_SKUS`), as every process is told.
+    pub hot_sku: Option<u64>,
     /// Buyers are users `1..=buyers`: more than any sale's stock.
     pub buyers: u64,
     pub clients: usize,
@@ -78,11 +88,15 @@ impl Plan {
         let sales = draw_sales(&mut rng);
         let most = sales.iter().map(|s| s.stock).max().unwrap_or(1);
         let buyers = most * rng.random_range(15..=25) / 10;
-        let steps = draw_steps(&mut rng, &sales);
+        let hot_sku = rng
+            .random_bool(0.5)
+            .then(|| rng.random_range(1..=sales.len() as u64));
+        let steps = draw_steps(&mut rng, &sales, hot_sku.is_some());
         Plan {
             seed,
             redis,
             sales,
+            hot_sku,
             buyers,
             clients: rng.random_range(3..=5),
             pace_ms: rng.random_range(12..=25),
@@ -94,7 +108,15 @@ impl Plan {
     /// Whether a kill of Redis in this plan can drop acknowledged writes.
     pub fn redis_loses_data(&self) -> bool {
         self.redis == RedisKeeps::Nothing
-            && self.steps.iter().any(|s| s.fault == Fault::RedisRestart)
+            && self.steps.iter().any(|s| {
+                matches!(
+                    s.fault,
+                    Fault::Kill {
+                        target: Target::Redis,
+                        ..
+                    }
+                )
+            })
     }
 }
 
@@ -118,30 +140,49 @@ fn draw_sales(rng: &mut StdRng) -> Vec<SaleSpec> {
         .collect()
 }
 
-/// 2–4 faults at distinct, sorted times in `[600, WORKLOAD_MS - 1000)` ms.
-fn draw_steps(rng: &mut StdRng, sales: &[SaleSpec]) -> Vec<Step> {
-    let n = rng.random_range(2..=4);
+/// 2–5 faults at sorted times in `[600, WORKLOAD_MS - 1000)` ms; every killed process is back
+/// by `WORKLOAD_MS - 300`.
+fn draw_steps(rng: &mut StdRng, sales: &[SaleSpec], hot: bool) -> Vec<Step> {
+    let n = rng.random_range(2..=5);
     let mut steps: Vec<Step> = (0..n)
-        .map(|_| Step {
-            at_ms: rng.random_range(600..WORKLOAD_MS - 1_000),
-            fault: draw_fault(rng, sales),
+        .map(|_| {
+            let at_ms = rng.random_range(600..WORKLOAD_MS - 1_000);
+            Step {
+                at_ms,
+                fault: draw_fault(rng, sales, hot, WORKLOAD_MS - 300 - at_ms),
+            }
         })
         .collect();
     steps.sort_by_key(|s| s.at_ms);
     steps
 }
 
-fn draw_fault(rng: &mut StdRng, sales: &[SaleSpec]) -> Fault {
+/// Redis kills weigh most: with the worker or MariaDB down around them, they are what leaves
+/// accepted writes in flight.
+fn draw_fault(rng: &mut StdRng, sales: &[SaleSpec], hot: bool, room_ms: u64) -> Fault {
     let sku = sales[rng.random_range(0..sales.len())].sku;
-    match rng.random_range(0..7) {
-        0 => Fault::RedisRestart,
-        1 => Fault::ForcedWarm { sku },
-        2 => Fault::ServeRestart {
-            instance: rng.random_range(0..2),
-        },
-        3 => Fault::WorkerRestart,
-        4 => Fault::MariaDbRestart,
-        5 => Fault::RacingRepairCli,
+    let kill = |target, most: u64, rng: &mut StdRng| Fault::Kill {
+        target,
+        down_ms: rng.random_range(0..=most.min(room_ms)),
+    };
+    match rng.random_range(0..11) {
+        0..=2 => {
+            let hot_one = hot && rng.random_bool(0.5);
+            let target = if hot_one {
+                Target::HotRedis
+            } else {
+                Target::Redis
+            };
+            kill(target, 400, rng)
+        }
+        3 | 4 => kill(Target::Worker, 2_500, rng),
+        5 | 6 => {
+            let i = rng.random_range(0..2);
+            kill(Target::Serve(i), 1_500, rng)
+        }
+        7 => kill(Target::MariaDb, 2_000, rng),
+        8 => Fault::ForcedWarm { sku },
+        9 => Fault::RacingRepairCli,
         _ => Fault::RacingRepairAdmin { sku },
     }
 }
@@ -153,6 +194,9 @@ impl fmt::Display for Plan {
             "seed {}: redis keeps {:?}; {} buyers, {} clients, pace {} ms, workload {} ms",
             self.seed, self.redis, self.buyers, self.clients, self.pace_ms, self.workload_ms
         )?;
+        if let Some(sku) = self.hot_sku {
+            writeln!(f, "  sale {sku} routed to a hot Redis of its own")?;
+        }
         for s in &self.sales {
             let mode = match s.payment_timeout_ms {
                 Some(t) => format!("reserve {t} ms"),

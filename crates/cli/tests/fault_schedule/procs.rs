@@ -25,6 +25,8 @@ const READY_LIMIT: Duration = Duration::from_secs(30);
 pub struct Cluster {
     pub db: MariaDbServer,
     pub redis: RedisServer,
+    /// The hot sale's dedicated Redis, when the plan routes one.
+    pub hot: Option<RedisServer>,
     pub serves: Vec<Proc>,
     pub ports: Vec<u16>,
     pub worker: Proc,
@@ -38,6 +40,8 @@ pub struct Cluster {
 /// Where this run's flashsale processes find Redis, MariaDB and their data dirs.
 struct Env {
     redis_url: String,
+    /// The hot Redis's URL and the sku routed there.
+    hot: Option<(String, u64)>,
     db_url: String,
     dir: PathBuf,
 }
@@ -61,6 +65,12 @@ impl Env {
             ("FLASHSALE_LOG", "info,sqlx=warn".into()),
         ]
         .into_iter()
+        .chain(self.hot.iter().flat_map(|(url, sku)| {
+            [
+                ("FLASHSALE_HOT_REDIS_URL", url.clone()),
+                ("FLASHSALE_HOT_SKUS", sku.to_string()),
+            ]
+        }))
         .map(|(k, v)| (k.to_owned(), v))
         .collect()
     }
@@ -123,17 +133,20 @@ pub struct CliRun {
 impl Cluster {
     pub async fn start(plan: &Plan) -> Cluster {
         let db = MariaDbServer::spawn().await;
-        let redis = match plan.redis {
-            RedisKeeps::Everything => {
-                RedisServer::spawn_with(&["--appendonly", "yes", "--appendfsync", "always"]).await
-            }
-            RedisKeeps::Nothing => RedisServer::spawn().await,
+        let redis = redis_server(plan.redis).await;
+        let hot = match plan.hot_sku {
+            Some(_) => Some(redis_server(plan.redis).await),
+            None => None,
         };
         create_database(&db.url()).await;
         let dir = tempfile::tempdir().expect("temp dir");
         let db_url = format!("{}/flashsale", db.url());
         let base_env = Env {
             redis_url: redis.url(),
+            hot: hot
+                .as_ref()
+                .zip(plan.hot_sku)
+                .map(|(r, sku)| (r.url(), sku)),
             db_url: db_url.clone(),
             dir: dir.path().to_path_buf(),
         };
@@ -151,6 +164,7 @@ impl Cluster {
         let mut cluster = Cluster {
             db,
             redis,
+            hot,
             serves,
             ports,
             worker: worker(&base_env),
@@ -190,33 +204,27 @@ impl Cluster {
         }
     }
 
-    /// kill -9 of one instance, then the same process again, ready.
-    pub async fn restart_serve(&mut self, instance: usize) {
-        self.serves[instance].kill();
-        self.serves[instance].start();
-        self.ready(instance).await;
-    }
-
-    pub fn restart_worker(&mut self) {
-        self.worker.kill();
-        self.worker.start();
-    }
-
-    /// Processes that died by themselves (they should not).
-    pub fn crashed(&mut self) -> Vec<String> {
+    /// Processes that died by themselves (they should not), each started again so that the
+    /// run can still quiesce and be checked.
+    pub async fn revive_crashed(&mut self) -> Vec<String> {
         let mut crashed = Vec::new();
-        for p in self
+        let procs = self
             .serves
             .iter_mut()
-            .chain(std::iter::once(&mut self.worker))
-        {
+            .chain(std::iter::once(&mut self.worker));
+        for p in procs {
             if let Some(status) = p.exited() {
+                let tail = p.log_tail(6);
                 crashed.push(format!(
-                    "{} exited by itself ({status}):\n{}",
-                    p.name,
-                    p.log_tail(8)
+                    "{} exited by itself ({status}); its log ends: {tail}",
+                    p.name
                 ));
+                p.kill();
+                p.start();
             }
+        }
+        for i in 0..self.serves.len() {
+            self.ready(i).await;
         }
         crashed
     }
@@ -224,6 +232,15 @@ impl Cluster {
     /// One `flashsale <args>` on this run's Redis and MariaDB, bounded by `CLI_LIMIT`.
     pub async fn cli(&self, args: &[&str]) -> CliRun {
         cli(&self.env, args).await
+    }
+}
+
+async fn redis_server(keeps: RedisKeeps) -> RedisServer {
+    match keeps {
+        RedisKeeps::Everything => {
+            RedisServer::spawn_with(&["--appendonly", "yes", "--appendfsync", "always"]).await
+        }
+        RedisKeeps::Nothing => RedisServer::spawn().await,
     }
 }
 

@@ -47,7 +47,7 @@ pub async fn run_seed(seed: u64) -> Outcome {
     tokio::time::sleep_until((start + Duration::from_millis(plan.workload_ms)).into()).await;
     stop.store(true, Ordering::Relaxed);
     let answers = clients.await.expect("the workload panicked");
-    let crashed = cluster.crashed();
+    let crashed = cluster.revive_crashed().await;
     let t1 = Instant::now();
     let reconciled = quiesce(&cluster, &plan).await;
     let settle_s = t1.elapsed().as_secs_f64();

@@ -12,7 +12,7 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use serde_json::{json, Value};
 
-use super::plan::{Plan, SaleSpec};
+use super::plan::Plan;
 use super::procs::{ADMIN, SECRET};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -33,6 +33,7 @@ pub struct Answer {
     pub user: u64,
     /// The purchase's request id (for pay and cancel: the order's).
     pub request_id: String,
+    pub quantity: u32,
     pub status: u16,
     /// The answered order number (for pay and cancel: the order acted on).
     pub order_no: Option<String>,
@@ -43,6 +44,16 @@ pub struct Answer {
 }
 
 impl Answer {
+    /// The same purchase again (a retry).
+    fn attempt(&self) -> Attempt {
+        Attempt {
+            sku: self.sku,
+            user: self.user,
+            request_id: self.request_id.clone(),
+            quantity: self.quantity,
+        }
+    }
+
     /// A purchase the service accepted (a first answer or a replay).
     pub fn accepted(&self) -> bool {
         self.op == Op::Purchase && self.status == 202 && self.order_no.is_some()
@@ -98,6 +109,15 @@ struct Sent {
     sku: u64,
     user: u64,
     request_id: String,
+    quantity: u32,
+}
+
+/// One purchase attempt; a retry sends the same again.
+struct Attempt {
+    sku: u64,
+    user: u64,
+    request_id: String,
+    quantity: u32,
 }
 
 struct Client {
@@ -131,19 +151,22 @@ impl Client {
         }
     }
 
-    /// One seeded operation.
+    /// One seeded operation: a retry, a repeat buyer, a payment or cancel, or a new buyer.
     async fn step(&mut self) {
         let roll = self.rng.random_range(0..100);
-        let purchases: Vec<usize> = (0..self.answers.len())
-            .filter(|&i| self.answers[i].op == Op::Purchase)
-            .collect();
         if roll < 15 && !self.to_retry.is_empty() {
             let i = self.rng.random_range(0..self.to_retry.len());
-            let a = self.answers[self.to_retry.swap_remove(i)].clone();
-            self.purchase(a.sku, a.user, a.request_id).await;
-        } else if roll < 25 && !purchases.is_empty() {
-            let a = self.answers[purchases[self.rng.random_range(0..purchases.len())]].clone();
-            self.purchase(a.sku, a.user, a.request_id).await;
+            let again = self.answers[self.to_retry.swap_remove(i)].attempt();
+            self.purchase(again).await;
+        } else if roll < 25 && !self.answers.is_empty() {
+            // Any earlier purchase again, same request id: a retry must get its first outcome.
+            let purchases: Vec<&Answer> = self
+                .answers
+                .iter()
+                .filter(|a| a.op == Op::Purchase)
+                .collect();
+            let again = purchases[self.rng.random_range(0..purchases.len())].attempt();
+            self.purchase(again).await;
         } else if roll < 35 && self.answers.iter().any(Answer::accepted) {
             // A buyer who already bought tries again with a new request id.
             let won: Vec<&Answer> = self.answers.iter().filter(|a| a.accepted()).collect();
@@ -151,21 +174,38 @@ impl Client {
                 let a = won[self.rng.random_range(0..won.len())];
                 (a.sku, a.user)
             };
-            let rid = self.new_request_id();
-            self.purchase(sku, user, rid).await;
+            let attempt = self.new_attempt(sku, user);
+            self.purchase(attempt).await;
         } else if roll < 55 && !self.reserved.is_empty() {
             self.resolve().await;
         } else {
-            let sale = self.plan.sales[self.rng.random_range(0..self.plan.sales.len())].clone();
+            let sku = self.plan.sales[self.rng.random_range(0..self.plan.sales.len())].sku;
             let user = self.rng.random_range(1..=self.plan.buyers);
-            let rid = self.new_request_id();
-            self.purchase(sale.sku, user, rid).await;
+            let attempt = self.new_attempt(sku, user);
+            self.purchase(attempt).await;
         }
     }
 
-    fn new_request_id(&mut self) -> String {
+    /// A new purchase attempt: a fresh request id (`s<seed>c<client>n<k>`), 2 units now and
+    /// then where the limit allows it.
+    fn new_attempt(&mut self, sku: u64, user: u64) -> Attempt {
         self.made += 1;
-        format!("s{}c{}n{}", self.plan.seed, self.id, self.made)
+        let limit = self
+            .plan
+            .sales
+            .iter()
+            .find(|s| s.sku == sku)
+            .map_or(1, |s| s.per_user_limit);
+        Attempt {
+            sku,
+            user,
+            request_id: format!("s{}c{}n{}", self.plan.seed, self.id, self.made),
+            quantity: if limit > 1 && self.rng.random_bool(0.25) {
+                2
+            } else {
+                1
+            },
+        }
     }
 
     fn next_instance(&mut self) -> usize {
@@ -173,17 +213,14 @@ impl Client {
         self.turn
     }
 
-    fn quantity(&mut self, sale: &SaleSpec) -> u32 {
-        if sale.per_user_limit > 1 && self.rng.random_bool(0.25) {
-            2
-        } else {
-            1
-        }
-    }
-
-    async fn purchase(&mut self, sku: u64, user: u64, request_id: String) {
-        let sale = self.plan.sales.iter().find(|s| s.sku == sku).cloned();
-        let quantity = sale.map_or(1, |s| self.quantity(&s));
+    /// Sends a purchase (the same body on a retry) and records its answer.
+    async fn purchase(&mut self, attempt: Attempt) {
+        let Attempt {
+            sku,
+            user,
+            request_id,
+            quantity,
+        } = attempt;
         let instance = self.next_instance();
         let url = format!("{}/api/v1/sales/{sku}/purchases", self.bases[instance]);
         let body = json!({"request_id": request_id, "quantity": quantity});
@@ -194,6 +231,7 @@ impl Client {
             sku,
             user,
             request_id,
+            quantity,
         };
         let (status, v) = self.post(&url, user, Some(body)).await;
         let answer = self.answer(sent, status, &v);
@@ -237,6 +275,7 @@ impl Client {
             sku: order.sku,
             user: order.user,
             request_id: order.request_id,
+            quantity: order.quantity,
         };
         let (status, v) = self.post(&url, order.user, None).await;
         let mut answer = self.answer(sent, status, &v);
@@ -273,6 +312,7 @@ impl Client {
             sku: sent.sku,
             user: sent.user,
             request_id: sent.request_id,
+            quantity: sent.quantity,
             status,
             order_no: text("order_no"),
             order_status: text("status"),
