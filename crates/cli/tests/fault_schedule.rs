@@ -13,6 +13,7 @@
 //! - **paid kept**: every 200 PAID is PAID in `orders` or reported as a lost resolution;
 //! - **I1–I7** per sale (`check_sale`, drained), no guard rejection, I4 from the answers;
 //! - **I8**: `(epoch, seq)` of stored events unique, one user per order number;
+//! - **sale back**: after the faults every sale takes a purchase again on every instance;
 //! - **diff 0**: `flashsale reconcile` exits 0 with nothing in flight.
 //!
 //! The same seed draws the same schedule (printed up front). Seeds: `FLASHSALE_SEEDS` (a
@@ -26,6 +27,7 @@ mod fault_schedule {
     pub mod db;
     pub mod nemesis;
     pub mod plan;
+    pub mod probe;
     pub mod procs;
     pub mod run;
     pub mod seeds;

@@ -10,7 +10,7 @@ use super::checker::{self, Facts, Failure, Verdict};
 use super::nemesis::{self, Timeline};
 use super::plan::Plan;
 use super::procs::{Cluster, ADMIN};
-use super::{db, workload};
+use super::{db, probe, workload};
 
 /// How long the running reconcilers get to bring every sale to diff 0 after the workload.
 const SETTLE_LIMIT: Duration = Duration::from_secs(15);
@@ -34,20 +34,16 @@ pub async fn run_seed(seed: u64) -> Outcome {
     let start = Instant::now();
     let stop = Arc::new(AtomicBool::new(false));
     let bases = (0..2).map(|i| cluster.base(i)).collect();
-    let clients = workload::run(
-        plan.clone(),
-        bases,
-        cluster.http.clone(),
-        start,
-        stop.clone(),
-    );
-    let clients = tokio::spawn(clients);
+    let caller = workload::Caller::new(bases, cluster.http.clone(), start);
+    let clients = tokio::spawn(workload::run(plan.clone(), caller.clone(), stop.clone()));
     let timeline = nemesis::run(&plan, &mut cluster, start).await;
     // The schedule's end: the workload runs its planned length, faults or not.
     tokio::time::sleep_until((start + Duration::from_millis(plan.workload_ms)).into()).await;
     stop.store(true, Ordering::Relaxed);
-    let answers = clients.await.expect("the workload panicked");
+    let mut answers = clients.await.expect("the workload panicked");
     let crashed = cluster.revive_crashed().await;
+    let (probes, not_back) = probe::sales_back(&plan, &caller).await;
+    answers.extend(probes);
     let t1 = Instant::now();
     let reconciled = quiesce(&cluster, &plan).await;
     let settle_s = t1.elapsed().as_secs_f64();
@@ -59,6 +55,7 @@ pub async fn run_seed(seed: u64) -> Outcome {
         redis_lost: plan.redis_loses_data(),
         reconciled,
     });
+    verdict.failures.extend(not_back);
     for c in crashed {
         verdict.failures.push(Failure {
             check: "no-crash",
@@ -143,23 +140,48 @@ async fn quiesce(cluster: &Cluster, plan: &Plan) -> Result<(), String> {
     ))
 }
 
-/// Polls `flashsale reconcile` until every sale reconciles drained, or says why not.
+/// Polls until every sale reconciles drained, as `flashsale reconcile` sees it and as a serving
+/// instance sees it (`GET /admin/reconcile`: its ledger routes hot sales), or says why not.
 async fn settled(cluster: &Cluster, plan: &Plan, limit: Duration) -> Result<(), String> {
     let last = Mutex::new(String::new());
     let ok = flashsale_testkit::poll::within(limit, Duration::from_millis(200), || async {
-        let run = cluster.cli(&["reconcile"]).await;
-        let verdict = drained(&run.stdout, plan.sales.len());
-        match (&verdict, run.code) {
-            (Ok(()), Some(0)) => Some(()),
-            _ => {
-                let why = verdict.err().unwrap_or_else(|| clip(&run.stderr, 300));
-                *last.lock().unwrap() = format!("exit {:?}: {why}", run.code);
+        let verdict = match cli_reconciled(cluster, plan).await {
+            Ok(()) => instance_reconciled(cluster, plan).await,
+            Err(why) => Err(why),
+        };
+        match verdict {
+            Ok(()) => Some(()),
+            Err(why) => {
+                *last.lock().unwrap() = why;
                 None
             }
         }
     })
     .await;
     ok.ok_or_else(|| last.into_inner().unwrap())
+}
+
+async fn cli_reconciled(cluster: &Cluster, plan: &Plan) -> Result<(), String> {
+    let run = cluster.cli(&["reconcile"]).await;
+    let verdict = drained(&run.stdout, plan.sales.len());
+    match (verdict, run.code) {
+        (Ok(()), Some(0)) => Ok(()),
+        (verdict, code) => {
+            let why = verdict.err().unwrap_or_else(|| clip(&run.stderr, 300));
+            Err(format!("`flashsale reconcile` exit {code:?}: {why}"))
+        }
+    }
+}
+
+async fn instance_reconciled(cluster: &Cluster, plan: &Plan) -> Result<(), String> {
+    let url = format!("{}/api/v1/admin/reconcile", cluster.base(0));
+    let resp = cluster.http.get(&url).bearer_auth(ADMIN).send().await;
+    let body = match resp {
+        Ok(r) => r.text().await.unwrap_or_default(),
+        Err(e) => return Err(format!("GET /admin/reconcile on instance 0: {e}")),
+    };
+    drained(&body, plan.sales.len())
+        .map_err(|why| format!("GET /admin/reconcile on instance 0: {why}"))
 }
 
 /// Every sale's report ok with nothing in flight; else the reports that are not, clipped.

@@ -2,11 +2,12 @@
 //! the default set CI runs.
 
 /// Seeds CI runs when `FLASHSALE_SEEDS` is unset; chosen so that together their schedules
-/// land every kind of fault under both Redis persistences: 5 kills MariaDB, the worker and a
-/// serve instance around a Redis loss, with racing admin repairs; 7 force-warms a live sale and
-/// loses Redis while the worker is down; 16 force-warms and races two CLI repairs on a Redis
-/// that keeps everything, with MariaDB and the worker killed.
-pub const DEFAULT: &[u64] = &[5, 7, 16];
+/// land every kind of fault under both Redis persistences, with and without a hot sale:
+/// 56 loses the main and the hot Redis (keeping nothing) around a serve kill, MariaDB kill and
+/// two racing CLI repairs; 17 force-warms a live sale and kills Redis (keeping everything), a
+/// serve instance and the worker; 6 loses Redis while the worker (persister) is down, with
+/// racing admin repairs.
+pub const DEFAULT: &[u64] = &[56, 17, 6];
 
 /// Most seeds one invocation accepts: a typo like `1..1000000` must not run for a week.
 const SEEDS_MAX: usize = 10_000;

@@ -45,7 +45,7 @@ pub struct Answer {
 
 impl Answer {
     /// The same purchase again (a retry).
-    fn attempt(&self) -> Attempt {
+    pub fn attempt(&self) -> Attempt {
         Attempt {
             sku: self.sku,
             user: self.user,
@@ -58,29 +58,123 @@ impl Answer {
     pub fn accepted(&self) -> bool {
         self.op == Op::Purchase && self.status == 202 && self.order_no.is_some()
     }
+
+    /// No answer, or one that asks to come back later: a client retries it.
+    pub fn retryable(&self) -> bool {
+        self.status == 0 || self.status >= 500 || self.status == 429
+    }
+}
+
+/// One purchase attempt; a retry sends the same again.
+#[derive(Debug, Clone)]
+pub struct Attempt {
+    pub sku: u64,
+    pub user: u64,
+    pub request_id: String,
+    pub quantity: u32,
+}
+
+/// Sends requests to the instances as a user and turns each reply into an [`Answer`].
+#[derive(Clone)]
+pub struct Caller {
+    pub bases: Vec<String>,
+    pub http: reqwest::Client,
+    pub auth: Arc<Auth>,
+    /// Answers are timed in ms from here (the workload's start).
+    pub start: Instant,
+}
+
+impl Caller {
+    pub fn new(bases: Vec<String>, http: reqwest::Client, start: Instant) -> Caller {
+        let auth = Arc::new(Auth::new(SECRET, ADMIN));
+        Caller {
+            bases,
+            http,
+            auth,
+            start,
+        }
+    }
+
+    pub async fn purchase(&self, instance: usize, a: &Attempt) -> Answer {
+        let url = format!("{}/api/v1/sales/{}/purchases", self.bases[instance], a.sku);
+        let body = json!({"request_id": a.request_id, "quantity": a.quantity});
+        let sent_ms = self.now_ms();
+        let (status, v) = self.post(&url, a.user, Some(body)).await;
+        self.answer(sent_ms, instance, Op::Purchase, a, status, &v)
+    }
+
+    /// Pays or cancels the order `order` answered.
+    pub async fn resolve(&self, instance: usize, order: &Answer, op: Op) -> Answer {
+        let action = if op == Op::Pay { "pay" } else { "cancel" };
+        let no = order.order_no.clone().unwrap_or_default();
+        let url = format!("{}/api/v1/orders/{no}/{action}", self.bases[instance]);
+        let sent_ms = self.now_ms();
+        let (status, v) = self.post(&url, order.user, None).await;
+        let mut answer = self.answer(sent_ms, instance, op, &order.attempt(), status, &v);
+        answer.order_no = Some(no);
+        answer
+    }
+
+    async fn post(&self, url: &str, user: u64, body: Option<Value>) -> (u16, Value) {
+        let token = self.auth.sign(UserId(user), 600);
+        let mut req = self.http.post(url).bearer_auth(token);
+        if let Some(body) = body {
+            req = req.json(&body);
+        }
+        match req.send().await {
+            Ok(resp) => {
+                let status = resp.status().as_u16();
+                (status, resp.json().await.unwrap_or(Value::Null))
+            }
+            Err(_) => (0, Value::Null),
+        }
+    }
+
+    fn answer(
+        &self,
+        sent_ms: u64,
+        instance: usize,
+        op: Op,
+        a: &Attempt,
+        status: u16,
+        v: &Value,
+    ) -> Answer {
+        let text = |k: &str| v[k].as_str().map(str::to_owned);
+        Answer {
+            sent_ms,
+            at_ms: self.now_ms(),
+            instance,
+            op,
+            sku: a.sku,
+            user: a.user,
+            request_id: a.request_id.clone(),
+            quantity: a.quantity,
+            status,
+            order_no: text("order_no"),
+            order_status: text("status"),
+            code: text("code"),
+            replayed: v["replayed"].as_bool(),
+        }
+    }
+
+    fn now_ms(&self) -> u64 {
+        self.start.elapsed().as_millis() as u64
+    }
 }
 
 /// Most operations one client issues: the stop flag ends the run long before.
 const OPS_MAX: usize = 50_000;
 
 /// Runs `plan.clients` clients until `stop` is set; returns every answer.
-pub async fn run(
-    plan: Arc<Plan>,
-    bases: Vec<String>,
-    http: reqwest::Client,
-    start: Instant,
-    stop: Arc<AtomicBool>,
-) -> Vec<Answer> {
+pub async fn run(plan: Arc<Plan>, caller: Caller, stop: Arc<AtomicBool>) -> Vec<Answer> {
     let tasks: Vec<_> = (0..plan.clients)
         .map(|id| {
+            let seed = plan.seed.wrapping_mul(1_000).wrapping_add(id as u64);
             let mut client = Client {
                 id,
-                rng: StdRng::seed_from_u64(plan.seed.wrapping_mul(1_000).wrapping_add(id as u64)),
+                rng: StdRng::seed_from_u64(seed),
                 plan: plan.clone(),
-                bases: bases.clone(),
-                http: http.clone(),
-                auth: Auth::new(SECRET, ADMIN),
-                start,
+                caller: caller.clone(),
                 turn: id,
                 made: 0,
                 answers: Vec::new(),
@@ -101,33 +195,11 @@ pub async fn run(
     answers
 }
 
-/// A request as it left.
-struct Sent {
-    at_ms: u64,
-    instance: usize,
-    op: Op,
-    sku: u64,
-    user: u64,
-    request_id: String,
-    quantity: u32,
-}
-
-/// One purchase attempt; a retry sends the same again.
-struct Attempt {
-    sku: u64,
-    user: u64,
-    request_id: String,
-    quantity: u32,
-}
-
 struct Client {
     id: usize,
     rng: StdRng,
     plan: Arc<Plan>,
-    bases: Vec<String>,
-    http: reqwest::Client,
-    auth: Auth,
-    start: Instant,
+    caller: Caller,
     /// Round-robin position over the instances.
     turn: usize,
     /// Request ids made so far (they are `s<seed>c<client>n<k>`).
@@ -160,19 +232,13 @@ impl Client {
             self.purchase(again).await;
         } else if roll < 25 && !self.answers.is_empty() {
             // Any earlier purchase again, same request id: a retry must get its first outcome.
-            let purchases: Vec<&Answer> = self
-                .answers
-                .iter()
-                .filter(|a| a.op == Op::Purchase)
-                .collect();
-            let again = purchases[self.rng.random_range(0..purchases.len())].attempt();
+            let again = self.pick(|a| a.op == Op::Purchase).attempt();
             self.purchase(again).await;
         } else if roll < 35 && self.answers.iter().any(Answer::accepted) {
             // A buyer who already bought tries again with a new request id.
-            let won: Vec<&Answer> = self.answers.iter().filter(|a| a.accepted()).collect();
             let (sku, user) = {
-                let a = won[self.rng.random_range(0..won.len())];
-                (a.sku, a.user)
+                let won = self.pick(Answer::accepted);
+                (won.sku, won.user)
             };
             let attempt = self.new_attempt(sku, user);
             self.purchase(attempt).await;
@@ -186,70 +252,44 @@ impl Client {
         }
     }
 
+    /// A seeded pick among this client's answers that match (callers make sure one does).
+    fn pick(&mut self, matches: impl Fn(&Answer) -> bool) -> Answer {
+        let all: Vec<&Answer> = self.answers.iter().filter(|a| matches(a)).collect();
+        all[self.rng.random_range(0..all.len())].clone()
+    }
+
     /// A new purchase attempt: a fresh request id (`s<seed>c<client>n<k>`), 2 units now and
     /// then where the limit allows it.
     fn new_attempt(&mut self, sku: u64, user: u64) -> Attempt {
         self.made += 1;
-        let limit = self
-            .plan
-            .sales
-            .iter()
-            .find(|s| s.sku == sku)
-            .map_or(1, |s| s.per_user_limit);
+        let sale = self.plan.sales.iter().find(|s| s.sku == sku);
+        let limit = sale.map_or(1, |s| s.per_user_limit);
+        let two = limit > 1 && self.rng.random_bool(0.25);
         Attempt {
             sku,
             user,
             request_id: format!("s{}c{}n{}", self.plan.seed, self.id, self.made),
-            quantity: if limit > 1 && self.rng.random_bool(0.25) {
-                2
-            } else {
-                1
-            },
+            quantity: if two { 2 } else { 1 },
         }
     }
 
     fn next_instance(&mut self) -> usize {
-        self.turn = (self.turn + 1) % self.bases.len();
+        self.turn = (self.turn + 1) % self.caller.bases.len();
         self.turn
     }
 
     /// Sends a purchase (the same body on a retry) and records its answer.
     async fn purchase(&mut self, attempt: Attempt) {
-        let Attempt {
-            sku,
-            user,
-            request_id,
-            quantity,
-        } = attempt;
         let instance = self.next_instance();
-        let url = format!("{}/api/v1/sales/{sku}/purchases", self.bases[instance]);
-        let body = json!({"request_id": request_id, "quantity": quantity});
-        let sent = Sent {
-            at_ms: self.now_ms(),
-            instance,
-            op: Op::Purchase,
-            sku,
-            user,
-            request_id,
-            quantity,
-        };
-        let (status, v) = self.post(&url, user, Some(body)).await;
-        let answer = self.answer(sent, status, &v);
+        let answer = self.caller.purchase(instance, &attempt).await;
         let idx = self.answers.len();
-        let first_time = answer.accepted()
-            && !self
-                .answers
-                .iter()
-                .any(|a| a.accepted() && a.order_no == answer.order_no);
-        if status == 0 || status >= 500 || status == 429 {
+        let seen = |a: &Answer| a.accepted() && a.order_no == answer.order_no;
+        let first_time = answer.accepted() && !self.answers.iter().any(seen);
+        if answer.retryable() {
             self.to_retry.push(idx);
         }
-        let reserve = self
-            .plan
-            .sales
-            .iter()
-            .any(|s| s.sku == sku && s.payment_timeout_ms.is_some());
-        if first_time && reserve {
+        let sale = self.plan.sales.iter().find(|s| s.sku == attempt.sku);
+        if first_time && sale.is_some_and(|s| s.payment_timeout_ms.is_some()) {
             self.reserved.push(idx);
         }
         self.answers.push(answer);
@@ -264,64 +304,12 @@ impl Client {
         } else {
             Op::Cancel
         };
-        let action = if op == Op::Pay { "pay" } else { "cancel" };
-        let no = order.order_no.clone().unwrap_or_default();
         let instance = self.next_instance();
-        let url = format!("{}/api/v1/orders/{no}/{action}", self.bases[instance]);
-        let sent = Sent {
-            at_ms: self.now_ms(),
-            instance,
-            op,
-            sku: order.sku,
-            user: order.user,
-            request_id: order.request_id,
-            quantity: order.quantity,
-        };
-        let (status, v) = self.post(&url, order.user, None).await;
-        let mut answer = self.answer(sent, status, &v);
-        answer.order_no = Some(no);
+        let answer = self.caller.resolve(instance, &order, op).await;
         // An error or no answer: the order stays on the list, so the client may try again.
-        if status != 0 && status < 500 && status != 429 {
+        if !answer.retryable() {
             self.reserved.swap_remove(pick);
         }
         self.answers.push(answer);
-    }
-
-    async fn post(&self, url: &str, user: u64, body: Option<Value>) -> (u16, Value) {
-        let token = self.auth.sign(UserId(user), 600);
-        let mut req = self.http.post(url).bearer_auth(token);
-        if let Some(body) = body {
-            req = req.json(&body);
-        }
-        match req.send().await {
-            Ok(resp) => {
-                let status = resp.status().as_u16();
-                (status, resp.json().await.unwrap_or(Value::Null))
-            }
-            Err(_) => (0, Value::Null),
-        }
-    }
-
-    fn answer(&self, sent: Sent, status: u16, v: &Value) -> Answer {
-        let text = |k: &str| v[k].as_str().map(str::to_owned);
-        Answer {
-            sent_ms: sent.at_ms,
-            at_ms: self.now_ms(),
-            instance: sent.instance,
-            op: sent.op,
-            sku: sent.sku,
-            user: sent.user,
-            request_id: sent.request_id,
-            quantity: sent.quantity,
-            status,
-            order_no: text("order_no"),
-            order_status: text("status"),
-            code: text("code"),
-            replayed: v["replayed"].as_bool(),
-        }
-    }
-
-    fn now_ms(&self) -> u64 {
-        self.start.elapsed().as_millis() as u64
     }
 }
