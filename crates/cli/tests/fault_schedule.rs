@@ -8,8 +8,9 @@
 //! - **no order number twice**: one request per answered order number, and the database
 //!   agrees whose it is; `stock_events` deducts each at most once;
 //! - **no acked loss**: every accepted purchase is in `orders`, or reported lost by number
-//!   where Redis kept nothing and was killed (a loss that died with its instance's journal
-//!   is the documented limit: counted and printed, not failed);
+//!   where a hot copy was lost — a Redis that keeps nothing killed, or a forced warm (a loss
+//!   that died with its instance's journal is the documented limit: counted and printed, not
+//!   failed);
 //! - **paid kept**: every 200 PAID is PAID in `orders` or reported as a lost resolution;
 //! - **I1–I7** per sale (`check_sale`, drained), no guard rejection, I4 from the answers;
 //! - **I8**: `(epoch, seq)` of stored events unique, one user per order number;

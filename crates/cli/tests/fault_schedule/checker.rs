@@ -47,8 +47,9 @@ pub struct Facts<'a> {
     pub answers: &'a [Answer],
     pub stored: &'a Stored,
     pub timeline: &'a Timeline,
-    /// Redis kept nothing and was killed: acknowledged writes may be gone (and reported).
-    pub redis_lost: bool,
+    /// A hot copy may have been lost (a Redis that keeps nothing killed, or a forced warm):
+    /// acknowledged writes may be gone, if reported.
+    pub hot_copy_lost: bool,
     /// The final `flashsale reconcile`: Ok when it exited 0 for every sale, drained.
     pub reconciled: Result<(), String>,
 }
@@ -162,17 +163,18 @@ fn first_answer(answers: &[Answer], no: &str) -> Vec<(usize, u64)> {
     }
 }
 
-/// Whether a loss is the documented limit: Redis lost data, and every instance that could
+/// Whether a loss is the documented limit: a hot copy was lost, and every instance that could
 /// have journaled the order was killed after it was sent (its in-memory journal died).
 fn journal_died(f: &Facts, answers: &[(usize, u64)]) -> bool {
-    f.redis_lost
+    f.hot_copy_lost
         && answers
             .iter()
             .all(|&(i, sent)| f.timeline.killed_after(i, sent))
 }
 
 /// Every accepted purchase is in `orders` (same number, user, request) or reported lost by
-/// number, and a reported loss only where Redis kept nothing and was killed.
+/// number, and a reported loss only where a hot copy was lost (Redis that keeps nothing killed,
+/// or a forced warm).
 fn no_acked_loss(f: &Facts, v: &mut Verdict) {
     const CHECK: &str = "no-acked-loss";
     let stored = stored_pairs(f.stored);
@@ -183,10 +185,10 @@ fn no_acked_loss(f: &Facts, v: &mut Verdict) {
                 kept += 1;
             } else if f.stored.lost_orders.contains(no) {
                 reported += 1;
-                if !f.redis_lost {
+                if !f.hot_copy_lost {
                     v.fail(
                         CHECK,
-                        format!("order_no {no} {k:?} reported lost, but Redis lost nothing"),
+                        format!("order_no {no} {k:?} reported lost, but no hot copy was lost"),
                     );
                 }
             } else if journal_died(f, &first_answer(f.answers, no)) {
@@ -280,7 +282,7 @@ fn retries_get_first_outcome(f: &Facts, v: &mut Verdict) {
         answers.sort_by_key(|a| a.at_ms);
         for pair in answers.windows(2) {
             let (x, y) = (pair[0].order_no.as_deref(), pair[1].order_no.as_deref());
-            let x_lost = f.redis_lost && !stored.contains(&(x.unwrap_or_default(), k));
+            let x_lost = f.hot_copy_lost && !stored.contains(&(x.unwrap_or_default(), k));
             if x != y && !x_lost {
                 v.fail(
                     "I4",
@@ -420,14 +422,14 @@ mod tests {
     fn verdict(
         answers: &[Answer],
         stored: &Stored,
-        redis_lost: bool,
+        hot_copy_lost: bool,
         timeline: &Timeline,
     ) -> Verdict {
         check(&Facts {
             answers,
             stored,
             timeline,
-            redis_lost,
+            hot_copy_lost,
             reconciled: Ok(()),
         })
     }
@@ -461,7 +463,7 @@ mod tests {
     }
 
     #[test]
-    fn an_unreported_loss_is_caught_and_a_reported_one_only_where_redis_lost_data() {
+    fn an_unreported_loss_is_caught_and_a_reported_one_only_where_a_hot_copy_was_lost() {
         let answers = [
             answer(0, 7, "a", "1-1-1"),
             answer(1, 8, "b", "1-1-2"),

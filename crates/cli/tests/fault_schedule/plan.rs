@@ -105,18 +105,18 @@ impl Plan {
         }
     }
 
-    /// Whether a kill of Redis in this plan can drop acknowledged writes.
-    pub fn redis_loses_data(&self) -> bool {
-        self.redis == RedisKeeps::Nothing
-            && self.steps.iter().any(|s| {
-                matches!(
-                    s.fault,
-                    Fault::Kill {
-                        target: Target::Redis,
-                        ..
-                    }
-                )
-            })
+    /// Whether this plan may lose a sale's hot copy with accepted writes in it: a kill of a
+    /// Redis that keeps nothing, or an operator's forced warm (the contract counts both as
+    /// "lost": the rebuild may fence writes the database never got, and must report them).
+    pub fn may_lose_hot_copy(&self) -> bool {
+        self.steps.iter().any(|s| match s.fault {
+            Fault::Kill {
+                target: Target::Redis | Target::HotRedis,
+                ..
+            } => self.redis == RedisKeeps::Nothing,
+            Fault::ForcedWarm { .. } => true,
+            _ => false,
+        })
     }
 }
 

@@ -52,7 +52,7 @@ pub async fn run_seed(seed: u64) -> Outcome {
         answers: &answers,
         stored: &stored,
         timeline: &timeline,
-        redis_lost: plan.redis_loses_data(),
+        hot_copy_lost: plan.may_lose_hot_copy(),
         reconciled,
     });
     verdict.failures.extend(not_back);
