@@ -202,7 +202,8 @@ fn no_acked_loss(f: &Facts, v: &mut Verdict) {
     v.notes.push(format!("accepted orders: {kept} stored, {reported} reported lost, {died} lost unreported with their instance's journal (documented limit)"));
 }
 
-/// Every pay answered 200 PAID is PAID in `orders` or reported as a lost resolution.
+/// Every pay answered 200 PAID is PAID in `orders` or reported as a lost resolution (only
+/// where a hot copy was lost).
 fn paid_kept(f: &Facts, v: &mut Verdict) {
     const CHECK: &str = "paid-kept";
     let status: HashMap<&str, OrderStatus> = f
@@ -221,6 +222,12 @@ fn paid_kept(f: &Facts, v: &mut Verdict) {
             kept += 1;
         } else if f.stored.lost_resolutions.contains(&format!("{no} paid")) {
             reported += 1;
+            if !f.hot_copy_lost {
+                v.fail(
+                    CHECK,
+                    format!("payment of {no} reported lost, but no hot copy was lost"),
+                );
+            }
         } else if journal_died(f, &[(a.instance, a.sent_ms)]) {
             died += 1;
         } else {

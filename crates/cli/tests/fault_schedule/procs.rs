@@ -105,7 +105,6 @@ async fn cli(env: &Env, args: &[&str]) -> CliRun {
     cmd.args(args)
         .env_clear()
         .envs(env.vars("cli"))
-        .env("FLASHSALE_RECONCILE_INTERVAL_MS", "0")
         .current_dir(&env.dir)
         .kill_on_drop(true);
     match tokio::time::timeout(CLI_LIMIT, cmd.output()).await {

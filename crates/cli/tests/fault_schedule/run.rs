@@ -25,53 +25,74 @@ pub struct Outcome {
 }
 
 pub async fn run_seed(seed: u64) -> Outcome {
-    let plan = Arc::new(Plan::from_seed(seed));
+    let plan = Plan::from_seed(seed);
     print!("{plan}");
     let t0 = Instant::now();
     let mut cluster = Cluster::start(&plan).await;
     create_sales(&cluster, &plan).await;
     let up_s = t0.elapsed().as_secs_f64();
-    let start = Instant::now();
-    let stop = Arc::new(AtomicBool::new(false));
-    let bases = (0..2).map(|i| cluster.base(i)).collect();
-    let caller = workload::Caller::new(bases, cluster.http.clone(), start);
-    let clients = tokio::spawn(workload::run(plan.clone(), caller.clone(), stop.clone()));
-    let timeline = nemesis::run(&plan, &mut cluster, start).await;
-    // The schedule's end: the workload runs its planned length, faults or not.
-    tokio::time::sleep_until((start + Duration::from_millis(plan.workload_ms)).into()).await;
-    stop.store(true, Ordering::Relaxed);
-    let mut answers = clients.await.expect("the workload panicked");
-    let crashed = cluster.revive_crashed().await;
-    let (probes, not_back) = probe::sales_back(&plan, &caller).await;
-    answers.extend(probes);
+    let sold = sell_under_faults(&plan, &mut cluster).await;
     let t1 = Instant::now();
     let reconciled = quiesce(&cluster, &plan).await;
     let settle_s = t1.elapsed().as_secs_f64();
     let stored = db::read(&cluster.db_url).await;
     let mut verdict = checker::check(&Facts {
-        answers: &answers,
+        answers: &sold.answers,
         stored: &stored,
-        timeline: &timeline,
+        timeline: &sold.timeline,
         hot_copy_lost: plan.may_lose_hot_copy(),
         reconciled,
     });
-    verdict.failures.extend(not_back);
-    for c in crashed {
-        verdict.failures.push(Failure {
-            check: "no-crash",
-            detail: c,
-        });
-    }
-    verdict.notes.push(answer_counts(&answers));
+    verdict.failures.extend(sold.failures);
+    verdict.notes.push(answer_counts(&sold.answers));
     verdict.notes.push(format!(
         "phases: start {up_s:.1}s, workload {:.1}s, settle {settle_s:.1}s",
         plan.workload_ms as f64 / 1000.0
     ));
     Outcome {
-        plan: Arc::try_unwrap(plan).unwrap_or_else(|p| (*p).clone()),
-        timeline,
+        answers: sold.answers.len(),
+        plan,
+        timeline: sold.timeline,
         verdict,
-        answers: answers.len(),
+    }
+}
+
+/// What the selling phase left: every answer (the probes' too), what the nemesis did, and
+/// what already broke (a process that died by itself, a sale that did not come back).
+struct Sold {
+    answers: Vec<workload::Answer>,
+    timeline: Timeline,
+    failures: Vec<Failure>,
+}
+
+/// The workload and the nemesis together for the plan's length, then everything back and
+/// every sale probed.
+async fn sell_under_faults(plan: &Plan, cluster: &mut Cluster) -> Sold {
+    let start = Instant::now();
+    let stop = Arc::new(AtomicBool::new(false));
+    let bases = (0..2).map(|i| cluster.base(i)).collect();
+    let caller = workload::Caller::new(bases, cluster.http.clone(), start);
+    let clients = workload::run(Arc::new(plan.clone()), caller.clone(), stop.clone());
+    let clients = tokio::spawn(clients);
+    let timeline = nemesis::run(plan, cluster, start).await;
+    // The schedule's end: the workload runs its planned length, faults or not.
+    tokio::time::sleep_until((start + Duration::from_millis(plan.workload_ms)).into()).await;
+    stop.store(true, Ordering::Relaxed);
+    let mut answers = clients.await.expect("the workload panicked");
+    let mut failures: Vec<Failure> = (cluster.revive_crashed().await)
+        .into_iter()
+        .map(|detail| Failure {
+            check: "no-crash",
+            detail,
+        })
+        .collect();
+    let (probes, not_back) = probe::sales_back(plan, &caller).await;
+    answers.extend(probes);
+    failures.extend(not_back);
+    Sold {
+        answers,
+        timeline,
+        failures,
     }
 }
 
