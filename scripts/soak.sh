@@ -23,12 +23,18 @@ status=$?
 set -e
 # The test prints each failing seed's report again in its final panic: keep each line once.
 once() { awk '!seen[$0]++'; }
+sum_first() { awk '{ n += $1 } END { print n + 0 }'; }
 verdicts=$(grep -E '^fault_schedule seed [0-9]+: (PASS|FAIL)' "$log" | once || true)
 # One line per seed (verdict and time), then every failure line.
 sed -E 's/; accepted orders.*//' <<<"$verdicts"
 grep -E '^seed [0-9]+ FAIL \[' "$log" | once | head -300 || true
 passed=$(grep -cE ': PASS' <<<"$verdicts" || true)
 failed=$(grep -cE ': FAIL' <<<"$verdicts" || true)
+# The documented limit (a loss that died with its instance's in-memory journal) is allowed
+# but counted: its total over all seeds.
+limit=$(grep -E '^(fault_schedule seed [0-9]+: PASS|notes: )' "$log" | once \
+    | grep -oE '[0-9]+ lost unreported with their instance' | sum_first || true)
+echo "documented limit: ${limit:-0} orders/payments lost unreported with their instance's journal"
 echo "soak: $((passed + failed)) seeds in $(( $(date +%s) - started ))s (log: $log)"
 echo "$passed passed, $failed failed"
 if [[ $status -ne 0 || $failed -ne 0 ]]; then

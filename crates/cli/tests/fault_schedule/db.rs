@@ -48,9 +48,9 @@ pub async fn read(url: &str) -> Stored {
         events: events.iter().map(|r| event(r, has_epoch)).collect(),
         ..Stored::default()
     };
-    stored.lost_orders = lines(&mut db, "lost_orders").await;
+    stored.lost_orders = lines(&mut db, "lost_orders", 1).await;
     if has_resolutions {
-        stored.lost_resolutions = lines(&mut db, "lost_resolutions").await;
+        stored.lost_resolutions = lines(&mut db, "lost_resolutions", 2).await;
     }
     stored
 }
@@ -75,21 +75,22 @@ async fn has_column(db: &mut MySqlConnection, table: &str, column: &str) -> bool
     n > 0
 }
 
-/// The non-empty lines of one text column over every reconcile run.
-async fn lines(db: &mut MySqlConnection, column: &str) -> BTreeSet<String> {
+/// The non-empty lines of one text column over every reconcile run, each cut to its first
+/// `words` words (an order number; an order number and what was lost of it), so that a line
+/// that says more after them still names the same thing.
+async fn lines(db: &mut MySqlConnection, column: &str, words: usize) -> BTreeSet<String> {
     let sql = format!("SELECT `{column}` AS v FROM reconcile_runs");
-    fetch(db, &sql)
-        .await
-        .iter()
-        .flat_map(|r| {
-            let v = text(r, "v");
-            v.lines()
-                .map(str::trim)
-                .filter(|l| !l.is_empty())
-                .map(str::to_owned)
-                .collect::<Vec<_>>()
-        })
-        .collect()
+    let mut all = BTreeSet::new();
+    for row in fetch(db, &sql).await {
+        let value: Option<String> = row.try_get_unchecked("v").unwrap_or_default();
+        for line in value.unwrap_or_default().lines() {
+            let head: Vec<&str> = line.split_whitespace().take(words).collect();
+            if !head.is_empty() {
+                all.insert(head.join(" "));
+            }
+        }
+    }
+    all
 }
 
 fn sale(r: &MySqlRow) -> StoredSale {

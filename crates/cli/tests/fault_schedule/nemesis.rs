@@ -2,7 +2,7 @@
 //! process back `down_ms` later (faults may overlap: Redis killed while the worker is down),
 //! writing down when each thing really happened.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::time::{Duration, Instant};
 
 use super::plan::{Fault, Plan, Target};
@@ -33,20 +33,44 @@ impl Timeline {
 /// One thing the nemesis does at one time.
 #[derive(Debug, Clone, Copy)]
 enum Action {
-    Fault(Fault),
+    Kill(Target),
     Heal(Target),
+    Other(Fault),
 }
 
-/// The plan's steps and the heals they imply, in time order (a heal after its kill).
+/// The plan's steps as kills, heals and other faults in time order. A kill that lands while
+/// its target is still down from an earlier one extends that downtime: each target's down
+/// intervals are merged, so every kill has exactly one heal, after it.
 fn actions(plan: &Plan) -> Vec<(u64, Action)> {
     let mut all = Vec::new();
+    let mut downs: HashMap<Target, Vec<(u64, u64)>> = HashMap::new();
     for s in &plan.steps {
-        all.push((s.at_ms, Action::Fault(s.fault)));
-        if let Fault::Kill { target, down_ms } = s.fault {
-            all.push((s.at_ms + down_ms, Action::Heal(target)));
+        match s.fault {
+            Fault::Kill { target, down_ms } => {
+                downs
+                    .entry(target)
+                    .or_default()
+                    .push((s.at_ms, s.at_ms + down_ms));
+            }
+            other => all.push((s.at_ms, Action::Other(other))),
         }
     }
-    all.sort_by_key(|(at, _)| *at);
+    for (target, mut spans) in downs {
+        spans.sort_unstable();
+        let mut merged: Vec<(u64, u64)> = Vec::new();
+        for (from, to) in spans {
+            match merged.last_mut() {
+                Some(last) if from <= last.1 => last.1 = last.1.max(to),
+                _ => merged.push((from, to)),
+            }
+        }
+        for (from, to) in merged {
+            all.push((from, Action::Kill(target)));
+            all.push((to, Action::Heal(target)));
+        }
+    }
+    // Stable, and kills sort before heals at one time: a zero-length downtime still kills.
+    all.sort_by_key(|(at, a)| (*at, matches!(a, Action::Heal(_))));
     all
 }
 
@@ -73,12 +97,13 @@ pub async fn run(plan: &Plan, cluster: &mut Cluster, start: Instant) -> Timeline
         // The schedule: wait for the planned time (a late action runs at once).
         tokio::time::sleep_until((start + Duration::from_millis(at_ms)).into()).await;
         match action {
-            Action::Fault(Fault::Kill { target, .. }) => {
+            // Still down (its heal waits for the backends): the kill has nothing to kill.
+            Action::Kill(target) => {
                 if down.now.insert(target) {
                     kill(target, cluster, start, &mut t);
                 }
             }
-            Action::Fault(other) => apply(other, cluster, start, &down.now, &mut t).await,
+            Action::Other(other) => apply(other, cluster, start, &down.now, &mut t).await,
             Action::Heal(target) => {
                 heal_when_possible(target, cluster, start, &mut down, &mut t).await
             }
@@ -193,4 +218,24 @@ pub async fn admin_post(cluster: &Cluster, url: &str) -> u16 {
         Ok(resp) => resp.status().as_u16(),
         Err(_) => 0,
     }
+}
+
+#[test]
+fn a_kill_while_down_extends_the_downtime() {
+    use super::plan::Step;
+    let mut plan = Plan::from_seed(1);
+    let kill = |at_ms, down_ms| Step {
+        at_ms,
+        fault: Fault::Kill {
+            target: Target::Worker,
+            down_ms,
+        },
+    };
+    plan.steps = vec![kill(100, 500), kill(300, 1_000), kill(2_000, 0)];
+    let times: Vec<(u64, bool)> = actions(&plan)
+        .iter()
+        .map(|(at, a)| (*at, matches!(a, Action::Kill(_))))
+        .collect();
+    let expected = [(100, true), (1_300, false), (2_000, true), (2_000, false)];
+    assert_eq!(times, expected);
 }

@@ -150,7 +150,8 @@ impl Cluster {
             dir: dir.path().to_path_buf(),
         };
         let migrate = cli(&base_env, &["migrate"]).await;
-        assert_eq!(migrate.code, Some(0), "migrate: {}", migrate.stderr);
+        let why = migrate.stderr.lines().last().unwrap_or_default().to_owned();
+        assert_eq!(migrate.code, Some(0), "flashsale migrate failed: {why}");
         let ports = vec![
             flashsale_testkit::free_port(),
             flashsale_testkit::free_port(),
