@@ -49,48 +49,44 @@ async fn seeded_fault_schedules_keep_i1_to_i8() {
     let seeds = seeds::from_env();
     let mut failed = Vec::new();
     for &seed in &seeds {
-        let started = Instant::now();
-        // Its own task: a panic in one seed (processes killed on unwind) is that seed's
-        // failure, and the next seed still runs.
-        let result = tokio::spawn(run::run_seed(seed)).await;
-        let secs = started.elapsed().as_secs_f64();
-        let report = match result {
-            Ok(outcome) if outcome.verdict.failures.is_empty() => {
-                println!("{}", outcome.timeline.lines.join("\n"));
-                println!(
-                    "fault_schedule seed {seed}: PASS in {secs:.1}s; {}",
-                    notes(&outcome.verdict)
-                );
-                continue;
-            }
-            Ok(outcome) => failure_report(seed, secs, &outcome),
-            Err(e) => {
-                let why = e
-                    .try_into_panic()
-                    .map(panic_text)
-                    .unwrap_or_else(|e| e.to_string());
-                format!("fault_schedule seed {seed}: FAIL in {secs:.1}s\nseed {seed} FAIL [harness] {}\n{}", clip(&why, 2_000), plan::Plan::from_seed(seed))
-            }
-        };
-        println!("{report}\n{}", replay(seed));
-        failed.push((seed, report));
+        if let Some(report) = run_one(seed).await {
+            println!("{report}\n{}", replay(seed));
+            failed.push(format!("{report}\n{}", replay(seed)));
+        }
     }
-    println!(
-        "fault_schedule: {} passed, {} failed",
-        seeds.len() - failed.len(),
-        failed.len()
+    let passed = seeds.len() - failed.len();
+    println!("fault_schedule: {passed} passed, {} failed", failed.len());
+    assert!(
+        failed.is_empty(),
+        "{} of {} seeds failed:\n\n{}",
+        failed.len(),
+        seeds.len(),
+        failed.join("\n\n")
     );
-    if !failed.is_empty() {
-        let all: Vec<String> = failed
-            .iter()
-            .map(|(seed, r)| format!("{r}\n{}", replay(*seed)))
-            .collect();
-        panic!(
-            "{} of {} seeds failed:\n\n{}",
-            failed.len(),
-            seeds.len(),
-            all.join("\n\n")
-        );
+}
+
+/// Runs one seed; prints a passing one, returns a failing one's report.
+async fn run_one(seed: u64) -> Option<String> {
+    let started = Instant::now();
+    // Its own task: a panic in one seed (processes killed on unwind) is that seed's failure,
+    // and the next seed still runs.
+    let result = tokio::spawn(run::run_seed(seed)).await;
+    let secs = started.elapsed().as_secs_f64();
+    match result {
+        Ok(outcome) if outcome.verdict.failures.is_empty() => {
+            println!("{}", outcome.timeline.lines.join("\n"));
+            let notes = notes(&outcome.verdict);
+            println!("fault_schedule seed {seed}: PASS in {secs:.1}s; {notes}");
+            None
+        }
+        Ok(outcome) => Some(failure_report(seed, secs, &outcome)),
+        Err(e) => {
+            let why = e.try_into_panic().map(panic_text);
+            let why = why.unwrap_or_else(|e| e.to_string());
+            let plan = plan::Plan::from_seed(seed);
+            let why = clip(&why, 2_000);
+            Some(format!("fault_schedule seed {seed}: FAIL in {secs:.1}s\nseed {seed} FAIL [harness] {why}\n{plan}"))
+        }
     }
 }
 
