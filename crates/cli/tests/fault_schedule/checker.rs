@@ -164,12 +164,13 @@ fn first_answer(answers: &[Answer], no: &str) -> Vec<(usize, u64)> {
 }
 
 /// Whether a loss is the documented limit: a hot copy was lost, and every instance that could
-/// have journaled the order was killed after it was sent (its in-memory journal died).
+/// have journaled the order was killed before it could report the loss (its in-memory journal
+/// died with it).
 fn journal_died(f: &Facts, answers: &[(usize, u64)]) -> bool {
     f.hot_copy_lost
         && answers
             .iter()
-            .all(|&(i, sent)| f.timeline.killed_after(i, sent))
+            .all(|&(i, sent)| f.timeline.journal_died(i, sent))
 }
 
 /// Every accepted purchase is in `orders` (same number, user, request) or reported lost by
@@ -492,14 +493,19 @@ mod tests {
             v.failures
         );
 
-        // The answering instance died after answering: the documented limit, counted apart.
-        let timeline = Timeline {
+        // The answering instance died after answering, before the loss at 12 ms could be
+        // reported: the documented limit, counted apart. Killed long after: a failure.
+        let mut timeline = Timeline {
             serve_kills: vec![(0, 15)],
+            losses: vec![12],
             ..Timeline::default()
         };
         let v = verdict(&answers, &two_orders(), true, &timeline);
         assert!(v.failures.is_empty(), "{:?}", v.failures);
         assert!(v.notes[0].contains("1 lost unreported"), "{:?}", v.notes);
+        timeline.serve_kills = vec![(0, 60_000)];
+        let v = verdict(&answers, &two_orders(), true, &timeline);
+        assert_eq!(v.failed_checks(), ["no-acked-loss"], "{:?}", v.failures);
     }
 
     #[test]

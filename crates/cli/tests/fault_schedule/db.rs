@@ -33,25 +33,30 @@ pub struct Stored {
     pub lost_resolutions: BTreeSet<String>,
 }
 
+/// Reads everything in one transaction: one InnoDB snapshot, so that a hold the expiry worker
+/// resolves meanwhile cannot show as an event without its counters.
 pub async fn read(url: &str) -> Stored {
-    let mut db = MySqlConnection::connect(url)
+    let mut conn = MySqlConnection::connect(url)
         .await
         .expect("connect to MariaDB to check");
-    let has_epoch = has_column(&mut db, "stock_events", "epoch").await;
-    let has_resolutions = has_column(&mut db, "reconcile_runs", "lost_resolutions").await;
-    let sales = fetch(&mut db, "SELECT * FROM sales ORDER BY sku_id").await;
-    let orders = fetch(&mut db, "SELECT * FROM orders ORDER BY id").await;
-    let events = fetch(&mut db, "SELECT * FROM stock_events ORDER BY sku_id, seq").await;
+    let mut tx = conn.begin().await.expect("begin a read transaction");
+    let db: &mut MySqlConnection = &mut tx;
+    let has_epoch = has_column(db, "stock_events", "epoch").await;
+    let has_resolutions = has_column(db, "reconcile_runs", "lost_resolutions").await;
+    let sales = fetch(db, "SELECT * FROM sales ORDER BY sku_id").await;
+    let orders = fetch(db, "SELECT * FROM orders ORDER BY id").await;
+    let events = fetch(db, "SELECT * FROM stock_events ORDER BY sku_id, seq").await;
     let mut stored = Stored {
         sales: sales.iter().map(sale).collect(),
         orders: orders.iter().map(order).collect(),
         events: events.iter().map(|r| event(r, has_epoch)).collect(),
         ..Stored::default()
     };
-    stored.lost_orders = lines(&mut db, "lost_orders", 1).await;
+    stored.lost_orders = lines(db, "lost_orders", 1).await;
     if has_resolutions {
-        stored.lost_resolutions = lines(&mut db, "lost_resolutions", 2).await;
+        stored.lost_resolutions = lines(db, "lost_resolutions", 2).await;
     }
+    tx.rollback().await.expect("end the read transaction");
     stored
 }
 

@@ -2,11 +2,15 @@
 //! process back `down_ms` later (faults may overlap: Redis killed while the worker is down),
 //! writing down when each thing really happened.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
-use super::plan::{Fault, Plan, Target};
+use super::plan::{Fault, Plan, RedisKeeps, Target};
 use super::procs::{Cluster, ADMIN};
+
+/// How long after a loss (and every outage around it) the running reconcilers get to rebuild
+/// the sale and name what was lost: a few 500 ms reconcile intervals.
+const REPORT_GRACE_MS: u64 = 3_000;
 
 /// What the nemesis did, with times in ms after the workload started.
 #[derive(Debug, Default)]
@@ -14,6 +18,10 @@ pub struct Timeline {
     pub lines: Vec<String>,
     /// (instance, when) of every kill -9 of a serve instance: its loss journal died there.
     pub serve_kills: Vec<(usize, u64)>,
+    /// When a hot copy may have been lost: a kill of a Redis that keeps nothing, a forced warm.
+    pub losses: Vec<u64>,
+    /// (from, to) of every process's downtime.
+    pub downs: Vec<(u64, u64)>,
 }
 
 impl Timeline {
@@ -22,11 +30,24 @@ impl Timeline {
         self.lines.push(format!("  at {at:>5} ms: {what}"));
     }
 
-    /// Whether `instance` was killed at or after `at_ms`.
-    pub fn killed_after(&self, instance: usize, at_ms: u64) -> bool {
+    /// Whether an order `instance` accepted at `sent_ms` or later could not be reported lost
+    /// because its journal died: the instance was killed after that, and no later than the
+    /// first loss after it could have been reported (the loss, every outage around it, then
+    /// `REPORT_GRACE_MS`).
+    pub fn journal_died(&self, instance: usize, sent_ms: u64) -> bool {
+        let Some(loss) = self.losses.iter().copied().filter(|&l| l >= sent_ms).min() else {
+            return false;
+        };
+        let around = |&&(from, to): &&(u64, u64)| from <= loss + REPORT_GRACE_MS && to >= loss;
+        let healed = self.downs.iter().filter(around).map(|d| d.1).max();
+        let deadline = healed.unwrap_or(loss).max(loss) + REPORT_GRACE_MS;
         self.serve_kills
             .iter()
-            .any(|&(i, t)| i == instance && t >= at_ms)
+            .any(|&(i, t)| i == instance && (sent_ms..=deadline).contains(&t))
+    }
+
+    fn now(start: Instant) -> u64 {
+        start.elapsed().as_millis() as u64
     }
 }
 
@@ -80,13 +101,21 @@ const BACKENDS: [Target; 3] = [Target::Redis, Target::HotRedis, Target::MariaDb]
 /// not start without Redis and MariaDB, so their heal waits for both.
 #[derive(Default)]
 struct Down {
-    now: HashSet<Target>,
+    /// Each process down now, since when (ms).
+    now: HashMap<Target, u64>,
     waiting: Vec<Target>,
 }
 
 impl Down {
     fn backends_up(&self) -> bool {
-        BACKENDS.iter().all(|b| !self.now.contains(b))
+        BACKENDS.iter().all(|b| !self.now.contains_key(b))
+    }
+
+    /// Brought back: its downtime goes to the timeline.
+    fn healed(&mut self, target: Target, start: Instant, t: &mut Timeline) {
+        if let Some(from) = self.now.remove(&target) {
+            t.downs.push((from, Timeline::now(start)));
+        }
     }
 }
 
@@ -99,11 +128,16 @@ pub async fn run(plan: &Plan, cluster: &mut Cluster, start: Instant) -> Timeline
         match action {
             // Still down (its heal waits for the backends): the kill has nothing to kill.
             Action::Kill(target) => {
-                if down.now.insert(target) {
+                if !down.now.contains_key(&target) {
+                    down.now.insert(target, Timeline::now(start));
                     kill(target, cluster, start, &mut t);
+                    let redis = matches!(target, Target::Redis | Target::HotRedis);
+                    if redis && plan.redis == RedisKeeps::Nothing {
+                        t.losses.push(Timeline::now(start));
+                    }
                 }
             }
-            Action::Other(other) => apply(other, cluster, start, &down.now, &mut t).await,
+            Action::Other(other) => apply(other, cluster, start, &down, &mut t).await,
             Action::Heal(target) => {
                 heal_when_possible(target, cluster, start, &mut down, &mut t).await
             }
@@ -112,7 +146,7 @@ pub async fn run(plan: &Plan, cluster: &mut Cluster, start: Instant) -> Timeline
     // Everything back before the run quiesces: the backends first.
     let rest: Vec<Target> = BACKENDS
         .into_iter()
-        .chain(down.now.iter().copied())
+        .chain(down.now.keys().copied())
         .collect();
     for target in rest {
         heal_when_possible(target, cluster, start, &mut down, &mut t).await;
@@ -127,7 +161,7 @@ async fn heal_when_possible(
     down: &mut Down,
     t: &mut Timeline,
 ) {
-    if !down.now.contains(&target) || down.waiting.contains(&target) {
+    if !down.now.contains_key(&target) || down.waiting.contains(&target) {
         return;
     }
     let backend = BACKENDS.contains(&target);
@@ -136,11 +170,11 @@ async fn heal_when_possible(
         return;
     }
     heal(target, cluster, start, t).await;
-    down.now.remove(&target);
+    down.healed(target, start, t);
     if backend && down.backends_up() {
         for waiting in std::mem::take(&mut down.waiting) {
             heal(waiting, cluster, start, t).await;
-            down.now.remove(&waiting);
+            down.healed(waiting, start, t);
         }
     }
 }
@@ -151,7 +185,7 @@ fn kill(target: Target, cluster: &mut Cluster, start: Instant, t: &mut Timeline)
         Target::HotRedis => cluster.hot.as_mut().expect("a hot Redis").kill(),
         Target::Serve(i) => {
             cluster.serves[i].kill();
-            t.serve_kills.push((i, start.elapsed().as_millis() as u64));
+            t.serve_kills.push((i, Timeline::now(start)));
         }
         Target::Worker => cluster.worker.kill(),
         Target::MariaDb => cluster.db.kill(),
@@ -173,19 +207,14 @@ async fn heal(target: Target, cluster: &mut Cluster, start: Instant, t: &mut Tim
     t.note(start, format!("{target:?} back"));
 }
 
-async fn apply(
-    fault: Fault,
-    cluster: &mut Cluster,
-    start: Instant,
-    down: &HashSet<Target>,
-    t: &mut Timeline,
-) {
+async fn apply(fault: Fault, cluster: &mut Cluster, start: Instant, down: &Down, t: &mut Timeline) {
     match fault {
         Fault::Kill { .. } => unreachable!("kills are handled with their heals"),
         Fault::ForcedWarm { sku } => {
             // Through an instance that is up, so that the warm lands.
-            let up = usize::from(down.contains(&Target::Serve(0)));
+            let up = usize::from(down.now.contains_key(&Target::Serve(0)));
             let url = format!("{}/api/v1/sales/{sku}/warm?force=true", cluster.base(up));
+            t.losses.push(Timeline::now(start));
             let status = admin_post(cluster, &url).await;
             t.note(start, format!("forced warm of sale {sku}: HTTP {status}"));
         }
