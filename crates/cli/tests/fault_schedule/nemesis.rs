@@ -2,6 +2,7 @@
 //! process back `down_ms` later (faults may overlap: Redis killed while the worker is down),
 //! writing down when each thing really happened.
 
+use std::collections::hash_map::Entry;
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
@@ -126,10 +127,10 @@ pub async fn run(plan: &Plan, cluster: &mut Cluster, start: Instant) -> Timeline
         // The schedule: wait for the planned time (a late action runs at once).
         tokio::time::sleep_until((start + Duration::from_millis(at_ms)).into()).await;
         match action {
-            // Still down (its heal waits for the backends): the kill has nothing to kill.
             Action::Kill(target) => {
-                if !down.now.contains_key(&target) {
-                    down.now.insert(target, Timeline::now(start));
+                // Still down (its heal waits for the backends): nothing to kill.
+                if let Entry::Vacant(slot) = down.now.entry(target) {
+                    slot.insert(Timeline::now(start));
                     kill(target, cluster, start, &mut t);
                     let redis = matches!(target, Target::Redis | Target::HotRedis);
                     if redis && plan.redis == RedisKeeps::Nothing {
