@@ -1,0 +1,253 @@
+//! One seed end to end: start, sell under faults, quiesce, read MariaDB, check.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+
+use super::checker::{self, Facts, Failure, Verdict};
+use super::nemesis::{self, Timeline};
+use super::plan::Plan;
+use super::procs::{Cluster, ADMIN};
+use super::{db, probe, workload};
+
+/// How long the running reconcilers get to bring every sale to diff 0 after the workload.
+const SETTLE_LIMIT: Duration = Duration::from_secs(15);
+/// How long after the harness's own `reconcile --repair`, when they did not.
+const REPAIRED_LIMIT: Duration = Duration::from_secs(8);
+
+pub struct Outcome {
+    pub plan: Plan,
+    pub timeline: Timeline,
+    pub verdict: Verdict,
+    pub answers: usize,
+}
+
+pub async fn run_seed(seed: u64) -> Outcome {
+    let plan = Plan::from_seed(seed);
+    print!("{plan}");
+    let t0 = Instant::now();
+    let mut cluster = Cluster::start(&plan).await;
+    create_sales(&cluster, &plan).await;
+    let up_s = t0.elapsed().as_secs_f64();
+    let sold = sell_under_faults(&plan, &mut cluster).await;
+    let t1 = Instant::now();
+    let reconciled = quiesce(&cluster, &plan).await;
+    let settle_s = t1.elapsed().as_secs_f64();
+    let stored = db::read(&cluster.db_url).await;
+    let mut verdict = checker::check(&Facts {
+        answers: &sold.answers,
+        stored: &stored,
+        timeline: &sold.timeline,
+        hot_copy_lost: plan.may_lose_hot_copy(),
+        reconciled,
+    });
+    verdict.failures.extend(sold.failures);
+    verdict.notes.push(answer_counts(&sold.answers));
+    verdict.notes.push(format!(
+        "phases: start {up_s:.1}s, workload {:.1}s, settle {settle_s:.1}s",
+        plan.workload_ms as f64 / 1000.0
+    ));
+    Outcome {
+        answers: sold.answers.len(),
+        plan,
+        timeline: sold.timeline,
+        verdict,
+    }
+}
+
+/// What the selling phase left: every answer (the probes' too), what the nemesis did, and
+/// what already broke (a process that died by itself, a sale that did not come back).
+struct Sold {
+    answers: Vec<workload::Answer>,
+    timeline: Timeline,
+    failures: Vec<Failure>,
+}
+
+/// The workload and the nemesis together for the plan's length, then everything back and
+/// every sale probed.
+async fn sell_under_faults(plan: &Plan, cluster: &mut Cluster) -> Sold {
+    let start = Instant::now();
+    let stop = Arc::new(AtomicBool::new(false));
+    let bases = (0..2).map(|i| cluster.base(i)).collect();
+    let caller = workload::Caller::new(bases, cluster.http.clone(), start);
+    let clients = workload::run(Arc::new(plan.clone()), caller.clone(), stop.clone());
+    let clients = tokio::spawn(clients);
+    let timeline = nemesis::run(plan, cluster, start).await;
+    // The schedule's end: the workload runs its planned length, faults or not.
+    tokio::time::sleep_until((start + Duration::from_millis(plan.workload_ms)).into()).await;
+    stop.store(true, Ordering::Relaxed);
+    let mut answers = clients.await.expect("the workload panicked");
+    let mut failures: Vec<Failure> = (cluster.revive_crashed().await)
+        .into_iter()
+        .map(|detail| Failure {
+            check: "no-crash",
+            detail,
+        })
+        .collect();
+    let (probes, not_back) = probe::sales_back(plan, &caller).await;
+    answers.extend(probes);
+    failures.extend(not_back);
+    Sold {
+        answers,
+        timeline,
+        failures,
+    }
+}
+
+/// `requests: N; 202 x, 409 SOLD_OUT y, …, none z`: what the workload met.
+fn answer_counts(answers: &[workload::Answer]) -> String {
+    let mut counts: std::collections::BTreeMap<String, usize> = Default::default();
+    for a in answers {
+        let label = match (a.status, &a.code) {
+            (0, _) => "none".to_owned(),
+            (s, Some(code)) => format!("{s} {code}"),
+            (s, None) => s.to_string(),
+        };
+        *counts.entry(label).or_default() += 1;
+    }
+    let parts: Vec<String> = counts.iter().map(|(k, n)| format!("{k} ×{n}")).collect();
+    format!("requests: {} ({})", answers.len(), parts.join(", "))
+}
+
+async fn create_sales(cluster: &Cluster, plan: &Plan) {
+    let base = cluster.base(0);
+    for s in &plan.sales {
+        let mut body = json!({"sku_id": s.sku, "name": format!("sale{}", s.sku),
+            "total_stock": s.stock, "per_user_limit": s.per_user_limit});
+        if let Some(t) = s.payment_timeout_ms {
+            body["mode"] = json!("reserve");
+            body["payment_timeout_ms"] = json!(t);
+        }
+        let created = cluster
+            .http
+            .post(format!("{base}/api/v1/sales"))
+            .bearer_auth(ADMIN)
+            .json(&body)
+            .send()
+            .await;
+        let status = created.map(|r| r.status().as_u16()).unwrap_or(0);
+        assert_eq!(status, 201, "create sale {}", s.sku);
+        let url = format!("{base}/api/v1/sales/{}/warm", s.sku);
+        assert_eq!(
+            nemesis::admin_post(cluster, &url).await,
+            200,
+            "warm sale {}",
+            s.sku
+        );
+    }
+}
+
+/// Everything is running again; waits until `flashsale reconcile` (no repair) exits 0 with
+/// nothing in flight for every sale. When the running reconcilers do not get there, the
+/// harness runs `reconcile --repair` itself (so the other checks see a settled database) and
+/// still reports that they did not.
+async fn quiesce(cluster: &Cluster, plan: &Plan) -> Result<(), String> {
+    if settled(cluster, plan, SETTLE_LIMIT).await.is_ok() {
+        return Ok(());
+    }
+    let first = settled(cluster, plan, Duration::ZERO).await.unwrap_err();
+    let repair = cluster.cli(&["reconcile", "--repair"]).await;
+    let after = match settled(cluster, plan, REPAIRED_LIMIT).await {
+        Ok(()) => "reconciled after the harness's `reconcile --repair`".to_owned(),
+        Err(why) => format!(
+            "still not after the harness's `reconcile --repair` (exit {:?}): {why}",
+            repair.code
+        ),
+    };
+    Err(format!(
+        "not reconciled {SETTLE_LIMIT:?} after the workload: {first}; {after}"
+    ))
+}
+
+/// Polls until every sale reconciles drained, as `flashsale reconcile` sees it and as a serving
+/// instance sees it (`GET /admin/reconcile`: its ledger routes hot sales), or says why not.
+async fn settled(cluster: &Cluster, plan: &Plan, limit: Duration) -> Result<(), String> {
+    let last = Mutex::new(String::new());
+    let ok = flashsale_testkit::poll::within(limit, Duration::from_millis(200), || async {
+        let verdict = match cli_reconciled(cluster, plan).await {
+            Ok(()) => instance_reconciled(cluster, plan).await,
+            Err(why) => Err(why),
+        };
+        match verdict {
+            Ok(()) => Some(()),
+            Err(why) => {
+                *last.lock().unwrap() = why;
+                None
+            }
+        }
+    })
+    .await;
+    ok.ok_or_else(|| last.into_inner().unwrap())
+}
+
+async fn cli_reconciled(cluster: &Cluster, plan: &Plan) -> Result<(), String> {
+    let run = cluster.cli(&["reconcile"]).await;
+    let verdict = drained(&run.stdout, plan.sales.len());
+    match (verdict, run.code) {
+        (Ok(()), Some(0)) => Ok(()),
+        (verdict, code) => {
+            let why = verdict.err().unwrap_or_else(|| clip(&run.stderr, 300));
+            Err(format!("`flashsale reconcile` exit {code:?}: {why}"))
+        }
+    }
+}
+
+async fn instance_reconciled(cluster: &Cluster, plan: &Plan) -> Result<(), String> {
+    let url = format!("{}/api/v1/admin/reconcile", cluster.base(0));
+    let resp = cluster.http.get(&url).bearer_auth(ADMIN).send().await;
+    let body = match resp {
+        Ok(r) => r.text().await.unwrap_or_default(),
+        Err(e) => return Err(format!("GET /admin/reconcile on instance 0: {e}")),
+    };
+    drained(&body, plan.sales.len())
+        .map_err(|why| format!("GET /admin/reconcile on instance 0: {why}"))
+}
+
+/// Every sale's report ok with nothing in flight; else the reports that are not, clipped.
+fn drained(stdout: &str, sales: usize) -> Result<(), String> {
+    let reports: Vec<Value> = serde_json::from_str(stdout).map_err(|_| clip(stdout, 300))?;
+    let bad: Vec<String> = reports
+        .iter()
+        .filter(|r| r["ok"] != json!(true) || r["in_flight"] != json!(0))
+        .map(|r| {
+            let keep = [
+                "sku_id",
+                "ok",
+                "in_flight",
+                "hot_behind",
+                "diff",
+                "findings",
+                "violations",
+                "overdue_holds",
+                "stale_pending",
+            ];
+            let short: serde_json::Map<String, Value> = keep
+                .iter()
+                .map(|k| (k.to_string(), r[*k].clone()))
+                .collect();
+            clip(&Value::Object(short).to_string(), 400)
+        })
+        .collect();
+    if bad.is_empty() && reports.len() == sales {
+        Ok(())
+    } else {
+        Err(format!(
+            "{} reports for {sales} sales; not reconciled: {}",
+            reports.len(),
+            bad.join(" | ")
+        ))
+    }
+}
+
+pub fn clip(s: &str, max: usize) -> String {
+    if s.len() <= max {
+        return s.to_owned();
+    }
+    let mut end = max;
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}…", &s[..end])
+}

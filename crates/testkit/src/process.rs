@@ -1,0 +1,103 @@
+//! A long-running child process that a test kills with SIGKILL and starts again with the same
+//! command line, its output appended to a log file; killed on drop, also when the test panics.
+
+use std::fs::OpenOptions;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+
+/// A restartable child: program, arguments, environment and working directory are fixed at
+/// creation so that every start is the same process again.
+pub struct Proc {
+    pub name: String,
+    program: PathBuf,
+    args: Vec<String>,
+    env: Vec<(String, String)>,
+    dir: PathBuf,
+    log: PathBuf,
+    child: Option<Child>,
+    starts: u32,
+}
+
+impl Proc {
+    /// `dir` is the working directory (so no stray config file of the caller's is read) and
+    /// holds `<name>.log`. The environment is exactly `env`: nothing leaks in from the
+    /// caller's shell.
+    pub fn new(
+        name: &str,
+        program: impl Into<PathBuf>,
+        args: &[&str],
+        env: Vec<(String, String)>,
+        dir: &Path,
+    ) -> Proc {
+        Proc {
+            name: name.to_owned(),
+            program: program.into(),
+            args: args.iter().map(|a| a.to_string()).collect(),
+            env,
+            dir: dir.to_path_buf(),
+            log: dir.join(format!("{name}.log")),
+            child: None,
+            starts: 0,
+        }
+    }
+
+    /// Starts the process (again). Panics when it cannot be spawned.
+    pub fn start(&mut self) {
+        assert!(self.child.is_none(), "{} already running", self.name);
+        let log = OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&self.log)
+            .expect("open the process log");
+        let err = log.try_clone().expect("clone the log handle");
+        let child = Command::new(&self.program)
+            .args(&self.args)
+            .env_clear()
+            .envs(self.env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
+            .current_dir(&self.dir)
+            .stdin(Stdio::null())
+            .stdout(log)
+            .stderr(err)
+            .spawn()
+            .unwrap_or_else(|e| panic!("spawn {}: {e}", self.name));
+        self.child = Some(child);
+        self.starts += 1;
+    }
+
+    /// SIGKILL and reap: no shutdown hook runs.
+    pub fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    pub fn is_running(&self) -> bool {
+        self.child.is_some()
+    }
+
+    /// Whether the process exited by itself (a crash), without reaping a live one.
+    pub fn exited(&mut self) -> Option<std::process::ExitStatus> {
+        self.child
+            .as_mut()
+            .and_then(|c| c.try_wait().ok().flatten())
+    }
+
+    /// How many times it was started.
+    pub fn starts(&self) -> u32 {
+        self.starts
+    }
+
+    /// The last `lines` lines of its log (for a failure message).
+    pub fn log_tail(&self, lines: usize) -> String {
+        let text = std::fs::read_to_string(&self.log).unwrap_or_default();
+        let all: Vec<&str> = text.lines().collect();
+        all[all.len().saturating_sub(lines)..].join("\n")
+    }
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}

@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# Soak the seeded fault schedule: runs many seeds of crates/cli/tests/fault_schedule.rs in one
+# `cargo test` invocation, prints each seed's verdict and time, then "N passed, M failed".
+#
+#   scripts/soak.sh 50            seeds 1..=50
+#   scripts/soak.sh 7,19,100..=120  a list and/or ranges (a..b excludes b, a..=b includes it)
+#
+# Exits non-zero when any seed fails. Each failing seed prints its schedule, what broke and
+# the command that replays it. The whole output is kept in target/soak.log.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+spec="${1:?usage: scripts/soak.sh N | SEED-LIST (e.g. 1,5..=9)}"
+if [[ "$spec" =~ ^[0-9]+$ ]]; then
+    spec="1..=$spec"
+fi
+log=target/soak.log
+mkdir -p target
+started=$(date +%s)
+set +e
+FLASHSALE_SEEDS="$spec" cargo test -p flashsale --test fault_schedule \
+    -- seeded_fault_schedules --nocapture >"$log" 2>&1
+status=$?
+set -e
+# The test prints each failing seed's report again in its final panic: keep each line once.
+once() { awk '!seen[$0]++'; }
+sum_first() { awk '{ n += $1 } END { print n + 0 }'; }
+verdicts=$(grep -E '^fault_schedule seed [0-9]+: (PASS|FAIL)' "$log" | once || true)
+# One line per seed (verdict and time), then every failure line.
+sed -E 's/; accepted orders.*//' <<<"$verdicts"
+grep -E '^seed [0-9]+ FAIL \[' "$log" | once | head -300 || true
+passed=$(grep -cE ': PASS' <<<"$verdicts" || true)
+failed=$(grep -cE ': FAIL' <<<"$verdicts" || true)
+# The documented limit (a loss that died with its instance's in-memory journal) is allowed
+# but counted: its total over all seeds.
+limit=$(grep -E '^(fault_schedule seed [0-9]+: PASS|notes: )' "$log" | once \
+    | grep -oE '[0-9]+ lost unreported with their instance' | sum_first || true)
+echo "documented limit: ${limit:-0} orders/payments lost unreported with their instance's journal"
+echo "soak: $((passed + failed)) seeds in $(( $(date +%s) - started ))s (log: $log)"
+echo "$passed passed, $failed failed"
+if [[ $status -ne 0 || $failed -ne 0 ]]; then
+    if [[ $failed -eq 0 ]]; then
+        echo "cargo test failed before any seed ran; see $log" >&2
+        tail -20 "$log" >&2
+    fi
+    exit 1
+fi
