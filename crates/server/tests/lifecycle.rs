@@ -173,8 +173,23 @@ async fn a_payment_lost_with_redis_is_reported() {
     );
     redis.kill();
     redis.start().await;
-
+    // Before the repair the live sale has no hot copy: buyers are told to retry, not that
+    // the sale has not started.
     let st = &stack;
+    wait::until(
+        "a purchase told the copy is being restored",
+        Duration::from_secs(20),
+        || async move {
+            let (s, b) = st.buy(3, 44, "c", json!(1)).await;
+            assert_ne!(code(&b), "NOT_STARTED", "{b}");
+            let restoring = b["message"]
+                .as_str()
+                .is_some_and(|m| m.contains("being restored"));
+            (s == StatusCode::SERVICE_UNAVAILABLE && restoring).then_some(())
+        },
+    )
+    .await;
+
     let report = wait::until(
         "a repair once Redis is back",
         Duration::from_secs(20),

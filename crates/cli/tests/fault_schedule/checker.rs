@@ -5,7 +5,7 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 
 use flashsale_core::invariants::check_sale;
-use flashsale_core::{EventKind, OrderStatus};
+use flashsale_core::{EventKind, OrderNo, OrderStatus};
 
 use super::db::Stored;
 use super::nemesis::Timeline;
@@ -76,13 +76,13 @@ pub fn check(f: &Facts) -> Verdict {
 }
 
 /// (order_no, request key) of every stored order.
-fn stored_pairs(stored: &Stored) -> HashSet<(&str, Key<'_>)> {
+fn stored_pairs(stored: &Stored) -> HashSet<(String, Key<'_>)> {
     stored
         .orders
         .iter()
         .map(|o| {
             let k = (o.sku_id.0, o.user_id.0, o.request_id.as_str());
-            (o.order_no.as_str(), k)
+            (o.order_no.to_string(), k)
         })
         .collect()
 }
@@ -112,7 +112,7 @@ fn order_numbers_once(f: &Facts, v: &mut Verdict) {
         );
     }
     for o in &f.stored.orders {
-        let Some(keys) = answered.get(o.order_no.as_str()) else {
+        let Some(keys) = answered.get(o.order_no.to_string().as_str()) else {
             continue;
         };
         let stored = (o.sku_id.0, o.user_id.0, o.request_id.as_str());
@@ -126,14 +126,14 @@ fn order_numbers_once(f: &Facts, v: &mut Verdict) {
             );
         }
     }
-    let mut deducted: BTreeMap<&str, usize> = BTreeMap::new();
+    let mut deducted: BTreeMap<OrderNo, usize> = BTreeMap::new();
     for e in f
         .stored
         .events
         .iter()
         .filter(|e| !e.rejected && e.event.kind == EventKind::Deducted)
     {
-        *deducted.entry(e.event.order_no.as_str()).or_default() += 1;
+        *deducted.entry(e.event.order_no).or_default() += 1;
     }
     for (no, n) in deducted.iter().filter(|(_, n)| **n > 1) {
         v.fail(
@@ -182,7 +182,7 @@ fn no_acked_loss(f: &Facts, v: &mut Verdict) {
     let (mut kept, mut reported, mut died) = (0, 0, 0);
     for (no, keys) in answered(f.answers) {
         for k in keys {
-            if stored.contains(&(no, k)) {
+            if stored.contains(&(no.to_string(), k)) {
                 kept += 1;
             } else if f.stored.lost_orders.contains(no) {
                 reported += 1;
@@ -207,11 +207,11 @@ fn no_acked_loss(f: &Facts, v: &mut Verdict) {
 /// where a hot copy was lost).
 fn paid_kept(f: &Facts, v: &mut Verdict) {
     const CHECK: &str = "paid-kept";
-    let status: HashMap<&str, OrderStatus> = f
+    let status: HashMap<String, OrderStatus> = f
         .stored
         .orders
         .iter()
-        .map(|o| (o.order_no.as_str(), o.status))
+        .map(|o| (o.order_no.to_string(), o.status))
         .collect();
     let (mut kept, mut reported, mut died) = (0, 0, 0);
     let paid = f.answers.iter().filter(|a| {
@@ -290,7 +290,8 @@ fn retries_get_first_outcome(f: &Facts, v: &mut Verdict) {
         answers.sort_by_key(|a| a.at_ms);
         for pair in answers.windows(2) {
             let (x, y) = (pair[0].order_no.as_deref(), pair[1].order_no.as_deref());
-            let x_lost = f.hot_copy_lost && !stored.contains(&(x.unwrap_or_default(), k));
+            let x_lost =
+                f.hot_copy_lost && !stored.contains(&(x.unwrap_or_default().to_string(), k));
             if x != y && !x_lost {
                 v.fail(
                     "I4",
@@ -307,16 +308,14 @@ fn retries_get_first_outcome(f: &Facts, v: &mut Verdict) {
 /// I8 in the rows: `(epoch, seq)` of non-rejected events unique per sale (where the epoch is
 /// known: a column, or a deduction's own order number), and one user per order number.
 fn one_owner(f: &Facts, v: &mut Verdict) {
-    let mut pairs: HashMap<(u64, u64, u64), &str> = HashMap::new();
-    let mut owners: BTreeMap<&str, BTreeSet<u64>> = BTreeMap::new();
+    let mut pairs: HashMap<(u64, u64, u64), OrderNo> = HashMap::new();
+    let mut owners: BTreeMap<OrderNo, BTreeSet<u64>> = BTreeMap::new();
     for e in f.stored.events.iter().filter(|e| !e.rejected) {
-        let no = e.event.order_no.as_str();
+        let no = e.event.order_no;
         owners.entry(no).or_default().insert(e.event.user_id.0);
-        let epoch = e.epoch.or_else(|| {
-            (e.event.kind == EventKind::Deducted)
-                .then(|| no.split('-').nth(1)?.parse().ok())
-                .flatten()
-        });
+        let epoch = e
+            .epoch
+            .or_else(|| (e.event.kind == EventKind::Deducted).then(|| no.epoch()));
         let Some(epoch) = epoch else { continue };
         if let Some(other) = pairs.insert((e.event.sku_id.0, epoch, e.event.seq), no) {
             v.fail(
@@ -329,10 +328,7 @@ fn one_owner(f: &Facts, v: &mut Verdict) {
         }
     }
     for o in &f.stored.orders {
-        owners
-            .entry(o.order_no.as_str())
-            .or_default()
-            .insert(o.user_id.0);
+        owners.entry(o.order_no).or_default().insert(o.user_id.0);
     }
     for (no, users) in owners.iter().filter(|(_, u)| u.len() > 1) {
         v.fail("I8", format!("order_no {no} is held by users {users:?}"));
@@ -382,9 +378,10 @@ mod tests {
     fn deducted(o: &HotOrder, seq: u64) -> StoredEvent {
         let event = Event {
             sku_id: o.sku_id,
+            epoch: 1,
             seq,
             kind: EventKind::Deducted,
-            order_no: o.order_no.clone(),
+            order_no: o.order_no,
             request_id: o.request_id.clone(),
             user_id: o.user_id,
             quantity: 1,
@@ -420,6 +417,7 @@ mod tests {
                 sale,
                 counters,
                 epoch: 1,
+                epoch_at_ms: 0,
             }],
             orders,
             events,

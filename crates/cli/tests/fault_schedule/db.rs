@@ -122,6 +122,7 @@ fn sale(r: &MySqlRow) -> StoredSale {
         sale,
         counters,
         epoch: r.get("epoch"),
+        epoch_at_ms: r.get("epoch_at_ms"),
     }
 }
 
@@ -141,6 +142,7 @@ fn order(r: &MySqlRow) -> HotOrder {
 fn event(r: &MySqlRow, has_epoch: bool) -> StoredEvent {
     let event = Event {
         sku_id: SkuId(r.get("sku_id")),
+        epoch: if has_epoch { r.get("epoch") } else { 0 },
         seq: r.get("seq"),
         kind: EventKind::parse(r.get("kind")).expect("stored kind"),
         order_no: order_no(&text(r, "order_no")),

@@ -8,7 +8,7 @@ use axum::http::StatusCode;
 use axum::Json;
 use flashsale_core::limits::PER_USER_LIMIT_MAX;
 use flashsale_core::{
-    ErrorCode, LedgerError, PurchaseOutcome, PurchaseRequest, RequestId, SkuId, UserId,
+    ErrorCode, LedgerError, PurchaseOutcome, PurchaseRequest, RequestId, SaleState, SkuId, UserId,
 };
 use serde::Deserialize;
 
@@ -67,13 +67,13 @@ pub async fn purchase(
     let sku = SkuId(p);
     let Json(body) = body?;
     let req = body.validate(sku, user)?;
-    super::sales::lookup(&st, sku).await?;
+    let stored = super::sales::lookup(&st, sku).await?;
     let key = req.key().to_string();
     let _permit = st
         .gateway
         .admit_purchase(sku, user, &key, body.purchase_token.as_deref())
         .await?;
-    let result = decide(&st, req).await;
+    let result = decide(&st, req, stored.sale.state).await;
     let label = match &result {
         Ok(view) if view.replayed == Some(true) => "replayed",
         Ok(_) => "accepted",
@@ -87,7 +87,22 @@ pub async fn purchase(
     result.map(|view| (StatusCode::ACCEPTED, Json(view)))
 }
 
-async fn decide(st: &AppState, req: PurchaseRequest) -> Result<OrderView, AppError> {
+/// A sale past `scheduled` whose hot copy is missing lost it (Redis restarted empty, a
+/// failover): a rebuild puts it back, so the client retries (503); it is not "not started".
+fn copy_missing(state: SaleState) -> LedgerError {
+    match state {
+        SaleState::Scheduled => LedgerError::NotWarmed,
+        _ => LedgerError::Unavailable(
+            "the sale's hot copy is being restored; retry with the same request_id".into(),
+        ),
+    }
+}
+
+async fn decide(
+    st: &AppState,
+    req: PurchaseRequest,
+    state: SaleState,
+) -> Result<OrderView, AppError> {
     if st.batcher.sold_out_here(&req) {
         metrics::counter!(SOLD_OUT_LOCAL).increment(1);
         return Err(AppError::from_code(ErrorCode::SoldOut));
@@ -99,7 +114,10 @@ async fn decide(st: &AppState, req: PurchaseRequest) -> Result<OrderView, AppErr
         ));
     }
     // A SOLD_OUT answer sets the sale's local flag inside the batcher.
-    let outcome = st.batcher.purchase(req).await;
+    let outcome = match st.batcher.purchase(req).await {
+        Err(LedgerError::NotWarmed) => Err(copy_missing(state)),
+        other => other,
+    };
     match &outcome {
         Err(LedgerError::Unavailable(_)) => st.breaker.failure(),
         Ok(_) => st.breaker.success(),
