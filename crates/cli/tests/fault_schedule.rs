@@ -8,7 +8,8 @@
 //! - **no order number twice**: one request per answered order number, and the database
 //!   agrees whose it is; `stock_events` deducts each at most once;
 //! - **no acked loss**: every accepted purchase is in `orders`, or reported lost by number
-//!   where a hot copy was lost — a Redis that keeps nothing killed, or a forced warm (a loss
+//!   where a hot copy was lost — a Redis that keeps nothing killed; a forced warm drains its
+//!   copy first and may lose nothing (a loss
 //!   that died with its instance's journal is the documented limit: counted and printed, not
 //!   failed);
 //! - **paid kept**: every 200 PAID is PAID in `orders` or reported as a lost resolution;

@@ -105,16 +105,16 @@ impl Plan {
         }
     }
 
-    /// Whether this plan may lose a sale's hot copy with accepted writes in it: a kill of a
-    /// Redis that keeps nothing, or an operator's forced warm (the contract counts both as
-    /// "lost": the rebuild may fence writes the database never got, and must report them).
+    /// Whether this plan may lose a sale's hot copy with accepted writes in it: only a kill of
+    /// a Redis that keeps nothing. A forced warm rebuilds a readable copy, which drains its
+    /// stream into the database before the epoch moves: it loses nothing, and a loss it
+    /// reported would fail the run.
     pub fn may_lose_hot_copy(&self) -> bool {
         self.steps.iter().any(|s| match s.fault {
             Fault::Kill {
                 target: Target::Redis | Target::HotRedis,
                 ..
             } => self.redis == RedisKeeps::Nothing,
-            Fault::ForcedWarm { .. } => true,
             _ => false,
         })
     }
