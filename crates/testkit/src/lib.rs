@@ -5,15 +5,14 @@
 //! - [`mariadb`]: a throwaway `mariadbd` in a temp dir, and a fresh database of its own on the
 //!   shared server.
 //! - [`conformance`]: the one suite both hot ledgers must pass.
-//! - [`wait`]: polling with a deadline, the only way tests wait; [`poll`]: the same, giving up
-//!   with `None` instead of a panic.
+//! - [`wait`]: polling with a deadline, the only way tests wait (`until` panics at the
+//!   deadline; `within` gives up with `None`).
 //! - [`process`]: a child process killed with SIGKILL and restarted alike, killed on drop.
 //!
 //! Depends on flashsale-core and client libraries only; never on a backend crate.
 
 pub mod conformance;
 pub mod mariadb;
-pub mod poll;
 pub mod process;
 pub mod redis_server;
 pub mod wait;

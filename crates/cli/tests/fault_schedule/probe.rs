@@ -50,15 +50,16 @@ pub async fn sales_back(plan: &Plan, caller: &Caller) -> (Vec<Answer>, Vec<Failu
 /// Retries one purchase until a final answer or `BACK_LIMIT`; every try is returned.
 async fn probe(caller: &Caller, instance: usize, attempt: &Attempt) -> (Vec<Answer>, Answer) {
     let tries = Mutex::new(Vec::new());
-    let last = flashsale_testkit::poll::within(BACK_LIMIT, Duration::from_millis(100), || async {
-        let answer = caller.purchase(instance, attempt).await;
-        if is_final(&answer) {
-            return Some(answer);
-        }
-        tries.lock().unwrap().push(answer);
-        None
-    })
-    .await;
+    let last =
+        flashsale_testkit::wait::within_every(BACK_LIMIT, Duration::from_millis(100), || async {
+            let answer = caller.purchase(instance, attempt).await;
+            if is_final(&answer) {
+                return Some(answer);
+            }
+            tries.lock().unwrap().push(answer);
+            None
+        })
+        .await;
     let mut tries = tries.into_inner().unwrap();
     match last {
         Some(answer) => (tries, answer),

@@ -190,14 +190,15 @@ impl Cluster {
         let url = format!("{}/readyz", self.base(instance));
         let http = self.http.clone();
         let name = self.serves[instance].name.clone();
-        let ok = flashsale_testkit::poll::within(READY_LIMIT, Duration::from_millis(20), || {
-            let (http, url) = (http.clone(), url.clone());
-            async move {
-                let resp = http.get(&url).send().await.ok()?;
-                resp.status().is_success().then_some(())
-            }
-        })
-        .await;
+        let ok =
+            flashsale_testkit::wait::within_every(READY_LIMIT, Duration::from_millis(20), || {
+                let (http, url) = (http.clone(), url.clone());
+                async move {
+                    let resp = http.get(&url).send().await.ok()?;
+                    resp.status().is_success().then_some(())
+                }
+            })
+            .await;
         if ok.is_none() {
             let tail = self.serves[instance].log_tail(20);
             panic!("{name} never became ready; its log ends:\n{tail}");

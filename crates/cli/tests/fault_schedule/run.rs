@@ -165,7 +165,7 @@ async fn quiesce(cluster: &Cluster, plan: &Plan) -> Result<(), String> {
 /// instance sees it (`GET /admin/reconcile`: its ledger routes hot sales), or says why not.
 async fn settled(cluster: &Cluster, plan: &Plan, limit: Duration) -> Result<(), String> {
     let last = Mutex::new(String::new());
-    let ok = flashsale_testkit::poll::within(limit, Duration::from_millis(200), || async {
+    let ok = flashsale_testkit::wait::within_every(limit, Duration::from_millis(200), || async {
         let verdict = match cli_reconciled(cluster, plan).await {
             Ok(()) => instance_reconciled(cluster, plan).await,
             Err(why) => Err(why),
