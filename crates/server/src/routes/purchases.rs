@@ -114,15 +114,17 @@ async fn decide(
         ));
     }
     // A SOLD_OUT answer sets the sale's local flag inside the batcher.
-    let outcome = match st.batcher.purchase(req).await {
-        Err(LedgerError::NotWarmed) => Err(copy_missing(state)),
-        other => other,
-    };
+    let outcome = st.batcher.purchase(req).await;
+    // The breaker counts the ledger's own faults: a missing copy is not one (Redis answered).
     match &outcome {
         Err(LedgerError::Unavailable(_)) => st.breaker.failure(),
         Ok(_) => st.breaker.success(),
         Err(_) => {}
     }
+    let outcome = match outcome {
+        Err(LedgerError::NotWarmed) => Err(copy_missing(state)),
+        other => other,
+    };
     match outcome? {
         PurchaseOutcome::Accepted { order, replayed } => {
             let status = st.ledger.durability().as_answered(order.status);
