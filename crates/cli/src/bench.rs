@@ -12,8 +12,8 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use clap::{Args, Subcommand};
 use flashsale_bench::closed::{self, MakeRequest, Rate};
 use flashsale_core::{
-    HotCopies, HotLedger, Ledger, PurchaseOutcome, PurchaseRequest, RequestId, Sale, SaleMode,
-    SaleState, SkuId, UserId,
+    HotLedger, Ledger, PurchaseOutcome, PurchaseRequest, RequestId, Sale, SaleMode, SaleState,
+    SkuId, UserId,
 };
 use flashsale_embedded::EmbeddedLedger;
 use flashsale_server::auth::Auth;
@@ -308,7 +308,8 @@ async fn ledger(args: LedgerArgs) -> anyhow::Result<()> {
         state: SaleState::Live,
     };
     flashsale_core::OrderStore::create_sale(store.as_ref(), &sale).await?;
-    ledger.warm(&sale, &sale.fresh_counters(), 1).await?;
+    flashsale_core::OrderStore::set_state(store.as_ref(), sale.sku_id, SaleState::Live).await?;
+    load_sale(ledger.as_ref(), store.as_ref(), sale.sku_id).await?;
     let per_caller = args.purchases / args.callers as u64;
     let started = Instant::now();
     let tasks: Vec<_> = (0..args.callers as u64)
@@ -340,6 +341,10 @@ async fn ledger(args: LedgerArgs) -> anyhow::Result<()> {
     anyhow::ensure!(
         stored.counters.sold == accepted,
         "the database disagrees with the answers"
+    );
+    anyhow::ensure!(
+        accepted > 0,
+        "no purchase was accepted: the sale never opened"
     );
     drop(ledger);
     let _ = std::fs::remove_dir_all(&dir);
@@ -516,7 +521,7 @@ async fn ours(
     let sale = crate::strategies::bench_sale(units);
     store.create_sale(&sale).await?;
     store.set_state(sale.sku_id, SaleState::Live).await?;
-    ledger.warm(&sale, &sale.fresh_counters(), 1).await?;
+    load_sale(ledger.as_ref(), store.as_ref(), sale.sku_id).await?;
     if let Some((url, prefix)) = persist {
         let config = flashsale_store::persister::PersisterConfig::new(url, prefix, "bench");
         let persister = flashsale_store::persister::Persister::new(config, store.clone());
@@ -629,6 +634,17 @@ async fn persister(args: PersisterArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Loads a stored sale into the hot ledger the one way the service does: a rebuild that takes
+/// its first epoch in the database (the database refuses events of an epoch it never gave).
+async fn load_sale(
+    ledger: &dyn Ledger,
+    store: &dyn flashsale_core::OrderStore,
+    sku: SkuId,
+) -> anyhow::Result<()> {
+    flashsale_server::reconcile::rebuild(ledger, store, sku).await?;
+    Ok(())
+}
+
 /// Fills a sale's stream with `events` accepted purchases, then times a persister draining it.
 async fn drain_rate(args: &PersisterArgs, batch_max: usize) -> anyhow::Result<f64> {
     use flashsale_core::OrderStore as _;
@@ -639,7 +655,7 @@ async fn drain_rate(args: &PersisterArgs, batch_max: usize) -> anyhow::Result<f6
     let sale = crate::strategies::bench_sale(args.events);
     store.create_sale(&sale).await?;
     store.set_state(sale.sku_id, SaleState::Live).await?;
-    ledger.warm(&sale, &sale.fresh_counters(), 1).await?;
+    load_sale(&ledger, store.as_ref(), sale.sku_id).await?;
     for start in (0..args.events).step_by(256) {
         let reqs: Vec<PurchaseRequest> = (start..(start + 256).min(args.events))
             .map(|i| PurchaseRequest {

@@ -345,12 +345,17 @@ fn group_updates(changed: Vec<(String, OrderStatus, i64)>) -> Vec<StatusUpdate> 
 
 /// Logs what the fence refused: events of a replaced hot copy the database never got (lost
 /// with it) or that collide with applied ones. The reconciler reports them by order number.
+/// Fenced events named in one log line (all are kept in `fenced_events`).
+const FENCED_LOGGED_MAX: usize = 10;
+
 pub(crate) fn alert_fenced(sku: SkuId, fenced: &[&Event]) {
     if fenced.is_empty() {
         return;
     }
-    let refused: Vec<String> = fenced
+    // Bounded: a whole stale stream must not become one line of a megabyte.
+    let first: Vec<String> = fenced
         .iter()
+        .take(FENCED_LOGGED_MAX)
         .map(|e| {
             format!(
                 "{} {} (epoch {} seq {})",
@@ -361,7 +366,7 @@ pub(crate) fn alert_fenced(sku: SkuId, fenced: &[&Event]) {
             )
         })
         .collect();
-    tracing::error!(%sku, ?refused, "events refused by the epoch fence: kept in fenced_events");
+    tracing::error!(%sku, refused = fenced.len(), ?first, "events refused by the epoch fence: kept in fenced_events");
 }
 
 /// After `INSERT IGNORE INTO` (MySQL) or `INSERT OR IGNORE INTO` (SQLite): a redelivered

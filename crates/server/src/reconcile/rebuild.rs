@@ -88,7 +88,12 @@ pub async fn rebuild(
     // The operator's word as it is now (it may have changed during the rebuild).
     let state = stored(store, sku).await?.sale.state;
     ledger.open(sku, epoch, state).await.map_err(raced)?;
-    tracing::warn!(%sku, epoch, drained, restored, applied_seq = after.counters.seq, "hot copy rebuilt from the database");
+    let applied_seq = after.counters.seq;
+    if before.epoch == 0 {
+        tracing::info!(%sku, epoch, "hot copy loaded for the first time");
+    } else {
+        tracing::warn!(%sku, epoch, drained, restored, applied_seq, "hot copy rebuilt from the database");
+    }
     Ok(Rebuilt {
         epoch,
         drained,
