@@ -552,11 +552,7 @@ impl Reconciler {
             .await?
             .ok_or(StoreError::SaleNotFound)?;
         let a = stored.counters.seq;
-        let missing: Vec<Event> = snap
-            .events
-            .into_iter()
-            .filter(|e| e.seq > a && e.epoch == stored.epoch)
-            .collect();
+        let missing = rebuild::contiguous_above(&snap.events, stored.epoch, a);
         if missing.is_empty() {
             return Ok(None);
         }

@@ -139,7 +139,7 @@ async fn drain(
 }
 
 /// The events of `epoch` that continue `applied_seq` without a hole, in seq order.
-fn contiguous_above(events: &[Event], epoch: u64, applied_seq: u64) -> Vec<Event> {
+pub(crate) fn contiguous_above(events: &[Event], epoch: u64, applied_seq: u64) -> Vec<Event> {
     let mut mine: Vec<&Event> = events
         .iter()
         .filter(|e| e.epoch == epoch && e.seq > applied_seq)
