@@ -2,7 +2,9 @@
 //!
 //! - [`keys`]: the key schema; every key of a sale carries the hash tag `{<sku>}`.
 //! - [`scripts`]: the Lua scripts (`scripts/*.lua`, loaded with `include_str!`).
-//! - [`ledger`]: `RedisLedger`, the `HotLedger` over Redis or Redis Cluster.
+//! - [`ledger`]: `RedisLedger`, the hot ledger over Redis or Redis Cluster (lazy connection,
+//!   fenced copies).
+//! - [`routed`]: `RoutedLedger`, named hot sales on a Redis of their own.
 //! - [`stream`]: reading a sale's event stream (consumer group, claim, ack, trim, lease).
 //! - [`conn`]: one connection type over a node or a cluster, and error mapping.
 //! - [`codec`]: how orders and events are stored and parsed.
@@ -13,10 +15,12 @@ pub mod codec;
 pub mod conn;
 pub mod keys;
 pub mod ledger;
+pub mod routed;
 pub mod scripts;
 pub mod stream;
 
 pub use codec::Entry;
 pub use keys::{slot, Keys};
 pub use ledger::{RedisLedger, Snapshot};
+pub use routed::RoutedLedger;
 pub use stream::{AutoClaimed, PendingSummary, StreamReader, GROUP};

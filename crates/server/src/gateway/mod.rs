@@ -9,7 +9,8 @@
 //! - [`listener`]: a connection cap, and the peer address of each request.
 //! - [`limits`]: header limits, in-flight cap and the request timeout, all in our error shape.
 //! - [`routes`]: admin API for the blacklist and token sales; the purchase-token route.
-//! - [`routing`]: a hot ledger that sends named hot sales to a dedicated Redis.
+//! - [`routing`]: where a sale lives: the configured ledger, or `flashsale_redis::RoutedLedger`
+//!   (named hot sales on a dedicated Redis).
 //!
 //! Per request the gateway does O(1) work and no I/O, except the single-use check of a
 //! purchase token (one Redis `SET NX` on the Redis deployment, only for token-only sales).

@@ -1,0 +1,150 @@
+//! Hot-sale isolation across Redis servers: `RoutedLedger` keeps named hot sales on a
+//! dedicated Redis and every other sale on the main one. Each sale's keys live wholly on one
+//! server (the route is a pure function of the sku, which every order number carries), so
+//! scripts stay atomic and every instance routes alike. Both servers' streams are persisted
+//! (one persister per server).
+
+use std::collections::HashSet;
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use flashsale_core::ledger::{HotSnapshot, RestockListener};
+use flashsale_core::{
+    Counters, HotCopies, HotLedger, HotOrder, Ledger, LedgerError, OrderNo, PurchaseOutcome,
+    PurchaseRequest, Resolution, Sale, SaleState, SkuId, SoldOutSupport, UserId,
+};
+
+/// Two hot ledgers behind one: `hot_skus` on `hot`, every other sale on `main`.
+pub struct RoutedLedger {
+    main: Arc<dyn Ledger>,
+    hot: Arc<dyn Ledger>,
+    hot_skus: HashSet<u64>,
+}
+
+impl RoutedLedger {
+    pub fn new(
+        main: Arc<dyn Ledger>,
+        hot: Arc<dyn Ledger>,
+        hot_skus: impl IntoIterator<Item = u64>,
+    ) -> RoutedLedger {
+        RoutedLedger {
+            main,
+            hot,
+            hot_skus: hot_skus.into_iter().collect(),
+        }
+    }
+
+    /// The ledger that holds `sku`.
+    pub fn route(&self, sku: SkuId) -> &Arc<dyn Ledger> {
+        if self.hot_skus.contains(&sku.0) {
+            &self.hot
+        } else {
+            &self.main
+        }
+    }
+}
+
+#[async_trait]
+impl HotLedger for RoutedLedger {
+    fn kind(&self) -> &'static str {
+        self.main.kind()
+    }
+
+    fn durability(&self) -> flashsale_core::Durability {
+        self.main.durability()
+    }
+
+    async fn set_state(&self, sku: SkuId, state: SaleState) -> Result<(), LedgerError> {
+        self.route(sku).set_state(sku, state).await
+    }
+
+    async fn set_state_if(
+        &self,
+        sku: SkuId,
+        from: SaleState,
+        to: SaleState,
+    ) -> Result<bool, LedgerError> {
+        self.route(sku).set_state_if(sku, from, to).await
+    }
+
+    async fn purchase_batch(
+        &self,
+        sku: SkuId,
+        reqs: &[PurchaseRequest],
+    ) -> Result<Vec<PurchaseOutcome>, LedgerError> {
+        self.route(sku).purchase_batch(sku, reqs).await
+    }
+
+    async fn pay(&self, order_no: &OrderNo, user: UserId) -> Result<Resolution, LedgerError> {
+        self.route(order_no.sku()).pay(order_no, user).await
+    }
+
+    async fn cancel(&self, order_no: &OrderNo, user: UserId) -> Result<Resolution, LedgerError> {
+        self.route(order_no.sku()).cancel(order_no, user).await
+    }
+
+    async fn expire_due(&self, sku: SkuId, max: usize) -> Result<usize, LedgerError> {
+        self.route(sku).expire_due(sku, max).await
+    }
+
+    async fn counters(&self, sku: SkuId) -> Result<Option<Counters>, LedgerError> {
+        self.route(sku).counters(sku).await
+    }
+
+    async fn order(&self, order_no: &OrderNo) -> Result<Option<HotOrder>, LedgerError> {
+        self.route(order_no.sku()).order(order_no).await
+    }
+
+    async fn ping(&self) -> Result<(), LedgerError> {
+        self.main.ping().await?;
+        self.hot.ping().await
+    }
+}
+
+#[async_trait]
+impl HotCopies for RoutedLedger {
+    async fn load(&self, sale: &Sale, counters: &Counters, epoch: u64) -> Result<(), LedgerError> {
+        self.route(sale.sku_id).load(sale, counters, epoch).await
+    }
+
+    async fn fence(&self, sku: SkuId) -> Result<bool, LedgerError> {
+        self.route(sku).fence(sku).await
+    }
+
+    async fn open(&self, sku: SkuId, epoch: u64, state: SaleState) -> Result<(), LedgerError> {
+        self.route(sku).open(sku, epoch, state).await
+    }
+
+    async fn hot_snapshot(&self, sku: SkuId) -> Result<Option<HotSnapshot>, LedgerError> {
+        self.route(sku).hot_snapshot(sku).await
+    }
+
+    async fn restore_orders(
+        &self,
+        sku: SkuId,
+        epoch: u64,
+        orders: &[HotOrder],
+    ) -> Result<usize, LedgerError> {
+        self.route(sku).restore_orders(sku, epoch, orders).await
+    }
+}
+
+#[async_trait]
+impl SoldOutSupport for RoutedLedger {
+    async fn accepted_keys(
+        &self,
+        sku: SkuId,
+        max: usize,
+    ) -> Result<Option<Vec<flashsale_core::RequestKey>>, LedgerError> {
+        self.route(sku).accepted_keys(sku, max).await
+    }
+
+    async fn accepted_count(&self, sku: SkuId) -> Result<Option<(u64, usize)>, LedgerError> {
+        self.route(sku).accepted_count(sku).await
+    }
+
+    fn on_restock(&self, listener: RestockListener) {
+        self.main.on_restock(listener.clone());
+        self.hot.on_restock(listener);
+    }
+}
