@@ -526,8 +526,8 @@ mod tests {
         assert_eq!(split.fresh[0].order_no.to_string(), "1-2-4");
     }
 
-    #[test]
-    fn fold_refuses_a_resolution_by_another_user() {
+    /// A reserve-mode sale of 3 at seq 1 whose one order, 1-1-1 of user 1, holds one unit.
+    fn one_stored_hold() -> (Head, Vec<KnownOrder>) {
         let known = vec![KnownOrder {
             sku_id: SkuId(1),
             order_no: OrderNo::new(SkuId(1), 1, 1).to_string(),
@@ -540,6 +540,12 @@ mod tests {
         h.counters.available = 2;
         h.counters.reserved = 1;
         h.counters.seq = 1;
+        (h, known)
+    }
+
+    #[test]
+    fn fold_refuses_a_resolution_by_another_user() {
+        let (h, known) = one_stored_hold();
         let events = [ev(2, EventKind::Paid, 1, 7, 1)];
         let fresh: Vec<&Event> = events.iter().collect();
         let plan = fold(SkuId(1), h, &fresh, known);
@@ -588,18 +594,7 @@ mod tests {
 
     #[test]
     fn fold_updates_stored_orders_and_refuses_repeats() {
-        let known = vec![KnownOrder {
-            sku_id: SkuId(1),
-            order_no: OrderNo::new(SkuId(1), 1, 1).to_string(),
-            user_id: 1,
-            request_id: "r1".into(),
-            quantity: 1,
-            status: OrderStatus::Reserved,
-        }];
-        let mut c = head(3, SaleMode::Reserve);
-        c.counters.available = 2;
-        c.counters.reserved = 1;
-        c.counters.seq = 1;
+        let (c, known) = one_stored_hold();
         let events = [
             ev(2, EventKind::Expired, 1, 1, 1),
             ev(3, EventKind::Deducted, 1, 9, 1), // order_no taken: rejected
