@@ -531,7 +531,7 @@ async fn ours(
             let _ = persister.run(rx).await;
         });
     }
-    let batcher = flashsale_server::batch::Batcher::new(ledger.clone(), 256, 65_536);
+    let batcher = flashsale_server::batcher::Batcher::new(ledger.clone(), 256, 65_536);
     Ok(Arc::new(crate::strategies::Ours {
         name,
         ledger,

@@ -23,7 +23,7 @@ use flashsale_core::{
     Ledger, OrderStore, PurchaseOutcome, PurchaseRequest, RequestId, Sale, SaleMode, SaleState,
     SkuId, UserId,
 };
-use flashsale_server::batch::Batcher;
+use flashsale_server::batcher::Batcher;
 use hdrhistogram::Histogram;
 use redis::aio::MultiplexedConnection;
 use serde::Serialize;

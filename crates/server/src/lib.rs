@@ -3,7 +3,7 @@
 //! - [`app`]: the axum router, built apart from `main` so tests call it.
 //! - [`routes`]: handlers (sales, purchases, orders, health).
 //! - [`auth`]: user tokens and the admin token.
-//! - [`batch`]: the purchase hot path: the local sold-out flag, then natural batching per sale.
+//! - [`batcher`]: the purchase hot path: the local sold-out flag, then natural batching per sale.
 //! - [`cache`]: sale cache and sold-out flags; [`breaker`]: fast failure when Redis is down.
 //! - [`error`]: `AppError`, the one error answer.
 //! - [`gateway`]: protections in front of the handlers (rate limits, blacklist, back-pressure,
@@ -20,7 +20,7 @@
 //! May depend on every backend crate; the domain rules stay in flashsale-core.
 
 pub mod auth;
-pub mod batch;
+pub mod batcher;
 pub mod breaker;
 pub mod cache;
 pub mod dashboard;

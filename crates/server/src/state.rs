@@ -7,7 +7,7 @@ use flashsale_core::{Ledger, OrderStore};
 use metrics_exporter_prometheus::PrometheusHandle;
 
 use crate::auth::Auth;
-use crate::batch::Batcher;
+use crate::batcher::Batcher;
 use crate::breaker::Breaker;
 use crate::cache::{SaleCache, SoldOutFlags};
 use crate::gateway::{Gateway, GatewayConfig, GuardStore, MemoryGuards};
