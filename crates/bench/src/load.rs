@@ -55,6 +55,22 @@ pub struct Record {
     pub tries: u32,
 }
 
+#[cfg(test)]
+impl Record {
+    /// A buyer answered on the first try (for the tests of what is computed from records).
+    pub(crate) fn answered(due_us: u64, latency_us: u64, outcome: &str) -> Record {
+        Record {
+            user_id: 1,
+            due_us,
+            latency_us,
+            status: 202,
+            outcome: outcome.into(),
+            order_no: None,
+            tries: 1,
+        }
+    }
+}
+
 /// Fires the plan; `on_done` is called once per finished buyer (a progress bar).
 pub async fn run(
     plan: Plan,

@@ -117,15 +117,7 @@ mod tests {
     use super::*;
 
     fn rec(due_us: u64, latency_us: u64, outcome: &str) -> Record {
-        Record {
-            user_id: 1,
-            due_us,
-            latency_us,
-            status: 202,
-            outcome: outcome.into(),
-            order_no: None,
-            tries: 1,
-        }
+        Record::answered(due_us, latency_us, outcome)
     }
 
     #[test]
