@@ -39,43 +39,29 @@ pub mod workers;
 use axum::extract::{DefaultBodyLimit, MatchedPath, Request, State};
 use axum::middleware::{self, Next};
 use axum::response::Response;
-use axum::routing::{get, post};
 use axum::Router;
 use flashsale_core::ErrorCode;
+use utoipa::OpenApi;
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
 
 pub use error::AppError;
 pub use serve::{Config, Server};
 pub use state::{AppState, Limits};
 
-/// The whole HTTP API.
+/// The whole HTTP API. Each route is declared once, by its handler's `#[utoipa::path]`:
+/// `routes!` routes it and puts it in the OpenAPI document.
 pub fn app(state: AppState) -> Router {
-    use routes::{health, orders, purchases, sales};
-    let api = Router::new()
-        .route("/sales", post(sales::create))
-        .route("/sales/{sku_id}", get(sales::get))
-        .route("/sales/{sku_id}/warm", post(sales::warm))
-        .route("/sales/{sku_id}/pause", post(sales::pause))
-        .route("/sales/{sku_id}/resume", post(sales::resume))
-        .route("/sales/{sku_id}/end", post(sales::end))
-        .route("/sales/{sku_id}/purchases", post(purchases::purchase))
-        .route("/orders/{order_no}", get(orders::get))
-        .route("/orders/{order_no}/pay", post(orders::pay))
-        .route("/orders/{order_no}/cancel", post(orders::cancel))
-        .route("/dashboard", get(dashboard::public_route))
-        .route("/admin/dashboard", get(dashboard::admin_route))
-        .route("/admin/reconcile", get(reconcile::routes::report_route))
-        .route(
-            "/admin/reconcile/{sku_id}/repair",
-            post(reconcile::routes::repair_route),
-        )
-        .merge(gateway::routes::router());
-    Router::new()
-        .nest("/api/v1", api)
-        .merge(openapi::router())
-        .route("/", get(dashboard::page))
-        .route("/healthz", get(health::healthz))
-        .route("/readyz", get(health::readyz))
-        .route("/metrics", get(health::metrics))
+    use routes::health;
+    let (router, doc) = OpenApiRouter::with_openapi(openapi::ApiDoc::openapi())
+        .nest("/api/v1", api())
+        .routes(routes!(dashboard::page))
+        .routes(routes!(health::healthz))
+        .routes(routes!(health::readyz))
+        .routes(routes!(health::metrics))
+        .split_for_parts();
+    router
+        .merge(openapi::router(doc))
         .fallback(|| async { AppError::new(ErrorCode::RouteNotFound, "no such route") })
         .method_not_allowed_fallback(|| async {
             AppError::new(
@@ -93,6 +79,28 @@ pub fn app(state: AppState) -> Router {
             count_requests,
         ))
         .with_state(state)
+}
+
+/// The routes under `/api/v1`.
+fn api() -> OpenApiRouter<AppState> {
+    use reconcile::routes as reconcile_routes;
+    use routes::{orders, purchases, sales};
+    OpenApiRouter::new()
+        .routes(routes!(sales::create))
+        .routes(routes!(sales::get))
+        .routes(routes!(sales::warm))
+        .routes(routes!(sales::pause))
+        .routes(routes!(sales::resume))
+        .routes(routes!(sales::end))
+        .routes(routes!(purchases::purchase))
+        .routes(routes!(orders::get))
+        .routes(routes!(orders::pay))
+        .routes(routes!(orders::cancel))
+        .routes(routes!(dashboard::public_route))
+        .routes(routes!(dashboard::admin_route))
+        .routes(routes!(reconcile_routes::report_route))
+        .routes(routes!(reconcile_routes::repair_route))
+        .merge(gateway::routes::router())
 }
 
 /// Counts every answer by route template and status.

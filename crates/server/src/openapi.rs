@@ -1,7 +1,12 @@
 //! OpenAPI 3 description of the HTTP API at `/openapi.json`, Swagger UI at `/docs` (vendored:
-//! nothing is downloaded at build time). Each handler has an entry here; `tests/openapi.rs`
-//! checks that the routes of [`crate::app`] and the paths of the document are the same set,
-//! and `scripts/fuzz.sh` fuzzes the service against this document with schemathesis.
+//! nothing is downloaded at build time). Each handler carries its own `#[utoipa::path]` and
+//! [`crate::app`] routes it with `utoipa-axum`'s `routes!`, so the document's paths are the
+//! router's; this module holds what is common to them: the document's head, the schemas of
+//! the bodies (mirrors of types that live in crates without utoipa), the error answers every
+//! `/api/v1` operation may give, and the `/openapi.json` and `/docs` routes.
+//! A handler's notes are `//` comments, not `///`: utoipa would make a doc comment the
+//! operation's summary. `tests/openapi.rs` checks that the routes and the document agree, and `scripts/fuzz.sh`
+//! fuzzes the service against this document with schemathesis.
 
 use axum::Router;
 use utoipa::openapi::path::Operation;
@@ -14,11 +19,22 @@ use crate::gateway::routes::{BlacklistEntry, BlacklistView, PurchaseTokenView, T
 use crate::openapi_extra::{IpAddresses, Links, Unsigned};
 use crate::state::AppState;
 
-/// `/openapi.json` and `/docs`.
-pub fn router() -> Router<AppState> {
+/// `/openapi.json` and `/docs`, serving `doc` (the paths of the routes, from
+/// `OpenApiRouter::split_for_parts`) completed by [`finish`].
+pub fn router(doc: utoipa::openapi::OpenApi) -> Router<AppState> {
     SwaggerUi::new("/docs")
-        .url("/openapi.json", ApiDoc::openapi())
+        .url("/openapi.json", finish(doc))
         .into()
+}
+
+/// The document's steps that need its paths: the common error answers and bearer scheme,
+/// then the `u64` ranges, the `{ip}` parameters and the links.
+pub fn finish(mut doc: utoipa::openapi::OpenApi) -> utoipa::openapi::OpenApi {
+    let steps: [&dyn Modify; 4] = [&Common, &Unsigned, &IpAddresses, &Links];
+    for step in steps {
+        step.modify(&mut doc);
+    }
+    doc
 }
 
 /// `{"code": "...", "message": "..."}`: every error answer.
@@ -179,20 +195,25 @@ pub struct Ready {
 
 #[derive(OpenApi)]
 #[openapi(
-    info(title = "flashsale", description = "Flash-sale inventory service. Errors are `{\"code\",\"message\"}`; 429 and 503 carry `Retry-After`."),
-    paths(
-        create_sale, get_sale, warm_sale, pause_sale, resume_sale, end_sale, purchase,
-        get_order, pay_order, cancel_order, issue_purchase_token, list_blacklist,
-        block_user, unblock_user, block_ip, unblock_ip, require_token, drop_token,
-        reconcile_report, reconcile_repair, public_dashboard, admin_dashboard,
-        healthz, readyz, metrics, dashboard,
+    info(
+        title = "flashsale",
+        description = "Flash-sale inventory service. Errors are `{\"code\",\"message\"}`; 429 and 503 carry `Retry-After`."
     ),
     components(schemas(
-        Error, CreateSale, SaleView, PurchaseBody, OrderView, Health, Ready, BlacklistView,
-        BlacklistEntry, TokenSaleView, PurchaseTokenView,
-    )),
-    modifiers(&Common, &Unsigned, &IpAddresses, &Links),
+        Error,
+        CreateSale,
+        SaleView,
+        PurchaseBody,
+        OrderView,
+        Health,
+        Ready,
+        BlacklistView,
+        BlacklistEntry,
+        TokenSaleView,
+        PurchaseTokenView,
+    ))
 )]
+/// The document's head and shared schemas; the paths come from the routes ([`crate::app`]).
 pub struct ApiDoc;
 
 /// Adds the bearer scheme and the error answers every `/api/v1` operation may give.
@@ -263,139 +284,3 @@ fn add_errors(op: &mut Operation) {
             });
     }
 }
-
-// One stub per handler: only their attributes matter.
-
-#[utoipa::path(post, path = "/api/v1/sales", tag = "sales", security(("bearer" = [])),
-    request_body = CreateSale, responses((status = 201, description = "created", body = SaleView)))]
-#[allow(dead_code)]
-fn create_sale() {}
-
-#[utoipa::path(get, path = "/api/v1/sales/{sku_id}", tag = "sales",
-    params(("sku_id" = u64, Path, minimum = 0)),
-    responses((status = 200, description = "the sale (counters may be 1 s old)", body = SaleView)))]
-#[allow(dead_code)]
-fn get_sale() {}
-
-#[utoipa::path(post, path = "/api/v1/sales/{sku_id}/warm", tag = "sales", security(("bearer" = [])),
-    params(("sku_id" = u64, Path, minimum = 0), ("force" = Option<bool>, Query, description = "rebuild a hot sale that sold units")),
-    responses((status = 200, description = "warm and live", body = SaleView)))]
-#[allow(dead_code)]
-fn warm_sale() {}
-
-#[utoipa::path(post, path = "/api/v1/sales/{sku_id}/pause", tag = "sales", security(("bearer" = [])),
-    params(("sku_id" = u64, Path, minimum = 0)), responses((status = 200, description = "paused", body = SaleView)))]
-#[allow(dead_code)]
-fn pause_sale() {}
-
-#[utoipa::path(post, path = "/api/v1/sales/{sku_id}/resume", tag = "sales", security(("bearer" = [])),
-    params(("sku_id" = u64, Path, minimum = 0)), responses((status = 200, description = "live", body = SaleView)))]
-#[allow(dead_code)]
-fn resume_sale() {}
-
-#[utoipa::path(post, path = "/api/v1/sales/{sku_id}/end", tag = "sales", security(("bearer" = [])),
-    params(("sku_id" = u64, Path, minimum = 0)), responses((status = 200, description = "ended", body = SaleView)))]
-#[allow(dead_code)]
-fn end_sale() {}
-
-#[utoipa::path(post, path = "/api/v1/sales/{sku_id}/purchases", tag = "purchases", security(("bearer" = [])),
-    params(("sku_id" = u64, Path, minimum = 0)), request_body = PurchaseBody,
-    responses((status = 202, description = "accepted (or the replay of the first outcome)", body = OrderView)))]
-#[allow(dead_code)]
-fn purchase() {}
-
-#[utoipa::path(post, path = "/api/v1/sales/{sku_id}/purchase-token", tag = "purchases", security(("bearer" = [])),
-    params(("sku_id" = u64, Path, minimum = 0)),
-    responses((status = 200, description = "a single-use purchase token (only while the sale is live)", body = PurchaseTokenView)))]
-#[allow(dead_code)]
-fn issue_purchase_token() {}
-
-#[utoipa::path(get, path = "/api/v1/orders/{order_no}", tag = "orders", security(("bearer" = [])),
-    params(("order_no" = String, Path)), responses((status = 200, description = "the caller's order", body = OrderView)))]
-#[allow(dead_code)]
-fn get_order() {}
-
-#[utoipa::path(post, path = "/api/v1/orders/{order_no}/pay", tag = "orders", security(("bearer" = [])),
-    params(("order_no" = String, Path)), responses((status = 200, description = "paid", body = OrderView)))]
-#[allow(dead_code)]
-fn pay_order() {}
-
-#[utoipa::path(post, path = "/api/v1/orders/{order_no}/cancel", tag = "orders", security(("bearer" = [])),
-    params(("order_no" = String, Path)), responses((status = 200, description = "cancelled", body = OrderView)))]
-#[allow(dead_code)]
-fn cancel_order() {}
-
-#[utoipa::path(get, path = "/api/v1/admin/blacklist", tag = "admin", security(("bearer" = [])),
-    responses((status = 200, description = "blocked users and addresses", body = BlacklistView)))]
-#[allow(dead_code)]
-fn list_blacklist() {}
-
-#[utoipa::path(put, path = "/api/v1/admin/blacklist/users/{user_id}", tag = "admin", security(("bearer" = [])),
-    params(("user_id" = u64, Path, minimum = 1)), responses((status = 200, description = "blocked", body = BlacklistEntry)))]
-#[allow(dead_code)]
-fn block_user() {}
-
-#[utoipa::path(delete, path = "/api/v1/admin/blacklist/users/{user_id}", tag = "admin", security(("bearer" = [])),
-    params(("user_id" = u64, Path, minimum = 1)), responses((status = 200, description = "unblocked", body = BlacklistEntry)))]
-#[allow(dead_code)]
-fn unblock_user() {}
-
-#[utoipa::path(put, path = "/api/v1/admin/blacklist/ips/{ip}", tag = "admin", security(("bearer" = [])),
-    params(("ip" = String, Path)), responses((status = 200, description = "blocked", body = BlacklistEntry)))]
-#[allow(dead_code)]
-fn block_ip() {}
-
-#[utoipa::path(delete, path = "/api/v1/admin/blacklist/ips/{ip}", tag = "admin", security(("bearer" = [])),
-    params(("ip" = String, Path)), responses((status = 200, description = "unblocked", body = BlacklistEntry)))]
-#[allow(dead_code)]
-fn unblock_ip() {}
-
-#[utoipa::path(put, path = "/api/v1/admin/sales/{sku_id}/purchase-token", tag = "admin", security(("bearer" = [])),
-    params(("sku_id" = u64, Path, minimum = 0)), responses((status = 200, description = "purchases now need a token", body = TokenSaleView)))]
-#[allow(dead_code)]
-fn require_token() {}
-
-#[utoipa::path(delete, path = "/api/v1/admin/sales/{sku_id}/purchase-token", tag = "admin", security(("bearer" = [])),
-    params(("sku_id" = u64, Path, minimum = 0)), responses((status = 200, description = "purchases need no token", body = TokenSaleView)))]
-#[allow(dead_code)]
-fn drop_token() {}
-
-#[utoipa::path(get, path = "/api/v1/admin/reconcile", tag = "admin", security(("bearer" = [])),
-    params(("sku" = Option<u64>, Query, minimum = 0)),
-    responses((status = 200, description = "a fresh reconciler run (no repairs) per sale: I1-I7, hot vs database diff, loss")))]
-#[allow(dead_code)]
-fn reconcile_report() {}
-
-#[utoipa::path(post, path = "/api/v1/admin/reconcile/{sku_id}/repair", tag = "admin", security(("bearer" = [])),
-    params(("sku_id" = u64, Path, minimum = 0)),
-    responses((status = 200, description = "a reconciler run with repairs (replay, rebuild, expire)")))]
-#[allow(dead_code)]
-fn reconcile_repair() {}
-
-#[utoipa::path(get, path = "/api/v1/dashboard", tag = "ops",
-    responses((status = 200, description = "every sale (live first, at most 50) with its state and stock")))]
-#[allow(dead_code)]
-fn public_dashboard() {}
-
-#[utoipa::path(get, path = "/api/v1/admin/dashboard", tag = "admin", security(("bearer" = [])),
-    responses((status = 200, description = "per sale: answers per second and latency (last 60 s), stream lag, backlog, sold-out and back-pressure flags, last reconciliation; breaker, script latency")))]
-#[allow(dead_code)]
-fn admin_dashboard() {}
-
-#[utoipa::path(get, path = "/healthz", tag = "ops", responses((status = 200, description = "alive", body = Health)))]
-#[allow(dead_code)]
-fn healthz() {}
-
-#[utoipa::path(get, path = "/readyz", tag = "ops", responses(
-    (status = 200, description = "ledger and database answer", body = Ready),
-    (status = 503, description = "a dependency does not answer", body = Ready)))]
-#[allow(dead_code)]
-fn readyz() {}
-
-#[utoipa::path(get, path = "/metrics", tag = "ops", responses((status = 200, description = "Prometheus text", content_type = "text/plain", body = String)))]
-#[allow(dead_code)]
-fn metrics() {}
-
-#[utoipa::path(get, path = "/", tag = "ops", responses((status = 200, description = "the dashboard", content_type = "text/html", body = String)))]
-#[allow(dead_code)]
-fn dashboard() {}

@@ -67,6 +67,7 @@ impl Dashboard {
     }
 }
 
+#[utoipa::path(get, path = "/", tag = "ops", operation_id = "dashboard", responses((status = 200, description = "the dashboard", content_type = "text/html", body = String)))]
 pub async fn page() -> impl IntoResponse {
     (
         [
@@ -77,12 +78,16 @@ pub async fn page() -> impl IntoResponse {
     )
 }
 
-/// `GET /api/v1/dashboard`.
+// `GET /api/v1/dashboard`.
+#[utoipa::path(get, path = "/dashboard", tag = "ops", operation_id = "public_dashboard",
+    responses((status = 200, description = "every sale (live first, at most 50) with its state and stock")))]
 pub async fn public_route(State(st): State<AppState>) -> Result<Json<view::PublicView>, AppError> {
     st.dashboard.public(&st).await.map(Json)
 }
 
-/// `GET /api/v1/admin/dashboard`.
+// `GET /api/v1/admin/dashboard`.
+#[utoipa::path(get, path = "/admin/dashboard", tag = "admin", operation_id = "admin_dashboard", security(("bearer" = [])),
+    responses((status = 200, description = "per sale: answers per second and latency (last 60 s), stream lag, backlog, sold-out and back-pressure flags, last reconciliation; breaker, script latency")))]
 pub async fn admin_route(
     State(st): State<AppState>,
     _: Admin,

@@ -4,33 +4,25 @@
 use std::net::IpAddr;
 
 use axum::extract::State;
-use axum::routing::{get, post, put};
-use axum::{Json, Router};
+use axum::Json;
 use flashsale_core::{ErrorCode, SaleState, SkuId, UserId};
 use serde::Serialize;
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
 
 use crate::auth::{Admin, User};
 use crate::error::AppError;
 use crate::routes::ApiPath;
 use crate::state::AppState;
 
-/// Routes to nest under `/api/v1`.
-pub fn router() -> Router<AppState> {
-    Router::new()
-        .route("/admin/blacklist", get(list))
-        .route(
-            "/admin/blacklist/users/{user_id}",
-            put(block_user).delete(unblock_user),
-        )
-        .route(
-            "/admin/blacklist/ips/{ip}",
-            put(block_ip).delete(unblock_ip),
-        )
-        .route(
-            "/admin/sales/{sku_id}/purchase-token",
-            put(require_token).delete(drop_token),
-        )
-        .route("/sales/{sku_id}/purchase-token", post(issue_token))
+/// Routes to nest under `/api/v1`, with their OpenAPI.
+pub fn router() -> OpenApiRouter<AppState> {
+    OpenApiRouter::new()
+        .routes(routes!(list))
+        .routes(routes!(block_user, unblock_user))
+        .routes(routes!(block_ip, unblock_ip))
+        .routes(routes!(require_token, drop_token))
+        .routes(routes!(issue_token))
 }
 
 fn unavailable(e: String) -> AppError {
@@ -64,6 +56,8 @@ pub struct PurchaseTokenView {
     pub expires_at_ms: i64,
 }
 
+#[utoipa::path(get, path = "/admin/blacklist", tag = "admin", operation_id = "list_blacklist", security(("bearer" = [])),
+    responses((status = 200, description = "blocked users and addresses", body = BlacklistView)))]
 pub async fn list(State(st): State<AppState>, _: Admin) -> Result<Json<BlacklistView>, AppError> {
     let s = st.gateway.guards.store.load().await.map_err(unavailable)?;
     let mut users: Vec<u64> = s.users.into_iter().collect();
@@ -119,6 +113,8 @@ async fn set_ip(st: &AppState, ip: IpAddr, on: bool) -> Result<Json<BlacklistEnt
     }))
 }
 
+#[utoipa::path(put, path = "/admin/blacklist/users/{user_id}", tag = "admin", operation_id = "block_user", security(("bearer" = [])),
+    params(("user_id" = u64, Path, minimum = 1)), responses((status = 200, description = "blocked", body = BlacklistEntry)))]
 pub async fn block_user(
     State(st): State<AppState>,
     _: Admin,
@@ -127,6 +123,8 @@ pub async fn block_user(
     set_user(&st, user_id(p)?, true).await
 }
 
+#[utoipa::path(delete, path = "/admin/blacklist/users/{user_id}", tag = "admin", operation_id = "unblock_user", security(("bearer" = [])),
+    params(("user_id" = u64, Path, minimum = 1)), responses((status = 200, description = "unblocked", body = BlacklistEntry)))]
 pub async fn unblock_user(
     State(st): State<AppState>,
     _: Admin,
@@ -135,6 +133,8 @@ pub async fn unblock_user(
     set_user(&st, user_id(p)?, false).await
 }
 
+#[utoipa::path(put, path = "/admin/blacklist/ips/{ip}", tag = "admin", operation_id = "block_ip", security(("bearer" = [])),
+    params(("ip" = String, Path)), responses((status = 200, description = "blocked", body = BlacklistEntry)))]
 pub async fn block_ip(
     State(st): State<AppState>,
     _: Admin,
@@ -143,6 +143,8 @@ pub async fn block_ip(
     set_ip(&st, ip(p)?, true).await
 }
 
+#[utoipa::path(delete, path = "/admin/blacklist/ips/{ip}", tag = "admin", operation_id = "unblock_ip", security(("bearer" = [])),
+    params(("ip" = String, Path)), responses((status = 200, description = "unblocked", body = BlacklistEntry)))]
 pub async fn unblock_ip(
     State(st): State<AppState>,
     _: Admin,
@@ -170,6 +172,8 @@ async fn set_token_sale(st: &AppState, p: u64, on: bool) -> Result<Json<TokenSal
     }))
 }
 
+#[utoipa::path(put, path = "/admin/sales/{sku_id}/purchase-token", tag = "admin", operation_id = "require_token", security(("bearer" = [])),
+    params(("sku_id" = u64, Path, minimum = 0)), responses((status = 200, description = "purchases now need a token", body = TokenSaleView)))]
 pub async fn require_token(
     State(st): State<AppState>,
     _: Admin,
@@ -178,6 +182,8 @@ pub async fn require_token(
     set_token_sale(&st, p, true).await
 }
 
+#[utoipa::path(delete, path = "/admin/sales/{sku_id}/purchase-token", tag = "admin", operation_id = "drop_token", security(("bearer" = [])),
+    params(("sku_id" = u64, Path, minimum = 0)), responses((status = 200, description = "purchases need no token", body = TokenSaleView)))]
 pub async fn drop_token(
     State(st): State<AppState>,
     _: Admin,
@@ -186,7 +192,10 @@ pub async fn drop_token(
     set_token_sale(&st, p, false).await
 }
 
-/// A purchase token, only while the sale is live (state and window).
+// A purchase token, only while the sale is live (state and window).
+#[utoipa::path(post, path = "/sales/{sku_id}/purchase-token", tag = "purchases", operation_id = "issue_purchase_token", security(("bearer" = [])),
+    params(("sku_id" = u64, Path, minimum = 0)),
+    responses((status = 200, description = "a single-use purchase token (only while the sale is live)", body = PurchaseTokenView)))]
 pub async fn issue_token(
     State(st): State<AppState>,
     User(user): User,

@@ -18,7 +18,10 @@ pub struct ReportQuery {
     pub sku: Option<u64>,
 }
 
-/// `GET /api/v1/admin/reconcile[?sku=N]`: a fresh run (no repairs) of every sale or one.
+// `GET /api/v1/admin/reconcile[?sku=N]`: a fresh run (no repairs) of every sale or one.
+#[utoipa::path(get, path = "/admin/reconcile", tag = "admin", operation_id = "reconcile_report", security(("bearer" = [])),
+    params(("sku" = Option<u64>, Query, minimum = 0)),
+    responses((status = 200, description = "a fresh reconciler run (no repairs) per sale: I1-I7, hot vs database diff, loss")))]
 pub async fn report_route(
     State(st): State<AppState>,
     _: Admin,
@@ -33,7 +36,10 @@ pub async fn report_route(
         .map_err(internal)
 }
 
-/// `POST /api/v1/admin/reconcile/{sku_id}/repair`: a run with repairs.
+// `POST /api/v1/admin/reconcile/{sku_id}/repair`: a run with repairs.
+#[utoipa::path(post, path = "/admin/reconcile/{sku_id}/repair", tag = "admin", operation_id = "reconcile_repair", security(("bearer" = [])),
+    params(("sku_id" = u64, Path, minimum = 0)),
+    responses((status = 200, description = "a reconciler run with repairs (replay, rebuild, expire)")))]
 pub async fn repair_route(
     State(st): State<AppState>,
     _: Admin,

@@ -13,11 +13,15 @@ use crate::state::AppState;
 /// How long readiness waits for each dependency.
 const PING_TIMEOUT: Duration = Duration::from_secs(1);
 
+#[utoipa::path(get, path = "/healthz", tag = "ops", operation_id = "healthz", responses((status = 200, description = "alive", body = crate::openapi::Health)))]
 pub async fn healthz() -> impl IntoResponse {
     Json(json!({"status": "ok"}))
 }
 
-/// Ready only while both the hot ledger and the database answer.
+// Ready only while both the hot ledger and the database answer.
+#[utoipa::path(get, path = "/readyz", tag = "ops", operation_id = "readyz", responses(
+    (status = 200, description = "ledger and database answer", body = crate::openapi::Ready),
+    (status = 503, description = "a dependency does not answer", body = crate::openapi::Ready)))]
 pub async fn readyz(State(st): State<AppState>) -> impl IntoResponse {
     let ledger = tokio::time::timeout(PING_TIMEOUT, st.ledger.ping()).await;
     let store = tokio::time::timeout(PING_TIMEOUT, st.store.ping()).await;
@@ -33,6 +37,7 @@ pub async fn readyz(State(st): State<AppState>) -> impl IntoResponse {
     (status, Json(body))
 }
 
+#[utoipa::path(get, path = "/metrics", tag = "ops", operation_id = "metrics", responses((status = 200, description = "Prometheus text", content_type = "text/plain", body = String)))]
 pub async fn metrics(State(st): State<AppState>) -> impl IntoResponse {
     (
         [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],

@@ -18,7 +18,9 @@ fn parse(p: String) -> Result<OrderNo, AppError> {
     OrderNo::parse(&raw).ok_or_else(|| AppError::from_code(ErrorCode::OrderNotFound))
 }
 
-/// The database's status once stored; PENDING from the hot ledger until then.
+// The database's status once stored; PENDING from the hot ledger until then.
+#[utoipa::path(get, path = "/orders/{order_no}", tag = "orders", operation_id = "get_order", security(("bearer" = [])),
+    params(("order_no" = String, Path)), responses((status = 200, description = "the caller's order", body = crate::openapi::OrderView)))]
 pub async fn get(
     State(st): State<AppState>,
     User(user): User,
@@ -68,6 +70,8 @@ async fn resolve(
     Ok(Json(OrderView::new(&order, order.status)))
 }
 
+#[utoipa::path(post, path = "/orders/{order_no}/pay", tag = "orders", operation_id = "pay_order", security(("bearer" = [])),
+    params(("order_no" = String, Path)), responses((status = 200, description = "paid", body = crate::openapi::OrderView)))]
 pub async fn pay(
     State(st): State<AppState>,
     User(user): User,
@@ -78,6 +82,8 @@ pub async fn pay(
     resolve(&st, EventKind::Paid, result).await
 }
 
+#[utoipa::path(post, path = "/orders/{order_no}/cancel", tag = "orders", operation_id = "cancel_order", security(("bearer" = [])),
+    params(("order_no" = String, Path)), responses((status = 200, description = "cancelled", body = crate::openapi::OrderView)))]
 pub async fn cancel(
     State(st): State<AppState>,
     User(user): User,

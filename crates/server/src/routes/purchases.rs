@@ -57,6 +57,9 @@ impl PurchaseBody {
     }
 }
 
+#[utoipa::path(post, path = "/sales/{sku_id}/purchases", tag = "purchases", operation_id = "purchase", security(("bearer" = [])),
+    params(("sku_id" = u64, Path, minimum = 0)), request_body = crate::openapi::PurchaseBody,
+    responses((status = 202, description = "accepted (or the replay of the first outcome)", body = crate::openapi::OrderView)))]
 pub async fn purchase(
     State(st): State<AppState>,
     User(user): User,

@@ -83,6 +83,8 @@ impl CreateSale {
     }
 }
 
+#[utoipa::path(post, path = "/sales", tag = "sales", operation_id = "create_sale", security(("bearer" = [])),
+    request_body = crate::openapi::CreateSale, responses((status = 201, description = "created", body = crate::openapi::SaleView)))]
 pub async fn create(
     State(st): State<AppState>,
     _: Admin,
@@ -113,6 +115,9 @@ pub async fn lookup(st: &AppState, sku: SkuId) -> Result<std::sync::Arc<StoredSa
     cached.ok_or_else(|| AppError::from_code(ErrorCode::SaleNotFound))
 }
 
+#[utoipa::path(get, path = "/sales/{sku_id}", tag = "sales", operation_id = "get_sale",
+    params(("sku_id" = u64, Path, minimum = 0)),
+    responses((status = 200, description = "the sale (counters may be 1 s old)", body = crate::openapi::SaleView)))]
 pub async fn get(
     State(st): State<AppState>,
     ApiPath(p): ApiPath<u64>,
@@ -144,12 +149,15 @@ pub struct WarmQuery {
     pub force: bool,
 }
 
-/// Loads a sale into the hot ledger. A sale whose hot copy is intact (open, of the
-/// database's epoch) and has sold is refused unless `force`; everything else — the first
-/// load, a copy that is gone or older than the database, a forced warm — is a rebuild: the
-/// old copy is fenced and drained, the next epoch is taken in the database, and the new copy
-/// is loaded with the database's orders (see `reconcile::rebuild`). No order number is ever
-/// handed out twice, and nothing the old copy accepted is lost while it is readable.
+// Loads a sale into the hot ledger. A sale whose hot copy is intact (open, of the
+// database's epoch) and has sold is refused unless `force`; everything else — the first
+// load, a copy that is gone or older than the database, a forced warm — is a rebuild: the
+// old copy is fenced and drained, the next epoch is taken in the database, and the new copy
+// is loaded with the database's orders (see `reconcile::rebuild`). No order number is ever
+// handed out twice, and nothing the old copy accepted is lost while it is readable.
+#[utoipa::path(post, path = "/sales/{sku_id}/warm", tag = "sales", operation_id = "warm_sale", security(("bearer" = [])),
+    params(("sku_id" = u64, Path, minimum = 0), ("force" = Option<bool>, Query, description = "rebuild a hot sale that sold units")),
+    responses((status = 200, description = "warm and live", body = crate::openapi::SaleView)))]
 pub async fn warm(
     State(st): State<AppState>,
     _: Admin,
@@ -251,6 +259,8 @@ async fn set_state(st: AppState, p: u64, state: SaleState) -> Result<Json<SaleVi
     Ok(Json(SaleView::new(&sale, &counters)))
 }
 
+#[utoipa::path(post, path = "/sales/{sku_id}/pause", tag = "sales", operation_id = "pause_sale", security(("bearer" = [])),
+    params(("sku_id" = u64, Path, minimum = 0)), responses((status = 200, description = "paused", body = crate::openapi::SaleView)))]
 pub async fn pause(
     State(st): State<AppState>,
     _: Admin,
@@ -259,6 +269,8 @@ pub async fn pause(
     set_state(st, p, SaleState::Paused).await
 }
 
+#[utoipa::path(post, path = "/sales/{sku_id}/resume", tag = "sales", operation_id = "resume_sale", security(("bearer" = [])),
+    params(("sku_id" = u64, Path, minimum = 0)), responses((status = 200, description = "live", body = crate::openapi::SaleView)))]
 pub async fn resume(
     State(st): State<AppState>,
     _: Admin,
@@ -267,6 +279,8 @@ pub async fn resume(
     set_state(st, p, SaleState::Live).await
 }
 
+#[utoipa::path(post, path = "/sales/{sku_id}/end", tag = "sales", operation_id = "end_sale", security(("bearer" = [])),
+    params(("sku_id" = u64, Path, minimum = 0)), responses((status = 200, description = "ended", body = crate::openapi::SaleView)))]
 pub async fn end(
     State(st): State<AppState>,
     _: Admin,
