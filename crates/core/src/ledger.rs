@@ -163,7 +163,17 @@ pub trait SoldOutSupport: Send + Sync + 'static {
 
     /// Registers who to tell when a sale's stock comes back (cancel, expiry) on any instance,
     /// so that local sold-out flags clear. Called once at start; a later call replaces it.
+    /// This instance's restocks are told at once; other instances' arrive through
+    /// [`SoldOutSupport::restock_feeds`].
     fn on_restock(&self, listener: RestockListener);
+
+    /// The tasks that hear the restocks of other instances (a subscription per Redis) and
+    /// tell the listener of [`SoldOutSupport::on_restock`]; none for a ledger that lives in
+    /// one process. Each runs until dropped: the service runs them as workers and drops
+    /// them at shutdown.
+    fn restock_feeds(&self) -> Vec<RestockFeed> {
+        Vec::new()
+    }
 }
 
 /// A whole hot ledger: the hot path and reads, its copies' lifecycle, and what the
@@ -189,6 +199,9 @@ pub struct HotSnapshot {
 
 /// Told the sku whose stock came back.
 pub type RestockListener = std::sync::Arc<dyn Fn(SkuId) + Send + Sync>;
+
+/// A task that hears other instances' restocks ([`SoldOutSupport::restock_feeds`]).
+pub type RestockFeed = std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>>;
 
 /// A sale as the system of record holds it: counters are at `counters.seq == applied_seq`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

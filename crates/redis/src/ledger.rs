@@ -1,28 +1,24 @@
 //! `RedisLedger`: the hot ledger over Redis or Redis Cluster.
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex, RwLock, Weak};
-use std::time::{Duration, Instant};
+use std::sync::Arc;
+use std::time::Instant;
 
 use async_trait::async_trait;
-use flashsale_core::ledger::{HotSnapshot, RestockListener};
+use flashsale_core::ledger::{HotSnapshot, RestockFeed, RestockListener};
 use flashsale_core::limits::BATCH_LEN_MAX;
 use flashsale_core::{
     Counters, Durability, ErrorCode, HotCopies, HotLedger, HotOrder, LedgerError, OrderNo,
     PurchaseOutcome, PurchaseRequest, RequestKey, Resolution, Sale, SaleState, SkuId,
     SoldOutSupport, UserId,
 };
-use futures::StreamExt;
 use redis::{FromRedisValue, ScriptInvocation, Value};
-use tokio::task::JoinHandle;
 
 use crate::codec::{as_int, as_string, decode_order, parse_entries, unexpected, Entry};
 use crate::conn::{bounded, split_urls, Conn, Timeouts};
 use crate::keys::Keys;
+use crate::restock::RestockHub;
 use crate::scripts::Scripts;
-
-/// Wait before the restock subscriber connects again after a fault.
-const RESUBSCRIBE_AFTER: Duration = Duration::from_millis(200);
 
 /// Most holds one `expire_due` call may expire (the script's own bound).
 pub const EXPIRE_MAX: usize = 10_000;
@@ -33,15 +29,6 @@ pub struct RedisLedger {
     keys: Keys,
     scripts: Scripts,
     restock: Arc<RestockHub>,
-}
-
-/// Who hears about restocks, and the task that listens on the restock channel.
-struct RestockHub {
-    /// Nodes to subscribe on, tried in turn (on a cluster, PUBLISH reaches every node).
-    urls: Vec<String>,
-    channel: String,
-    listener: RwLock<Option<RestockListener>>,
-    task: Mutex<Option<JoinHandle<()>>>,
 }
 
 /// A sale's hash and every event of its stream, read in one atomic step (for the reconciler).
@@ -71,12 +58,7 @@ impl RedisLedger {
     pub fn connect_lazy(url: &str, prefix: &str) -> Result<RedisLedger, LedgerError> {
         let keys = Keys::new(prefix).map_err(LedgerError::Internal)?;
         let conn = Conn::lazy(url, Timeouts::HOT);
-        let restock = Arc::new(RestockHub {
-            urls: split_urls(url),
-            channel: keys.restock_channel(),
-            listener: RwLock::new(None),
-            task: Mutex::new(None),
-        });
+        let restock = Arc::new(RestockHub::new(split_urls(url), keys.restock_channel()));
         Ok(RedisLedger {
             conn,
             keys,
@@ -564,70 +546,10 @@ impl SoldOutSupport for RedisLedger {
     }
 
     fn on_restock(&self, listener: RestockListener) {
-        *self.restock.listener.write().expect("restock lock") = Some(listener);
-        RestockHub::ensure_task(&self.restock);
-    }
-}
-
-impl Drop for RedisLedger {
-    fn drop(&mut self) {
-        if let Some(task) = self.restock.task.lock().expect("restock lock").take() {
-            task.abort();
-        }
-    }
-}
-
-impl RestockHub {
-    fn listener(&self) -> Option<RestockListener> {
-        self.listener.read().expect("restock lock").clone()
+        self.restock.set_listener(listener);
     }
 
-    /// Starts the subscriber on its own connection, once (needs a tokio runtime).
-    fn ensure_task(hub: &Arc<RestockHub>) {
-        let mut task = hub.task.lock().expect("restock lock");
-        if task.is_some() {
-            return;
-        }
-        match tokio::runtime::Handle::try_current() {
-            Ok(rt) => *task = Some(rt.spawn(subscribe_loop(Arc::downgrade(hub)))),
-            Err(_) => tracing::warn!("on_restock outside a tokio runtime: no restock channel"),
-        }
+    fn restock_feeds(&self) -> Vec<RestockFeed> {
+        vec![RestockHub::feed(&self.restock)]
     }
-}
-
-/// Listens on the restock channel until the ledger is dropped; reconnects after a fault.
-async fn subscribe_loop(hub: Weak<RestockHub>) {
-    for attempt in 0usize.. {
-        let Some((url, channel)) = hub
-            .upgrade()
-            .map(|h| (h.urls[attempt % h.urls.len()].clone(), h.channel.clone()))
-        else {
-            return;
-        };
-        if let Err(e) = subscribe_once(&url, &channel, &hub).await {
-            tracing::debug!(error = %e, "restock subscriber reconnecting");
-        }
-        tokio::time::sleep(RESUBSCRIBE_AFTER).await;
-    }
-}
-
-async fn subscribe_once(
-    url: &str,
-    channel: &str,
-    hub: &Weak<RestockHub>,
-) -> Result<(), LedgerError> {
-    let client = redis::Client::open(url).map_err(crate::conn::map_err)?;
-    let mut pubsub = bounded(Timeouts::HOT.call, client.get_async_pubsub()).await?;
-    bounded(Timeouts::HOT.call, pubsub.subscribe(channel)).await?;
-    let mut messages = pubsub.into_on_message();
-    while let Some(msg) = messages.next().await {
-        let Some(hub) = hub.upgrade() else {
-            return Ok(());
-        };
-        let sku = msg.get_payload::<u64>().ok().map(SkuId);
-        if let (Some(sku), Some(listener)) = (sku, hub.listener()) {
-            listener(sku);
-        }
-    }
-    Ok(())
 }

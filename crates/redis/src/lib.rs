@@ -5,6 +5,8 @@
 //! - [`ledger`]: `RedisLedger`, the hot ledger over Redis or Redis Cluster (lazy connection,
 //!   fenced copies).
 //! - [`routed`]: `RoutedLedger`, named hot sales on a Redis of their own.
+//! - `restock`: restocks told across instances (PUBLISH, and the subscription the service
+//!   runs as a worker).
 //! - [`stream`]: reading a sale's event stream (consumer group, claim, ack, trim, lease).
 //! - [`conn`]: one connection type over a node or a cluster, and error mapping.
 //! - [`codec`]: how orders and events are stored and parsed.
@@ -15,6 +17,7 @@ pub mod codec;
 pub mod conn;
 pub mod keys;
 pub mod ledger;
+mod restock;
 pub mod routed;
 pub mod scripts;
 pub mod stream;

@@ -8,7 +8,7 @@ use std::collections::HashSet;
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use flashsale_core::ledger::{HotSnapshot, RestockListener};
+use flashsale_core::ledger::{HotSnapshot, RestockFeed, RestockListener};
 use flashsale_core::{
     Counters, HotCopies, HotLedger, HotOrder, Ledger, LedgerError, OrderNo, PurchaseOutcome,
     PurchaseRequest, Resolution, Sale, SaleState, SkuId, SoldOutSupport, UserId,
@@ -146,5 +146,11 @@ impl SoldOutSupport for RoutedLedger {
     fn on_restock(&self, listener: RestockListener) {
         self.main.on_restock(listener.clone());
         self.hot.on_restock(listener);
+    }
+
+    fn restock_feeds(&self) -> Vec<RestockFeed> {
+        let mut feeds = self.main.restock_feeds();
+        feeds.extend(self.hot.restock_feeds());
+        feeds
     }
 }

@@ -47,6 +47,7 @@ async fn another_instance_hears_restocks_also_after_a_restart() {
     let heard = Arc::new(Mutex::new(Vec::new()));
     let sink = heard.clone();
     b.on_restock(Arc::new(move |sku| sink.lock().unwrap().push(sku)));
+    let feeds: Vec<_> = b.restock_feeds().into_iter().map(tokio::spawn).collect();
     wait::until("b to subscribe", Duration::from_secs(5), || async {
         (subscribers(&server).await? == 1).then_some(())
     })
@@ -64,4 +65,5 @@ async fn another_instance_hears_restocks_also_after_a_restart() {
     })
     .await;
     cancel_and_hear(&a, &heard).await;
+    feeds.iter().for_each(|f| f.abort());
 }

@@ -22,7 +22,7 @@ use crate::gateway::blacklist::{RedisGuards, SqliteGuards};
 use crate::gateway::GuardStore;
 use crate::reconcile::{ReconcileWorker, Reconciler};
 use crate::state::{AppState, Limits};
-use crate::workers::{ExpiryWorker, PersisterWorker, Worker};
+use crate::workers::{ExpiryWorker, PersisterWorker, RestockWorker, Worker};
 
 /// Everything the service needs to start. The CLI fills it from flags, env and a file.
 #[derive(Debug, Clone)]
@@ -245,6 +245,9 @@ impl Server {
         // The listener first: on shutdown it drains in-flight requests before workers stop.
         tasks.handles.push(("http", tokio::spawn(serve)));
         tasks.spawn_worker(Box::new(crate::gateway::GatewayWorker::new(&state)));
+        for feed in ledger.restock_feeds() {
+            tasks.spawn_worker(Box::new(RestockWorker::new(feed)));
+        }
         for worker in workers(&config, ledger, store) {
             tasks.spawn_worker(worker);
         }

@@ -1,4 +1,7 @@
-//! Background workers behind one trait, stopped together by a broadcast.
+//! Background workers behind one trait, stopped together by a broadcast and joined at
+//! shutdown: hold expiry, the persister, the restock subscriptions (here), the gateway's
+//! tickers ([`crate::gateway::GatewayWorker`]) and the reconciler
+//! ([`crate::reconcile::ReconcileWorker`]).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -107,6 +110,33 @@ impl Worker for PersisterWorker {
 
     async fn run(self: Box<Self>, shutdown: broadcast::Receiver<()>) -> anyhow::Result<()> {
         self.persister.run(shutdown).await?;
+        Ok(())
+    }
+}
+
+/// Hears the restocks of other instances (one of the ledger's
+/// [`flashsale_core::SoldOutSupport::restock_feeds`]) until shutdown.
+pub struct RestockWorker {
+    feed: flashsale_core::ledger::RestockFeed,
+}
+
+impl RestockWorker {
+    pub fn new(feed: flashsale_core::ledger::RestockFeed) -> RestockWorker {
+        RestockWorker { feed }
+    }
+}
+
+#[async_trait]
+impl Worker for RestockWorker {
+    fn name(&self) -> &'static str {
+        "restock"
+    }
+
+    async fn run(self: Box<Self>, mut shutdown: broadcast::Receiver<()>) -> anyhow::Result<()> {
+        tokio::select! {
+            _ = shutdown.recv() => {}
+            () = self.feed => {}
+        }
         Ok(())
     }
 }
