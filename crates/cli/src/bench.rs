@@ -17,7 +17,7 @@ use flashsale_core::{
 };
 use flashsale_embedded::EmbeddedLedger;
 use flashsale_server::auth::Auth;
-use flashsale_server::{Config, Limits, Server};
+use flashsale_server::{Config, Server, Tunables};
 use flashsale_store::SqliteStore;
 use rand::distr::{Alphanumeric, SampleString};
 use reqwest::header::{HeaderValue, AUTHORIZATION, CONTENT_TYPE};
@@ -127,9 +127,9 @@ async fn http(args: HttpArgs) -> anyhow::Result<()> {
         database_url,
         jwt_secret: secret(),
         admin_token: secret(),
-        limits: Limits {
+        tunables: Tunables {
             queue_cap: 65_536,
-            ..Limits::default()
+            ..Tunables::default()
         },
         run_persister: true,
         instance_id: format!("bench-{}", std::process::id()),

@@ -17,7 +17,7 @@ use flashsale_bench::report::{Check, Report};
 use flashsale_bench::summary;
 use flashsale_core::{Counters, OrderStatus, SaleMode, SkuId, UserId};
 use flashsale_server::auth::Auth;
-use flashsale_server::{Config, Limits, Server};
+use flashsale_server::{Config, Server, Tunables};
 use indicatif::{ProgressBar, ProgressStyle};
 use rand::distr::{Alphanumeric, SampleString};
 use serde_json::json;
@@ -111,8 +111,8 @@ fn demo_config(args: &DemoArgs) -> anyhow::Result<Config> {
         (None, None) => fresh_sqlite(&args.data_dir)?,
     };
     let secret = || Alphanumeric.sample_string(&mut rand::rng(), 32);
-    let mut limits = Limits::default();
-    limits.queue_cap = limits.queue_cap.max(args.concurrency * 4);
+    let mut tunables = Tunables::default();
+    tunables.queue_cap = tunables.queue_cap.max(args.concurrency * 4);
     Ok(Config {
         listen: "127.0.0.1:0".parse()?,
         redis_url: args.redis_url.clone(),
@@ -120,7 +120,7 @@ fn demo_config(args: &DemoArgs) -> anyhow::Result<Config> {
         database_url,
         jwt_secret: secret(),
         admin_token: secret(),
-        limits,
+        tunables,
         run_persister: true,
         instance_id: format!("demo-{}", std::process::id()),
         reconcile: Default::default(),

@@ -20,7 +20,7 @@ use anyhow::Context;
 use clap::{Parser, Subcommand};
 use flashsale_core::UserId;
 use flashsale_server::auth::Auth;
-use flashsale_server::{Config, Limits, Server};
+use flashsale_server::{Config, Server, Tunables};
 
 use settings::Settings;
 
@@ -132,8 +132,8 @@ async fn run(command: Command) -> anyhow::Result<()> {
 
 pub fn server_config(settings: &Settings, run_persister: bool) -> anyhow::Result<Config> {
     let (jwt_secret, admin_token) = settings.secrets()?;
-    let mut limits = Limits::default();
-    settings.gateway.apply(&mut limits)?;
+    let mut tunables = Tunables::default();
+    settings.gateway.apply(&mut tunables)?;
     Ok(Config {
         listen: settings.listen,
         redis_url: settings.redis_url.clone(),
@@ -141,7 +141,7 @@ pub fn server_config(settings: &Settings, run_persister: bool) -> anyhow::Result
         database_url: settings.database_url(),
         jwt_secret,
         admin_token,
-        limits,
+        tunables,
         run_persister,
         instance_id: instance_id(),
         reconcile: flashsale_server::reconcile::WorkerSettings {

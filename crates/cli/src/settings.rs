@@ -105,11 +105,11 @@ pub struct GatewaySettings {
 }
 
 impl GatewaySettings {
-    /// Writes the settings that are set over `limits`.
-    pub fn apply(&self, limits: &mut flashsale_server::Limits) -> anyhow::Result<()> {
+    /// Writes the settings that are set over `tunables`.
+    pub fn apply(&self, tunables: &mut flashsale_server::Tunables) -> anyhow::Result<()> {
         use flashsale_server::gateway::Rate;
         use std::time::Duration;
-        let g = &mut limits.gateway;
+        let g = &mut tunables.gateway;
         let rate = |s: &Option<String>, into: &mut Rate| -> anyhow::Result<()> {
             if let Some(s) = s {
                 *into = Rate::parse(s).map_err(anyhow::Error::msg)?;
@@ -160,7 +160,7 @@ impl GatewaySettings {
             g.hot_skus = self.hot_skus.clone();
         }
         if let Some(v) = self.request_timeout_ms {
-            limits.request_timeout = Duration::from_millis(v.max(1));
+            tunables.request_timeout = Duration::from_millis(v.max(1));
         }
         Ok(())
     }

@@ -13,7 +13,7 @@ use axum::Router;
 use flashsale_core::UserId;
 use flashsale_server::auth::Auth;
 use flashsale_server::gateway::config::{GatewayConfig, Rate};
-use flashsale_server::{app, Config, Limits, Server};
+use flashsale_server::{app, Config, Server, Tunables};
 use tower::ServiceExt;
 
 const USERS: u64 = 2_000;
@@ -39,7 +39,7 @@ async fn main() -> anyhow::Result<()> {
         database_url: format!("sqlite://{}/rc.db", dir.display()),
         jwt_secret: "s3cret-s3cret-s3cret-s3cret-0000".into(),
         admin_token: "admin-admin-admin-admin".into(),
-        limits: Limits {
+        tunables: Tunables {
             queue_cap: 65_536,
             // The probe measures the route, not the limiter's verdict: no token bucket refuses.
             gateway: GatewayConfig {
@@ -48,7 +48,7 @@ async fn main() -> anyhow::Result<()> {
                 rate_user: Rate::OFF,
                 ..GatewayConfig::default()
             },
-            ..Limits::default()
+            ..Tunables::default()
         },
         run_persister: true,
         instance_id: "rc".into(),

@@ -2,7 +2,6 @@
 
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use axum::extract::FromRequestParts;
 use axum::http::header::AUTHORIZATION;
 use axum::http::request::Parts;
 use flashsale_core::{ErrorCode, UserId};
@@ -10,7 +9,6 @@ use jsonwebtoken::{Algorithm, DecodingKey, EncodingKey, Header, Validation};
 use serde::{Deserialize, Serialize};
 
 use crate::error::AppError;
-use crate::state::AppState;
 
 /// Longest bearer token accepted, in bytes (a limit on everything).
 const TOKEN_LEN_MAX: usize = 2_048;
@@ -75,7 +73,7 @@ impl Auth {
         &self.secret
     }
 
-    fn is_admin(&self, token: &str) -> bool {
+    pub fn is_admin(&self, token: &str) -> bool {
         constant_time_eq(token.as_bytes(), self.admin_token.as_bytes())
     }
 }
@@ -91,7 +89,7 @@ fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
     a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
-fn bearer(parts: &Parts) -> Result<&str, AppError> {
+pub(crate) fn bearer(parts: &Parts) -> Result<&str, AppError> {
     let unauthorized = |m: &str| AppError::new(ErrorCode::Unauthorized, m);
     let value = parts
         .headers
@@ -116,37 +114,6 @@ pub struct User(pub UserId);
 /// A request with the admin token.
 #[derive(Debug, Clone, Copy)]
 pub struct Admin;
-
-impl FromRequestParts<AppState> for User {
-    type Rejection = AppError;
-
-    async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<User, AppError> {
-        let token = bearer(parts)?;
-        if state.auth.is_admin(token) {
-            return Err(AppError::new(
-                ErrorCode::Forbidden,
-                "the admin token is not a user",
-            ));
-        }
-        let user = state.auth.verify_user(token)?;
-        state.gateway.check_user(parts, user)?;
-        Ok(User(user))
-    }
-}
-
-impl FromRequestParts<AppState> for Admin {
-    type Rejection = AppError;
-
-    async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Admin, AppError> {
-        let token = bearer(parts)?;
-        if state.auth.is_admin(token) {
-            return Ok(Admin);
-        }
-        // A valid user token is known but not allowed; anything else is not known at all.
-        state.auth.verify_user(token)?;
-        Err(AppError::new(ErrorCode::Forbidden, "admin only"))
-    }
-}
 
 #[cfg(test)]
 mod tests {

@@ -25,7 +25,7 @@ use tokio::sync::{mpsc, oneshot};
 
 use crate::cache::SoldOutFlags;
 use crate::reconcile::Journal;
-use crate::state::Limits;
+use crate::tunables::Tunables;
 
 /// Ledger calls in flight per sale: while Redis runs one batch, the next one is already on the
 /// wire and queued behind it, so Redis never idles for a round trip and the batch task's
@@ -58,16 +58,16 @@ struct Flagger {
 }
 
 impl Batcher {
-    /// With its own sold-out flags, lifetime and key bound as the server's default [`Limits`].
+    /// With its own sold-out flags, lifetime and key bound as the server's default [`Tunables`].
     pub fn new(ledger: Arc<dyn Ledger>, batch_max: usize, queue_cap: usize) -> Batcher {
-        let limits = Limits::default();
-        let flags = Arc::new(SoldOutFlags::new(limits.cache_ttl));
+        let tunables = Tunables::default();
+        let flags = Arc::new(SoldOutFlags::new(tunables.cache_ttl));
         Batcher::with_flags(
             ledger,
             batch_max,
             queue_cap,
             flags,
-            limits.accepted_keys_max,
+            tunables.accepted_keys_max,
             Arc::default(),
         )
     }

@@ -9,7 +9,7 @@
 //! - [`gateway`]: protections in front of the handlers (rate limits, blacklist, back-pressure,
 //!   per-sale isolation, purchase tokens, request limits) and the hot-sale router.
 //! - [`reconcile`]: the reconciler, the loss journal, and the hot copy's lifecycle (rebuild).
-//! - [`state`]: `AppState`, what every handler shares, and the request path's `Limits`.
+//! - [`state`]: `AppState`, what every handler shares, and the request path's `Tunables`.
 //! - [`workers`]: background workers (persister, hold expiry; the gateway's and the
 //!   reconciler's live beside their code) behind one `Worker` trait, joined at shutdown.
 //! - [`serve`]: `Config` → backends, workers, listener; graceful shutdown.
@@ -34,6 +34,7 @@ pub mod reconcile;
 pub mod routes;
 pub mod serve;
 pub mod state;
+pub mod tunables;
 pub mod workers;
 
 use axum::extract::{DefaultBodyLimit, MatchedPath, Request, State};
@@ -47,7 +48,8 @@ use utoipa_axum::routes;
 
 pub use error::AppError;
 pub use serve::{Config, Server};
-pub use state::{AppState, Limits};
+pub use state::AppState;
+pub use tunables::Tunables;
 
 /// The whole HTTP API. Each route is declared once, by its handler's `#[utoipa::path]`:
 /// `routes!` routes it and puts it in the OpenAPI document.
@@ -55,7 +57,7 @@ pub fn app(state: AppState) -> Router {
     use routes::health;
     let (router, doc) = OpenApiRouter::with_openapi(openapi::ApiDoc::openapi())
         .nest("/api/v1", api())
-        .routes(routes!(dashboard::page))
+        .routes(routes!(dashboard::routes::page))
         .routes(routes!(health::healthz))
         .routes(routes!(health::readyz))
         .routes(routes!(health::metrics))
@@ -69,7 +71,7 @@ pub fn app(state: AppState) -> Router {
                 "method not allowed on this route",
             )
         })
-        .layer(DefaultBodyLimit::max(state.limits.body_bytes_max))
+        .layer(DefaultBodyLimit::max(state.tunables.body_bytes_max))
         .layer(middleware::from_fn_with_state(
             state.clone(),
             gateway::limits::guard,
@@ -96,8 +98,8 @@ fn api() -> OpenApiRouter<AppState> {
         .routes(routes!(orders::get))
         .routes(routes!(orders::pay))
         .routes(routes!(orders::cancel))
-        .routes(routes!(dashboard::public_route))
-        .routes(routes!(dashboard::admin_route))
+        .routes(routes!(dashboard::routes::public_route))
+        .routes(routes!(dashboard::routes::admin_route))
         .routes(routes!(reconcile_routes::report_route))
         .routes(routes!(reconcile_routes::repair_route))
         .merge(gateway::routes::router())

@@ -15,7 +15,6 @@ use utoipa::openapi::{RefOr, ResponseBuilder};
 use utoipa::{Modify, OpenApi, ToSchema};
 use utoipa_swagger_ui::SwaggerUi;
 
-use crate::gateway::routes::{BlacklistEntry, BlacklistView, PurchaseTokenView, TokenSaleView};
 use crate::openapi_extra::{IpAddresses, Links, Unsigned};
 use crate::state::AppState;
 
@@ -199,21 +198,10 @@ pub struct Ready {
         title = "flashsale",
         description = "Flash-sale inventory service. Errors are `{\"code\",\"message\"}`; 429 and 503 carry `Retry-After`."
     ),
-    components(schemas(
-        Error,
-        CreateSale,
-        SaleView,
-        PurchaseBody,
-        OrderView,
-        Health,
-        Ready,
-        BlacklistView,
-        BlacklistEntry,
-        TokenSaleView,
-        PurchaseTokenView,
-    ))
+    components(schemas(Error, CreateSale, SaleView, PurchaseBody, OrderView, Health, Ready,))
 )]
-/// The document's head and shared schemas; the paths come from the routes ([`crate::app`]).
+/// The document's head and the schemas of this module; the paths, and the schemas of the
+/// gateway's answers, come from the routes ([`crate::app`]).
 pub struct ApiDoc;
 
 /// Adds the bearer scheme and the error answers every `/api/v1` operation may give.

@@ -21,7 +21,8 @@ use crate::auth::Auth;
 use crate::gateway::blacklist::{RedisGuards, SqliteGuards};
 use crate::gateway::GuardStore;
 use crate::reconcile::{ReconcileWorker, Reconciler};
-use crate::state::{AppState, Limits};
+use crate::state::AppState;
+use crate::tunables::Tunables;
 use crate::workers::{ExpiryWorker, PersisterWorker, RestockWorker, Worker};
 
 /// Everything the service needs to start. The CLI fills it from flags, env and a file.
@@ -34,7 +35,7 @@ pub struct Config {
     pub database_url: String,
     pub jwt_secret: String,
     pub admin_token: String,
-    pub limits: Limits,
+    pub tunables: Tunables,
     /// Run the stream persister inside this process (Redis ledger only).
     pub run_persister: bool,
     /// Names this instance as a stream consumer and lease owner.
@@ -115,7 +116,12 @@ impl Backends {
             }
         };
         Ok(Backends {
-            ledger: crate::gateway::routing::hot_routed(config, backends.ledger)?,
+            ledger: crate::gateway::routing::hot_routed(
+                &config.tunables.gateway,
+                config.redis_url.as_deref(),
+                &config.redis_prefix,
+                backends.ledger,
+            )?,
             ..backends
         })
     }
@@ -218,7 +224,7 @@ impl Server {
             ledger.clone(),
             store.clone(),
             auth,
-            config.limits.clone(),
+            config.tunables.clone(),
             guards,
         );
         if let Err(e) = state.gateway.guards.refresh().await {
@@ -229,7 +235,7 @@ impl Server {
         let app = crate::app(state.clone());
         let listener = crate::gateway::listener::CappedListener::new(
             listener,
-            config.limits.gateway.connections_max,
+            config.tunables.gateway.connections_max,
         );
         let serve = async move {
             let graceful = async move {
@@ -244,14 +250,14 @@ impl Server {
         };
         // The listener first: on shutdown it drains in-flight requests before workers stop.
         tasks.handles.push(("http", tokio::spawn(serve)));
-        tasks.spawn_worker(Box::new(crate::gateway::GatewayWorker::new(&state)));
+        tasks.spawn_worker(Box::new(crate::gateway::worker::GatewayWorker::new(&state)));
         for feed in ledger.restock_feeds() {
             tasks.spawn_worker(Box::new(RestockWorker::new(feed)));
         }
         for worker in workers(&config, ledger, store) {
             tasks.spawn_worker(worker);
         }
-        let reconciler = Reconciler::from_state(&state);
+        let reconciler = state.reconciler();
         if let Some(worker) = ReconcileWorker::boxed(reconciler, config.reconcile) {
             tasks.spawn_worker(worker);
         }
@@ -285,7 +291,7 @@ fn workers(
             store.clone(),
         )));
         // Hot sales on a dedicated Redis: its streams need a persister of their own.
-        if let Some(hot_url) = &config.limits.gateway.hot_redis_url {
+        if let Some(hot_url) = &config.tunables.gateway.hot_redis_url {
             workers.push(Box::new(PersisterWorker::new(
                 hot_url,
                 &config.redis_prefix,

@@ -1,7 +1,8 @@
-//! `AppState`: what every handler shares.
+//! `AppState`: what every handler shares. It holds the parts (ledger, store, batcher, caches,
+//! gateway, journal, dashboard readings) and depends on their modules; none of them depends
+//! on it: only handlers (`routes`, `*::routes`), middleware and workers read the state.
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use flashsale_core::{Ledger, OrderStore};
 use metrics_exporter_prometheus::PrometheusHandle;
@@ -10,36 +11,9 @@ use crate::auth::Auth;
 use crate::batcher::Batcher;
 use crate::breaker::Breaker;
 use crate::cache::{SaleCache, SoldOutFlags};
-use crate::gateway::{Gateway, GatewayConfig, GuardStore, MemoryGuards};
-
-/// Tunables of the request path. Every queue and batch has a bound.
-#[derive(Debug, Clone)]
-pub struct Limits {
-    pub batch_max: usize,
-    pub queue_cap: usize,
-    pub body_bytes_max: usize,
-    pub request_timeout: Duration,
-    /// Sold-out flag and sale cache lifetime.
-    pub cache_ttl: Duration,
-    /// A sold-out flag remembers at most this many accepted request keys.
-    pub accepted_keys_max: usize,
-    /// Rate limits, blacklist, back-pressure, per-sale isolation, anti-scalping, caps.
-    pub gateway: GatewayConfig,
-}
-
-impl Default for Limits {
-    fn default() -> Limits {
-        Limits {
-            batch_max: 256,
-            queue_cap: 8_192,
-            body_bytes_max: 4_096,
-            request_timeout: Duration::from_secs(10),
-            cache_ttl: Duration::from_secs(1),
-            accepted_keys_max: 1_000_000,
-            gateway: GatewayConfig::default(),
-        }
-    }
-}
+use crate::gateway::{Gateway, GuardStore, MemoryGuards};
+use crate::reconcile::{Journal, Reconciler};
+pub use crate::tunables::Tunables;
 
 /// Consecutive hot-ledger failures that open the breaker, and how long it stays open before
 /// one request may try again.
@@ -59,11 +33,11 @@ pub struct Inner {
     pub sold_out: Arc<SoldOutFlags>,
     pub breaker: Breaker,
     pub metrics: PrometheusHandle,
-    pub limits: Limits,
+    pub tunables: Tunables,
     pub gateway: Gateway,
     /// Promises not yet in the database (accepted purchases: the batcher; resolutions: the
     /// order routes), for the reconciler's loss report.
-    pub journal: Arc<crate::reconcile::Journal>,
+    pub journal: Arc<Journal>,
     /// Per-sale answers and readings for the live dashboard.
     pub dashboard: crate::dashboard::Dashboard,
 }
@@ -85,13 +59,13 @@ impl AppState {
         ledger: Arc<dyn Ledger>,
         store: Arc<dyn OrderStore>,
         auth: Auth,
-        limits: Limits,
+        tunables: Tunables,
     ) -> AppState {
         AppState::with_guards(
             ledger,
             store,
             auth,
-            limits,
+            tunables,
             Arc::new(MemoryGuards::default()),
         )
     }
@@ -101,29 +75,29 @@ impl AppState {
         ledger: Arc<dyn Ledger>,
         store: Arc<dyn OrderStore>,
         auth: Auth,
-        limits: Limits,
+        tunables: Tunables,
         guards: Arc<dyn GuardStore>,
     ) -> AppState {
-        let gateway = Gateway::new(limits.gateway.clone(), auth.secret(), guards);
-        let journal = Arc::new(crate::reconcile::Journal::default());
-        let sold_out = Arc::new(SoldOutFlags::new(limits.cache_ttl));
+        let gateway = Gateway::new(tunables.gateway.clone(), auth.secret(), guards);
+        let journal = Arc::new(Journal::default());
+        let sold_out = Arc::new(SoldOutFlags::new(tunables.cache_ttl));
         let inner = Arc::new(Inner {
             batcher: Batcher::with_flags(
                 ledger.clone(),
-                limits.batch_max,
-                limits.queue_cap,
+                tunables.batch_max,
+                tunables.queue_cap,
                 sold_out.clone(),
-                limits.accepted_keys_max,
+                tunables.accepted_keys_max,
                 journal.clone(),
             ),
             ledger,
             store,
             auth,
-            sales: SaleCache::new(limits.cache_ttl),
+            sales: SaleCache::new(tunables.cache_ttl),
             sold_out,
             breaker: Breaker::new(BREAKER_FAILURES_MAX, BREAKER_OPEN_MS),
             metrics: crate::metrics::handle(),
-            limits,
+            tunables,
             gateway,
             journal,
             dashboard: Default::default(),
@@ -135,5 +109,14 @@ impl AppState {
             }
         }));
         AppState(inner)
+    }
+
+    /// A reconciler over this state's ledger, store and loss journal.
+    pub fn reconciler(&self) -> Reconciler {
+        Reconciler::new(
+            self.ledger.clone(),
+            self.store.clone(),
+            self.journal.clone(),
+        )
     }
 }

@@ -1,7 +1,6 @@
 //! Background workers behind one trait, stopped together by a broadcast and joined at
-//! shutdown: hold expiry, the persister, the restock subscriptions (here), the gateway's
-//! tickers ([`crate::gateway::GatewayWorker`]) and the reconciler
-//! ([`crate::reconcile::ReconcileWorker`]).
+//! shutdown: hold expiry, the persister and the restock subscriptions (here); the gateway's
+//! tickers (`gateway::worker`) and the reconciler (`reconcile::worker`) live beside their code.
 
 use std::sync::Arc;
 use std::time::Duration;

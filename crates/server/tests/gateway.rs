@@ -53,8 +53,8 @@ async fn buy_with_token(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn per_user_and_per_sale_rates_answer_429_with_retry_after() {
     let stack = embedded_with(|c| {
-        c.limits.gateway.rate_user = Rate::new(1, 2);
-        c.limits.gateway.rate_sale = Rate::new(1, 4);
+        c.tunables.gateway.rate_user = Rate::new(1, 2);
+        c.tunables.gateway.rate_sale = Rate::new(1, 4);
     })
     .await;
     stack.live_sale(51, 100, 10).await;
@@ -257,9 +257,9 @@ async fn backpressure_engages_on_stream_lag_and_lets_go_when_persisted() {
     let db = TestDatabase::create().await;
     let mut config = common::config(Some(redis_server::shared_url()), db.url.clone());
     config.run_persister = false;
-    config.limits.gateway.backpressure_lag = 3;
-    config.limits.gateway.backpressure_interval = Duration::from_millis(50);
-    config.limits.gateway.backpressure_auto_pause = true;
+    config.tunables.gateway.backpressure_lag = 3;
+    config.tunables.gateway.backpressure_interval = Duration::from_millis(50);
+    config.tunables.gateway.backpressure_auto_pause = true;
     let stack = Stack::start(config.clone(), Some(db), None).await;
     stack.live_sale(61, 100, 1).await;
     for user in 1..=5 {
@@ -315,7 +315,7 @@ async fn backpressure_engages_on_stream_lag_and_lets_go_when_persisted() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_hot_sale_cannot_starve_the_others() {
     let stack = embedded_with(|c| {
-        c.limits.gateway = GatewayConfig {
+        c.tunables.gateway = GatewayConfig {
             sale_inflight_max: 2,
             ..GatewayConfig::unlimited()
         };
@@ -468,7 +468,7 @@ async fn purchase_tokens_guard_a_sale(stack: &Stack) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn limits_answer_in_our_error_shape() {
-    let mut stack = embedded_with(|c| c.limits.gateway.connections_max = 3).await;
+    let mut stack = embedded_with(|c| c.tunables.gateway.connections_max = 3).await;
     let mut req = stack.http.get(format!("{}/api/v1/sales/1", stack.base));
     for i in 0..80 {
         req = req.header(format!("x-h{i}"), "v");
@@ -534,7 +534,7 @@ async fn limits_answer_in_our_error_shape() {
     // a zero timeout: a purchase always waits for its batch, so it always times out.
     stack.live_sale(56, 10, 1).await;
     let mut config = stack.config.clone();
-    config.limits.request_timeout = Duration::ZERO;
+    config.tunables.request_timeout = Duration::ZERO;
     stack.stop().await;
     let slow = Stack::start(config, None, None).await;
     let resp = slow
@@ -556,8 +556,8 @@ async fn hot_sales_go_to_their_own_redis() {
     let hot = RedisServer::spawn().await;
     let db = TestDatabase::create().await;
     let mut config = common::config(Some(main.url()), db.url.clone());
-    config.limits.gateway.hot_redis_url = Some(hot.url());
-    config.limits.gateway.hot_skus = vec![91];
+    config.tunables.gateway.hot_redis_url = Some(hot.url());
+    config.tunables.gateway.hot_skus = vec![91];
     let stack = Stack::start(config.clone(), Some(db), None).await;
     stack.live_sale(91, 50, 1).await;
     stack.live_sale(92, 50, 1).await;

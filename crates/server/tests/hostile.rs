@@ -14,7 +14,7 @@ use common::Stack;
 use flashsale_core::{SkuId, UserId};
 use flashsale_server::auth::Auth;
 use flashsale_server::gateway::GatewayConfig;
-use flashsale_server::{AppState, Limits};
+use flashsale_server::{AppState, Tunables};
 use proptest::prelude::*;
 use reqwest::StatusCode;
 use serde_json::{json, Value};
@@ -171,16 +171,16 @@ async fn in_process() -> (axum::Router, AppState, tempfile::TempDir) {
     let dir = tempfile::tempdir().unwrap();
     let url = format!("sqlite://{}/flashsale.db", dir.path().display());
     let mut config = common::config(None, url);
-    config.limits = Limits {
+    config.tunables = Tunables {
         gateway: GatewayConfig::unlimited(),
-        ..Limits::default()
+        ..Tunables::default()
     };
     let (ledger, store) = flashsale_server::serve::backends(&config).await.unwrap();
     let state = AppState::new(
         ledger,
         store,
         Auth::new(common::JWT_SECRET, common::ADMIN),
-        config.limits,
+        config.tunables,
     );
     (flashsale_server::app(state.clone()), state, dir)
 }

@@ -126,7 +126,7 @@ async fn a_rebuild_that_died_midway_is_resumed_by_the_reconciler() {
         (StatusCode::SERVICE_UNAVAILABLE, "UNAVAILABLE")
     );
 
-    let mut reconciler = Reconciler::from_state(&st);
+    let mut reconciler = st.reconciler();
     reconciler.config = ReconcileConfig {
         rebuild_stall: Duration::ZERO,
         ..ReconcileConfig::default()
@@ -253,7 +253,7 @@ async fn sold_out_for_two_units_does_not_flag_a_sale_with_one_left() {
 async fn a_sold_out_sale_reads_its_accepted_keys_once() {
     let redis = RedisServer::spawn().await;
     let stack = quiet_stack(&redis.url(), |c| {
-        c.limits.cache_ttl = Duration::from_millis(100);
+        c.tunables.cache_ttl = Duration::from_millis(100);
     })
     .await;
     stack.live_sale(46, 1, 1).await;
@@ -344,8 +344,8 @@ async fn large_skus_and_times_that_validate_also_warm() {
 async fn workers_and_the_reconciler_find_hot_sales_where_they_live() {
     let hot = RedisServer::spawn().await;
     let stack = quiet_stack(&redis_server::shared_url(), |c| {
-        c.limits.gateway.hot_redis_url = Some(hot.url());
-        c.limits.gateway.hot_skus = vec![48];
+        c.tunables.gateway.hot_redis_url = Some(hot.url());
+        c.tunables.gateway.hot_skus = vec![48];
     })
     .await;
     stack.live_sale(48, 5, 1).await;
@@ -401,7 +401,8 @@ async fn one_broken_sale_does_not_stop_expiry_or_reconciliation_of_the_others() 
         }
     })
     .await;
-    let reports = Reconciler::from_state(&state(&stack))
+    let reports = state(&stack)
+        .reconciler()
         .run(None, false, Trigger::Cli)
         .await
         .expect("a pass over every sale");
@@ -413,9 +414,9 @@ async fn one_broken_sale_does_not_stop_expiry_or_reconciliation_of_the_others() 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn auto_pause_never_reopens_a_sale_an_operator_ended() {
     let stack = quiet_stack(&redis_server::shared_url(), |c| {
-        c.limits.gateway.backpressure_lag = 3;
-        c.limits.gateway.backpressure_interval = Duration::from_millis(50);
-        c.limits.gateway.backpressure_auto_pause = true;
+        c.tunables.gateway.backpressure_lag = 3;
+        c.tunables.gateway.backpressure_interval = Duration::from_millis(50);
+        c.tunables.gateway.backpressure_auto_pause = true;
     })
     .await;
     stack.live_sale(51, 100, 1).await;

@@ -12,7 +12,6 @@ use std::time::{Duration, Instant};
 use common::Stack;
 use flashsale_core::{OrderNo, OrderStatus, OrderStore, SkuId};
 use flashsale_server::gateway::GatewayConfig;
-use flashsale_server::reconcile::Reconciler;
 use flashsale_store::persister::{Persister, PersisterConfig};
 use flashsale_testkit::mariadb::{MariaDbServer, TestDatabase};
 use flashsale_testkit::redis_server::{self, RedisServer};
@@ -27,7 +26,7 @@ fn code(body: &Value) -> &str {
 }
 
 fn unlimited(mut cfg: flashsale_server::Config) -> flashsale_server::Config {
-    cfg.limits.gateway = GatewayConfig::unlimited();
+    cfg.tunables.gateway = GatewayConfig::unlimited();
     cfg
 }
 
@@ -242,7 +241,7 @@ async fn reconcile_diff_is_zero_during_a_live_spike() {
     let sku = 72;
     stack.live_sale(sku, 600, 1).await;
     let state = stack.server.as_ref().unwrap().state.clone();
-    let reconciler = Reconciler::from_state(&state);
+    let reconciler = state.reconciler();
     let progress = AtomicUsize::new(0);
     let buying = spike(&stack, sku, 1..=800, &progress);
     let checking = async {

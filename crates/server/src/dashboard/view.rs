@@ -1,26 +1,25 @@
 //! The dashboard's JSON: the public part (every sale, its state and stock) and the admin part
 //! (per sale: answers per second, latency, stream lag, backlog, flags, last reconciliation;
-//! per instance: breaker, Lua script latency), computed from the stores, the gateway's gates
-//! and the process's own metrics.
+//! per instance: breaker, Lua script latency), and the script latency readings kept between
+//! requests. The dashboard's `routes` compute them from the stores, the gateway's gates and the
+//! process's own metrics.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use flashsale_core::ledger::{ReconcileRun, StoredSale};
-use flashsale_core::{Counters, SaleState, SkuId};
+use flashsale_core::ledger::ReconcileRun;
+use flashsale_core::SaleState;
 use serde::Serialize;
 use serde_json::Value;
 
 use super::live::Series;
 use super::prom::{self, Buckets, Sample};
-use crate::error::AppError;
-use crate::state::AppState;
 
 /// Sales shown at most (live ones first).
-const SALES_SHOWN_MAX: usize = 50;
+pub(super) const SALES_SHOWN_MAX: usize = 50;
 /// Seconds of answers and latency per sale in one answer.
-const SERIES_S: u64 = 60;
+pub(super) const SERIES_S: u64 = 60;
 /// Script latency percentiles are read over the last few seconds, not since start.
 const SCRIPT_WINDOW: Duration = Duration::from_secs(5);
 const SCRIPT_LATENCY: &str = "flashsale_script_latency_seconds";
@@ -103,7 +102,7 @@ pub struct ScriptReadings {
 
 impl ScriptReadings {
     /// Percentiles per script between the oldest reading in the window and `samples`.
-    fn latency(&self, samples: &[Sample]) -> Vec<ScriptLatency> {
+    pub(super) fn latency(&self, samples: &[Sample]) -> Vec<ScriptLatency> {
         let now = script_buckets(samples);
         let mut readings = self.readings.lock().expect("readings lock");
         let due = readings
@@ -148,93 +147,7 @@ fn script_buckets(samples: &[Sample]) -> HashMap<String, Buckets> {
         .collect()
 }
 
-/// The public view: every sale (up to a bound) with its stock.
-pub async fn public(st: &AppState) -> Result<PublicView, AppError> {
-    let mut sales = Vec::new();
-    for stored in shown_sales(st).await? {
-        sales.push(card(st, &stored).await);
-    }
-    Ok(PublicView {
-        at_ms: crate::routes::sales::now_ms(),
-        sales,
-    })
-}
-
-/// The admin view: the public one plus what the process knows of each sale.
-pub async fn admin(st: &AppState) -> Result<AdminView, AppError> {
-    let samples = prom::parse(&st.metrics.render());
-    let mut sales = Vec::new();
-    for stored in shown_sales(st).await? {
-        let card = card(st, &stored).await;
-        sales.push(sale_ops(st, card, &samples).await);
-    }
-    Ok(AdminView {
-        at_ms: crate::routes::sales::now_ms(),
-        ledger: st.ledger.kind(),
-        breaker_open: !st.breaker.allows(),
-        open_connections: prom::value(&samples, "flashsale_open_connections", "", ""),
-        scripts: st.dashboard.scripts.latency(&samples),
-        sales,
-    })
-}
-
-async fn shown_sales(st: &AppState) -> Result<Vec<StoredSale>, AppError> {
-    let mut sales = st.store.sales().await?;
-    let rank = |s: &SaleState| match s {
-        SaleState::Live => 0,
-        SaleState::Paused => 1,
-        SaleState::Scheduled => 2,
-        SaleState::Ended => 3,
-    };
-    sales.sort_by_key(|s| (rank(&s.sale.state), std::cmp::Reverse(s.sale.sku_id.0)));
-    sales.truncate(SALES_SHOWN_MAX);
-    Ok(sales)
-}
-
-/// Hot counters when the ledger has the sale (fresher: the database lags the persister).
-async fn card(st: &AppState, stored: &StoredSale) -> SaleCard {
-    let sku = stored.sale.sku_id;
-    let hot = match stored.sale.state {
-        SaleState::Scheduled => None,
-        _ => st.ledger.counters(sku).await.ok().flatten(),
-    };
-    let c: Counters = hot.unwrap_or(stored.counters);
-    SaleCard {
-        sku_id: sku.0,
-        name: stored.sale.name.clone(),
-        state: stored.sale.state,
-        mode: stored.sale.mode.as_str().to_owned(),
-        total: c.total,
-        available: c.available,
-        reserved: c.reserved,
-        sold: c.sold,
-    }
-}
-
-async fn sale_ops(st: &AppState, card: SaleCard, samples: &[Sample]) -> SaleOps {
-    let sku = SkuId(card.sku_id);
-    let label = sku.0.to_string();
-    let gate = st.gateway.gates.all().into_iter().find(|g| g.sku == sku);
-    let per_sku = |name: &str| prom::value(samples, name, "sku", &label);
-    let run = st.store.reconcile_runs(Some(sku), 1).await.ok();
-    SaleOps {
-        answers: st.dashboard.live.series(sku, SERIES_S),
-        stream_lag_events: per_sku("flashsale_stream_lag_events"),
-        backlog: gate
-            .as_ref()
-            .map_or(0, |g| g.backlog.load(std::sync::atomic::Ordering::Relaxed)),
-        backpressure: gate.as_ref().is_some_and(|g| g.is_busy()),
-        // A request key is always `user:request_id`, so the empty key is never an accepted
-        // retry: `answers` is then true exactly while the sale's flag is set.
-        sold_out_flag: st.sold_out.is_set(sku),
-        db_guard_rejections: per_sku("flashsale_db_guard_rejections_total").unwrap_or(0.0),
-        dead_letters: per_sku("flashsale_dead_letters_total").unwrap_or(0.0),
-        reconcile: run.and_then(|r| r.into_iter().next()).map(verdict),
-        card,
-    }
-}
-
-fn verdict(run: ReconcileRun) -> ReconcileVerdict {
+pub(super) fn verdict(run: ReconcileRun) -> ReconcileVerdict {
     let report: Value = serde_json::from_str(&run.report).unwrap_or(Value::Null);
     ReconcileVerdict {
         at_ms: run.at_ms,

@@ -42,7 +42,7 @@ pub async fn guard(State(st): State<AppState>, req: Request, next: Next) -> Resp
     };
     // A purchase cut short here still completes in the ledger (the batcher owns it); the
     // client's retry with the same request_id gets its first outcome.
-    match tokio::time::timeout(st.limits.request_timeout, next.run(req)).await {
+    match tokio::time::timeout(st.tunables.request_timeout, next.run(req)).await {
         Ok(response) => response,
         Err(_) => {
             metrics::counter!(TIMEOUTS).increment(1);

@@ -7,15 +7,16 @@ use flashsale_core::Ledger;
 use flashsale_redis::RoutedLedger;
 
 /// The configured ledger, wrapped to send `hot_skus` to `hot_redis_url` when both are set
-/// (Redis ledger only).
+/// (Redis ledger only: `redis_url` is the main ledger's).
 pub fn hot_routed(
-    config: &crate::serve::Config,
+    g: &super::GatewayConfig,
+    redis_url: Option<&str>,
+    redis_prefix: &str,
     ledger: Arc<dyn Ledger>,
 ) -> anyhow::Result<Arc<dyn Ledger>> {
-    let g = &config.limits.gateway;
-    match (&g.hot_redis_url, &config.redis_url) {
+    match (&g.hot_redis_url, redis_url) {
         (Some(hot_url), Some(_)) if !g.hot_skus.is_empty() => {
-            let hot = flashsale_redis::RedisLedger::connect_lazy(hot_url, &config.redis_prefix)
+            let hot = flashsale_redis::RedisLedger::connect_lazy(hot_url, redis_prefix)
                 .map_err(|e| anyhow::anyhow!("the hot-sale Redis: {e}"))?;
             tracing::info!(skus = ?g.hot_skus, "hot sales routed to a dedicated Redis");
             Ok(Arc::new(RoutedLedger::new(

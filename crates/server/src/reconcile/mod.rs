@@ -51,8 +51,6 @@ pub use journal::{Journal, Losses};
 pub use rebuild::{rebuild, RebuildError, Rebuilt, REBUILD_STALL_MS};
 pub use worker::{ReconcileWorker, WorkerSettings};
 
-use crate::state::AppState;
-
 /// What started a run (stored with it).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]
@@ -191,10 +189,6 @@ impl Reconciler {
             journal,
             config: ReconcileConfig::default(),
         }
-    }
-
-    pub fn from_state(st: &AppState) -> Reconciler {
-        Reconciler::new(st.ledger.clone(), st.store.clone(), st.journal.clone())
     }
 
     /// Every sale that is not scheduled (or the one asked for). A sale whose run fails is

@@ -6,7 +6,7 @@ use axum::Json;
 use flashsale_core::{LedgerError, SkuId, StoreError};
 use serde::Deserialize;
 
-use super::{Reconciler, SaleReport, Trigger};
+use super::{SaleReport, Trigger};
 use crate::auth::Admin;
 use crate::error::AppError;
 use crate::routes::ApiPath;
@@ -28,7 +28,7 @@ pub async fn report_route(
     q: Result<Query<ReportQuery>, QueryRejection>,
 ) -> Result<Json<Vec<SaleReport>>, AppError> {
     let Query(q) = q?;
-    let reconciler = Reconciler::from_state(&st);
+    let reconciler = st.reconciler();
     reconciler
         .run(q.sku.map(SkuId), false, Trigger::Admin)
         .await
@@ -49,7 +49,7 @@ pub async fn repair_route(
     if st.store.sale(sku).await?.is_none() {
         return Err(AppError::from_code(flashsale_core::ErrorCode::SaleNotFound));
     }
-    let reconciler = Reconciler::from_state(&st);
+    let reconciler = st.reconciler();
     let report = reconciler
         .run_sale(sku, true, Trigger::Admin)
         .await

@@ -1,15 +1,20 @@
-//! HTTP handlers, one module per resource.
+//! HTTP handlers, one module per resource, and the API's extractors: [`ApiPath`], and the
+//! callers [`User`] (a user token, not blacklisted) and [`Admin`] (the admin token).
 
 pub mod health;
 pub mod orders;
 pub mod purchases;
 pub mod sales;
 
+use axum::extract::FromRequestParts;
+use axum::http::request::Parts;
 use serde::Serialize;
 
-use flashsale_core::{HotOrder, OrderStatus};
+use flashsale_core::{ErrorCode, HotOrder, OrderStatus};
 
+use crate::auth::{bearer, Admin, User};
 use crate::error::AppError;
+use crate::state::AppState;
 
 /// `Path` whose rejection is the API's own error (400 `INVALID_REQUEST`, our JSON shape).
 #[derive(axum::extract::FromRequestParts)]
@@ -45,5 +50,36 @@ impl OrderView {
             created_at_ms: order.created_at_ms,
             replayed: None,
         }
+    }
+}
+
+impl FromRequestParts<AppState> for User {
+    type Rejection = AppError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<User, AppError> {
+        let token = bearer(parts)?;
+        if state.auth.is_admin(token) {
+            return Err(AppError::new(
+                ErrorCode::Forbidden,
+                "the admin token is not a user",
+            ));
+        }
+        let user = state.auth.verify_user(token)?;
+        state.gateway.check_user(parts, user)?;
+        Ok(User(user))
+    }
+}
+
+impl FromRequestParts<AppState> for Admin {
+    type Rejection = AppError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Admin, AppError> {
+        let token = bearer(parts)?;
+        if state.auth.is_admin(token) {
+            return Ok(Admin);
+        }
+        // A valid user token is known but not allowed; anything else is not known at all.
+        state.auth.verify_user(token)?;
+        Err(AppError::new(ErrorCode::Forbidden, "admin only"))
     }
 }

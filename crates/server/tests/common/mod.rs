@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use flashsale_core::{OrderStore, SkuId, UserId};
 use flashsale_server::auth::Auth;
-use flashsale_server::{Config, Limits, Server};
+use flashsale_server::{Config, Server, Tunables};
 use flashsale_testkit::mariadb::TestDatabase;
 use flashsale_testkit::redis_server;
 use reqwest::StatusCode;
@@ -55,7 +55,7 @@ pub fn config(redis_url: Option<String>, database_url: String) -> Config {
         database_url,
         jwt_secret: JWT_SECRET.into(),
         admin_token: ADMIN.into(),
-        limits: Limits::default(),
+        tunables: Tunables::default(),
         run_persister: true,
         instance_id: flashsale_testkit::unique_name("inst"),
         reconcile: Default::default(),

@@ -1,0 +1,35 @@
+//! `Tunables`: the request path's bounds and timings, with their defaults. Every queue and
+//! batch has a bound; the gateway's own knobs are in [`GatewayConfig`].
+
+use std::time::Duration;
+
+use crate::gateway::GatewayConfig;
+
+/// Tunables of the request path. Every queue and batch has a bound.
+#[derive(Debug, Clone)]
+pub struct Tunables {
+    pub batch_max: usize,
+    pub queue_cap: usize,
+    pub body_bytes_max: usize,
+    pub request_timeout: Duration,
+    /// Sold-out flag and sale cache lifetime.
+    pub cache_ttl: Duration,
+    /// A sold-out flag remembers at most this many accepted request keys.
+    pub accepted_keys_max: usize,
+    /// Rate limits, blacklist, back-pressure, per-sale isolation, anti-scalping, caps.
+    pub gateway: GatewayConfig,
+}
+
+impl Default for Tunables {
+    fn default() -> Tunables {
+        Tunables {
+            batch_max: 256,
+            queue_cap: 8_192,
+            body_bytes_max: 4_096,
+            request_timeout: Duration::from_secs(10),
+            cache_ttl: Duration::from_secs(1),
+            accepted_keys_max: 1_000_000,
+            gateway: GatewayConfig::default(),
+        }
+    }
+}
