@@ -107,12 +107,12 @@ pub struct GatewaySettings {
 impl GatewaySettings {
     /// Writes the settings that are set over `tunables`.
     pub fn apply(&self, tunables: &mut flashsale_server::Tunables) -> anyhow::Result<()> {
-        use flashsale_server::gateway::Rate;
+        use flashsale_server::gateway::TokenRate;
         use std::time::Duration;
         let g = &mut tunables.gateway;
-        let rate = |s: &Option<String>, into: &mut Rate| -> anyhow::Result<()> {
+        let rate = |s: &Option<String>, into: &mut TokenRate| -> anyhow::Result<()> {
             if let Some(s) = s {
-                *into = Rate::parse(s).map_err(anyhow::Error::msg)?;
+                *into = TokenRate::parse(s).map_err(anyhow::Error::msg)?;
             }
             Ok(())
         };

@@ -12,7 +12,7 @@ use axum::http::Request;
 use axum::Router;
 use flashsale_core::UserId;
 use flashsale_server::auth::Auth;
-use flashsale_server::gateway::config::{GatewayConfig, Rate};
+use flashsale_server::gateway::config::{GatewayConfig, TokenRate};
 use flashsale_server::{app, Config, Server, Tunables};
 use tower::ServiceExt;
 
@@ -43,9 +43,9 @@ async fn main() -> anyhow::Result<()> {
             queue_cap: 65_536,
             // The probe measures the route, not the limiter's verdict: no token bucket refuses.
             gateway: GatewayConfig {
-                rate_instance: Rate::OFF,
-                rate_sale: Rate::OFF,
-                rate_user: Rate::OFF,
+                rate_instance: TokenRate::OFF,
+                rate_sale: TokenRate::OFF,
+                rate_user: TokenRate::OFF,
                 ..GatewayConfig::default()
             },
             ..Tunables::default()

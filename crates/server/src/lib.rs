@@ -74,7 +74,7 @@ pub fn app(state: AppState) -> Router {
         .layer(DefaultBodyLimit::max(state.tunables.body_bytes_max))
         .layer(middleware::from_fn_with_state(
             state.clone(),
-            gateway::limits::guard,
+            gateway::caps::enforce,
         ))
         .layer(middleware::from_fn_with_state(
             state.clone(),

@@ -18,8 +18,8 @@ use tokio::sync::broadcast;
 use tokio::task::JoinHandle;
 
 use crate::auth::Auth;
-use crate::gateway::blacklist::{RedisGuards, SqliteGuards};
-use crate::gateway::GuardStore;
+use crate::gateway::blacklist::{RedisBlacklist, SqliteBlacklist};
+use crate::gateway::BlacklistStore;
 use crate::reconcile::{ReconcileWorker, Reconciler};
 use crate::state::AppState;
 use crate::tunables::Tunables;
@@ -79,7 +79,7 @@ pub async fn open_store(url: &str) -> anyhow::Result<Arc<dyn OrderStore>> {
 pub struct Backends {
     pub ledger: Arc<dyn Ledger>,
     pub store: Arc<dyn OrderStore>,
-    pub guards: Arc<dyn GuardStore>,
+    pub blacklist: Arc<dyn BlacklistStore>,
 }
 
 impl Backends {
@@ -89,11 +89,11 @@ impl Backends {
             Some(redis_url) => {
                 let ledger = RedisLedger::connect_lazy(redis_url, &config.redis_prefix)
                     .context("the Redis ledger")?;
-                let guards = RedisGuards::connect(redis_url, &config.redis_prefix);
+                let blacklist = RedisBlacklist::connect(redis_url, &config.redis_prefix);
                 Backends {
                     ledger: Arc::new(ledger),
                     store: open_store(url).await?,
-                    guards: Arc::new(guards),
+                    blacklist: Arc::new(blacklist),
                 }
             }
             None => {
@@ -110,7 +110,7 @@ impl Backends {
                     .context("open the embedded ledger")?;
                 Backends {
                     ledger: Arc::new(ledger),
-                    guards: Arc::new(SqliteGuards::new(store.clone())),
+                    blacklist: Arc::new(SqliteBlacklist::new(store.clone())),
                     store,
                 }
             }
@@ -217,17 +217,17 @@ impl Server {
         let Backends {
             ledger,
             store,
-            guards,
+            blacklist,
         } = Backends::open(&config).await?;
         let auth = Auth::new(&config.jwt_secret, &config.admin_token);
-        let state = AppState::with_guards(
+        let state = AppState::with_blacklist(
             ledger.clone(),
             store.clone(),
             auth,
             config.tunables.clone(),
-            guards,
+            blacklist,
         );
-        if let Err(e) = state.gateway.guards.refresh().await {
+        if let Err(e) = state.gateway.blacklist.refresh().await {
             tracing::warn!(error = %e, "could not load the blacklist at start; retrying in the background");
         }
         let mut tasks = Tasks::new();

@@ -11,7 +11,7 @@ use crate::auth::Auth;
 use crate::batcher::Batcher;
 use crate::breaker::Breaker;
 use crate::cache::{SaleCache, SoldOutFlags};
-use crate::gateway::{Gateway, GuardStore, MemoryGuards};
+use crate::gateway::{BlacklistStore, Gateway, MemoryBlacklist};
 use crate::reconcile::{Journal, Reconciler};
 pub use crate::tunables::Tunables;
 
@@ -20,10 +20,12 @@ pub use crate::tunables::Tunables;
 const BREAKER_FAILURES_MAX: u32 = 5;
 const BREAKER_OPEN_MS: i64 = 1_000;
 
+/// The handle handlers get: cheap to clone, derefs to [`Shared`].
 #[derive(Clone)]
-pub struct AppState(Arc<Inner>);
+pub struct AppState(Arc<Shared>);
 
-pub struct Inner {
+/// The parts every handler and worker shares.
+pub struct Shared {
     pub ledger: Arc<dyn Ledger>,
     pub store: Arc<dyn OrderStore>,
     pub batcher: Batcher,
@@ -43,15 +45,15 @@ pub struct Inner {
 }
 
 impl std::ops::Deref for AppState {
-    type Target = Inner;
-    fn deref(&self) -> &Inner {
+    type Target = Shared;
+    fn deref(&self) -> &Shared {
         &self.0
     }
 }
 
 impl AppState {
-    /// The shared state itself (workers hold it weakly).
-    pub fn inner(&self) -> &Arc<Inner> {
+    /// The shared parts themselves (workers hold them weakly).
+    pub fn shared(&self) -> &Arc<Shared> {
         &self.0
     }
 
@@ -61,27 +63,27 @@ impl AppState {
         auth: Auth,
         tunables: Tunables,
     ) -> AppState {
-        AppState::with_guards(
+        AppState::with_blacklist(
             ledger,
             store,
             auth,
             tunables,
-            Arc::new(MemoryGuards::default()),
+            Arc::new(MemoryBlacklist::default()),
         )
     }
 
-    /// With the blacklist and token-sale flags kept in `guards` (Redis or the database).
-    pub fn with_guards(
+    /// With the blacklist and token-sale flags kept in `blacklist` (Redis or the database).
+    pub fn with_blacklist(
         ledger: Arc<dyn Ledger>,
         store: Arc<dyn OrderStore>,
         auth: Auth,
         tunables: Tunables,
-        guards: Arc<dyn GuardStore>,
+        blacklist: Arc<dyn BlacklistStore>,
     ) -> AppState {
-        let gateway = Gateway::new(tunables.gateway.clone(), auth.secret(), guards);
+        let gateway = Gateway::new(tunables.gateway.clone(), auth.secret(), blacklist);
         let journal = Arc::new(Journal::default());
         let sold_out = Arc::new(SoldOutFlags::new(tunables.cache_ttl));
-        let inner = Arc::new(Inner {
+        let inner = Arc::new(Shared {
             batcher: Batcher::with_flags(
                 ledger.clone(),
                 tunables.batch_max,

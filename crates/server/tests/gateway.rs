@@ -7,7 +7,7 @@ mod common;
 use std::time::{Duration, Instant};
 
 use common::Stack;
-use flashsale_server::gateway::{GatewayConfig, Rate};
+use flashsale_server::gateway::{GatewayConfig, TokenRate};
 use flashsale_server::Config;
 use flashsale_testkit::mariadb::TestDatabase;
 use flashsale_testkit::redis_server::{self, RedisServer};
@@ -53,8 +53,8 @@ async fn buy_with_token(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn per_user_and_per_sale_rates_answer_429_with_retry_after() {
     let stack = embedded_with(|c| {
-        c.tunables.gateway.rate_user = Rate::new(1, 2);
-        c.tunables.gateway.rate_sale = Rate::new(1, 4);
+        c.tunables.gateway.rate_user = TokenRate::new(1, 2);
+        c.tunables.gateway.rate_sale = TokenRate::new(1, 4);
     })
     .await;
     stack.live_sale(51, 100, 10).await;

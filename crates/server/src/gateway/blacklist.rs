@@ -1,9 +1,9 @@
 //! Blacklist of users and client IPs, and the set of sales that require a purchase token.
 //!
-//! Stored behind [`GuardStore`]: Redis sets for the Redis ledger (`<prefix>:blacklist` holds user
+//! Stored behind [`BlacklistStore`]: Redis sets for the Redis ledger (`<prefix>:blacklist` holds user
 //! ids, `<prefix>:blacklist:ip` addresses, `<prefix>:token_sales` skus; never touched by a
 //! script), the database for the embedded ledger (`blacklist`, `sale_guards`). Each instance
-//! keeps a copy ([`Guards`]), reloaded in the background every `blacklist_refresh` and at once
+//! keeps a copy ([`Blacklist`]), reloaded in the background every `blacklist_refresh` and at once
 //! after an admin change here, so a request checks it without any I/O.
 
 use std::collections::{HashMap, HashSet};
@@ -22,7 +22,7 @@ pub const ENTRIES_MAX: usize = 1_000_000;
 
 /// What the gateway checks without I/O.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
-pub struct GuardSnapshot {
+pub struct BlacklistSnapshot {
     pub users: HashSet<u64>,
     pub ips: HashSet<IpAddr>,
     pub token_sales: HashSet<u64>,
@@ -30,8 +30,8 @@ pub struct GuardSnapshot {
 
 /// Where the blacklist and the token-sale flags live, and who remembers used purchase tokens.
 #[async_trait]
-pub trait GuardStore: Send + Sync + 'static {
-    async fn load(&self) -> Result<GuardSnapshot, String>;
+pub trait BlacklistStore: Send + Sync + 'static {
+    async fn load(&self) -> Result<BlacklistSnapshot, String>;
     async fn set_user(&self, user: UserId, blocked: bool) -> Result<(), String>;
     async fn set_ip(&self, ip: IpAddr, blocked: bool) -> Result<(), String>;
     async fn set_token_sale(&self, sku: SkuId, on: bool) -> Result<(), String>;
@@ -76,28 +76,28 @@ impl UsedTokens {
 
 /// In memory only: the default of `AppState::new` and of unit tests.
 #[derive(Default)]
-pub struct MemoryGuards {
-    snapshot: Mutex<GuardSnapshot>,
+pub struct MemoryBlacklist {
+    snapshot: Mutex<BlacklistSnapshot>,
     tokens: UsedTokens,
 }
 
 #[async_trait]
-impl GuardStore for MemoryGuards {
-    async fn load(&self) -> Result<GuardSnapshot, String> {
-        Ok(self.snapshot.lock().expect("guards lock").clone())
+impl BlacklistStore for MemoryBlacklist {
+    async fn load(&self) -> Result<BlacklistSnapshot, String> {
+        Ok(self.snapshot.lock().expect("blacklist lock").clone())
     }
     async fn set_user(&self, user: UserId, blocked: bool) -> Result<(), String> {
-        let mut s = self.snapshot.lock().expect("guards lock");
+        let mut s = self.snapshot.lock().expect("blacklist lock");
         toggle(&mut s.users, user.0, blocked);
         Ok(())
     }
     async fn set_ip(&self, ip: IpAddr, blocked: bool) -> Result<(), String> {
-        let mut s = self.snapshot.lock().expect("guards lock");
+        let mut s = self.snapshot.lock().expect("blacklist lock");
         toggle(&mut s.ips, ip, blocked);
         Ok(())
     }
     async fn set_token_sale(&self, sku: SkuId, on: bool) -> Result<(), String> {
-        let mut s = self.snapshot.lock().expect("guards lock");
+        let mut s = self.snapshot.lock().expect("blacklist lock");
         toggle(&mut s.token_sales, sku.0, on);
         Ok(())
     }
@@ -120,14 +120,14 @@ fn toggle<T: std::hash::Hash + Eq>(set: &mut HashSet<T>, v: T, on: bool) {
 }
 
 /// The embedded deployment: the SQLite system of record.
-pub struct SqliteGuards {
+pub struct SqliteBlacklist {
     pub store: Arc<SqliteStore>,
     tokens: UsedTokens,
 }
 
-impl SqliteGuards {
-    pub fn new(store: Arc<SqliteStore>) -> SqliteGuards {
-        SqliteGuards {
+impl SqliteBlacklist {
+    pub fn new(store: Arc<SqliteStore>) -> SqliteBlacklist {
+        SqliteBlacklist {
             store,
             tokens: UsedTokens::default(),
         }
@@ -135,9 +135,9 @@ impl SqliteGuards {
 }
 
 #[async_trait]
-impl GuardStore for SqliteGuards {
-    async fn load(&self) -> Result<GuardSnapshot, String> {
-        let mut s = GuardSnapshot::default();
+impl BlacklistStore for SqliteBlacklist {
+    async fn load(&self) -> Result<BlacklistSnapshot, String> {
+        let mut s = BlacklistSnapshot::default();
         for (kind, value) in self.store.blacklist().await.map_err(|e| e.to_string())? {
             match kind.as_str() {
                 "user" => {
@@ -186,16 +186,16 @@ impl GuardStore for SqliteGuards {
 }
 
 /// The Redis deployment: plain sets beside the sales' keys, shared by every instance.
-pub struct RedisGuards {
+pub struct RedisBlacklist {
     conn: Conn,
     prefix: String,
 }
 
-impl RedisGuards {
+impl RedisBlacklist {
     /// Connects on first use (a service starts while Redis is down).
-    pub fn connect(url: &str, prefix: &str) -> RedisGuards {
+    pub fn connect(url: &str, prefix: &str) -> RedisBlacklist {
         let conn = Conn::lazy(url, Timeouts::HOT);
-        RedisGuards {
+        RedisBlacklist {
             conn,
             prefix: prefix.to_owned(),
         }
@@ -244,12 +244,12 @@ impl RedisGuards {
 }
 
 #[async_trait]
-impl GuardStore for RedisGuards {
-    async fn load(&self) -> Result<GuardSnapshot, String> {
+impl BlacklistStore for RedisBlacklist {
+    async fn load(&self) -> Result<BlacklistSnapshot, String> {
         let users = self.members(self.users_key()).await?;
         let ips = self.members(self.ips_key()).await?;
         let skus = self.members(self.token_sales_key()).await?;
-        Ok(GuardSnapshot {
+        Ok(BlacklistSnapshot {
             users: users.iter().filter_map(|u| u.parse().ok()).collect(),
             ips: ips.iter().filter_map(|u| u.parse().ok()).collect(),
             token_sales: skus.iter().filter_map(|u| u.parse().ok()).collect(),
@@ -296,43 +296,47 @@ impl GuardStore for RedisGuards {
     }
 }
 
-/// The instance's copy of the guards: read per request without I/O, reloaded in the background.
-pub struct Guards {
-    pub store: Arc<dyn GuardStore>,
-    snapshot: RwLock<Arc<GuardSnapshot>>,
+/// The instance's copy of the blacklist: read per request without I/O, reloaded in the background.
+pub struct Blacklist {
+    pub store: Arc<dyn BlacklistStore>,
+    snapshot: RwLock<Arc<BlacklistSnapshot>>,
     /// The last background reload failed (logged once per change).
     pub failing: std::sync::atomic::AtomicBool,
 }
 
-impl Guards {
-    pub fn new(store: Arc<dyn GuardStore>) -> Guards {
-        Guards {
+impl Blacklist {
+    pub fn new(store: Arc<dyn BlacklistStore>) -> Blacklist {
+        Blacklist {
             store,
-            snapshot: RwLock::new(Arc::new(GuardSnapshot::default())),
+            snapshot: RwLock::new(Arc::new(BlacklistSnapshot::default())),
             failing: std::sync::atomic::AtomicBool::new(false),
         }
     }
 
-    pub fn snapshot(&self) -> Arc<GuardSnapshot> {
-        self.snapshot.read().expect("guards lock").clone()
+    pub fn snapshot(&self) -> Arc<BlacklistSnapshot> {
+        self.snapshot.read().expect("blacklist lock").clone()
     }
 
     pub fn user_blocked(&self, user: UserId) -> bool {
         self.snapshot
             .read()
-            .expect("guards lock")
+            .expect("blacklist lock")
             .users
             .contains(&user.0)
     }
 
     pub fn ip_blocked(&self, ip: IpAddr) -> bool {
-        self.snapshot.read().expect("guards lock").ips.contains(&ip)
+        self.snapshot
+            .read()
+            .expect("blacklist lock")
+            .ips
+            .contains(&ip)
     }
 
     pub fn token_required(&self, sku: SkuId) -> bool {
         self.snapshot
             .read()
-            .expect("guards lock")
+            .expect("blacklist lock")
             .token_sales
             .contains(&sku.0)
     }
@@ -340,7 +344,7 @@ impl Guards {
     /// Reloads the copy from the store (keeps the old copy when the store fails).
     pub async fn refresh(&self) -> Result<(), String> {
         let fresh = self.store.load().await?;
-        *self.snapshot.write().expect("guards lock") = Arc::new(fresh);
+        *self.snapshot.write().expect("blacklist lock") = Arc::new(fresh);
         Ok(())
     }
 }

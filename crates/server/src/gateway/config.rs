@@ -5,16 +5,16 @@ use std::time::Duration;
 
 /// A token-bucket rate: `per_s` requests a second, bursts of `burst`. `per_s == 0`: off.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Rate {
+pub struct TokenRate {
     pub per_s: u32,
     pub burst: u32,
 }
 
-impl Rate {
-    pub const OFF: Rate = Rate { per_s: 0, burst: 0 };
+impl TokenRate {
+    pub const OFF: TokenRate = TokenRate { per_s: 0, burst: 0 };
 
-    pub const fn new(per_s: u32, burst: u32) -> Rate {
-        Rate { per_s, burst }
+    pub const fn new(per_s: u32, burst: u32) -> TokenRate {
+        TokenRate { per_s, burst }
     }
 
     pub fn is_off(&self) -> bool {
@@ -22,10 +22,10 @@ impl Rate {
     }
 
     /// `"PER_S"` or `"PER_S/BURST"`; `"0"` or `"off"` turns it off.
-    pub fn parse(s: &str) -> Result<Rate, String> {
+    pub fn parse(s: &str) -> Result<TokenRate, String> {
         let s = s.trim();
         if s.eq_ignore_ascii_case("off") {
-            return Ok(Rate::OFF);
+            return Ok(TokenRate::OFF);
         }
         let (per, burst) = match s.split_once('/') {
             Some((p, b)) => (p, Some(b)),
@@ -42,7 +42,7 @@ impl Rate {
                 .map_err(|_| format!("bad rate {s:?}: PER_S or PER_S/BURST"))?,
             None => per_s,
         };
-        Ok(Rate {
+        Ok(TokenRate {
             per_s,
             burst: burst.max(1),
         })
@@ -53,13 +53,13 @@ impl Rate {
 #[derive(Debug, Clone)]
 pub struct GatewayConfig {
     /// Authenticated requests of this instance [`FLASHSALE_RATE_INSTANCE`].
-    pub rate_instance: Rate,
+    pub rate_instance: TokenRate,
     /// Purchases of one sale on this instance [`FLASHSALE_RATE_SALE`].
-    pub rate_sale: Rate,
+    pub rate_sale: TokenRate,
     /// Authenticated requests of one user [`FLASHSALE_RATE_USER`].
-    pub rate_user: Rate,
+    pub rate_user: TokenRate,
     /// Authenticated requests from one client IP [`FLASHSALE_RATE_IP`].
-    pub rate_ip: Rate,
+    pub rate_ip: TokenRate,
     /// Loopback clients skip the per-IP limit (a local bench is one IP) [`FLASHSALE_RATE_IP_LOOPBACK`].
     pub rate_ip_exempt_loopback: bool,
     /// Take the client IP from `X-Forwarded-For` (only behind a trusted proxy) [`FLASHSALE_TRUST_FORWARDED_FOR`].
@@ -98,10 +98,10 @@ pub struct GatewayConfig {
 impl Default for GatewayConfig {
     fn default() -> GatewayConfig {
         GatewayConfig {
-            rate_instance: Rate::new(200_000, 200_000),
-            rate_sale: Rate::new(100_000, 100_000),
-            rate_user: Rate::new(100, 200),
-            rate_ip: Rate::new(2_000, 4_000),
+            rate_instance: TokenRate::new(200_000, 200_000),
+            rate_sale: TokenRate::new(100_000, 100_000),
+            rate_user: TokenRate::new(100, 200),
+            rate_ip: TokenRate::new(2_000, 4_000),
             rate_ip_exempt_loopback: true,
             trust_forwarded_for: false,
             limiter_sweep: Duration::from_secs(10),
@@ -126,10 +126,10 @@ impl GatewayConfig {
     /// No rate limits, no back-pressure: for tests that hammer one user.
     pub fn unlimited() -> GatewayConfig {
         GatewayConfig {
-            rate_instance: Rate::OFF,
-            rate_sale: Rate::OFF,
-            rate_user: Rate::OFF,
-            rate_ip: Rate::OFF,
+            rate_instance: TokenRate::OFF,
+            rate_sale: TokenRate::OFF,
+            rate_user: TokenRate::OFF,
+            rate_ip: TokenRate::OFF,
             backpressure_lag: 0,
             backpressure_queue: 0,
             ..GatewayConfig::default()
@@ -143,11 +143,11 @@ mod tests {
 
     #[test]
     fn rates_parse() {
-        assert_eq!(Rate::parse("10").unwrap(), Rate::new(10, 10));
-        assert_eq!(Rate::parse("10/50").unwrap(), Rate::new(10, 50));
-        assert!(Rate::parse("0").unwrap().is_off());
-        assert!(Rate::parse("off").unwrap().is_off());
-        assert!(Rate::parse("x").is_err());
-        assert!(Rate::parse("1/y").is_err());
+        assert_eq!(TokenRate::parse("10").unwrap(), TokenRate::new(10, 10));
+        assert_eq!(TokenRate::parse("10/50").unwrap(), TokenRate::new(10, 50));
+        assert!(TokenRate::parse("0").unwrap().is_off());
+        assert!(TokenRate::parse("off").unwrap().is_off());
+        assert!(TokenRate::parse("x").is_err());
+        assert!(TokenRate::parse("1/y").is_err());
     }
 }

@@ -2,12 +2,13 @@
 //!
 //! - [`config`]: `GatewayConfig`, every knob and its default.
 //! - [`ratelimit`]: governor token buckets per instance, sale, user and client IP.
-//! - [`blacklist`]: blocked users and IPs, and token-only sales, behind `GuardStore`
+//! - [`blacklist`]: blocked users and IPs, and token-only sales, behind `BlacklistStore`
 //!   (Redis sets or the SQLite database), cached per instance and refreshed in the background.
 //! - [`pressure`]: per-sale in-flight limit (hot-sale isolation) and back-pressure (BUSY).
 //! - [`scalping`]: single-use purchase tokens, HMAC-bound to user, sale and expiry.
 //! - [`listener`]: a connection cap, and the peer address of each request.
-//! - [`limits`]: header limits, in-flight cap and the request timeout, all in our error shape.
+//! - [`caps`]: the outermost middleware: header caps, in-flight cap and the request timeout,
+//!   all in our error shape.
 //! - [`routes`]: admin API for the blacklist and token sales; the purchase-token route.
 //! - [`worker`]: `GatewayWorker`, the periodic work (blacklist reload, limiter sweep,
 //!   back-pressure monitor), joined at shutdown with the other workers.
@@ -18,8 +19,8 @@
 //! purchase token (one Redis `SET NX` on the Redis deployment, only for token-only sales).
 
 pub mod blacklist;
+pub mod caps;
 pub mod config;
-pub mod limits;
 pub mod listener;
 pub mod pressure;
 pub mod ratelimit;
@@ -35,8 +36,8 @@ use axum::extract::ConnectInfo;
 use axum::http::request::Parts;
 use flashsale_core::{ErrorCode, SkuId, UserId};
 
-pub use blacklist::{GuardStore, Guards, MemoryGuards};
-pub use config::{GatewayConfig, Rate};
+pub use blacklist::{Blacklist, BlacklistStore, MemoryBlacklist};
+pub use config::{GatewayConfig, TokenRate};
 use pressure::SaleGates;
 use ratelimit::RateLimits;
 use scalping::PurchaseTokens;
@@ -46,7 +47,7 @@ use crate::error::AppError;
 pub struct Gateway {
     pub config: GatewayConfig,
     pub rates: RateLimits,
-    pub guards: Guards,
+    pub blacklist: Blacklist,
     pub gates: SaleGates,
     pub tokens: PurchaseTokens,
     /// Requests in flight on this instance (`inflight_max`).
@@ -54,10 +55,10 @@ pub struct Gateway {
 }
 
 impl Gateway {
-    pub fn new(config: GatewayConfig, jwt_secret: &str, store: Arc<dyn GuardStore>) -> Gateway {
+    pub fn new(config: GatewayConfig, jwt_secret: &str, store: Arc<dyn BlacklistStore>) -> Gateway {
         Gateway {
             rates: RateLimits::new(&config),
-            guards: Guards::new(store),
+            blacklist: Blacklist::new(store),
             gates: SaleGates::new(config.sale_inflight_max),
             tokens: PurchaseTokens::new(jwt_secret, config.purchase_token_ttl),
             inflight: Arc::new(tokio::sync::Semaphore::new(config.inflight_max.max(1))),
@@ -88,7 +89,7 @@ impl Gateway {
     /// Every authenticated user request: blacklist (403), then IP, user and instance limits.
     pub fn check_user(&self, parts: &Parts, user: UserId) -> Result<(), AppError> {
         let ip = self.client_ip(parts);
-        if self.guards.user_blocked(user) || ip.is_some_and(|ip| self.guards.ip_blocked(ip)) {
+        if self.blacklist.user_blocked(user) || ip.is_some_and(|ip| self.blacklist.ip_blocked(ip)) {
             metrics::counter!(flashsale_core::metric_names::BLACKLISTED).increment(1);
             return Err(AppError::new(
                 ErrorCode::Blacklisted,
@@ -109,7 +110,7 @@ impl Gateway {
     ) -> Result<tokio::sync::OwnedSemaphorePermit, AppError> {
         self.rates.check_sale(sku)?;
         let permit = self.gates.admit(sku)?;
-        if self.guards.token_required(sku) {
+        if self.blacklist.token_required(sku) {
             let token = token.ok_or_else(|| {
                 AppError::new(
                     ErrorCode::Forbidden,
@@ -118,7 +119,7 @@ impl Gateway {
             })?;
             let verified = self.tokens.verify(token, user, sku)?;
             let fresh = self
-                .guards
+                .blacklist
                 .store
                 .consume_token(&verified.jti, request_key, verified.remaining)
                 .await
@@ -143,7 +144,7 @@ mod tests {
     #[tokio::test]
     #[ignore]
     async fn per_purchase_cost() {
-        let huge = Rate::new(1_000_000_000, 1_000_000_000);
+        let huge = TokenRate::new(1_000_000_000, 1_000_000_000);
         let config = GatewayConfig {
             rate_instance: huge,
             rate_sale: huge,
@@ -152,14 +153,14 @@ mod tests {
             rate_ip_exempt_loopback: false,
             ..GatewayConfig::default()
         };
-        let g = Gateway::new(config, "s", Arc::new(MemoryGuards::default()));
+        let g = Gateway::new(config, "s", Arc::new(MemoryBlacklist::default()));
         let n = 1_000_000u64;
         let started = std::time::Instant::now();
         for i in 0..n {
             let user = UserId(i % 100_000 + 1);
-            assert!(!g.guards.user_blocked(user));
+            assert!(!g.blacklist.user_blocked(user));
             let ip: IpAddr = "127.0.0.1".parse().unwrap();
-            assert!(!g.guards.ip_blocked(ip));
+            assert!(!g.blacklist.ip_blocked(ip));
             g.rates.check_request(user, Some(ip)).unwrap();
             let permit = g.admit_purchase(SkuId(1), user, "1:a", None).await.unwrap();
             drop(permit);

@@ -10,12 +10,12 @@ use flashsale_core::{ErrorCode, SkuId, UserId};
 use governor::clock::{Clock, DefaultClock};
 use governor::{DefaultDirectRateLimiter, DefaultKeyedRateLimiter, Quota, RateLimiter};
 
-use super::config::{GatewayConfig, Rate};
+use super::config::{GatewayConfig, TokenRate};
 use crate::error::AppError;
 
 pub use flashsale_core::metric_names::RATE_LIMITED;
 
-fn quota(rate: Rate) -> Option<Quota> {
+fn quota(rate: TokenRate) -> Option<Quota> {
     let per_s = NonZeroU32::new(rate.per_s)?;
     let burst = NonZeroU32::new(rate.burst.max(1)).unwrap_or(per_s);
     Some(Quota::per_second(per_s).allow_burst(burst))
@@ -113,7 +113,7 @@ mod tests {
     #[test]
     fn user_limit_refuses_with_retry_after_and_sweep_forgets() {
         let c = GatewayConfig {
-            rate_user: Rate::new(1, 2),
+            rate_user: TokenRate::new(1, 2),
             ..GatewayConfig::unlimited()
         };
         let r = RateLimits::new(&c);
@@ -131,7 +131,7 @@ mod tests {
         let lo: IpAddr = "127.0.0.1".parse().unwrap();
         let ext: IpAddr = "203.0.113.9".parse().unwrap();
         let c = GatewayConfig {
-            rate_ip: Rate::new(1, 1),
+            rate_ip: TokenRate::new(1, 1),
             ..GatewayConfig::unlimited()
         };
         let r = RateLimits::new(&c);

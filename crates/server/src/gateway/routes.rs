@@ -59,7 +59,13 @@ pub struct PurchaseTokenView {
 #[utoipa::path(get, path = "/admin/blacklist", tag = "admin", operation_id = "list_blacklist", security(("bearer" = [])),
     responses((status = 200, description = "blocked users and addresses", body = BlacklistView)))]
 pub async fn list(State(st): State<AppState>, _: Admin) -> Result<Json<BlacklistView>, AppError> {
-    let s = st.gateway.guards.store.load().await.map_err(unavailable)?;
+    let s = st
+        .gateway
+        .blacklist
+        .store
+        .load()
+        .await
+        .map_err(unavailable)?;
     let mut users: Vec<u64> = s.users.into_iter().collect();
     users.sort_unstable();
     let mut ips: Vec<String> = s.ips.into_iter().map(|i| i.to_string()).collect();
@@ -85,12 +91,12 @@ fn ip(p: String) -> Result<IpAddr, AppError> {
 
 async fn set_user(st: &AppState, user: UserId, on: bool) -> Result<Json<BlacklistEntry>, AppError> {
     st.gateway
-        .guards
+        .blacklist
         .store
         .set_user(user, on)
         .await
         .map_err(unavailable)?;
-    st.gateway.guards.refresh().await.map_err(unavailable)?;
+    st.gateway.blacklist.refresh().await.map_err(unavailable)?;
     Ok(Json(BlacklistEntry {
         kind: "user".into(),
         value: user.0.to_string(),
@@ -100,12 +106,12 @@ async fn set_user(st: &AppState, user: UserId, on: bool) -> Result<Json<Blacklis
 
 async fn set_ip(st: &AppState, ip: IpAddr, on: bool) -> Result<Json<BlacklistEntry>, AppError> {
     st.gateway
-        .guards
+        .blacklist
         .store
         .set_ip(ip, on)
         .await
         .map_err(unavailable)?;
-    st.gateway.guards.refresh().await.map_err(unavailable)?;
+    st.gateway.blacklist.refresh().await.map_err(unavailable)?;
     Ok(Json(BlacklistEntry {
         kind: "ip".into(),
         value: ip.to_string(),
@@ -160,12 +166,12 @@ async fn set_token_sale(st: &AppState, p: u64, on: bool) -> Result<Json<TokenSal
         .await?
         .ok_or_else(|| AppError::from_code(ErrorCode::SaleNotFound))?;
     st.gateway
-        .guards
+        .blacklist
         .store
         .set_token_sale(sku, on)
         .await
         .map_err(unavailable)?;
-    st.gateway.guards.refresh().await.map_err(unavailable)?;
+    st.gateway.blacklist.refresh().await.map_err(unavailable)?;
     Ok(Json(TokenSaleView {
         sku_id: sku.0,
         purchase_token: on,

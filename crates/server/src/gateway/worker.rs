@@ -7,20 +7,20 @@ use std::time::Duration;
 use flashsale_core::SkuId;
 
 use super::pressure::{self, Bounds};
-use crate::state::{AppState, Inner};
+use crate::state::{AppState, Shared};
 use crate::workers::Worker;
 
 /// The gateway's periodic work as one worker, stopped and joined with the others at
 /// shutdown: the blacklist reload, the rate limiters' sweep and the back-pressure monitor.
 /// It holds the state weakly: a state dropped without a shutdown ends it too.
 pub struct GatewayWorker {
-    state: Weak<Inner>,
+    state: Weak<Shared>,
 }
 
 impl GatewayWorker {
     pub fn new(state: &AppState) -> GatewayWorker {
         GatewayWorker {
-            state: Arc::downgrade(state.inner()),
+            state: Arc::downgrade(state.shared()),
         }
     }
 }
@@ -55,7 +55,7 @@ impl Worker for GatewayWorker {
             tokio::select! {
                 _ = shutdown.recv() => return Ok(()),
                 _ = refresh.tick() => match self.state.upgrade() {
-                    Some(st) => refresh_guards(&st).await,
+                    Some(st) => refresh_blacklist(&st).await,
                     None => return Ok(()),
                 },
                 _ = sweep.tick() => match self.state.upgrade() {
@@ -71,10 +71,10 @@ impl Worker for GatewayWorker {
     }
 }
 
-async fn refresh_guards(st: &Inner) {
+async fn refresh_blacklist(st: &Shared) {
     use std::sync::atomic::Ordering;
-    let failing = &st.gateway.guards.failing;
-    match st.gateway.guards.refresh().await {
+    let failing = &st.gateway.blacklist.failing;
+    match st.gateway.blacklist.refresh().await {
         // One line per change, not one per tick while the store is down.
         Err(e) if !failing.swap(true, Ordering::Relaxed) => {
             tracing::warn!(error = %e, "blacklist refresh failed; keeping the last copy")
@@ -87,7 +87,7 @@ async fn refresh_guards(st: &Inner) {
 }
 
 /// One back-pressure pass over every sale this instance has seen purchases for.
-async fn monitor(st: &Inner) {
+async fn monitor(st: &Shared) {
     let c = &st.gateway.config;
     let bounds = Bounds {
         lag: c.backpressure_lag,
@@ -112,13 +112,13 @@ async fn monitor(st: &Inner) {
 }
 
 /// Hot `seq` minus the database's `applied_seq`: events accepted but not yet persisted.
-async fn stream_lag(st: &Inner, sku: SkuId) -> Option<u64> {
+async fn stream_lag(st: &Shared, sku: SkuId) -> Option<u64> {
     let hot = st.ledger.counters(sku).await.ok()??;
     let stored = st.store.sale(sku).await.ok()??;
     Some(hot.seq.saturating_sub(stored.counters.seq))
 }
 
-async fn auto_pause(st: &Inner, gate: &pressure::SaleGate, engaged: bool) {
+async fn auto_pause(st: &Shared, gate: &pressure::SaleGate, engaged: bool) {
     use std::sync::atomic::Ordering;
     if !engaged && !gate.auto_paused.load(Ordering::Relaxed) {
         return;
@@ -142,6 +142,6 @@ async fn auto_pause(st: &Inner, gate: &pressure::SaleGate, engaged: bool) {
 
 /// The operator's state in the database is still `live` (the hot copy's state is the one
 /// the auto-pause changed).
-async fn operator_left_it_live(st: &Inner, sku: SkuId) -> bool {
+async fn operator_left_it_live(st: &Shared, sku: SkuId) -> bool {
     matches!(st.store.sale(sku).await, Ok(Some(s)) if s.sale.state == flashsale_core::SaleState::Live)
 }

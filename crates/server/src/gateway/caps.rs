@@ -14,7 +14,7 @@ use crate::state::AppState;
 pub use flashsale_core::metric_names::{SHED, TIMEOUTS};
 
 /// Outermost layer: headers, in-flight cap, request timeout.
-pub async fn guard(State(st): State<AppState>, req: Request, next: Next) -> Response {
+pub async fn enforce(State(st): State<AppState>, req: Request, next: Next) -> Response {
     let c = &st.gateway.config;
     let headers = req.headers();
     if headers.len() > c.headers_max {
