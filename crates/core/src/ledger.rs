@@ -299,7 +299,7 @@ pub trait OrderStore: Send + Sync + 'static {
 
     /// The sale, its orders and its events read in one transaction (one consistent view, so
     /// invariants can be checked while the persister writes).
-    async fn audit(&self, sku: SkuId) -> Result<Option<Audit>, StoreError>;
+    async fn audit(&self, sku: SkuId) -> Result<Option<SaleAudit>, StoreError>;
 
     /// Stores one reconciler run (or repair); returns its id.
     async fn record_reconcile_run(&self, run: &ReconcileRun) -> Result<u64, StoreError>;
@@ -314,7 +314,7 @@ pub trait OrderStore: Send + Sync + 'static {
 
 /// A consistent view of one sale in the system of record.
 #[derive(Debug, Clone)]
-pub struct Audit {
+pub struct SaleAudit {
     pub sale: StoredSale,
     pub orders: Vec<HotOrder>,
     pub events: Vec<Event>,

@@ -28,8 +28,8 @@ pub mod sale;
 pub use error::{ErrorCode, LedgerError, StoreError};
 pub use ids::{OrderNo, RequestId, RequestKey, SkuId, UserId};
 pub use ledger::{
-    ApplyReport, Audit, DeadLetter, Durability, HotCopies, HotLedger, HotSnapshot, Ledger,
-    OrderStore, PurchaseRequest, ReconcileRun, Resolution, SoldOutSupport, StoredSale,
+    ApplyReport, DeadLetter, Durability, HotCopies, HotLedger, HotSnapshot, Ledger, OrderStore,
+    PurchaseRequest, ReconcileRun, Resolution, SaleAudit, SoldOutSupport, StoredSale,
 };
 pub use order::{Event, EventKind, HotOrder, OrderStatus, PurchaseOutcome};
 pub use rules::SaleBook;

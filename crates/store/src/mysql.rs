@@ -10,12 +10,12 @@ use sqlx::mysql::{MySqlPool, MySqlPoolOptions, MySqlRow};
 use sqlx::{MySql, Row, Transaction};
 
 use flashsale_core::{
-    ApplyReport, Audit, DeadLetter, Event, EventKind, HotOrder, OrderNo, OrderStatus, OrderStore,
-    ReconcileRun, Sale, SaleState, SkuId, StoreError, StoredSale,
+    ApplyReport, DeadLetter, Event, EventKind, HotOrder, OrderNo, OrderStatus, OrderStore,
+    ReconcileRun, Sale, SaleAudit, SaleState, SkuId, StoreError, StoredSale,
 };
 
 use crate::batch::{self, Head, KnownOrder, Plan, StoredEvent, CHUNK_ROWS};
-use crate::rows::{self, db_error, DeadLetterRow, EventRow, OrderRow, SaleRow};
+use crate::rows::{self, db_error, DeadLetterRow, SaleRow};
 
 static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations/mysql");
 
@@ -267,54 +267,19 @@ where
     row.try_get::<T, _>(col).map_err(db_error)
 }
 
-fn sale_row(row: &MySqlRow) -> Result<SaleRow, StoreError> {
-    Ok(SaleRow {
-        sku_id: get(row, "sku_id")?,
-        name: text(row, "name")?,
-        total_stock: get(row, "total_stock")?,
-        available: get(row, "available")?,
-        reserved: get(row, "reserved")?,
-        sold: get(row, "sold")?,
-        applied_seq: get(row, "applied_seq")?,
-        epoch: get(row, "epoch")?,
-        epoch_at_ms: get(row, "epoch_at_ms")?,
-        per_user_limit: get(row, "per_user_limit")?,
-        mode: text(row, "mode")?,
-        payment_timeout_ms: get(row, "payment_timeout_ms")?,
-        starts_at_ms: get(row, "starts_at_ms")?,
-        ends_at_ms: get(row, "ends_at_ms")?,
-        state: text(row, "state")?,
-    })
-}
-
-fn order_row(row: &MySqlRow) -> Result<HotOrder, StoreError> {
-    OrderRow {
-        order_no: text(row, "order_no")?,
-        sku_id: get(row, "sku_id")?,
-        user_id: get(row, "user_id")?,
-        request_id: text(row, "request_id")?,
-        quantity: get(row, "quantity")?,
-        status: text(row, "status")?,
-        deadline_ms: get(row, "deadline_ms")?,
-        created_at_ms: get(row, "created_at_ms")?,
+impl rows::Columns for MySqlRow {
+    fn text(&self, col: &str) -> Result<String, StoreError> {
+        text(self, col)
     }
-    .into_order()
-}
-
-fn event_row(row: &MySqlRow) -> Result<Event, StoreError> {
-    EventRow {
-        sku_id: get(row, "sku_id")?,
-        epoch: get(row, "epoch")?,
-        seq: get(row, "seq")?,
-        kind: text(row, "kind")?,
-        order_no: text(row, "order_no")?,
-        request_id: text(row, "request_id")?,
-        user_id: get(row, "user_id")?,
-        quantity: get(row, "quantity")?,
-        at_ms: get(row, "at_ms")?,
-        deadline_ms: get(row, "deadline_ms")?,
+    fn uint(&self, col: &str) -> Result<u64, StoreError> {
+        get(self, col)
     }
-    .into_event()
+    fn int(&self, col: &str) -> Result<i64, StoreError> {
+        get(self, col)
+    }
+    fn small(&self, col: &str) -> Result<u32, StoreError> {
+        get(self, col)
+    }
 }
 
 fn known_order(row: &MySqlRow) -> Result<KnownOrder, StoreError> {
@@ -394,7 +359,7 @@ impl OrderStore for MySqlStore {
             .fetch_optional(&self.pool)
             .await
             .map_err(db_error)?;
-        row.map(|r| sale_row(&r)?.into_stored()).transpose()
+        row.map(|r| SaleRow::read(&r)?.into_stored()).transpose()
     }
 
     async fn sales(&self) -> Result<Vec<StoredSale>, StoreError> {
@@ -403,7 +368,9 @@ impl OrderStore for MySqlStore {
             .fetch_all(&self.pool)
             .await
             .map_err(db_error)?;
-        rows.iter().map(|r| sale_row(r)?.into_stored()).collect()
+        rows.iter()
+            .map(|r| SaleRow::read(r)?.into_stored())
+            .collect()
     }
 
     async fn set_state(&self, sku: SkuId, state: SaleState) -> Result<(), StoreError> {
@@ -445,7 +412,7 @@ impl OrderStore for MySqlStore {
             .fetch_all(&self.pool)
             .await
             .map_err(db_error)?;
-        rows.iter().map(event_row).collect()
+        rows.iter().map(rows::event).collect()
     }
 
     async fn mark_fenced_reported(
@@ -481,7 +448,7 @@ impl OrderStore for MySqlStore {
             .fetch_optional(&self.pool)
             .await
             .map_err(db_error)?;
-        row.map(|r| order_row(&r)).transpose()
+        row.map(|r| rows::order(&r)).transpose()
     }
 
     async fn orders(&self, sku: SkuId) -> Result<Vec<HotOrder>, StoreError> {
@@ -494,7 +461,7 @@ impl OrderStore for MySqlStore {
             .fetch_all(&self.pool)
             .await
             .map_err(db_error)?;
-        rows.iter().map(order_row).collect()
+        rows.iter().map(rows::order).collect()
     }
 
     async fn events(&self, sku: SkuId) -> Result<Vec<Event>, StoreError> {
@@ -518,7 +485,7 @@ impl OrderStore for MySqlStore {
             .fetch_all(&self.pool)
             .await
             .map_err(db_error)?;
-        rows.iter().map(event_row).collect()
+        rows.iter().map(rows::event).collect()
     }
 
     async fn record_dead_letter(&self, letter: &DeadLetter) -> Result<(), StoreError> {
@@ -587,7 +554,7 @@ impl OrderStore for MySqlStore {
             .await
             .map_err(db_error)?
             .ok_or(StoreError::SaleNotFound)?;
-        let sale = sale_row(&row)?;
+        let sale = SaleRow::read(&row)?;
         let head = Head {
             counters: sale.counters()?,
             mode: sale.mode()?,
@@ -618,7 +585,7 @@ impl OrderStore for MySqlStore {
         Ok(plan.report)
     }
 
-    async fn audit(&self, sku: SkuId) -> Result<Option<Audit>, StoreError> {
+    async fn audit(&self, sku: SkuId) -> Result<Option<SaleAudit>, StoreError> {
         // One InnoDB REPEATABLE READ snapshot: counters, orders and events agree.
         let mut tx = self.pool.begin().await.map_err(db_error)?;
         let sql = format!("SELECT {} FROM sales WHERE sku_id = ?", batch::SALE_COLUMNS);
@@ -630,7 +597,7 @@ impl OrderStore for MySqlStore {
         else {
             return Ok(None);
         };
-        let sale = sale_row(&row)?.into_stored()?;
+        let sale = SaleRow::read(&row)?.into_stored()?;
         let sql = format!(
             "SELECT {} FROM orders WHERE sku_id = ? ORDER BY id",
             batch::ORDER_COLUMNS
@@ -641,7 +608,7 @@ impl OrderStore for MySqlStore {
             .await
             .map_err(db_error)?
             .iter()
-            .map(order_row)
+            .map(rows::order)
             .collect::<Result<Vec<_>, _>>()?;
         let sql = format!(
             "SELECT {} FROM stock_events WHERE sku_id = ? ORDER BY seq",
@@ -653,10 +620,10 @@ impl OrderStore for MySqlStore {
             .await
             .map_err(db_error)?
             .iter()
-            .map(event_row)
+            .map(rows::event)
             .collect::<Result<Vec<_>, _>>()?;
         tx.rollback().await.map_err(db_error)?;
-        Ok(Some(Audit {
+        Ok(Some(SaleAudit {
             sale,
             orders,
             events,

@@ -1,5 +1,6 @@
-//! Plain rows as both backends read them, and their conversion to domain types. Each backend
-//! only decodes its columns into these (the column types differ: MySQL has unsigned ints).
+//! Rows as both backends read them, and their conversion to domain types. Each backend only
+//! says how it decodes one column ([`Columns`]: the column types differ, MySQL has unsigned
+//! ints); the mapping of a row is written once, here.
 
 use flashsale_core::{
     Counters, DeadLetter, Event, EventKind, HotOrder, OrderStatus, RequestId, Sale, SaleMode,
@@ -7,6 +8,17 @@ use flashsale_core::{
 };
 
 use crate::batch::{order_no, parse};
+
+/// One column of a row as a backend decodes it: the read paths of both backends map rows
+/// through this, once ([`SaleRow::read`], [`order`], [`event`]). MySQL reads its
+/// BINARY-flagged text unchecked and has unsigned integers; SQLite keeps every integer as
+/// `i64` (a `u64` bit for bit). A derived `sqlx::FromRow` fits neither difference.
+pub(crate) trait Columns {
+    fn text(&self, col: &str) -> Result<String, StoreError>;
+    fn uint(&self, col: &str) -> Result<u64, StoreError>;
+    fn int(&self, col: &str) -> Result<i64, StoreError>;
+    fn small(&self, col: &str) -> Result<u32, StoreError>;
+}
 
 pub(crate) struct SaleRow {
     pub sku_id: u64,
@@ -32,6 +44,27 @@ fn count(what: &str, v: i64) -> Result<u64, StoreError> {
 }
 
 impl SaleRow {
+    /// A row of `sales`.
+    pub fn read<R: Columns>(row: &R) -> Result<SaleRow, StoreError> {
+        Ok(SaleRow {
+            sku_id: row.uint("sku_id")?,
+            name: row.text("name")?,
+            total_stock: row.int("total_stock")?,
+            available: row.int("available")?,
+            reserved: row.int("reserved")?,
+            sold: row.int("sold")?,
+            applied_seq: row.uint("applied_seq")?,
+            epoch: row.uint("epoch")?,
+            epoch_at_ms: row.int("epoch_at_ms")?,
+            per_user_limit: row.small("per_user_limit")?,
+            mode: row.text("mode")?,
+            payment_timeout_ms: row.uint("payment_timeout_ms")?,
+            starts_at_ms: row.int("starts_at_ms")?,
+            ends_at_ms: row.int("ends_at_ms")?,
+            state: row.text("state")?,
+        })
+    }
+
     pub fn mode(&self) -> Result<SaleMode, StoreError> {
         parse("mode", &self.mode, SaleMode::parse)
     }
@@ -69,60 +102,34 @@ impl SaleRow {
     }
 }
 
-pub(crate) struct OrderRow {
-    pub order_no: String,
-    pub sku_id: u64,
-    pub user_id: u64,
-    pub request_id: String,
-    pub quantity: u32,
-    pub status: String,
-    pub deadline_ms: i64,
-    pub created_at_ms: i64,
+/// An order row (`orders`).
+pub(crate) fn order<R: Columns>(row: &R) -> Result<HotOrder, StoreError> {
+    Ok(HotOrder {
+        order_no: order_no(&row.text("order_no")?)?,
+        sku_id: SkuId(row.uint("sku_id")?),
+        user_id: UserId(row.uint("user_id")?),
+        request_id: parse("request_id", &row.text("request_id")?, RequestId::parse)?,
+        quantity: row.small("quantity")?,
+        status: parse("status", &row.text("status")?, OrderStatus::parse)?,
+        deadline_ms: row.int("deadline_ms")?,
+        created_at_ms: row.int("created_at_ms")?,
+    })
 }
 
-impl OrderRow {
-    pub fn into_order(self) -> Result<HotOrder, StoreError> {
-        Ok(HotOrder {
-            order_no: order_no(&self.order_no)?,
-            sku_id: SkuId(self.sku_id),
-            user_id: UserId(self.user_id),
-            request_id: parse("request_id", &self.request_id, RequestId::parse)?,
-            quantity: self.quantity,
-            status: parse("status", &self.status, OrderStatus::parse)?,
-            deadline_ms: self.deadline_ms,
-            created_at_ms: self.created_at_ms,
-        })
-    }
-}
-
-pub(crate) struct EventRow {
-    pub sku_id: u64,
-    pub epoch: u64,
-    pub seq: u64,
-    pub kind: String,
-    pub order_no: String,
-    pub request_id: String,
-    pub user_id: u64,
-    pub quantity: u32,
-    pub at_ms: i64,
-    pub deadline_ms: i64,
-}
-
-impl EventRow {
-    pub fn into_event(self) -> Result<Event, StoreError> {
-        Ok(Event {
-            sku_id: SkuId(self.sku_id),
-            epoch: self.epoch,
-            seq: self.seq,
-            kind: parse("kind", &self.kind, EventKind::parse)?,
-            order_no: order_no(&self.order_no)?,
-            request_id: parse("request_id", &self.request_id, RequestId::parse)?,
-            user_id: UserId(self.user_id),
-            quantity: self.quantity,
-            at_ms: self.at_ms,
-            deadline_ms: self.deadline_ms,
-        })
-    }
+/// An event row (`stock_events`, `fenced_events`).
+pub(crate) fn event<R: Columns>(row: &R) -> Result<Event, StoreError> {
+    Ok(Event {
+        sku_id: SkuId(row.uint("sku_id")?),
+        epoch: row.uint("epoch")?,
+        seq: row.uint("seq")?,
+        kind: parse("kind", &row.text("kind")?, EventKind::parse)?,
+        order_no: order_no(&row.text("order_no")?)?,
+        request_id: parse("request_id", &row.text("request_id")?, RequestId::parse)?,
+        user_id: UserId(row.uint("user_id")?),
+        quantity: row.small("quantity")?,
+        at_ms: row.int("at_ms")?,
+        deadline_ms: row.int("deadline_ms")?,
+    })
 }
 
 pub(crate) struct DeadLetterRow {

@@ -18,12 +18,12 @@ use sqlx::sqlite::{
 use sqlx::{Row, Sqlite, Transaction};
 
 use flashsale_core::{
-    ApplyReport, Audit, Counters, DeadLetter, Event, EventKind, HotOrder, OrderNo, OrderStatus,
-    OrderStore, ReconcileRun, Sale, SaleState, SkuId, StoreError, StoredSale,
+    ApplyReport, Counters, DeadLetter, Event, EventKind, HotOrder, OrderNo, OrderStatus,
+    OrderStore, ReconcileRun, Sale, SaleAudit, SaleState, SkuId, StoreError, StoredSale,
 };
 
 use crate::batch::{self, Head, KnownOrder, Plan, StoredEvent, CHUNK_ROWS};
-use crate::rows::{self, db_error, DeadLetterRow, EventRow, OrderRow, SaleRow};
+use crate::rows::{self, db_error, DeadLetterRow, SaleRow};
 
 static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations/sqlite");
 
@@ -433,54 +433,19 @@ fn id(row: &SqliteRow, col: &str) -> Result<u64, StoreError> {
     get::<i64>(row, col).map(u)
 }
 
-fn sale_row(row: &SqliteRow) -> Result<SaleRow, StoreError> {
-    Ok(SaleRow {
-        sku_id: id(row, "sku_id")?,
-        name: get(row, "name")?,
-        total_stock: get(row, "total_stock")?,
-        available: get(row, "available")?,
-        reserved: get(row, "reserved")?,
-        sold: get(row, "sold")?,
-        applied_seq: id(row, "applied_seq")?,
-        epoch: id(row, "epoch")?,
-        epoch_at_ms: get(row, "epoch_at_ms")?,
-        per_user_limit: get(row, "per_user_limit")?,
-        mode: get(row, "mode")?,
-        payment_timeout_ms: id(row, "payment_timeout_ms")?,
-        starts_at_ms: get(row, "starts_at_ms")?,
-        ends_at_ms: get(row, "ends_at_ms")?,
-        state: get(row, "state")?,
-    })
-}
-
-fn order_row(row: &SqliteRow) -> Result<HotOrder, StoreError> {
-    OrderRow {
-        order_no: get(row, "order_no")?,
-        sku_id: id(row, "sku_id")?,
-        user_id: id(row, "user_id")?,
-        request_id: get(row, "request_id")?,
-        quantity: get(row, "quantity")?,
-        status: get(row, "status")?,
-        deadline_ms: get(row, "deadline_ms")?,
-        created_at_ms: get(row, "created_at_ms")?,
+impl rows::Columns for SqliteRow {
+    fn text(&self, col: &str) -> Result<String, StoreError> {
+        get(self, col)
     }
-    .into_order()
-}
-
-fn event_row(row: &SqliteRow) -> Result<Event, StoreError> {
-    EventRow {
-        sku_id: id(row, "sku_id")?,
-        epoch: id(row, "epoch")?,
-        seq: id(row, "seq")?,
-        kind: get(row, "kind")?,
-        order_no: get(row, "order_no")?,
-        request_id: get(row, "request_id")?,
-        user_id: id(row, "user_id")?,
-        quantity: get(row, "quantity")?,
-        at_ms: get(row, "at_ms")?,
-        deadline_ms: get(row, "deadline_ms")?,
+    fn uint(&self, col: &str) -> Result<u64, StoreError> {
+        id(self, col)
     }
-    .into_event()
+    fn int(&self, col: &str) -> Result<i64, StoreError> {
+        get(self, col)
+    }
+    fn small(&self, col: &str) -> Result<u32, StoreError> {
+        get(self, col)
+    }
 }
 
 fn known_order(row: &SqliteRow) -> Result<KnownOrder, StoreError> {
@@ -560,7 +525,7 @@ impl OrderStore for SqliteStore {
             .fetch_optional(&self.reader)
             .await
             .map_err(db_error)?;
-        row.map(|r| sale_row(&r)?.into_stored()).transpose()
+        row.map(|r| SaleRow::read(&r)?.into_stored()).transpose()
     }
 
     async fn sales(&self) -> Result<Vec<StoredSale>, StoreError> {
@@ -569,7 +534,9 @@ impl OrderStore for SqliteStore {
             .fetch_all(&self.reader)
             .await
             .map_err(db_error)?;
-        rows.iter().map(|r| sale_row(r)?.into_stored()).collect()
+        rows.iter()
+            .map(|r| SaleRow::read(r)?.into_stored())
+            .collect()
     }
 
     async fn set_state(&self, sku: SkuId, state: SaleState) -> Result<(), StoreError> {
@@ -614,7 +581,7 @@ impl OrderStore for SqliteStore {
             .fetch_all(&self.reader)
             .await
             .map_err(db_error)?;
-        rows.iter().map(event_row).collect()
+        rows.iter().map(rows::event).collect()
     }
 
     async fn mark_fenced_reported(
@@ -650,7 +617,7 @@ impl OrderStore for SqliteStore {
             .fetch_optional(&self.reader)
             .await
             .map_err(db_error)?;
-        row.map(|r| order_row(&r)).transpose()
+        row.map(|r| rows::order(&r)).transpose()
     }
 
     async fn orders(&self, sku: SkuId) -> Result<Vec<HotOrder>, StoreError> {
@@ -663,7 +630,7 @@ impl OrderStore for SqliteStore {
             .fetch_all(&self.reader)
             .await
             .map_err(db_error)?;
-        rows.iter().map(order_row).collect()
+        rows.iter().map(rows::order).collect()
     }
 
     async fn events(&self, sku: SkuId) -> Result<Vec<Event>, StoreError> {
@@ -676,7 +643,7 @@ impl OrderStore for SqliteStore {
             .fetch_all(&self.reader)
             .await
             .map_err(db_error)?;
-        rows.iter().map(event_row).collect()
+        rows.iter().map(rows::event).collect()
     }
 
     async fn events_between(
@@ -699,7 +666,7 @@ impl OrderStore for SqliteStore {
             .fetch_all(&self.reader)
             .await
             .map_err(db_error)?;
-        rows.iter().map(event_row).collect()
+        rows.iter().map(rows::event).collect()
     }
 
     async fn record_dead_letter(&self, letter: &DeadLetter) -> Result<(), StoreError> {
@@ -766,7 +733,7 @@ impl OrderStore for SqliteStore {
             .await
             .map_err(db_error)?
             .ok_or(StoreError::SaleNotFound)?;
-        let sale = sale_row(&row)?;
+        let sale = SaleRow::read(&row)?;
         let head = Head {
             counters: sale.counters()?,
             mode: sale.mode()?,
@@ -797,7 +764,7 @@ impl OrderStore for SqliteStore {
         Ok(plan.report)
     }
 
-    async fn audit(&self, sku: SkuId) -> Result<Option<Audit>, StoreError> {
+    async fn audit(&self, sku: SkuId) -> Result<Option<SaleAudit>, StoreError> {
         // One read transaction: one WAL snapshot, so counters, orders and events agree.
         let mut tx = self.reader.begin().await.map_err(db_error)?;
         let sql = format!("SELECT {} FROM sales WHERE sku_id = ?", batch::SALE_COLUMNS);
@@ -809,7 +776,7 @@ impl OrderStore for SqliteStore {
         else {
             return Ok(None);
         };
-        let sale = sale_row(&row)?.into_stored()?;
+        let sale = SaleRow::read(&row)?.into_stored()?;
         let sql = format!(
             "SELECT {} FROM orders WHERE sku_id = ? ORDER BY id",
             batch::ORDER_COLUMNS
@@ -820,7 +787,7 @@ impl OrderStore for SqliteStore {
             .await
             .map_err(db_error)?
             .iter()
-            .map(order_row)
+            .map(rows::order)
             .collect::<Result<Vec<_>, _>>()?;
         let sql = format!(
             "SELECT {} FROM stock_events WHERE sku_id = ? ORDER BY seq",
@@ -832,10 +799,10 @@ impl OrderStore for SqliteStore {
             .await
             .map_err(db_error)?
             .iter()
-            .map(event_row)
+            .map(rows::event)
             .collect::<Result<Vec<_>, _>>()?;
         tx.rollback().await.map_err(db_error)?;
-        Ok(Some(Audit {
+        Ok(Some(SaleAudit {
             sale,
             orders,
             events,

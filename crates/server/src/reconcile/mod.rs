@@ -398,7 +398,7 @@ impl Reconciler {
         report: &mut SaleReport,
         snap: &HotSnapshot,
         hot_now: Option<Counters>,
-        audit: &flashsale_core::Audit,
+        audit: &flashsale_core::SaleAudit,
         at_ms: i64,
     ) {
         let a = report.db.seq;
@@ -430,7 +430,7 @@ impl Reconciler {
     }
 
     /// The journal: forget what the database holds, report what it never will.
-    fn settle_journal(&self, report: &mut SaleReport, audit: &flashsale_core::Audit) {
+    fn settle_journal(&self, report: &mut SaleReport, audit: &flashsale_core::SaleAudit) {
         let losses = self.journal.settle(&audit.sale, &audit.orders);
         report.journal_complete = losses.complete;
         report.lost_orders = losses.orders.iter().map(|no| no.to_string()).collect();
