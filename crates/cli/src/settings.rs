@@ -4,9 +4,13 @@
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 use anyhow::Context;
 use clap::Args;
+use flashsale_server::gateway::{GatewayConfig, TokenRate};
+use flashsale_server::reconcile::WorkerSettings;
+use flashsale_server::Tunables;
 use rand::distr::{Alphanumeric, SampleString};
 
 /// Settings shared by every command.
@@ -34,68 +38,76 @@ pub struct Settings {
     #[arg(long, env = "FLASHSALE_ADMIN_TOKEN", hide_env_values = true)]
     pub admin_token: Option<String>,
     /// Reconciler pass interval, ms; 0 = no reconciler worker in this process.
-    #[arg(long, env = "FLASHSALE_RECONCILE_INTERVAL_MS", default_value_t = 5_000)]
+    #[arg(long, env = "FLASHSALE_RECONCILE_INTERVAL_MS",
+          default_value_t = millis(WorkerSettings::default().interval))]
     pub reconcile_interval_ms: u64,
     /// Whether the reconciler worker repairs (replay, rebuild, expire) or only reports.
-    #[arg(long, env = "FLASHSALE_RECONCILE_REPAIR", default_value = "true",
+    #[arg(long, env = "FLASHSALE_RECONCILE_REPAIR", default_value_t = WorkerSettings::default().repair,
           value_parser = clap::builder::BoolishValueParser::new(), action = clap::ArgAction::Set)]
     pub reconcile_repair: bool,
     #[command(flatten)]
     pub gateway: GatewaySettings,
 }
 
-/// Gateway protections; unset → the defaults of `GatewayConfig`. Rates are
-/// `PER_S` or `PER_S/BURST`, `0` or `off` turns one off.
-#[derive(Debug, Clone, Default, Args)]
+/// Gateway protections; the defaults are `GatewayConfig::DEFAULT`'s (and the request
+/// timeout `Tunables::DEFAULT`'s), shown by `--help`. Rates are `PER_S` or `PER_S/BURST`,
+/// `0` or `off` turns one off.
+#[derive(Debug, Clone, Args)]
 pub struct GatewaySettings {
-    /// Authenticated requests per second of this instance [default 200000/200000].
-    #[arg(long, env = "FLASHSALE_RATE_INSTANCE")]
-    pub rate_instance: Option<String>,
-    /// Purchases per second of one sale on this instance [default 100000/100000].
-    #[arg(long, env = "FLASHSALE_RATE_SALE")]
-    pub rate_sale: Option<String>,
-    /// Authenticated requests per second of one user [default 100/200].
-    #[arg(long, env = "FLASHSALE_RATE_USER")]
-    pub rate_user: Option<String>,
-    /// Authenticated requests per second of one client IP [default 2000/4000].
-    #[arg(long, env = "FLASHSALE_RATE_IP")]
-    pub rate_ip: Option<String>,
-    /// Apply the per-IP limit to loopback clients too [default false].
-    #[arg(long, env = "FLASHSALE_RATE_IP_LOOPBACK")]
-    pub rate_ip_loopback: Option<bool>,
-    /// Client IP from X-Forwarded-For (only behind a trusted proxy) [default false].
-    #[arg(long, env = "FLASHSALE_TRUST_FORWARDED_FOR")]
-    pub trust_forwarded_for: Option<bool>,
-    /// Blacklist cache refresh, ms [default 500].
-    #[arg(long, env = "FLASHSALE_BLACKLIST_REFRESH_MS")]
-    pub blacklist_refresh_ms: Option<u64>,
-    /// Stream lag (events) past which purchases get 429 BUSY; 0 = off [default 100000].
-    #[arg(long, env = "FLASHSALE_BACKPRESSURE_LAG")]
-    pub backpressure_lag: Option<u64>,
-    /// Requests queued for one sale past which purchases get 429 BUSY; 0 = off [default 4096].
-    #[arg(long, env = "FLASHSALE_BACKPRESSURE_QUEUE")]
-    pub backpressure_queue: Option<u64>,
-    /// Pause a sale while back-pressure holds and resume it after [default false].
-    #[arg(long, env = "FLASHSALE_BACKPRESSURE_AUTO_PAUSE")]
-    pub backpressure_auto_pause: Option<bool>,
-    /// Purchases of one sale in flight on this instance [default 4096].
-    #[arg(long, env = "FLASHSALE_SALE_INFLIGHT_MAX")]
-    pub sale_inflight_max: Option<usize>,
-    /// Open client connections [default 10000].
-    #[arg(long, env = "FLASHSALE_CONNECTIONS_MAX")]
-    pub connections_max: Option<usize>,
-    /// Requests in flight on this instance; past it 503 [default 20000].
-    #[arg(long, env = "FLASHSALE_INFLIGHT_MAX")]
-    pub inflight_max: Option<usize>,
-    /// Total bytes of request headers [default 16384].
-    #[arg(long, env = "FLASHSALE_HEADER_BYTES_MAX")]
-    pub header_bytes_max: Option<usize>,
-    /// Request timeout, ms (503 UNAVAILABLE past it) [default 10000].
-    #[arg(long, env = "FLASHSALE_REQUEST_TIMEOUT_MS")]
-    pub request_timeout_ms: Option<u64>,
-    /// Lifetime of an anti-scalping purchase token, s [default 60].
-    #[arg(long, env = "FLASHSALE_PURCHASE_TOKEN_TTL_S")]
-    pub purchase_token_ttl_s: Option<u64>,
+    /// Authenticated requests per second of this instance.
+    #[arg(long, env = "FLASHSALE_RATE_INSTANCE", default_value_t = G.rate_instance.to_string())]
+    pub rate_instance: String,
+    /// Purchases per second of one sale on this instance.
+    #[arg(long, env = "FLASHSALE_RATE_SALE", default_value_t = G.rate_sale.to_string())]
+    pub rate_sale: String,
+    /// Authenticated requests per second of one user.
+    #[arg(long, env = "FLASHSALE_RATE_USER", default_value_t = G.rate_user.to_string())]
+    pub rate_user: String,
+    /// Authenticated requests per second of one client IP.
+    #[arg(long, env = "FLASHSALE_RATE_IP", default_value_t = G.rate_ip.to_string())]
+    pub rate_ip: String,
+    /// Apply the per-IP limit to loopback clients too.
+    #[arg(long, env = "FLASHSALE_RATE_IP_LOOPBACK", default_value_t = !G.rate_ip_exempt_loopback,
+          action = clap::ArgAction::Set)]
+    pub rate_ip_loopback: bool,
+    /// Client IP from X-Forwarded-For (only behind a trusted proxy).
+    #[arg(long, env = "FLASHSALE_TRUST_FORWARDED_FOR", default_value_t = G.trust_forwarded_for,
+          action = clap::ArgAction::Set)]
+    pub trust_forwarded_for: bool,
+    /// Blacklist cache refresh, ms.
+    #[arg(long, env = "FLASHSALE_BLACKLIST_REFRESH_MS",
+          default_value_t = millis(G.blacklist_refresh))]
+    pub blacklist_refresh_ms: u64,
+    /// Stream lag (events) past which purchases get 429 BUSY; 0 = off.
+    #[arg(long, env = "FLASHSALE_BACKPRESSURE_LAG", default_value_t = G.backpressure_lag)]
+    pub backpressure_lag: u64,
+    /// Requests queued for one sale past which purchases get 429 BUSY; 0 = off.
+    #[arg(long, env = "FLASHSALE_BACKPRESSURE_QUEUE", default_value_t = G.backpressure_queue)]
+    pub backpressure_queue: u64,
+    /// Pause a sale while back-pressure holds and resume it after.
+    #[arg(long, env = "FLASHSALE_BACKPRESSURE_AUTO_PAUSE",
+          default_value_t = G.backpressure_auto_pause, action = clap::ArgAction::Set)]
+    pub backpressure_auto_pause: bool,
+    /// Purchases of one sale in flight on this instance.
+    #[arg(long, env = "FLASHSALE_SALE_INFLIGHT_MAX", default_value_t = G.sale_inflight_max)]
+    pub sale_inflight_max: usize,
+    /// Open client connections.
+    #[arg(long, env = "FLASHSALE_CONNECTIONS_MAX", default_value_t = G.connections_max)]
+    pub connections_max: usize,
+    /// Requests in flight on this instance; past it 503.
+    #[arg(long, env = "FLASHSALE_INFLIGHT_MAX", default_value_t = G.inflight_max)]
+    pub inflight_max: usize,
+    /// Total bytes of request headers.
+    #[arg(long, env = "FLASHSALE_HEADER_BYTES_MAX", default_value_t = G.header_bytes_max)]
+    pub header_bytes_max: usize,
+    /// Request timeout, ms (503 UNAVAILABLE past it).
+    #[arg(long, env = "FLASHSALE_REQUEST_TIMEOUT_MS",
+          default_value_t = millis(Tunables::DEFAULT.request_timeout))]
+    pub request_timeout_ms: u64,
+    /// Lifetime of an anti-scalping purchase token, s.
+    #[arg(long, env = "FLASHSALE_PURCHASE_TOKEN_TTL_S",
+          default_value_t = G.purchase_token_ttl.as_secs())]
+    pub purchase_token_ttl_s: u64,
     /// A dedicated Redis for the hot sales named by FLASHSALE_HOT_SKUS.
     #[arg(long, env = "FLASHSALE_HOT_REDIS_URL")]
     pub hot_redis_url: Option<String>,
@@ -104,64 +116,40 @@ pub struct GatewaySettings {
     pub hot_skus: Vec<u64>,
 }
 
+/// The defaults of the gateway's flags.
+const G: GatewayConfig = GatewayConfig::DEFAULT;
+
+fn millis(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}
+
 impl GatewaySettings {
-    /// Writes the settings that are set over `tunables`.
-    pub fn apply(&self, tunables: &mut flashsale_server::Tunables) -> anyhow::Result<()> {
-        use flashsale_server::gateway::TokenRate;
-        use std::time::Duration;
+    /// Writes the settings over `tunables`.
+    pub fn apply(&self, tunables: &mut Tunables) -> anyhow::Result<()> {
         let g = &mut tunables.gateway;
-        let rate = |s: &Option<String>, into: &mut TokenRate| -> anyhow::Result<()> {
-            if let Some(s) = s {
-                *into = TokenRate::parse(s).map_err(anyhow::Error::msg)?;
-            }
-            Ok(())
-        };
-        rate(&self.rate_instance, &mut g.rate_instance)?;
-        rate(&self.rate_sale, &mut g.rate_sale)?;
-        rate(&self.rate_user, &mut g.rate_user)?;
-        rate(&self.rate_ip, &mut g.rate_ip)?;
-        if let Some(v) = self.rate_ip_loopback {
-            g.rate_ip_exempt_loopback = !v;
-        }
-        if let Some(v) = self.trust_forwarded_for {
-            g.trust_forwarded_for = v;
-        }
-        if let Some(v) = self.blacklist_refresh_ms {
-            g.blacklist_refresh = Duration::from_millis(v.max(10));
-        }
-        if let Some(v) = self.backpressure_lag {
-            g.backpressure_lag = v;
-        }
-        if let Some(v) = self.backpressure_queue {
-            g.backpressure_queue = v;
-        }
-        if let Some(v) = self.backpressure_auto_pause {
-            g.backpressure_auto_pause = v;
-        }
-        if let Some(v) = self.sale_inflight_max {
-            g.sale_inflight_max = v.max(1);
-        }
-        if let Some(v) = self.connections_max {
-            g.connections_max = v.max(1);
-        }
-        if let Some(v) = self.inflight_max {
-            g.inflight_max = v.max(1);
-        }
-        if let Some(v) = self.header_bytes_max {
-            g.header_bytes_max = v;
-        }
-        if let Some(v) = self.purchase_token_ttl_s {
-            g.purchase_token_ttl = Duration::from_secs(v.max(1));
-        }
+        let rate = |s: &str| TokenRate::parse(s).map_err(anyhow::Error::msg);
+        g.rate_instance = rate(&self.rate_instance)?;
+        g.rate_sale = rate(&self.rate_sale)?;
+        g.rate_user = rate(&self.rate_user)?;
+        g.rate_ip = rate(&self.rate_ip)?;
+        g.rate_ip_exempt_loopback = !self.rate_ip_loopback;
+        g.trust_forwarded_for = self.trust_forwarded_for;
+        g.blacklist_refresh = Duration::from_millis(self.blacklist_refresh_ms.max(10));
+        g.backpressure_lag = self.backpressure_lag;
+        g.backpressure_queue = self.backpressure_queue;
+        g.backpressure_auto_pause = self.backpressure_auto_pause;
+        g.sale_inflight_max = self.sale_inflight_max.max(1);
+        g.connections_max = self.connections_max.max(1);
+        g.inflight_max = self.inflight_max.max(1);
+        g.header_bytes_max = self.header_bytes_max;
+        g.purchase_token_ttl = Duration::from_secs(self.purchase_token_ttl_s.max(1));
         if self.hot_redis_url.is_some() {
             g.hot_redis_url = self.hot_redis_url.clone();
         }
         if !self.hot_skus.is_empty() {
             g.hot_skus = self.hot_skus.clone();
         }
-        if let Some(v) = self.request_timeout_ms {
-            tunables.request_timeout = Duration::from_millis(v.max(1));
-        }
+        tunables.request_timeout = Duration::from_millis(self.request_timeout_ms.max(1));
         Ok(())
     }
 }

@@ -20,16 +20,22 @@ pub struct Tunables {
     pub gateway: GatewayConfig,
 }
 
+impl Tunables {
+    /// Every default, in one place: `Tunables::default()` and the CLI's flags take theirs
+    /// from here.
+    pub const DEFAULT: Tunables = Tunables {
+        batch_max: 256,
+        queue_cap: 8_192,
+        body_bytes_max: 4_096,
+        request_timeout: Duration::from_secs(10),
+        cache_ttl: Duration::from_secs(1),
+        accepted_keys_max: 1_000_000,
+        gateway: GatewayConfig::DEFAULT,
+    };
+}
+
 impl Default for Tunables {
     fn default() -> Tunables {
-        Tunables {
-            batch_max: 256,
-            queue_cap: 8_192,
-            body_bytes_max: 4_096,
-            request_timeout: Duration::from_secs(10),
-            cache_ttl: Duration::from_secs(1),
-            accepted_keys_max: 1_000_000,
-            gateway: GatewayConfig::default(),
-        }
+        Tunables::DEFAULT
     }
 }

@@ -10,6 +10,16 @@ pub struct TokenRate {
     pub burst: u32,
 }
 
+impl std::fmt::Display for TokenRate {
+    /// The form [`TokenRate::parse`] reads: `PER_S/BURST`, or `off`.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.is_off() {
+            true => f.write_str("off"),
+            false => write!(f, "{}/{}", self.per_s, self.burst),
+        }
+    }
+}
+
 impl TokenRate {
     pub const OFF: TokenRate = TokenRate { per_s: 0, burst: 0 };
 
@@ -17,7 +27,7 @@ impl TokenRate {
         TokenRate { per_s, burst }
     }
 
-    pub fn is_off(&self) -> bool {
+    pub const fn is_off(&self) -> bool {
         self.per_s == 0
     }
 
@@ -97,32 +107,36 @@ pub struct GatewayConfig {
 
 impl Default for GatewayConfig {
     fn default() -> GatewayConfig {
-        GatewayConfig {
-            rate_instance: TokenRate::new(200_000, 200_000),
-            rate_sale: TokenRate::new(100_000, 100_000),
-            rate_user: TokenRate::new(100, 200),
-            rate_ip: TokenRate::new(2_000, 4_000),
-            rate_ip_exempt_loopback: true,
-            trust_forwarded_for: false,
-            limiter_sweep: Duration::from_secs(10),
-            blacklist_refresh: Duration::from_millis(500),
-            backpressure_lag: 100_000,
-            backpressure_queue: 4_096,
-            backpressure_auto_pause: false,
-            backpressure_interval: Duration::from_millis(100),
-            sale_inflight_max: 4_096,
-            connections_max: 10_000,
-            inflight_max: 20_000,
-            header_bytes_max: 16 * 1_024,
-            headers_max: 64,
-            purchase_token_ttl: Duration::from_secs(60),
-            hot_redis_url: None,
-            hot_skus: Vec::new(),
-        }
+        GatewayConfig::DEFAULT
     }
 }
 
 impl GatewayConfig {
+    /// Every default, in one place: `GatewayConfig::default()` and the CLI's flags
+    /// (`flashsale serve --help`) take theirs from here.
+    pub const DEFAULT: GatewayConfig = GatewayConfig {
+        rate_instance: TokenRate::new(200_000, 200_000),
+        rate_sale: TokenRate::new(100_000, 100_000),
+        rate_user: TokenRate::new(100, 200),
+        rate_ip: TokenRate::new(2_000, 4_000),
+        rate_ip_exempt_loopback: true,
+        trust_forwarded_for: false,
+        limiter_sweep: Duration::from_secs(10),
+        blacklist_refresh: Duration::from_millis(500),
+        backpressure_lag: 100_000,
+        backpressure_queue: 4_096,
+        backpressure_auto_pause: false,
+        backpressure_interval: Duration::from_millis(100),
+        sale_inflight_max: 4_096,
+        connections_max: 10_000,
+        inflight_max: 20_000,
+        header_bytes_max: 16 * 1_024,
+        headers_max: 64,
+        purchase_token_ttl: Duration::from_secs(60),
+        hot_redis_url: None,
+        hot_skus: Vec::new(),
+    };
+
     /// No rate limits, no back-pressure: for tests that hammer one user.
     pub fn unlimited() -> GatewayConfig {
         GatewayConfig {
@@ -149,5 +163,8 @@ mod tests {
         assert!(TokenRate::parse("off").unwrap().is_off());
         assert!(TokenRate::parse("x").is_err());
         assert!(TokenRate::parse("1/y").is_err());
+        for r in [TokenRate::new(100, 200), TokenRate::OFF] {
+            assert_eq!(TokenRate::parse(&r.to_string()).unwrap(), r);
+        }
     }
 }
