@@ -17,6 +17,7 @@ use flashsale_bench::report::{Check, Report};
 use flashsale_bench::summary;
 use flashsale_core::{Counters, OrderStatus, SaleMode, SkuId, UserId};
 use flashsale_server::auth::Auth;
+use flashsale_server::reconcile::diff::Diff;
 use flashsale_server::{Config, Server, Tunables};
 use indicatif::{ProgressBar, ProgressStyle};
 use rand::distr::{Alphanumeric, SampleString};
@@ -353,16 +354,13 @@ async fn build_report(server: &Server, args: &DemoArgs, run: Outcome) -> anyhow:
     })
 }
 
+/// The reconciler's diff (hot minus database, per counter), by name for the report.
 fn reconciliation_diff(hot: Option<Counters>, db: &Counters) -> BTreeMap<String, i64> {
-    let hot = hot.unwrap_or_default();
-    let d = |a: u64, b: u64| a as i64 - b as i64;
-    BTreeMap::from([
-        ("available".to_string(), d(hot.available, db.available)),
-        ("reserved".to_string(), d(hot.reserved, db.reserved)),
-        ("sold".to_string(), d(hot.sold, db.sold)),
-        ("seq".to_string(), d(hot.seq, db.seq)),
-        ("total".to_string(), d(hot.total, db.total)),
-    ])
+    let diff = Diff::between(&hot.unwrap_or_default(), db);
+    diff.fields()
+        .into_iter()
+        .map(|(name, d)| (name.to_owned(), d))
+        .collect()
 }
 
 fn print_report(r: &Report) {

@@ -4,24 +4,12 @@
 use std::hint::black_box;
 
 use criterion::{criterion_group, criterion_main, BatchSize, Criterion, Throughput};
-use flashsale_core::{
-    PurchaseRequest, RequestId, Sale, SaleBook, SaleMode, SaleState, SkuId, UserId,
-};
+use flashsale_core::{PurchaseRequest, RequestId, Sale, SaleBook, SaleMode, SkuId, UserId};
 
 const BATCH: u64 = 1_024;
 
 fn book(total: u64) -> SaleBook {
-    let sale = Sale {
-        sku_id: SkuId(1),
-        name: "bench".into(),
-        total_stock: total,
-        per_user_limit: 1,
-        mode: SaleMode::Direct,
-        payment_timeout_ms: 0,
-        starts_at_ms: 0,
-        ends_at_ms: i64::MAX,
-        state: SaleState::Live,
-    };
+    let sale = Sale::always_open(SkuId(1), total);
     let c = sale.fresh_counters();
     SaleBook::new(sale, c, 1)
 }

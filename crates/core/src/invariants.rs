@@ -213,19 +213,11 @@ mod tests {
     use crate::ids::SkuId;
     use crate::ledger::PurchaseRequest;
     use crate::rules::SaleBook;
-    use crate::sale::{SaleMode, SaleState};
 
     fn book(total: u64, limit: u32) -> SaleBook {
         let sale = Sale {
-            sku_id: SkuId(9),
-            name: "t".into(),
-            total_stock: total,
             per_user_limit: limit,
-            mode: SaleMode::Direct,
-            payment_timeout_ms: 0,
-            starts_at_ms: 0,
-            ends_at_ms: i64::MAX,
-            state: SaleState::Live,
+            ..Sale::always_open(SkuId(9), total)
         };
         let c = sale.fresh_counters();
         SaleBook::new(sale, c, 1)

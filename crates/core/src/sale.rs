@@ -83,6 +83,23 @@ pub struct Sale {
 }
 
 impl Sale {
+    /// A live direct sale that is always open (from 0 to the end of time), one unit per
+    /// buyer: the one fixture of tests and benches. A test changes what it needs with
+    /// `Sale { per_user_limit: 2, ..Sale::always_open(sku, total) }`.
+    pub fn always_open(sku_id: SkuId, total_stock: u64) -> Sale {
+        Sale {
+            sku_id,
+            name: "sale".into(),
+            total_stock,
+            per_user_limit: 1,
+            mode: SaleMode::Direct,
+            payment_timeout_ms: 0,
+            starts_at_ms: 0,
+            ends_at_ms: i64::MAX,
+            state: SaleState::Live,
+        }
+    }
+
     /// Checks the definition; the message names the first field that is wrong.
     pub fn validate(&self) -> Result<(), String> {
         if self.sku_id.0 == 0 || self.sku_id.0 > SCRIPT_INT_MAX {

@@ -340,9 +340,7 @@ mod tests {
     use super::*;
     use crate::fault_schedule::db::StoredEvent;
     use flashsale_core::ledger::StoredSale;
-    use flashsale_core::{
-        Event, HotOrder, OrderNo, RequestId, Sale, SaleMode, SaleState, SkuId, UserId,
-    };
+    use flashsale_core::{Event, HotOrder, OrderNo, RequestId, Sale, SkuId, UserId};
 
     fn answer(instance: usize, user: u64, rid: &str, no: &str) -> Answer {
         Answer {
@@ -397,17 +395,7 @@ mod tests {
 
     /// Sale 1 (direct, stock 5) with two stored orders, 1-1-1 (user 7) and 1-1-2 (user 8).
     fn two_orders() -> Stored {
-        let sale = Sale {
-            sku_id: SkuId(1),
-            name: "t".into(),
-            total_stock: 5,
-            per_user_limit: 1,
-            mode: SaleMode::Direct,
-            payment_timeout_ms: 0,
-            starts_at_ms: 0,
-            ends_at_ms: i64::MAX,
-            state: SaleState::Live,
-        };
+        let sale = Sale::always_open(SkuId(1), 5);
         let mut counters = sale.fresh_counters();
         (counters.available, counters.sold, counters.seq) = (3, 2, 2);
         let orders = vec![order(7, "a", 1), order(8, "b", 2)];
