@@ -6,6 +6,9 @@
 //! - [`reconcile`]: one reconciler run from the command line.
 //! - [`bench`]: `bench http | ledger | persister`; [`spike`]: `bench spike` against running
 //!   instances; [`strategies`]: `bench strategies`, the seeds' designs against ours.
+//!
+//! The top of the dependency graph: may depend on every crate of the workspace; none
+//! depends on it.
 
 mod bench;
 mod demo;

@@ -12,8 +12,10 @@
 //!   the local sold-out flag needs), together `Ledger`; the system of record is `OrderStore`.
 //! - [`invariants`]: checks I1–I7 over plain rows, shared by tests, bench and reconciler.
 //! - [`metric_names`]: the name of every metric; [`clock`]: the wall clock, read in one place.
+//! - [`limits`]: the bounds of the domain (stock, per-user limit, batch length, name length).
 //!
-//! May depend on serde, thiserror and async-trait only; never on tokio, redis or sqlx.
+//! May depend on serde, serde_json, thiserror and async-trait only; never on tokio, redis or
+//! sqlx. Every other crate may depend on it.
 
 pub mod clock;
 pub mod error;

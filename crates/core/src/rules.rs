@@ -2,7 +2,7 @@
 //!
 //! The embedded ledger runs it directly; `scripts/*.lua` in flashsale-redis mirror it check for
 //! check, in the same order; the conformance suite holds both ledgers to it. The order of the
-//! checks is part of the contract:
+//! checks is part of the HTTP API (it decides which error a request gets):
 //! replay → sale state and window → quantity → stock → per-user limit → accept.
 //! Stock comes before the limit so that a sold-out sale answers SOLD_OUT to everyone, which is
 //! what an instance's local sold-out flag answers without asking the ledger.

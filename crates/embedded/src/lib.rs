@@ -10,6 +10,9 @@
 //! kill -9. The drain runs in its own task, so a caller that gives up (timeout, closed
 //! connection) cannot leave the book ahead of the database. If a commit fails, the book is
 //! reloaded from SQLite and every job of the group gets `Unavailable`.
+//!
+//! May depend on flashsale-core and flashsale-store (its `SqliteStore`); never on Redis or
+//! the server.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicUsize, Ordering};

@@ -1,23 +1,35 @@
 //! flashsale-server: the HTTP service.
 //!
-//! - [`app`]: the axum router, built apart from `main` so tests call it.
-//! - [`routes`]: handlers (sales, purchases, orders, health).
+//! - [`app`]: the axum router, built apart from `main` so tests call it. Every route is
+//!   declared once, by its handler's `#[utoipa::path]`, and routed with `utoipa-axum`.
+//! - [`routes`]: handlers (`sales`, `purchases`, `orders`, `health`) and the API's
+//!   extractors (`ApiPath`, `User`, `Admin`).
 //! - [`auth`]: user tokens and the admin token.
 //! - [`batcher`]: the purchase hot path: the local sold-out flag, then natural batching per sale.
 //! - [`cache`]: sale cache and sold-out flags; [`breaker`]: fast failure when Redis is down.
 //! - [`error`]: `AppError`, the one error answer.
-//! - [`gateway`]: protections in front of the handlers (rate limits, blacklist, back-pressure,
-//!   per-sale isolation, purchase tokens, request limits) and the hot-sale router.
-//! - [`reconcile`]: the reconciler, the loss journal, and the hot copy's lifecycle (rebuild).
-//! - [`state`]: `AppState`, what every handler shares, and the request path's `Tunables`.
-//! - [`workers`]: background workers (persister, hold expiry; the gateway's and the
-//!   reconciler's live beside their code) behind one `Worker` trait, joined at shutdown.
-//! - [`serve`]: `Config` → backends, workers, listener; graceful shutdown.
+//! - [`gateway`]: protections in front of the handlers (`caps`, `ratelimit`, `blacklist`,
+//!   `pressure`, `scalping`, `listener`), its admin `routes`, its `worker`, its `config`, and
+//!   the hot-sale router (`routing`).
+//! - [`reconcile`]: the reconciler (`diff`, its `routes` and `worker`), the loss `journal`,
+//!   and the hot copy's lifecycle (`rebuild`).
+//! - [`state`]: `AppState`, what every handler shares; [`tunables`]: the request path's
+//!   bounds and timings, with their defaults.
+//! - [`workers`]: the `Worker` trait and the workers of no other module (hold expiry,
+//!   persister, restock subscriptions); every worker is joined at shutdown.
+//! - [`serve`]: `Config` → backends (opened once), workers, listener; graceful shutdown.
 //! - [`metrics`]: the Prometheus recorder; [`metrics_help`]: the HELP text of every metric.
-//! - [`dashboard`]: the live page at `/` and the JSON it polls.
-//! - [`openapi`]: the OpenAPI document; [`openapi_extra`]: `u64` ranges and links in it.
+//! - [`dashboard`]: the live page at `/` and the JSON it polls (`routes`, `view`, `live`,
+//!   `prom`).
+//! - [`openapi`]: the document's head and schemas; [`openapi_extra`]: `u64` ranges, `{ip}`
+//!   parameters and links in it.
 //!
-//! May depend on every backend crate; the domain rules stay in flashsale-core.
+//! Inside the crate, dependencies point one way: `state` holds the parts (batcher, caches,
+//! gateway, journal, dashboard readings) and depends on their modules; handlers, middleware
+//! and workers depend on `state`; no module that `state` holds depends on it.
+//!
+//! May depend on every backend crate; the domain rules stay in flashsale-core. Only the
+//! binary (flashsale) and tests depend on it.
 
 pub mod auth;
 pub mod batcher;

@@ -201,7 +201,7 @@ impl RedisBlacklist {
         }
     }
 
-    /// `<prefix>:blacklist` (user ids, the contract's key).
+    /// `<prefix>:blacklist` (user ids; the key schema is flashsale-redis's `Keys`).
     fn users_key(&self) -> String {
         flashsale_redis::Keys::new(&self.prefix)
             .map(|k| k.blacklist())
