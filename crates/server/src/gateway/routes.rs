@@ -208,9 +208,9 @@ pub async fn issue_token(
     ApiPath(p): ApiPath<u64>,
 ) -> Result<Json<PurchaseTokenView>, AppError> {
     let sku = SkuId(p);
-    let stored = crate::routes::sales::lookup(&st, sku).await?;
+    let stored = crate::routes::sale(&st, sku).await?;
     let sale = &stored.sale;
-    let now = crate::routes::sales::now_ms();
+    let now = flashsale_core::clock::now_ms();
     let code = match sale.state {
         SaleState::Scheduled => Some(ErrorCode::NotStarted),
         SaleState::Paused => Some(ErrorCode::Paused),

@@ -1,16 +1,19 @@
-//! HTTP handlers, one module per resource, and the API's extractors: [`ApiPath`], and the
-//! callers [`User`] (a user token, not blacklisted) and [`Admin`] (the admin token).
+//! HTTP handlers, one module per resource, what they share ([`sale`]: a sale through the
+//! instance cache; [`OrderView`]), and the API's extractors: [`ApiPath`], and the callers
+//! [`User`] (a user token, not blacklisted) and [`Admin`] (the admin token).
 
 pub mod health;
 pub mod orders;
 pub mod purchases;
 pub mod sales;
 
+use std::sync::Arc;
+
 use axum::extract::FromRequestParts;
 use axum::http::request::Parts;
+use flashsale_core::ledger::StoredSale;
+use flashsale_core::{ErrorCode, HotOrder, OrderStatus, SkuId};
 use serde::Serialize;
-
-use flashsale_core::{ErrorCode, HotOrder, OrderStatus};
 
 use crate::auth::{bearer, Admin, User};
 use crate::error::AppError;
@@ -20,6 +23,22 @@ use crate::state::AppState;
 #[derive(axum::extract::FromRequestParts)]
 #[from_request(via(axum::extract::Path), rejection(AppError))]
 pub struct ApiPath<T>(pub T);
+
+/// The sale from the instance cache, or the database (a stale cached copy when the database
+/// does not answer): what every handler that names a sale reads first.
+pub async fn sale(st: &AppState, sku: SkuId) -> Result<Arc<StoredSale>, AppError> {
+    let cached = match st.sales.get(sku) {
+        Some(entry) => entry,
+        None => match st.store.sale(sku).await {
+            Ok(sale) => st.sales.put(sku, sale),
+            Err(e) => match st.sales.stale(sku) {
+                Some(sale) => Some(sale),
+                None => return Err(e.into()),
+            },
+        },
+    };
+    cached.ok_or_else(|| AppError::from_code(ErrorCode::SaleNotFound))
+}
 
 /// An order as the API shows it.
 #[derive(Debug, Serialize)]

@@ -65,7 +65,7 @@ async fn resolve(
         Err(_) => {}
     }
     let order = result?.map_err(AppError::from_code)?;
-    let at_ms = crate::routes::sales::now_ms();
+    let at_ms = flashsale_core::clock::now_ms();
     st.journal.record_resolution(&order.order_no, kind, at_ms);
     Ok(Json(OrderView::new(&order, order.status)))
 }

@@ -70,7 +70,7 @@ pub async fn purchase(
     let sku = SkuId(p);
     let Json(body) = body?;
     let req = body.validate(sku, user)?;
-    let stored = super::sales::lookup(&st, sku).await?;
+    let stored = super::sale(&st, sku).await?;
     let key = req.key().to_string();
     let _permit = st
         .gateway

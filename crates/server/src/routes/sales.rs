@@ -54,6 +54,7 @@ impl SaleView {
     }
 }
 
+/// Re-exported for the binary's benches; the server reads the clock from flashsale-core.
 pub use flashsale_core::clock::now_ms;
 
 impl CreateSale {
@@ -100,21 +101,6 @@ pub async fn create(
     ))
 }
 
-/// The sale from the instance cache, or the database.
-pub async fn lookup(st: &AppState, sku: SkuId) -> Result<std::sync::Arc<StoredSale>, AppError> {
-    let cached = match st.sales.get(sku) {
-        Some(entry) => entry,
-        None => match st.store.sale(sku).await {
-            Ok(sale) => st.sales.put(sku, sale),
-            Err(e) => match st.sales.stale(sku) {
-                Some(sale) => Some(sale),
-                None => return Err(e.into()),
-            },
-        },
-    };
-    cached.ok_or_else(|| AppError::from_code(ErrorCode::SaleNotFound))
-}
-
 #[utoipa::path(get, path = "/sales/{sku_id}", tag = "sales", operation_id = "get_sale",
     params(("sku_id" = u64, Path, minimum = 0)),
     responses((status = 200, description = "the sale (counters may be 1 s old)", body = crate::openapi::SaleView)))]
@@ -123,7 +109,7 @@ pub async fn get(
     ApiPath(p): ApiPath<u64>,
 ) -> Result<Json<SaleView>, AppError> {
     let sku = SkuId(p);
-    let stored = lookup(&st, sku).await?;
+    let stored = super::sale(&st, sku).await?;
     let counters = match st.sales.counters(sku) {
         Some(c) => c,
         None => hot_or_stored_counters(&st, &stored).await,
