@@ -83,9 +83,9 @@ pub struct Sale {
 }
 
 impl Sale {
-    /// A live direct sale that is always open (from 0 to the end of time), one unit per
-    /// buyer: the one fixture of tests and benches. A test changes what it needs with
-    /// `Sale { per_user_limit: 2, ..Sale::always_open(sku, total) }`.
+    /// A live direct sale that is always open (from 0 to the latest time a sale may end),
+    /// one unit per buyer: the one fixture of tests and benches. A test changes what it
+    /// needs with `Sale { per_user_limit: 2, ..Sale::always_open(sku, total) }`.
     pub fn always_open(sku_id: SkuId, total_stock: u64) -> Sale {
         Sale {
             sku_id,
@@ -95,7 +95,7 @@ impl Sale {
             mode: SaleMode::Direct,
             payment_timeout_ms: 0,
             starts_at_ms: 0,
-            ends_at_ms: i64::MAX,
+            ends_at_ms: SCRIPT_INT_MAX as i64,
             state: SaleState::Live,
         }
     }
@@ -252,6 +252,11 @@ mod tests {
             ..sale()
         };
         assert!(bad.validate().unwrap_err().contains("ends_at_ms"));
+    }
+
+    #[test]
+    fn the_fixture_is_a_valid_sale() {
+        Sale::always_open(SkuId(1), 10).validate().unwrap();
     }
 
     #[test]

@@ -122,7 +122,7 @@ impl Journal {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use flashsale_core::{Counters, RequestId, Sale, SaleState, UserId};
+    use flashsale_core::{Counters, RequestId, Sale, UserId};
 
     fn no(epoch: u64, seq: u64) -> OrderNo {
         OrderNo::new(SkuId(7), epoch, seq)
@@ -130,15 +130,9 @@ mod tests {
 
     fn stored(epoch: u64, epoch_at_ms: i64) -> StoredSale {
         let sale = Sale {
-            sku_id: SkuId(7),
-            name: "t".into(),
-            total_stock: 100,
-            per_user_limit: 1,
             mode: SaleMode::Reserve,
             payment_timeout_ms: 1_000,
-            starts_at_ms: 0,
-            ends_at_ms: 1,
-            state: SaleState::Live,
+            ..Sale::always_open(SkuId(7), 100)
         };
         StoredSale {
             counters: Counters::default(),
