@@ -187,7 +187,7 @@ impl Workers {
         let mut tasks = Tasks::new();
         let journal = Arc::new(crate::reconcile::Journal::default());
         let reconciler = Reconciler::new(ledger.clone(), store.clone(), journal);
-        if let Some(worker) = ReconcileWorker::boxed(reconciler, config.reconcile) {
+        if let Some(worker) = ReconcileWorker::boxed(reconciler, config.reconcile, None) {
             tasks.spawn_worker(worker);
         }
         for worker in workers(config, ledger, store) {
@@ -249,7 +249,8 @@ impl Server {
             tasks.spawn_worker(worker);
         }
         let reconciler = Reconciler::from_state(&state);
-        if let Some(worker) = ReconcileWorker::boxed(reconciler, config.reconcile) {
+        let nudges = state.nudges.take();
+        if let Some(worker) = ReconcileWorker::boxed(reconciler, config.reconcile, nudges) {
             tasks.spawn_worker(worker);
         }
         let server = Server { addr, state, tasks };

@@ -49,7 +49,7 @@ use serde::Serialize;
 pub use diff::Diff;
 pub use journal::{Journal, Losses};
 pub use rebuild::{rebuild, RebuildError, Rebuilt, REBUILD_STALL_MS};
-pub use worker::{ReconcileWorker, WorkerSettings};
+pub use worker::{Nudges, ReconcileWorker, WorkerSettings};
 
 use crate::state::AppState;
 
@@ -58,6 +58,8 @@ use crate::state::AppState;
 #[serde(rename_all = "lowercase")]
 pub enum Trigger {
     Worker,
+    /// A request found the sale's copy fenced or missing (see [`Nudges`]).
+    Nudge,
     Cli,
     Admin,
 }
@@ -66,6 +68,7 @@ impl Trigger {
     pub fn as_str(self) -> &'static str {
         match self {
             Trigger::Worker => "worker",
+            Trigger::Nudge => "nudge",
             Trigger::Cli => "cli",
             Trigger::Admin => "admin",
         }
