@@ -171,6 +171,10 @@ pub async fn bounded<T>(
 
 /// Connection faults, timeouts and "cannot serve now" answers are `Unavailable` (503, the
 /// breaker counts them); a script's `NOT_WARMED` is `NotWarmed`; the rest is `Internal`.
+///
+/// On a cluster the client follows MOVED/ASK and retries TRYAGAIN/CLUSTERDOWN itself (a bounded
+/// number of times); one that still comes back means a slot is between owners (its primary
+/// died and no replica has taken over yet): the sale is unavailable for now, not broken.
 pub fn map_err(e: RedisError) -> LedgerError {
     if e.code() == Some("NOT_WARMED") {
         return LedgerError::NotWarmed;
@@ -180,6 +184,8 @@ pub fn map_err(e: RedisError) -> LedgerError {
         ErrorKind::IoError
             | ErrorKind::BusyLoadingError
             | ErrorKind::TryAgain
+            | ErrorKind::Moved
+            | ErrorKind::Ask
             | ErrorKind::ClusterDown
             | ErrorKind::MasterDown
             | ErrorKind::ReadOnly

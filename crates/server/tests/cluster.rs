@@ -1,0 +1,358 @@
+//! The service on a six-node Redis Cluster (three primaries, three replicas) and MariaDB:
+//! a spike with a sale on every shard, a planned failover and a primary killed mid-spike.
+//! Invariants are checked on what MariaDB holds; the failover numbers are printed (see
+//! docs/DEPLOY.md for what they were on the reference machine).
+
+mod common;
+
+use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use common::{assert_invariants, Stack};
+use flashsale_core::SkuId;
+use flashsale_redis::{slot, Keys};
+use flashsale_server::reconcile::{Reconciler, Trigger};
+use flashsale_testkit::mariadb::TestDatabase;
+use flashsale_testkit::redis_cluster::RedisCluster;
+use flashsale_testkit::wait;
+use serde_json::json;
+
+/// Cluster node timeout in these tests: a dead primary is failed over after about this long.
+const NODE_TIMEOUT_MS: u64 = 1_000;
+/// Buyers sending at once during a spike.
+const CLIENTS: usize = 8;
+
+/// One answer of a spike: when (ms since the spike began), which sale, the HTTP status, and
+/// for a 202 the order number and the buyer.
+#[derive(Debug, Clone)]
+struct Answer {
+    at_ms: u64,
+    sku: u64,
+    status: u16,
+    order_no: Option<String>,
+    user: u64,
+}
+
+/// Buyers hammering some sales until stopped; every answer is kept.
+struct Spike {
+    started: Instant,
+    stop: Arc<AtomicBool>,
+    answers: Arc<Mutex<Vec<Answer>>>,
+    tasks: Vec<tokio::task::JoinHandle<()>>,
+}
+
+impl Spike {
+    fn start(stack: &Stack, skus: &[u64]) -> Spike {
+        let started = Instant::now();
+        let stop = Arc::new(AtomicBool::new(false));
+        let answers = Arc::new(Mutex::new(Vec::new()));
+        let next_user = Arc::new(AtomicU64::new(1));
+        let mut tasks = Vec::new();
+        for i in 0..CLIENTS {
+            let sku = skus[i % skus.len()];
+            let (http, base) = (stack.http.clone(), stack.base.clone());
+            let auth = flashsale_server::auth::Auth::new(common::JWT_SECRET, common::ADMIN);
+            let (stop, answers, next_user) = (stop.clone(), answers.clone(), next_user.clone());
+            tasks.push(tokio::spawn(async move {
+                while !stop.load(Ordering::Relaxed) {
+                    let user = next_user.fetch_add(1, Ordering::Relaxed);
+                    let token = auth.sign(flashsale_core::UserId(user), 600);
+                    let resp = http
+                        .post(format!("{base}/api/v1/sales/{sku}/purchases"))
+                        .bearer_auth(token)
+                        .json(&json!({"request_id": format!("r{user}"), "quantity": 1}))
+                        .send()
+                        .await
+                        .expect("the service answers");
+                    let status = resp.status().as_u16();
+                    let body: serde_json::Value = resp.json().await.unwrap_or_default();
+                    let order_no = body["order_no"].as_str().map(str::to_owned);
+                    let at_ms = started.elapsed().as_millis() as u64;
+                    answers.lock().unwrap().push(Answer {
+                        at_ms,
+                        sku,
+                        status,
+                        order_no,
+                        user,
+                    });
+                }
+            }));
+        }
+        Spike {
+            started,
+            stop,
+            answers,
+            tasks,
+        }
+    }
+
+    fn now_ms(&self) -> u64 {
+        self.started.elapsed().as_millis() as u64
+    }
+
+    fn answers(&self) -> Vec<Answer> {
+        self.answers.lock().unwrap().clone()
+    }
+
+    /// The time of the first answer of `sku` other than 202 after `after_ms`, if one comes
+    /// within `within`.
+    async fn refused_after(&self, sku: u64, after_ms: u64, within: Duration) -> Option<u64> {
+        wait::within(within, || async {
+            self.answers()
+                .iter()
+                .find(|a| a.sku == sku && a.status != 202 && a.at_ms > after_ms)
+                .map(|a| a.at_ms)
+        })
+        .await
+    }
+
+    /// Waits until `sku` has answered 202 again after `after_ms`.
+    async fn accepted_again(&self, sku: u64, after_ms: u64) -> u64 {
+        wait::until("the sale to accept again", Duration::from_secs(60), || async {
+            self.answers()
+                .iter()
+                .find(|a| a.sku == sku && a.status == 202 && a.at_ms > after_ms)
+                .map(|a| a.at_ms)
+        })
+        .await
+    }
+
+    async fn stop(self) -> Vec<Answer> {
+        self.stop.store(true, Ordering::Relaxed);
+        for t in self.tasks {
+            t.await.expect("a buyer task panicked");
+        }
+        let answers = self.answers.lock().unwrap().clone();
+        answers
+    }
+}
+
+/// One sku on each shard, in shard order.
+async fn sku_per_shard(cluster: &RedisCluster, base: u64) -> Vec<u64> {
+    let shards = cluster.shards().await;
+    let keys = Keys::default();
+    shards
+        .iter()
+        .map(|&(a, b)| {
+            (base..)
+                .find(|&sku| {
+                    let s = slot(&keys.sale(SkuId(sku)));
+                    a <= s && s <= b
+                })
+                .unwrap()
+        })
+        .collect()
+}
+
+async fn cluster_stack(cluster: &RedisCluster) -> Stack {
+    Stack::with(&cluster.urls(), TestDatabase::create().await).await
+}
+
+/// Order numbers answered 202 more than once, to different buyers (must be none: I8).
+fn handed_twice(answers: &[Answer]) -> Vec<String> {
+    let mut owner: HashMap<&str, u64> = HashMap::new();
+    let mut twice = Vec::new();
+    for a in answers.iter().filter(|a| a.status == 202) {
+        let no = a.order_no.as_deref().expect("a 202 names its order");
+        if *owner.entry(no).or_insert(a.user) != a.user {
+            twice.push(no.to_owned());
+        }
+    }
+    twice
+}
+
+/// Every status a sale answered, counted.
+fn statuses(answers: &[Answer], sku: u64) -> HashMap<u16, usize> {
+    let mut counts = HashMap::new();
+    for a in answers.iter().filter(|a| a.sku == sku) {
+        *counts.entry(a.status).or_default() += 1;
+    }
+    counts
+}
+
+/// The 202 answers of `sku` that the database does not hold for the same buyer.
+async fn missing_in_db(stack: &Stack, answers: &[Answer], sku: u64) -> Vec<String> {
+    let orders = stack.store().orders(SkuId(sku)).await.unwrap();
+    let held: HashMap<String, u64> = orders
+        .iter()
+        .map(|o| (o.order_no.to_string(), o.user_id.0))
+        .collect();
+    let mut missing = Vec::new();
+    for a in answers.iter().filter(|a| a.sku == sku && a.status == 202) {
+        let no = a.order_no.clone().unwrap();
+        match held.get(&no) {
+            Some(&user) => assert_eq!(user, a.user, "order {no} belongs to its buyer (I8)"),
+            None => missing.push(no),
+        }
+    }
+    missing
+}
+
+/// Every order number the reconciler has reported lost for `sku`: the stored runs, and one
+/// more run now.
+async fn reported_lost(stack: &Stack, sku: u64) -> HashSet<String> {
+    let state = stack.server.as_ref().unwrap().state.clone();
+    let reconciler = Reconciler::from_state(&state);
+    let now = reconciler
+        .run(Some(SkuId(sku)), true, Trigger::Cli)
+        .await
+        .unwrap();
+    let mut lost: HashSet<String> = now.iter().flat_map(|r| r.lost_orders.clone()).collect();
+    let runs = stack
+        .store()
+        .reconcile_runs(Some(SkuId(sku)), 1_000)
+        .await
+        .unwrap();
+    lost.extend(runs.into_iter().flat_map(|r| r.lost_orders));
+    lost
+}
+
+async fn drained(stack: &Stack, skus: &[u64]) {
+    for &sku in skus {
+        stack.drain(sku).await;
+        assert_invariants(stack.store().as_ref(), sku).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_spike_on_every_shard_sells_exactly_the_stock() {
+    let cluster = RedisCluster::spawn(NODE_TIMEOUT_MS).await;
+    let stack = cluster_stack(&cluster).await;
+    let skus = sku_per_shard(&cluster, 100).await;
+    for &sku in &skus {
+        stack.live_sale(sku, 40, 1).await;
+    }
+    let spike = Spike::start(&stack, &skus);
+    for &sku in &skus {
+        wait::until("the sale to sell out", Duration::from_secs(60), || async {
+            let answers = spike.answers();
+            statuses(&answers, sku).contains_key(&409).then_some(())
+        })
+        .await;
+    }
+    let answers = spike.stop().await;
+    assert!(handed_twice(&answers).is_empty());
+    drained(&stack, &skus).await;
+    for &sku in &skus {
+        let counts = statuses(&answers, sku);
+        assert_eq!(counts.get(&202), Some(&40), "sale {sku}: {counts:?}");
+        assert!(
+            counts.keys().all(|s| [202, 409].contains(s)),
+            "sale {sku}: {counts:?}"
+        );
+        let (orders, units, sold) = common::mysql_counts(&stack.db.as_ref().unwrap().url, sku).await;
+        assert_eq!((orders, units, sold), (40, 40, 40), "sale {sku}");
+        assert!(missing_in_db(&stack, &answers, sku).await.is_empty());
+    }
+    // Each sale's keys live on its own primary.
+    let mut primaries = HashSet::new();
+    for &sku in &skus {
+        let s = slot(&Keys::default().sale(SkuId(sku)));
+        primaries.insert(cluster.primary_of_slot(s).await);
+    }
+    assert_eq!(primaries.len(), 3, "one sale per primary");
+}
+
+/// Milliseconds between the first and the last non-202 answer of `sku` after `from_ms`.
+fn error_window_ms(answers: &[Answer], sku: u64, from_ms: u64) -> u64 {
+    let errors: Vec<u64> = answers
+        .iter()
+        .filter(|a| a.sku == sku && a.at_ms >= from_ms && a.status != 202)
+        .map(|a| a.at_ms)
+        .collect();
+    match (errors.iter().min(), errors.iter().max()) {
+        (Some(a), Some(b)) => b - a,
+        _ => 0,
+    }
+}
+
+/// A sale on the shard that fails over, one on another shard; stock enough for the whole run.
+async fn failover_setup(cluster: &RedisCluster) -> (Stack, u64, u64) {
+    let stack = cluster_stack(cluster).await;
+    let skus = sku_per_shard(cluster, 1_000).await;
+    let (hit, other) = (skus[0], skus[1]);
+    for sku in [hit, other] {
+        stack.live_sale(sku, 1_000_000, 1).await;
+    }
+    (stack, hit, other)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_planned_failover_mid_spike_loses_no_accepted_purchase() {
+    let cluster = RedisCluster::spawn(NODE_TIMEOUT_MS).await;
+    let (stack, hit, other) = failover_setup(&cluster).await;
+    let primary = cluster
+        .primary_of_slot(slot(&Keys::default().sale(SkuId(hit))))
+        .await;
+    let replica = cluster.replica_of(primary).await;
+    let spike = Spike::start(&stack, &[hit, other]);
+    spike.accepted_again(hit, 0).await;
+    let failover_at = spike.now_ms();
+    cluster.failover(replica).await;
+    let refused_at = spike
+        .refused_after(hit, failover_at, Duration::from_secs(2))
+        .await
+        .unwrap_or(failover_at);
+    let back_at = spike.accepted_again(hit, refused_at).await;
+    spike.accepted_again(hit, back_at + 500).await;
+    let answers = spike.stop().await;
+
+    let hit_counts = statuses(&answers, hit);
+    let window = error_window_ms(&answers, hit, failover_at);
+    println!(
+        "planned failover: sale {hit} answered {hit_counts:?}; 503 window {window} ms; \
+         accepting again {} ms after CLUSTER FAILOVER",
+        back_at - failover_at
+    );
+    assert!(hit_counts.keys().all(|s| [202, 503].contains(s)), "{hit_counts:?}");
+    let other_counts = statuses(&answers, other);
+    assert_eq!(other_counts.keys().collect::<Vec<_>>(), vec![&202], "{other_counts:?}");
+    assert!(handed_twice(&answers).is_empty(), "an order number went to two buyers");
+    drained(&stack, &[hit, other]).await;
+    assert_eq!(missing_in_db(&stack, &answers, hit).await, Vec::<String>::new());
+    assert_eq!(missing_in_db(&stack, &answers, other).await, Vec::<String>::new());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_primary_killed_mid_spike_loses_only_what_it_reports() {
+    let mut cluster = RedisCluster::spawn(NODE_TIMEOUT_MS).await;
+    let (stack, hit, other) = failover_setup(&cluster).await;
+    let primary = cluster
+        .primary_of_slot(slot(&Keys::default().sale(SkuId(hit))))
+        .await;
+    let spike = Spike::start(&stack, &[hit, other]);
+    spike.accepted_again(hit, 0).await;
+    let killed_at = spike.now_ms();
+    cluster.kill(primary);
+    let refused_at = spike
+        .refused_after(hit, killed_at, Duration::from_secs(10))
+        .await
+        .expect("a dead primary's sale is refused");
+    let back_at = spike.accepted_again(hit, refused_at).await;
+    spike.accepted_again(hit, back_at + 500).await;
+    let answers = spike.stop().await;
+
+    let hit_counts = statuses(&answers, hit);
+    let other_counts = statuses(&answers, other);
+    let outage_ms = back_at - killed_at;
+    assert!(hit_counts.keys().all(|s| [202, 503].contains(s)), "{hit_counts:?}");
+    assert_eq!(other_counts.keys().collect::<Vec<_>>(), vec![&202], "{other_counts:?}");
+    assert!(handed_twice(&answers).is_empty(), "an order number went to two buyers");
+
+    drained(&stack, &[hit, other]).await;
+    assert!(missing_in_db(&stack, &answers, other).await.is_empty());
+    let missing: HashSet<String> = missing_in_db(&stack, &answers, hit).await.into_iter().collect();
+    let lost = reported_lost(&stack, hit).await;
+    println!(
+        "kill -9 of a primary: sale {hit} answered {hit_counts:?}; accepting again {outage_ms} ms \
+         after the kill (node timeout {NODE_TIMEOUT_MS} ms); acked-but-lost {} (reported {})",
+        missing.len(),
+        lost.len()
+    );
+    assert!(
+        missing.is_subset(&lost),
+        "every accepted purchase the database lacks is reported: missing {missing:?}, reported {lost:?}"
+    );
+}
