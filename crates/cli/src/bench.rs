@@ -134,6 +134,7 @@ async fn http(args: HttpArgs) -> anyhow::Result<()> {
         run_persister: true,
         instance_id: format!("bench-{}", std::process::id()),
         reconcile: Default::default(),
+        redis_replication: None,
     };
     let server = Server::start(config.clone()).await?;
     let base = format!("http://{}", server.addr);

@@ -9,6 +9,7 @@ use flashsale_core::LedgerError;
 use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
 use redis::cluster::ClusterClientBuilder;
 use redis::cluster_async::ClusterConnection;
+use redis::cluster_routing::{Route, RoutingInfo, SingleNodeRoutingInfo, SlotAddr};
 use redis::{Cmd, ErrorKind, Pipeline, RedisError, RedisFuture, Value};
 use tokio::sync::OnceCell;
 
@@ -68,6 +69,47 @@ impl Conn {
 
     pub fn is_cluster(&self) -> bool {
         self.nodes.len() > 1
+    }
+
+    /// Sends `cmd` to the primary that serves `slot` (a command without keys, such as WAIT,
+    /// that must reach the node a sale's scripts ran on). On a single node, to that node.
+    pub async fn on_slot(&self, slot: u16, cmd: &Cmd) -> Result<Value, RedisError> {
+        match self.link().await? {
+            Link::Single(mut c) => c.req_packed_command(cmd).await,
+            Link::Cluster(mut c) => {
+                let route = Route::new(slot, SlotAddr::Master);
+                let to = RoutingInfo::SingleNode(SingleNodeRoutingInfo::SpecificNode(route));
+                c.route_command(cmd, to).await
+            }
+        }
+    }
+
+    /// Whether the ledger can serve: a single node answers PING; a cluster node (any) answers
+    /// `cluster_state:ok`. One shard failing over does not make a cluster unready (with
+    /// `cluster-require-full-coverage no` the other shards serve on); a cluster that lost its
+    /// majority, or no node answering, does.
+    pub async fn ready(&self) -> Result<(), RedisError> {
+        match self.link().await? {
+            Link::Single(mut c) => {
+                let _: String = redis::cmd("PING").query_async(&mut c).await?;
+                Ok(())
+            }
+            Link::Cluster(mut c) => {
+                let to = RoutingInfo::SingleNode(SingleNodeRoutingInfo::Random);
+                let info = c
+                    .route_command(redis::cmd("CLUSTER").arg("INFO"), to)
+                    .await?;
+                let info: String = redis::from_redis_value(&info)?;
+                if info.contains("cluster_state:ok") {
+                    Ok(())
+                } else {
+                    Err(RedisError::from((
+                        ErrorKind::ClusterDown,
+                        "cluster_state is not ok",
+                    )))
+                }
+            }
+        }
     }
 
     async fn link(&self) -> Result<Link, RedisError> {

@@ -1,13 +1,14 @@
 //! A copy on a replica that is promoted (a failover) fences itself on its first write: the
 //! replica may lack purchases the old primary acknowledged, and their order numbers must never
 //! be handed to another buyer. The rebuild that follows (the server's reconciler) is what opens
-//! it again, in a new epoch.
+//! it again, in a new epoch. And the option that narrows the window in which a failover
+//! loses acknowledged purchases: WAIT for replicas before answering.
 
 use std::time::Duration;
 
-use flashsale_core::{ErrorCode, HotCopies, HotLedger, PurchaseOutcome, SaleMode};
-use flashsale_redis::RedisLedger;
-use flashsale_testkit::conformance::{buy, buy_ok, live_sale, warm};
+use flashsale_core::{ErrorCode, HotCopies, HotLedger, LedgerError, PurchaseOutcome, SaleMode};
+use flashsale_redis::{RedisLedger, Replication};
+use flashsale_testkit::conformance::{buy, buy_ok, live_sale, req, warm};
 use flashsale_testkit::redis_server::RedisServer;
 use flashsale_testkit::wait;
 
@@ -120,4 +121,47 @@ async fn a_copy_opened_on_the_promoted_node_sells_again() {
     promoted.open(sku, 2, sale.state).await.unwrap();
     let order = buy_ok(&promoted, sku, 2, "b", 1).await;
     assert_eq!(order.order_no.epoch(), 2);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_wait_an_accepted_purchase_is_answered_once_a_replica_has_it() {
+    let (primary, replica) = primary_and_replica().await;
+    in_sync(&primary).await;
+    let wait = Replication {
+        replicas: 1,
+        timeout: Duration::from_millis(200),
+    };
+    let ledger = RedisLedger::connect(&primary.url(), "fs")
+        .await
+        .unwrap()
+        .with_replication(wait)
+        .unwrap();
+    let sale = live_sale(SaleMode::Reserve, 10, 1);
+    let sku = warm(&ledger, &sale).await;
+    let order = buy_ok(&ledger, sku, 1, "a", 1).await;
+
+    // The replica stops: the purchase is written on the primary but not answered "accepted".
+    drop(replica);
+    let r = ledger.purchase_batch(sku, &[req(sku, 2, "b", 1)]).await;
+    assert!(matches!(r, Err(LedgerError::Unavailable(_))), "{r:?}");
+    let r = ledger.pay(&order.order_no, order.user_id).await;
+    assert!(matches!(r, Err(LedgerError::Unavailable(_))), "{r:?}");
+    // A refusal writes nothing and needs no replica.
+    let r = buy(&ledger, sku, 1, "again", 1).await;
+    assert_eq!(r, PurchaseOutcome::Rejected(ErrorCode::LimitExceeded));
+}
+
+#[test]
+fn a_wait_option_is_bounded() {
+    let ledger = || RedisLedger::connect_lazy("redis://127.0.0.1:1", "fs").unwrap();
+    let zero = Replication {
+        replicas: 0,
+        timeout: Duration::from_millis(100),
+    };
+    assert!(ledger().with_replication(zero).is_err());
+    let long = Replication {
+        replicas: 1,
+        timeout: Duration::from_secs(5),
+    };
+    assert!(ledger().with_replication(long).is_err());
 }

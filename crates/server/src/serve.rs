@@ -41,6 +41,8 @@ pub struct Config {
     pub instance_id: String,
     /// The reconcile worker of this process.
     pub reconcile: crate::reconcile::WorkerSettings,
+    /// Redis ledger: answer writes only once replicas have them (`WAIT`); `None` = off.
+    pub redis_replication: Option<flashsale_redis::Replication>,
 }
 
 /// A running service.
@@ -86,8 +88,13 @@ impl Backends {
         let url = config.database_url.as_str();
         let backends = match &config.redis_url {
             Some(redis_url) => {
-                let ledger = RedisLedger::connect_lazy(redis_url, &config.redis_prefix)
+                let mut ledger = RedisLedger::connect_lazy(redis_url, &config.redis_prefix)
                     .context("the Redis ledger")?;
+                if let Some(replication) = config.redis_replication {
+                    ledger = ledger
+                        .with_replication(replication)
+                        .context("FLASHSALE_REDIS_WAIT_*")?;
+                }
                 let guards = RedisGuards::connect(redis_url, &config.redis_prefix);
                 Backends {
                     ledger: Arc::new(ledger),

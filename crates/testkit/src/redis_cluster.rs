@@ -198,13 +198,31 @@ impl RedisCluster {
             .query_async(&mut conn)
             .await
             .expect("CLUSTER FAILOVER");
+        self.wait_promoted(i).await;
+        self.wait_ok().await;
+    }
+
+    /// Waits until node `i` is a primary (a replica promoted by a failover).
+    pub async fn wait_promoted(&self, i: usize) {
         let port = self.nodes[i].port;
         wait::until("the replica to be promoted", SETTLE_MAX, || async move {
             let me = self.topology().await.into_iter().find(|n| n.port == port)?;
-            me.primary.then_some(())
+            (me.primary && !me.failed).then_some(())
         })
         .await;
-        self.wait_ok().await;
+    }
+
+    /// Cuts replica `i`'s link to its primary (`CLIENT KILL TYPE master`); it reconnects by
+    /// itself within about a second. Until then the primary acknowledges writes it lacks.
+    pub async fn cut_replication(&self, i: usize) {
+        let mut conn = connect(&self.nodes[i].url())
+            .await
+            .expect("connect to the replica");
+        let _: i64 = redis::cmd("CLIENT")
+            .arg(&["KILL", "TYPE", "master"])
+            .query_async(&mut conn)
+            .await
+            .expect("CLIENT KILL TYPE master");
     }
 
     /// Waits until every live node says `cluster_state:ok`.
