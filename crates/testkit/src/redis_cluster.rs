@@ -44,8 +44,12 @@ impl RedisCluster {
         let timeout = node_timeout_ms.to_string();
         let mut nodes = Vec::new();
         for _ in 0..6 {
+            // The bus port is port + 10000 unless set: past 55535 that is no port at all.
+            let bus_port = crate::free_port().to_string();
             nodes.push(
                 RedisServer::spawn_with(&[
+                    "--cluster-port",
+                    &bus_port,
                     "--save",
                     "",
                     "--appendonly",
