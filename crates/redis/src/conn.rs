@@ -13,6 +13,9 @@ use redis::cluster_routing::{Route, RoutingInfo, SingleNodeRoutingInfo, SlotAddr
 use redis::{Cmd, ErrorKind, Pipeline, RedisError, RedisFuture, Value};
 use tokio::sync::OnceCell;
 
+/// Cluster nodes asked whether the cluster is ok before saying it is not.
+const READY_TRIES: usize = 3;
+
 /// Timeouts of one connection.
 #[derive(Debug, Clone, Copy)]
 pub struct Timeouts {
@@ -95,19 +98,25 @@ impl Conn {
                 Ok(())
             }
             Link::Cluster(mut c) => {
-                let to = RoutingInfo::SingleNode(SingleNodeRoutingInfo::Random);
-                let info = c
-                    .route_command(redis::cmd("CLUSTER").arg("INFO"), to)
-                    .await?;
-                let info: String = redis::from_redis_value(&info)?;
-                if info.contains("cluster_state:ok") {
-                    Ok(())
-                } else {
-                    Err(RedisError::from((
-                        ErrorKind::ClusterDown,
-                        "cluster_state is not ok",
-                    )))
+                // A random node may be the one that just died: ask up to three.
+                let mut last = None;
+                for _ in 0..READY_TRIES {
+                    let to = RoutingInfo::SingleNode(SingleNodeRoutingInfo::Random);
+                    match c.route_command(redis::cmd("CLUSTER").arg("INFO"), to).await {
+                        Ok(info) => {
+                            let info: String = redis::from_redis_value(&info)?;
+                            if info.contains("cluster_state:ok") {
+                                return Ok(());
+                            }
+                            last = Some(RedisError::from((
+                                ErrorKind::ClusterDown,
+                                "cluster_state is not ok",
+                            )));
+                        }
+                        Err(e) => last = Some(e),
+                    }
                 }
+                Err(last.expect("at least one try"))
             }
         }
     }

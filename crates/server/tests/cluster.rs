@@ -468,3 +468,37 @@ async fn with_wait_a_primary_killed_mid_spike_loses_no_accepted_purchase() {
     assert!(k.outage_ms <= NODE_TIMEOUT_MS + OUTAGE_OVER_NODE_TIMEOUT_MS_MAX);
     assert!(k.missing.is_empty(), "lost with WAIT: {:?}", k.missing);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn readyz_is_false_while_the_cluster_is_down() {
+    let mut cluster = RedisCluster::spawn(NODE_TIMEOUT_MS).await;
+    let stack = cluster_stack(&cluster).await;
+    let ready = |expect: u16| {
+        let (http, url) = (stack.http.clone(), format!("{}/readyz", stack.base));
+        async move {
+            wait::until(
+                "/readyz to follow the cluster",
+                Duration::from_secs(30),
+                || {
+                    let (http, url) = (http.clone(), url.clone());
+                    async move {
+                        let status = http.get(url).send().await.ok()?.status().as_u16();
+                        (status == expect).then_some(())
+                    }
+                },
+            )
+            .await
+        }
+    };
+    ready(200).await;
+    // Two of three primaries gone: no majority, no failover, cluster_state:fail.
+    let shards = cluster.shards().await;
+    let a = cluster.primary_of_slot(shards[0].0).await;
+    let b = cluster.primary_of_slot(shards[1].0).await;
+    cluster.kill(a);
+    cluster.kill(b);
+    ready(503).await;
+    cluster.restart(a).await;
+    cluster.restart(b).await;
+    ready(200).await;
+}
