@@ -502,3 +502,88 @@ async fn readyz_is_false_while_the_cluster_is_down() {
     cluster.restart(b).await;
     ready(200).await;
 }
+
+/// Buys one unit for each of `users` through `stack`; returns (order number, user) of each 202.
+async fn buy_each(stack: &Stack, sku: u64, users: std::ops::Range<u64>) -> Vec<(String, u64)> {
+    let mut accepted = Vec::new();
+    for user in users {
+        let (status, body) = stack.buy(user, sku, &format!("r{user}"), json!(1)).await;
+        if status == 202 {
+            accepted.push((body["order_no"].as_str().unwrap().to_owned(), user));
+        }
+    }
+    accepted
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn acked_purchases_a_promoted_replica_lacks_are_reported_by_order_number() {
+    let mut cluster = RedisCluster::spawn(NODE_TIMEOUT_MS).await;
+    let db = TestDatabase::create().await;
+    // No persister in the serving instance: what the old primary acknowledged reaches the
+    // database only through its replica (a persister elsewhere drains the new epoch).
+    let mut cfg = common::config(Some(cluster.urls()), db.url.clone());
+    cfg.run_persister = false;
+    let prefix = cfg.redis_prefix.clone();
+    let stack = Stack::start(cfg, None, None).await;
+    let sku = sku_per_shard(&cluster, 5_000).await[0];
+    stack.live_sale(sku, 1_000, 1).await;
+    let primary = cluster
+        .primary_of_slot(slot(&Keys::default().sale(SkuId(sku))))
+        .await;
+    let replica = cluster.replica_of(primary).await;
+
+    let replicated = buy_each(&stack, sku, 1..11).await;
+    cluster.wait_replicated(primary, replica).await;
+    cluster.cut_replication(replica).await;
+    let unreplicated = buy_each(&stack, sku, 11..21).await;
+    assert_eq!((replicated.len(), unreplicated.len()), (10, 10));
+    cluster.kill(primary);
+    cluster.wait_promoted(replica).await;
+
+    // The promoted copy fences itself; the rebuild opens epoch 2 on the new primary.
+    let after = wait::until(
+        "the sale to accept again",
+        Duration::from_secs(60),
+        || async {
+            let (status, body) = stack.buy(1_000, sku, "after", json!(1)).await;
+            (status == 202).then(|| body["order_no"].as_str().unwrap().to_owned())
+        },
+    )
+    .await;
+    assert!(after.contains("-2-"), "sold in a new epoch: {after}");
+    // A persister of another instance drains the new epoch into the database.
+    let mut worker_cfg = common::config(Some(cluster.urls()), db.url.clone());
+    worker_cfg.redis_prefix = prefix;
+    let worker = Stack::start(worker_cfg, Some(db), None).await;
+    worker.drain(sku).await;
+    assert_invariants(stack.store().as_ref(), sku).await;
+
+    let orders = stack.store().orders(SkuId(sku)).await.unwrap();
+    let held: HashMap<String, u64> = orders
+        .iter()
+        .map(|o| (o.order_no.to_string(), o.user_id.0))
+        .collect();
+    for (no, user) in &replicated {
+        assert_eq!(held.get(no), Some(user), "replicated order {no} survives");
+    }
+    let lost = reported_lost(&stack, sku).await;
+    for (no, user) in &unreplicated {
+        assert!(
+            lost.contains(no) || held.get(no) == Some(user),
+            "acked order {no} is in the database or reported lost"
+        );
+        assert!(
+            held.get(no).is_none_or(|u| u == user),
+            "order number {no} never goes to another buyer"
+        );
+    }
+    let missing = unreplicated
+        .iter()
+        .filter(|(no, _)| !held.contains_key(no))
+        .count();
+    println!(
+        "promoted replica lacked {missing} acked purchases; reported {}",
+        lost.len()
+    );
+    assert_eq!(missing, 10, "the replica lacked all ten");
+}

@@ -216,17 +216,47 @@ impl RedisCluster {
         .await;
     }
 
-    /// Cuts replica `i`'s link to its primary (`CLIENT KILL TYPE master`); it reconnects by
-    /// itself within about a second. Until then the primary acknowledges writes it lacks.
+    /// Cuts replica `i`'s link to its primary and keeps it cut: the replica is given a
+    /// password the primary does not have (its resync fails) and its link is killed. From
+    /// then on the primary acknowledges writes the replica lacks.
     pub async fn cut_replication(&self, i: usize) {
         let mut conn = connect(&self.nodes[i].url())
             .await
             .expect("connect to the replica");
+        let _: () = redis::cmd("CONFIG")
+            .arg(&["SET", "masterauth", "not-the-primary-password"])
+            .query_async(&mut conn)
+            .await
+            .expect("CONFIG SET masterauth");
         let _: i64 = redis::cmd("CLIENT")
             .arg(&["KILL", "TYPE", "master"])
             .query_async(&mut conn)
             .await
             .expect("CLIENT KILL TYPE master");
+    }
+
+    /// Waits until replica `i` has everything its primary `p` wrote so far.
+    pub async fn wait_replicated(&self, p: usize, i: usize) {
+        let offset = |url: String| async move {
+            let mut conn = connect(&url).await?;
+            let info: String = redis::cmd("INFO")
+                .arg("replication")
+                .query_async(&mut conn)
+                .await
+                .ok()?;
+            info.lines()
+                .find_map(|l| l.strip_prefix("master_repl_offset:"))
+                .and_then(|v| v.trim().parse::<u64>().ok())
+        };
+        let (primary, replica) = (self.nodes[p].url(), self.nodes[i].url());
+        wait::until("the replica to catch up", SETTLE_MAX, || {
+            let (primary, replica) = (primary.clone(), replica.clone());
+            async move {
+                let (a, b) = (offset(primary).await?, offset(replica).await?);
+                (b >= a).then_some(())
+            }
+        })
+        .await;
     }
 
     /// Waits until every live node says `cluster_state:ok`.
