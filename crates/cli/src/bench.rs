@@ -80,6 +80,12 @@ pub struct HttpArgs {
     pub database_url: Option<String>,
     #[arg(long, default_value = "./flashsale-data")]
     pub data_dir: PathBuf,
+    /// With the Redis ledger: WAIT for this many replicas after each write (0 = off).
+    #[arg(long, default_value_t = 0)]
+    pub redis_wait_replicas: u32,
+    /// Timeout of that WAIT, ms.
+    #[arg(long, default_value_t = 100)]
+    pub redis_wait_timeout_ms: u64,
 }
 
 #[derive(Debug, Clone, Args)]
@@ -134,6 +140,10 @@ async fn http(args: HttpArgs) -> anyhow::Result<()> {
         run_persister: true,
         instance_id: format!("bench-{}", std::process::id()),
         reconcile: Default::default(),
+        redis_replication: (args.redis_wait_replicas > 0).then(|| flashsale_redis::Replication {
+            replicas: args.redis_wait_replicas,
+            timeout: std::time::Duration::from_millis(args.redis_wait_timeout_ms),
+        }),
     };
     let server = Server::start(config.clone()).await?;
     let base = format!("http://{}", server.addr);

@@ -125,6 +125,7 @@ fn demo_config(args: &DemoArgs) -> anyhow::Result<Config> {
         run_persister: true,
         instance_id: format!("demo-{}", std::process::id()),
         reconcile: Default::default(),
+        redis_replication: None,
     })
 }
 

@@ -151,6 +151,7 @@ pub fn server_config(settings: &Settings, run_persister: bool) -> anyhow::Result
             interval: std::time::Duration::from_millis(settings.reconcile_interval_ms),
             repair: settings.reconcile_repair,
         },
+        redis_replication: settings.replication(),
     })
 }
 

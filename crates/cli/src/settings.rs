@@ -22,6 +22,14 @@ pub struct Settings {
     /// `redis://…` (or a comma list of cluster nodes); set → the Redis ledger.
     #[arg(long, env = "FLASHSALE_REDIS_URL")]
     pub redis_url: Option<String>,
+    /// Replicas of a sale's primary that must acknowledge an accepted purchase, payment or
+    /// cancellation before it is answered (Redis `WAIT`); 0 = answer once the primary has it.
+    #[arg(long, env = "FLASHSALE_REDIS_WAIT_REPLICAS", default_value_t = 0)]
+    pub redis_wait_replicas: u32,
+    /// How long that WAIT may take, ms (at most 900); fewer replicas by then → 503, retry.
+    #[arg(long, env = "FLASHSALE_REDIS_WAIT_TIMEOUT_MS", default_value_t = 100,
+          value_parser = clap::value_parser!(u64).range(1..=900))]
+    pub redis_wait_timeout_ms: u64,
     /// Key prefix in Redis.
     #[arg(long, env = "FLASHSALE_REDIS_PREFIX", default_value = "fs")]
     pub redis_prefix: String,
@@ -47,6 +55,16 @@ pub struct Settings {
     pub reconcile_repair: bool,
     #[command(flatten)]
     pub gateway: GatewaySettings,
+}
+
+impl Settings {
+    /// The WAIT-for-replicas option of the Redis ledger, when asked for.
+    pub fn replication(&self) -> Option<flashsale_redis::Replication> {
+        (self.redis_wait_replicas > 0).then(|| flashsale_redis::Replication {
+            replicas: self.redis_wait_replicas,
+            timeout: std::time::Duration::from_millis(self.redis_wait_timeout_ms),
+        })
+    }
 }
 
 /// Gateway protections; the defaults are `GatewayConfig::DEFAULT`'s (and the request

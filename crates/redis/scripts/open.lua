@@ -14,6 +14,9 @@ if not string.match(ARGV[1], '^[1-9]%d*$') then
   return redis.error_reply('INVALID_ARGS epoch must be a positive integer')
 end
 if redis.call('HGET', KEYS[1], 'epoch') ~= ARGV[1] then return 'STALE' end
-redis.call('HSET', KEYS[1], 'state', state)
+-- The node it opens on: a write on another node finds the copy moved and fences it.
+local info = redis.call('INFO', 'replication')
+local at = string.find(info, 'master_replid:', 1, true)
+redis.call('HSET', KEYS[1], 'state', state, 'node', string.sub(info, at + 14, at + 53))
 redis.call('HDEL', KEYS[1], 'fenced_at_ms')
 return 'OK'

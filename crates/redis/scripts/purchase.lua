@@ -42,6 +42,20 @@ local total, available, reserved, sold, seq = tonumber(f[1]), tonumber(f[2]),
 local epoch, limit, mode, timeout_ms = f[6], tonumber(f[7]), f[8], tonumber(f[9])
 local starts_at, ends_at, state, sku = tonumber(f[10]), tonumber(f[11]), f[12], f[13]
 local fenced = f[14]
+-- The node a copy was opened on (its replication id). On another node (a replica promoted by a
+-- failover, or a node restarted without what it had acknowledged) the copy may lack purchases
+-- it answered, so it must not hand out their order numbers again: it is fenced, dated 0 so the
+-- reconciler takes it for a stalled rebuild and rebuilds it at once.
+local function moved(k_sale)
+  local opened_on = redis.call('HGET', k_sale, 'node')
+  if not opened_on then return false end
+  local info = redis.call('INFO', 'replication')
+  local at = string.find(info, 'master_replid:', 1, true)
+  if not at or string.sub(info, at + 14, at + 53) == opened_on then return false end
+  redis.call('HSET', k_sale, 'fenced_at_ms', '0')
+  return true
+end
+if not fenced and moved(K_SALE) then fenced = '0' end
 if not (total and available and reserved and sold and seq and limit and timeout_ms
     and starts_at and ends_at and epoch and sku and state)
     or (mode ~= 'direct' and mode ~= 'reserve') then

@@ -9,8 +9,12 @@ use flashsale_core::LedgerError;
 use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
 use redis::cluster::ClusterClientBuilder;
 use redis::cluster_async::ClusterConnection;
+use redis::cluster_routing::{Route, RoutingInfo, SingleNodeRoutingInfo, SlotAddr};
 use redis::{Cmd, ErrorKind, Pipeline, RedisError, RedisFuture, Value};
 use tokio::sync::OnceCell;
+
+/// Cluster nodes asked whether the cluster is ok before saying it is not.
+const READY_TRIES: usize = 3;
 
 /// Timeouts of one connection.
 #[derive(Debug, Clone, Copy)]
@@ -68,6 +72,53 @@ impl Conn {
 
     pub fn is_cluster(&self) -> bool {
         self.nodes.len() > 1
+    }
+
+    /// Sends `cmd` to the primary that serves `slot` (a command without keys, such as WAIT,
+    /// that must reach the node a sale's scripts ran on). On a single node, to that node.
+    pub async fn on_slot(&self, slot: u16, cmd: &Cmd) -> Result<Value, RedisError> {
+        match self.link().await? {
+            Link::Single(mut c) => c.req_packed_command(cmd).await,
+            Link::Cluster(mut c) => {
+                let route = Route::new(slot, SlotAddr::Master);
+                let to = RoutingInfo::SingleNode(SingleNodeRoutingInfo::SpecificNode(route));
+                c.route_command(cmd, to).await
+            }
+        }
+    }
+
+    /// Whether the ledger can serve: a single node answers PING; a cluster node (any) answers
+    /// `cluster_state:ok`. One shard failing over does not make a cluster unready (with
+    /// `cluster-require-full-coverage no` the other shards serve on); a cluster that lost its
+    /// majority, or no node answering, does.
+    pub async fn ready(&self) -> Result<(), RedisError> {
+        match self.link().await? {
+            Link::Single(mut c) => {
+                let _: String = redis::cmd("PING").query_async(&mut c).await?;
+                Ok(())
+            }
+            Link::Cluster(mut c) => {
+                // A random node may be the one that just died: ask up to three.
+                let mut last = None;
+                for _ in 0..READY_TRIES {
+                    let to = RoutingInfo::SingleNode(SingleNodeRoutingInfo::Random);
+                    match c.route_command(redis::cmd("CLUSTER").arg("INFO"), to).await {
+                        Ok(info) => {
+                            let info: String = redis::from_redis_value(&info)?;
+                            if info.contains("cluster_state:ok") {
+                                return Ok(());
+                            }
+                            last = Some(RedisError::from((
+                                ErrorKind::ClusterDown,
+                                "cluster_state is not ok",
+                            )));
+                        }
+                        Err(e) => last = Some(e),
+                    }
+                }
+                Err(last.expect("at least one try"))
+            }
+        }
     }
 
     async fn link(&self) -> Result<Link, RedisError> {
@@ -171,6 +222,10 @@ pub async fn bounded<T>(
 
 /// Connection faults, timeouts and "cannot serve now" answers are `Unavailable` (503, the
 /// breaker counts them); a script's `NOT_WARMED` is `NotWarmed`; the rest is `Internal`.
+///
+/// On a cluster the client follows MOVED/ASK and retries TRYAGAIN/CLUSTERDOWN itself (a bounded
+/// number of times); one that still comes back means a slot is between owners (its primary
+/// died and no replica has taken over yet): the sale is unavailable for now, not broken.
 pub fn map_err(e: RedisError) -> LedgerError {
     if e.code() == Some("NOT_WARMED") {
         return LedgerError::NotWarmed;
@@ -180,6 +235,8 @@ pub fn map_err(e: RedisError) -> LedgerError {
         ErrorKind::IoError
             | ErrorKind::BusyLoadingError
             | ErrorKind::TryAgain
+            | ErrorKind::Moved
+            | ErrorKind::Ask
             | ErrorKind::ClusterDown
             | ErrorKind::MasterDown
             | ErrorKind::ReadOnly

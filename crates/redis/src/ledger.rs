@@ -2,7 +2,7 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use flashsale_core::ledger::{HotSnapshot, RestockFeed, RestockListener};
@@ -29,6 +29,21 @@ pub struct RedisLedger {
     keys: Keys,
     scripts: Scripts,
     restock: Arc<RestockHub>,
+    replication: Option<Replication>,
+}
+
+/// Longest WAIT timeout: below the connection's response timeout, so a WAIT that times out
+/// is answered by Redis, not cut by the client.
+pub const WAIT_TIMEOUT_MAX: Duration = Duration::from_millis(900);
+
+/// Answer a purchase, payment or cancellation only once its write reached `replicas`
+/// replicas of the sale's primary (`WAIT replicas timeout` after the script). It narrows
+/// the window in which a failover loses acknowledged purchases; it does not close it (Redis
+/// replication stays asynchronous: see docs/DEPLOY.md).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Replication {
+    pub replicas: u32,
+    pub timeout: Duration,
 }
 
 /// A sale's hash and every event of its stream, read in one atomic step (for the reconciler).
@@ -64,7 +79,19 @@ impl RedisLedger {
             keys,
             scripts: Scripts::new(),
             restock,
+            replication: None,
         })
+    }
+
+    /// Answers accepted writes only once they reached replicas (see [`Replication`]).
+    pub fn with_replication(mut self, replication: Replication) -> Result<Self, LedgerError> {
+        if replication.replicas == 0 || replication.timeout > WAIT_TIMEOUT_MAX {
+            return Err(LedgerError::Internal(format!(
+                "replicas must be at least 1 and the timeout at most {WAIT_TIMEOUT_MAX:?}"
+            )));
+        }
+        self.replication = Some(replication);
+        Ok(self)
     }
 
     pub fn keys(&self) -> &Keys {
@@ -207,6 +234,7 @@ impl RedisLedger {
                 let encoded = reply.get(1).and_then(as_string).unwrap_or_default();
                 let order =
                     decode_order(&order_no.to_string(), &encoded).map_err(LedgerError::Internal)?;
+                self.replicated(sku).await?;
                 if reply.get(2).and_then(as_int) == Some(1) {
                     self.announce_restock(sku).await;
                 }
@@ -215,6 +243,32 @@ impl RedisLedger {
             Some("X") => Ok(Err(code_of(reply.get(1))?)),
             _ => Err(unexpected(name, &Value::Array(reply))),
         }
+    }
+
+    /// With [`Replication`] set: waits until the sale's writes so far reached that many
+    /// replicas (`WAIT` on the connection that ran them). Fewer within the timeout is
+    /// `Unavailable`: the buyer retries with the same request id and gets the first outcome.
+    async fn replicated(&self, sku: SkuId) -> Result<(), LedgerError> {
+        let Some(want) = self.replication else {
+            return Ok(());
+        };
+        let mut cmd = redis::cmd("WAIT");
+        cmd.arg(want.replicas).arg(want.timeout.as_millis() as u64);
+        let slot = crate::keys::slot(&self.keys.sale(sku));
+        let started = std::time::Instant::now();
+        let reply = bounded(Timeouts::HOT.call, self.conn.on_slot(slot, &cmd)).await?;
+        metrics::histogram!(flashsale_core::metric_names::REDIS_WAIT_SECONDS)
+            .record(started.elapsed().as_secs_f64());
+        let acked = as_int(&reply).unwrap_or(0);
+        if acked >= i64::from(want.replicas) {
+            return Ok(());
+        }
+        metrics::counter!(flashsale_core::metric_names::REDIS_WAIT_TIMEOUTS).increment(1);
+        Err(LedgerError::Unavailable(format!(
+            "written to the primary but acknowledged by {acked} of {} replicas within {:?}; \
+             retry with the same request_id",
+            want.replicas, want.timeout
+        )))
     }
 
     /// `set_state.lua`'s answer: applied or skipped; a fenced copy is `Unavailable` (its
@@ -341,7 +395,17 @@ impl HotLedger for RedisLedger {
                 reqs.len()
             )));
         }
-        flat.chunks_exact(3).map(outcome_of).collect()
+        let outcomes = flat
+            .chunks_exact(3)
+            .map(outcome_of)
+            .collect::<Result<Vec<_>, _>>()?;
+        if outcomes
+            .iter()
+            .any(|o| matches!(o, PurchaseOutcome::Accepted { .. }))
+        {
+            self.replicated(sku).await?;
+        }
+        Ok(outcomes)
     }
 
     async fn pay(&self, order_no: &OrderNo, user: UserId) -> Result<Resolution, LedgerError> {
@@ -408,10 +472,7 @@ impl HotLedger for RedisLedger {
     }
 
     async fn ping(&self) -> Result<(), LedgerError> {
-        let mut conn = self.conn.clone();
-        let cmd = redis::cmd("PING");
-        let _: String = bounded(Timeouts::HOT.call, cmd.query_async(&mut conn)).await?;
-        Ok(())
+        bounded(Timeouts::HOT.call, self.conn.ready()).await
     }
 }
 

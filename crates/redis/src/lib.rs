@@ -24,6 +24,6 @@ pub mod stream;
 
 pub use codec::Entry;
 pub use keys::{slot, Keys};
-pub use ledger::{RedisLedger, Snapshot};
+pub use ledger::{RedisLedger, Replication, Snapshot};
 pub use routed::RoutedLedger;
 pub use stream::{AutoClaimed, PendingSummary, StreamReader, GROUP};

@@ -7,6 +7,7 @@ use std::time::Duration;
 use flashsale_core::{Ledger, SkuId};
 use flashsale_redis::{slot, Keys, RedisLedger};
 use flashsale_testkit::conformance;
+use flashsale_testkit::redis_cluster::RedisCluster;
 use flashsale_testkit::redis_server::RedisServer;
 use flashsale_testkit::wait;
 
@@ -67,4 +68,24 @@ async fn the_conformance_suite_passes_on_a_cluster() {
     assert!(ledger.is_cluster());
     let ledger: Arc<dyn Ledger> = Arc::new(ledger);
     conformance::run_all(ledger).await;
+}
+
+/// The shard (0, 1, 2 in slot order) that serves a sku's keys.
+fn shard_of(shards: &[(u16, u16)], sku: SkuId) -> usize {
+    let s = slot(&Keys::default().sale(sku));
+    shards
+        .iter()
+        .position(|&(a, b)| a <= s && s <= b)
+        .expect("every slot is served")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_conformance_suite_passes_on_every_shard_of_a_six_node_cluster() {
+    let cluster = RedisCluster::spawn(2_000).await;
+    let shards = cluster.shards().await;
+    assert_eq!(shards.len(), 3, "three primaries, one slot range each");
+    let ledger = RedisLedger::connect(&cluster.urls(), "fs").await.unwrap();
+    assert!(ledger.is_cluster());
+    let ledger: Arc<dyn Ledger> = Arc::new(ledger);
+    conformance::run_all_spread(ledger, 3, move |sku| shard_of(&shards, sku)).await;
 }

@@ -53,6 +53,7 @@ async fn main() -> anyhow::Result<()> {
         run_persister: true,
         instance_id: "rc".into(),
         reconcile: Default::default(),
+        redis_replication: None,
     };
     let server = Server::start(config.clone()).await?;
     let base = format!("http://{}", server.addr);

@@ -46,6 +46,15 @@ fn describe_ledger() {
         Unit::Seconds,
         "Redis Lua script round trip, by script."
     );
+    describe_histogram!(
+        names::REDIS_WAIT_SECONDS,
+        Unit::Seconds,
+        "WAIT for replicas after a write (FLASHSALE_REDIS_WAIT_REPLICAS set)."
+    );
+    describe_counter!(
+        names::REDIS_WAIT_TIMEOUTS,
+        "Writes answered 503 because fewer replicas than asked acknowledged them in time."
+    );
     describe_gauge!(
         names::BREAKER_OPEN,
         "1 while the circuit breaker in front of the hot ledger is open."

@@ -42,6 +42,8 @@ pub struct Config {
     pub instance_id: String,
     /// The reconcile worker of this process.
     pub reconcile: crate::reconcile::WorkerSettings,
+    /// Redis ledger: answer writes only once replicas have them (`WAIT`); `None` = off.
+    pub redis_replication: Option<flashsale_redis::Replication>,
 }
 
 /// A running service.
@@ -87,8 +89,13 @@ impl Backends {
         let url = config.database_url.as_str();
         let backends = match &config.redis_url {
             Some(redis_url) => {
-                let ledger = RedisLedger::connect_lazy(redis_url, &config.redis_prefix)
+                let mut ledger = RedisLedger::connect_lazy(redis_url, &config.redis_prefix)
                     .context("the Redis ledger")?;
+                if let Some(replication) = config.redis_replication {
+                    ledger = ledger
+                        .with_replication(replication)
+                        .context("FLASHSALE_REDIS_WAIT_*")?;
+                }
                 let blacklist = RedisBlacklist::connect(redis_url, &config.redis_prefix);
                 Backends {
                     ledger: Arc::new(ledger),
@@ -193,7 +200,7 @@ impl Workers {
         let mut tasks = Tasks::new();
         let journal = Arc::new(crate::reconcile::Journal::default());
         let reconciler = Reconciler::new(ledger.clone(), store.clone(), journal);
-        if let Some(worker) = ReconcileWorker::boxed(reconciler, config.reconcile) {
+        if let Some(worker) = ReconcileWorker::boxed(reconciler, config.reconcile, None) {
             tasks.spawn_worker(worker);
         }
         for worker in workers(config, ledger, store) {
@@ -258,7 +265,8 @@ impl Server {
             tasks.spawn_worker(worker);
         }
         let reconciler = state.reconciler();
-        if let Some(worker) = ReconcileWorker::boxed(reconciler, config.reconcile) {
+        let nudges = state.nudges.take();
+        if let Some(worker) = ReconcileWorker::boxed(reconciler, config.reconcile, nudges) {
             tasks.spawn_worker(worker);
         }
         let server = Server { addr, state, tasks };

@@ -40,6 +40,8 @@ pub struct Shared {
     /// Promises not yet in the database (accepted purchases: the batcher; resolutions: the
     /// order routes), for the reconciler's loss report.
     pub journal: Arc<Journal>,
+    /// Sales whose copy a request found fenced or missing, for the reconcile worker.
+    pub nudges: crate::reconcile::Nudges,
     /// Per-sale answers and readings for the live dashboard.
     pub dashboard: crate::dashboard::Dashboard,
 }
@@ -102,6 +104,7 @@ impl AppState {
             tunables,
             gateway,
             journal,
+            nudges: Default::default(),
             dashboard: Default::default(),
         });
         let weak = Arc::downgrade(&inner);

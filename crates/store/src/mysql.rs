@@ -18,6 +18,8 @@ use crate::batch::{self, Head, KnownOrder, Plan, StoredEvent, CHUNK_ROWS};
 use crate::rows::{self, db_error, DeadLetterRow, SaleRow};
 
 static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations/mysql");
+/// How long an instance waits for another one's migrations.
+const MIGRATE_LOCK_WAIT_S: i64 = 60;
 
 /// The system of record on MySQL / MariaDB.
 #[derive(Clone)]
@@ -51,9 +53,30 @@ impl MySqlStore {
         Ok(store)
     }
 
-    /// Runs the pending migrations (idempotent; concurrent callers take an advisory lock).
+    /// Runs the pending migrations (idempotent). Instances that start together take turns
+    /// under a named lock of the database's own: sqlx's migration lock asks MariaDB for
+    /// `GET_LOCK(name, -1)`, which MariaDB answers NULL without locking, so two instances would
+    /// both apply the first migration.
     pub async fn migrate(&self) -> Result<(), StoreError> {
-        MIGRATOR.run(&self.pool).await.map_err(|e| match e {
+        let mut conn = self.pool.acquire().await.map_err(db_error)?;
+        let locked: Option<i64> = sqlx::query_scalar(
+            "SELECT GET_LOCK(CONCAT('flashsale_migrate_', SHA1(DATABASE())), ?)",
+        )
+        .bind(MIGRATE_LOCK_WAIT_S)
+        .fetch_one(&mut *conn)
+        .await
+        .map_err(db_error)?;
+        if locked != Some(1) {
+            return Err(StoreError::Unavailable(format!(
+                "another instance held the migration lock for {MIGRATE_LOCK_WAIT_S} s"
+            )));
+        }
+        // `run_direct` on the locked connection (`run` would take another from the pool).
+        let ran = MIGRATOR.run_direct(&mut *conn).await;
+        let _ = sqlx::query("SELECT RELEASE_LOCK(CONCAT('flashsale_migrate_', SHA1(DATABASE())))")
+            .execute(&mut *conn)
+            .await;
+        ran.map_err(|e| match e {
             sqlx::migrate::MigrateError::Execute(e) => db_error(e),
             e => StoreError::Internal(format!("migration: {e}")),
         })

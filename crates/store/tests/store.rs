@@ -794,3 +794,18 @@ async fn mysql_outage_is_unavailable_and_recoverable() {
     drop(store);
     drop(db);
 }
+
+/// Instances that start together on a fresh MariaDB database migrate it once between them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn instances_starting_together_migrate_once() {
+    let db = TestDatabase::create().await;
+    let starts: Vec<_> = (0..4)
+        .map(|_| {
+            let url = db.url.clone();
+            tokio::spawn(async move { MySqlStore::connect_with(&url, 2).await })
+        })
+        .collect();
+    for start in starts {
+        start.await.unwrap().expect("every instance starts");
+    }
+}

@@ -51,9 +51,45 @@ pub async fn run_all(ledger: Arc<dyn Ledger>) {
 
 pub use flashsale_core::clock::now_ms;
 
-/// A sku no other check uses.
+/// A sku no other check uses. Under [`run_all_spread`], the next shard's in turn.
 pub fn random_sku() -> SkuId {
-    SkuId(rand::rng().random_range(1..=1u64 << 40))
+    let mut spread = SPREAD.lock().expect("spread lock");
+    loop {
+        let sku = SkuId(rand::rng().random_range(1..=1u64 << 40));
+        let Some(spread) = spread.as_mut() else {
+            return sku;
+        };
+        if (spread.shard_of)(sku) == spread.next {
+            spread.next = (spread.next + 1) % spread.shards;
+            return sku;
+        }
+    }
+}
+
+/// How the skus of [`run_all_spread`] are spread over a cluster's shards.
+struct Spread {
+    shard_of: Box<dyn Fn(SkuId) -> usize + Send>,
+    shards: usize,
+    next: usize,
+}
+
+static SPREAD: std::sync::Mutex<Option<Spread>> = std::sync::Mutex::new(None);
+
+/// [`run_all`] with the sales of the suite taken from each of `shards` shards in turn
+/// (`shard_of` names the shard of a sku), so every check runs on every shard of a cluster.
+pub async fn run_all_spread(
+    ledger: Arc<dyn Ledger>,
+    shards: usize,
+    shard_of: impl Fn(SkuId) -> usize + Send + 'static,
+) {
+    assert!(shards > 0, "a cluster has at least one shard");
+    *SPREAD.lock().expect("spread lock") = Some(Spread {
+        shard_of: Box::new(shard_of),
+        shards,
+        next: 0,
+    });
+    run_all(ledger).await;
+    *SPREAD.lock().expect("spread lock") = None;
 }
 
 /// A live sale with a random sku, open from an hour ago to an hour from now.

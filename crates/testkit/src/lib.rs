@@ -2,6 +2,8 @@
 //!
 //! - [`redis_server`]: a throwaway `redis-server` on a free port in a temp dir (for tests that
 //!   kill, restart or reconfigure Redis), and a unique key prefix on the shared one.
+//! - [`redis_cluster`]: a throwaway six-node Redis Cluster (three primaries, three replicas);
+//!   killing, restarting and failing over nodes.
 //! - [`mariadb`]: a throwaway `mariadbd` in a temp dir, and a fresh database of its own on the
 //!   shared server.
 //! - [`conformance`]: the one suite both hot ledgers must pass.
@@ -14,6 +16,7 @@
 pub mod conformance;
 pub mod mariadb;
 pub mod process;
+pub mod redis_cluster;
 pub mod redis_server;
 pub mod wait;
 

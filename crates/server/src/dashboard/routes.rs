@@ -100,7 +100,7 @@ pub async fn admin(st: &AppState) -> Result<AdminView, AppError> {
     Ok(AdminView {
         at_ms: now_ms(),
         ledger: st.ledger.kind(),
-        breaker_open: !st.breaker.allows(),
+        breaker_open: st.breaker.any_open(),
         open_connections: prom::value(&samples, "flashsale_open_connections", "", ""),
         scripts: st.dashboard.scripts.latency(&samples),
         sales,

@@ -49,13 +49,15 @@ use serde::Serialize;
 pub use diff::Diff;
 pub use journal::{Journal, Losses};
 pub use rebuild::{rebuild, RebuildError, Rebuilt, REBUILD_STALL_MS};
-pub use worker::{ReconcileWorker, WorkerSettings};
+pub use worker::{Nudges, ReconcileWorker, WorkerSettings};
 
 /// What started a run (stored with it).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Trigger {
     Worker,
+    /// A request found the sale's copy fenced or missing (see [`Nudges`]).
+    Nudge,
     Cli,
     Admin,
 }
@@ -64,6 +66,7 @@ impl Trigger {
     pub fn as_str(self) -> &'static str {
         match self {
             Trigger::Worker => "worker",
+            Trigger::Nudge => "nudge",
             Trigger::Cli => "cli",
             Trigger::Admin => "admin",
         }

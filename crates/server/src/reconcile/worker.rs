@@ -1,10 +1,13 @@
-//! The reconciler as a background worker: every sale, every interval.
+//! The reconciler as a background worker: every sale, every interval, and at once a sale a
+//! request found fenced or missing (a nudge).
 
-use std::sync::Arc;
-use std::time::Duration;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
-use tokio::sync::broadcast;
+use flashsale_core::SkuId;
+use tokio::sync::{broadcast, mpsc};
 
 use super::{Reconciler, Trigger};
 use crate::workers::Worker;
@@ -30,21 +33,82 @@ impl Default for WorkerSettings {
     }
 }
 
-/// Reconciles every sale every `interval` (repairing when `repair`).
+/// Nudges queued at most; more are dropped (the next pass covers them).
+const NUDGES_MAX: usize = 64;
+/// A sale nudged again within this long is not reconciled again (a rebuild is under way).
+const NUDGE_GAP: Duration = Duration::from_millis(200);
+/// Sales remembered for [`NUDGE_GAP`]; the memory is cleared when it is full.
+const NUDGED_SALES_MAX: usize = 1_024;
+
+/// Sales whose hot copy a request found fenced or missing. After a failover the promoted
+/// replica's copy fences itself on its first write (it may lack acknowledged purchases); a
+/// nudge has the reconcile worker rebuild it now instead of at its next pass.
+pub struct Nudges {
+    tx: mpsc::Sender<SkuId>,
+    rx: Mutex<Option<mpsc::Receiver<SkuId>>>,
+}
+
+impl Default for Nudges {
+    fn default() -> Nudges {
+        let (tx, rx) = mpsc::channel(NUDGES_MAX);
+        Nudges {
+            tx,
+            rx: Mutex::new(Some(rx)),
+        }
+    }
+}
+
+impl Nudges {
+    /// Never waits: when the queue is full the sale is left to the next pass.
+    pub fn nudge(&self, sku: SkuId) {
+        let _ = self.tx.try_send(sku);
+    }
+
+    /// The receiving end, for the one reconcile worker of the process.
+    pub fn take(&self) -> Option<mpsc::Receiver<SkuId>> {
+        self.rx.lock().expect("nudges lock").take()
+    }
+}
+
+/// Reconciles every sale every `interval` (repairing when `repair`), and a nudged sale at once.
 pub struct ReconcileWorker {
     pub reconciler: Arc<Reconciler>,
     pub settings: WorkerSettings,
+    nudges: Option<mpsc::Receiver<SkuId>>,
 }
 
 impl ReconcileWorker {
     /// `None` when the settings turn the worker off.
-    pub fn boxed(reconciler: Reconciler, settings: WorkerSettings) -> Option<Box<dyn Worker>> {
+    pub fn boxed(
+        reconciler: Reconciler,
+        settings: WorkerSettings,
+        nudges: Option<mpsc::Receiver<SkuId>>,
+    ) -> Option<Box<dyn Worker>> {
         (!settings.interval.is_zero()).then(|| {
             Box::new(ReconcileWorker {
                 reconciler: Arc::new(reconciler),
                 settings,
+                nudges,
             }) as Box<dyn Worker>
         })
+    }
+
+    async fn reconcile(&self, sku: Option<SkuId>, trigger: Trigger) {
+        let repair = self.settings.repair;
+        if let Err(e) = self.reconciler.run(sku, repair, trigger).await {
+            tracing::warn!(error = %e, "reconcile pass failed; will retry");
+        }
+    }
+}
+
+/// The next nudge, or never when there is no nudge channel (or it closed).
+async fn next_nudge(rx: &mut Option<mpsc::Receiver<SkuId>>) -> SkuId {
+    match rx {
+        Some(rx) => match rx.recv().await {
+            Some(sku) => sku,
+            None => std::future::pending().await,
+        },
+        None => std::future::pending().await,
     }
 }
 
@@ -54,18 +118,25 @@ impl Worker for ReconcileWorker {
         "reconciler"
     }
 
-    async fn run(self: Box<Self>, mut shutdown: broadcast::Receiver<()>) -> anyhow::Result<()> {
+    async fn run(mut self: Box<Self>, mut shutdown: broadcast::Receiver<()>) -> anyhow::Result<()> {
         let mut tick = tokio::time::interval(self.settings.interval);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         tick.tick().await;
+        let mut nudges = self.nudges.take();
+        let mut nudged: HashMap<SkuId, Instant> = HashMap::new();
         loop {
             tokio::select! {
                 _ = shutdown.recv() => return Ok(()),
-                _ = tick.tick() => {
-                    let repair = self.settings.repair;
-                    if let Err(e) = self.reconciler.run(None, repair, Trigger::Worker).await {
-                        tracing::warn!(error = %e, "reconcile pass failed; will retry");
+                _ = tick.tick() => self.reconcile(None, Trigger::Worker).await,
+                sku = next_nudge(&mut nudges) => {
+                    if nudged.get(&sku).is_some_and(|at| at.elapsed() < NUDGE_GAP) {
+                        continue;
                     }
+                    if nudged.len() >= NUDGED_SALES_MAX {
+                        nudged.clear();
+                    }
+                    self.reconcile(Some(sku), Trigger::Nudge).await;
+                    nudged.insert(sku, Instant::now());
                 }
             }
         }

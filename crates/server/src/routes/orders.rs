@@ -3,7 +3,7 @@
 use axum::extract::State;
 use axum::Json;
 use flashsale_core::{
-    ErrorCode, EventKind, HotOrder, LedgerError, OrderNo, OrderStatus, Resolution, UserId,
+    ErrorCode, EventKind, HotOrder, LedgerError, OrderNo, OrderStatus, Resolution, SkuId, UserId,
 };
 
 use super::OrderView;
@@ -56,13 +56,17 @@ fn owned(order: HotOrder, user: UserId, status: OrderStatus) -> Result<Json<Orde
 /// loses it afterwards must not lose it silently).
 async fn resolve(
     st: &AppState,
+    sku: SkuId,
     kind: EventKind,
     result: Result<Resolution, LedgerError>,
 ) -> Result<Json<OrderView>, AppError> {
     match &result {
-        Err(LedgerError::Unavailable(_)) => st.breaker.failure(),
-        Ok(_) => st.breaker.success(),
+        Err(LedgerError::Unavailable(_)) => st.breaker.failure(sku),
+        Ok(_) => st.breaker.success(sku),
         Err(_) => {}
+    }
+    if matches!(result, Ok(Err(ErrorCode::Unavailable))) {
+        st.nudges.nudge(sku);
     }
     let order = result?.map_err(AppError::from_code)?;
     let at_ms = flashsale_core::clock::now_ms();
@@ -79,7 +83,7 @@ pub async fn pay(
 ) -> Result<Json<OrderView>, AppError> {
     let no = parse(p)?;
     let result = st.ledger.pay(&no, user).await;
-    resolve(&st, EventKind::Paid, result).await
+    resolve(&st, no.sku(), EventKind::Paid, result).await
 }
 
 #[utoipa::path(post, path = "/orders/{order_no}/cancel", tag = "orders", operation_id = "cancel_order", security(("bearer" = [])),
@@ -91,7 +95,7 @@ pub async fn cancel(
 ) -> Result<Json<OrderView>, AppError> {
     let no = parse(p)?;
     let result = st.ledger.cancel(&no, user).await;
-    let answer = resolve(&st, EventKind::Cancelled, result).await;
+    let answer = resolve(&st, no.sku(), EventKind::Cancelled, result).await;
     if answer.is_ok() {
         st.sold_out.clear(no.sku());
     }

@@ -110,7 +110,8 @@ async fn decide(
         metrics::counter!(SOLD_OUT_LOCAL).increment(1);
         return Err(AppError::from_code(ErrorCode::SoldOut));
     }
-    if !st.breaker.allows() {
+    let sku = req.sku_id;
+    if !st.breaker.allows(sku) {
         return Err(AppError::new(
             ErrorCode::Unavailable,
             "hot ledger unavailable; retry shortly",
@@ -120,12 +121,22 @@ async fn decide(
     let outcome = st.batcher.purchase(req).await;
     // The breaker counts the ledger's own faults: a missing copy is not one (Redis answered).
     match &outcome {
-        Err(LedgerError::Unavailable(_)) => st.breaker.failure(),
-        Ok(_) => st.breaker.success(),
+        Err(LedgerError::Unavailable(_)) => st.breaker.failure(sku),
+        Ok(_) => st.breaker.success(sku),
         Err(_) => {}
     }
+    // A copy that is fenced (a failover moved it) or missing is rebuilt now, not at the next pass.
     let outcome = match outcome {
-        Err(LedgerError::NotWarmed) => Err(copy_missing(state)),
+        Err(LedgerError::NotWarmed) => {
+            if state != SaleState::Scheduled {
+                st.nudges.nudge(sku);
+            }
+            Err(copy_missing(state))
+        }
+        Ok(PurchaseOutcome::Rejected(ErrorCode::Unavailable)) => {
+            st.nudges.nudge(sku);
+            outcome
+        }
         other => other,
     };
     match outcome? {

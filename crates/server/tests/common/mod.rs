@@ -59,6 +59,7 @@ pub fn config(redis_url: Option<String>, database_url: String) -> Config {
         run_persister: true,
         instance_id: flashsale_testkit::unique_name("inst"),
         reconcile: Default::default(),
+        redis_replication: None,
     }
 }
 

@@ -1,0 +1,167 @@
+//! A copy on a replica that is promoted (a failover) fences itself on its first write: the
+//! replica may lack purchases the old primary acknowledged, and their order numbers must never
+//! be handed to another buyer. The rebuild that follows (the server's reconciler) is what opens
+//! it again, in a new epoch. And the option that narrows the window in which a failover
+//! loses acknowledged purchases: WAIT for replicas before answering.
+
+use std::time::Duration;
+
+use flashsale_core::{ErrorCode, HotCopies, HotLedger, LedgerError, PurchaseOutcome, SaleMode};
+use flashsale_redis::{RedisLedger, Replication};
+use flashsale_testkit::conformance::{buy, buy_ok, live_sale, req, warm};
+use flashsale_testkit::redis_server::RedisServer;
+use flashsale_testkit::wait;
+
+async fn raw(server: &RedisServer) -> redis::aio::MultiplexedConnection {
+    let client = redis::Client::open(server.url()).unwrap();
+    client.get_multiplexed_async_connection().await.unwrap()
+}
+
+/// A primary and a replica of it, in sync.
+async fn primary_and_replica() -> (RedisServer, RedisServer) {
+    let primary = RedisServer::spawn().await;
+    let port = primary.port.to_string();
+    let replica = RedisServer::spawn_with(&[
+        "--save",
+        "",
+        "--appendonly",
+        "no",
+        "--replicaof",
+        "127.0.0.1",
+        &port,
+    ])
+    .await;
+    (primary, replica)
+}
+
+async fn in_sync(primary: &RedisServer) {
+    let mut conn = raw(primary).await;
+    wait::until(
+        "the replica to acknowledge",
+        Duration::from_secs(10),
+        || {
+            let mut conn = conn.clone();
+            async move {
+                let acked: i64 = redis::cmd("WAIT")
+                    .arg(1)
+                    .arg(100)
+                    .query_async(&mut conn)
+                    .await
+                    .ok()?;
+                (acked == 1).then_some(())
+            }
+        },
+    )
+    .await;
+    let _ = &mut conn;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_promoted_replica_fences_the_copy_instead_of_selling_from_it() {
+    let (primary, replica) = primary_and_replica().await;
+    let on_primary = RedisLedger::connect(&primary.url(), "fs").await.unwrap();
+    let sale = live_sale(SaleMode::Reserve, 10, 1);
+    let sku = warm(&on_primary, &sale).await;
+    let order = buy_ok(&on_primary, sku, 1, "a", 1).await;
+    in_sync(&primary).await;
+
+    let mut conn = raw(&replica).await;
+    let _: () = redis::cmd("REPLICAOF")
+        .arg("NO")
+        .arg("ONE")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    let promoted = RedisLedger::connect(&replica.url(), "fs").await.unwrap();
+    let snap = promoted
+        .hot_snapshot(sku)
+        .await
+        .unwrap()
+        .expect("the copy was replicated");
+    assert!(
+        snap.fenced_ms.is_some_and(|ms| ms > 1_000_000),
+        "a moved copy reads as fenced long ago: {:?}",
+        snap.fenced_ms
+    );
+    let outcome = buy(&promoted, sku, 2, "b", 1).await;
+    assert_eq!(outcome, PurchaseOutcome::Rejected(ErrorCode::Unavailable));
+    let paid = promoted.pay(&order.order_no, order.user_id).await.unwrap();
+    assert_eq!(paid, Err(ErrorCode::Unavailable));
+    assert_eq!(promoted.expire_due(sku, 10).await.unwrap(), 0);
+    let c = promoted.counters(sku).await.unwrap().unwrap();
+    assert_eq!(c.seq, 1, "nothing was written on the moved copy");
+
+    // The same copy on the node it was opened on still sells.
+    buy_ok(&on_primary, sku, 3, "c", 1).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_copy_opened_on_the_promoted_node_sells_again() {
+    let (primary, replica) = primary_and_replica().await;
+    let on_primary = RedisLedger::connect(&primary.url(), "fs").await.unwrap();
+    let sale = live_sale(SaleMode::Direct, 10, 1);
+    let sku = warm(&on_primary, &sale).await;
+    buy_ok(&on_primary, sku, 1, "a", 1).await;
+    in_sync(&primary).await;
+    let mut conn = raw(&replica).await;
+    let _: () = redis::cmd("REPLICAOF")
+        .arg("NO")
+        .arg("ONE")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    let promoted = RedisLedger::connect(&replica.url(), "fs").await.unwrap();
+    assert_eq!(
+        buy(&promoted, sku, 2, "b", 1).await,
+        PurchaseOutcome::Rejected(ErrorCode::Unavailable)
+    );
+    // What a rebuild does last: load a newer epoch and open it here.
+    let counters = promoted.counters(sku).await.unwrap().unwrap();
+    promoted.load(&sale, &counters, 2).await.unwrap();
+    promoted.open(sku, 2, sale.state).await.unwrap();
+    let order = buy_ok(&promoted, sku, 2, "b", 1).await;
+    assert_eq!(order.order_no.epoch(), 2);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_wait_an_accepted_purchase_is_answered_once_a_replica_has_it() {
+    let (primary, replica) = primary_and_replica().await;
+    in_sync(&primary).await;
+    let wait = Replication {
+        replicas: 1,
+        timeout: Duration::from_millis(200),
+    };
+    let ledger = RedisLedger::connect(&primary.url(), "fs")
+        .await
+        .unwrap()
+        .with_replication(wait)
+        .unwrap();
+    let sale = live_sale(SaleMode::Reserve, 10, 1);
+    let sku = warm(&ledger, &sale).await;
+    let order = buy_ok(&ledger, sku, 1, "a", 1).await;
+
+    // The replica stops: the purchase is written on the primary but not answered "accepted".
+    drop(replica);
+    let r = ledger.purchase_batch(sku, &[req(sku, 2, "b", 1)]).await;
+    assert!(matches!(r, Err(LedgerError::Unavailable(_))), "{r:?}");
+    let r = ledger.pay(&order.order_no, order.user_id).await;
+    assert!(matches!(r, Err(LedgerError::Unavailable(_))), "{r:?}");
+    // A refusal writes nothing and needs no replica.
+    let r = buy(&ledger, sku, 1, "again", 1).await;
+    assert_eq!(r, PurchaseOutcome::Rejected(ErrorCode::LimitExceeded));
+}
+
+#[test]
+fn a_wait_option_is_bounded() {
+    let ledger = || RedisLedger::connect_lazy("redis://127.0.0.1:1", "fs").unwrap();
+    let zero = Replication {
+        replicas: 0,
+        timeout: Duration::from_millis(100),
+    };
+    assert!(ledger().with_replication(zero).is_err());
+    let long = Replication {
+        replicas: 1,
+        timeout: Duration::from_secs(5),
+    };
+    assert!(ledger().with_replication(long).is_err());
+}
