@@ -256,7 +256,14 @@ impl RedisLedger {
         cmd.arg(want.replicas).arg(want.timeout.as_millis() as u64);
         let slot = crate::keys::slot(&self.keys.sale(sku));
         let started = std::time::Instant::now();
-        let reply = bounded(Timeouts::HOT.call, self.conn.on_slot(slot, &cmd)).await?;
+        // Any error is "not known to be replicated", never a broken ledger: e.g. a slot map not
+        // yet refreshed after a failover sends the WAIT to the old primary, now a replica.
+        let reply = bounded(Timeouts::HOT.call, self.conn.on_slot(slot, &cmd))
+            .await
+            .map_err(|e| match e {
+                LedgerError::Internal(m) => LedgerError::Unavailable(format!("WAIT: {m}")),
+                e => e,
+            })?;
         metrics::histogram!(flashsale_core::metric_names::REDIS_WAIT_SECONDS)
             .record(started.elapsed().as_secs_f64());
         let acked = as_int(&reply).unwrap_or(0);
