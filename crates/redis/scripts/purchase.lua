@@ -13,9 +13,17 @@
 --
 -- Cost per request is what bounds a spike, so the script reads the requests hash once per
 -- batch (HMGET), the buyers hash once per batch (only when something reaches the limit
--- check), and writes requests, orders, holds, buyers and counters with one command each at
--- the end; only the event (XADD) is one command per accepted request. Every check of the whole
--- batch runs against batch-local copies, so all reads come before the deferred writes.
+-- check), and writes requests, orders, holds, buyers, counters and the events with one command
+-- each at the end. Every check of the whole batch runs against batch-local copies, so all
+-- reads come before the deferred writes.
+--
+-- The events: ONE stream entry for all deductions of the call (they share sku, epoch, kind,
+-- at_ms and deadline_ms, and their seqs and order numbers are consecutive):
+--   sku_id, epoch, kind=deducted, first_seq, n, at_ms, deadline_ms,
+--   users, request_ids, quantities   (n values each, comma-separated, in seq order)
+-- The i-th (from 0) is the event of seq first_seq + i, order number <sku>-<epoch>-<seq>.
+-- Readers expand it into one event per change (codec.rs), as they read the one-event
+-- entries that resolve.lua and expire_due.lua write (and older purchase.lua wrote).
 local K_SALE, K_BUYERS, K_REQUESTS, K_ORDERS, K_HOLDS, K_EVENTS =
   KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
 if #KEYS ~= 6 then
@@ -119,6 +127,8 @@ local now_s, deadline_s = int(now), int(deadline)
 local order_prefix = sku .. '-' .. epoch .. '-'
 local accepted_at = {}  -- request key -> index in this batch of its acceptance
 local out = {}
+-- The stream entry's lists (one value per accepted request) and its first seq.
+local ev_users, ev_rids, ev_qs, ev_n, first_seq = {}, {}, {}, 0, nil
 
 -- Counts the units and the event of request i; every check for it is done.
 local function accept(i, user, rid, rkey, qs, q)
@@ -129,14 +139,14 @@ local function accept(i, user, rid, rkey, qs, q)
   local order_no = order_prefix .. seq_s
   held_of[user] = held_of[user] + q
   accepted_at[rkey] = i
-  redis.call('XADD', K_EVENTS, '*', 'sku_id', sku, 'epoch', epoch, 'seq', seq_s, 'kind', 'deducted',
-    'order_no', order_no, 'request_id', rid, 'user_id', user, 'quantity', qs,
-    'at_ms', now_s, 'deadline_ms', deadline_s)
+  ev_n = ev_n + 1
+  ev_users[ev_n], ev_rids[ev_n], ev_qs[ev_n] = user, rid, qs
+  first_seq = first_seq or seq_s
   return order_no, user .. ':' .. rid .. ':' .. qs .. ':' .. status_new .. ':'
     .. deadline_s .. ':' .. now_s
 end
 
--- Pass 2: judge each request against the batch-local state; the event goes out at once.
+-- Pass 2: judge each request against the batch-local state.
 for i = 1, n do
   local rkey = rkeys[i]
   local tag, a, b = 'X', 'INVALID_REQUEST', ''
@@ -182,6 +192,11 @@ for i = 1, n do
   end
 end
 if w > 0 then
+  local concat = table.concat
+  redis.call('XADD', K_EVENTS, '*', 'sku_id', sku, 'epoch', epoch, 'kind', 'deducted',
+    'first_seq', first_seq, 'n', int(ev_n), 'at_ms', now_s, 'deadline_ms', deadline_s,
+    'users', concat(ev_users, ','), 'request_ids', concat(ev_rids, ','),
+    'quantities', concat(ev_qs, ','))
   redis.call('HSET', K_REQUESTS, unpack(requests))
   redis.call('HSET', K_ORDERS, unpack(orders))
   if mode == 'reserve' then
