@@ -7,6 +7,7 @@
 //!   hidden by the client waiting politely (coordinated omission).
 //! - [`summary`]: outcomes, latency percentiles (hdrhistogram) and a timeline from the records.
 //! - [`series`]: answers by outcome and latency percentiles over time, a latency histogram.
+//! - [`procs`]: CPU time per process (`/proc/<pid>/stat`) for µs per answer per process.
 //! - [`report`]: the JSON and the self-contained HTML of a run; [`charts`]: its inline SVG.
 //!
 //! Depends on core (for ids) and client libraries; never on a server crate.
@@ -14,6 +15,7 @@
 pub mod charts;
 pub mod closed;
 pub mod load;
+pub mod procs;
 pub mod report;
 pub mod series;
 pub mod summary;

@@ -19,6 +19,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
+use flashsale_bench::procs::{Meter, PhaseCpu};
 use flashsale_core::{
     Ledger, OrderStore, PurchaseOutcome, PurchaseRequest, RequestId, Sale, SaleMode, SaleState,
     SkuId, UserId,
@@ -44,6 +45,7 @@ pub struct Audit {
 #[derive(Debug, Clone, Serialize)]
 pub struct Row_ {
     pub strategy: String,
+    pub buyers: u64,
     pub per_s: f64,
     pub p50_ms: f64,
     pub p99_ms: f64,
@@ -52,6 +54,10 @@ pub struct Row_ {
     pub redis_usec_per_request: Option<f64>,
     /// Command µs per buyer as INFO commandstats counts them (a script's nested commands twice).
     pub redis_cmd_usec_per_request: Option<f64>,
+    /// CPU of each process of the path (`/proc/<pid>/stat`), run and drain, µs per buyer.
+    pub cpu_per_buyer: PhaseCpu,
+    /// The same, µs per accepted purchase (units sold).
+    pub cpu_per_accepted: PhaseCpu,
     pub audit: Audit,
 }
 
@@ -60,7 +66,11 @@ pub trait Strategy: Send + Sync {
     fn name(&self) -> &'static str;
     /// True when accepted; an Err is a failed attempt (counted, not retried).
     async fn purchase(&self, user: u64) -> anyhow::Result<bool>;
-    /// Waits for anything asynchronous (a persister) to finish, then reads the state.
+    /// Waits for anything asynchronous (a persister) to finish its work of the run.
+    async fn settle(&self) -> anyhow::Result<()> {
+        Ok(())
+    }
+    /// Reads the state after [`Strategy::settle`].
     async fn audit(&self, total: u64) -> anyhow::Result<Audit>;
     fn uses_redis(&self) -> bool {
         true
@@ -73,12 +83,16 @@ pub struct Workload {
     pub concurrency: usize,
 }
 
-/// Runs one strategy over the workload.
+/// Runs one strategy over the workload. Redis's and each process's CPU are counted over the
+/// run and the drain of what it left behind (a persister's writes), the answers per second
+/// over the run alone.
 pub async fn measure(
     s: Arc<dyn Strategy>,
     w: &Workload,
     redis: &mut MultiplexedConnection,
+    meter: &Meter,
 ) -> anyhow::Result<Row_> {
+    let cpu_before = meter.sample();
     let before = if s.uses_redis() {
         Some(RedisUsec::read(redis).await?)
     } else {
@@ -113,19 +127,27 @@ pub async fn measure(
         errors += e;
     }
     let secs = started.elapsed().as_secs_f64();
+    s.settle().await?;
+    let wall = started.elapsed().as_secs_f64();
+    let cpu_after = meter.sample();
     let usec = match before {
         Some(b) => Some(RedisUsec::read(redis).await?.since(&b, w.users)),
         None => None,
     };
+    let audit = s.audit(w.units).await?;
+    let sold = audit.units_sold.max(0) as u64;
     Ok(Row_ {
         strategy: s.name().into(),
+        buyers: w.users,
         per_s: w.users as f64 / secs,
         p50_ms: all.value_at_quantile(0.5) as f64 / 1e3,
         p99_ms: all.value_at_quantile(0.99) as f64 / 1e3,
         errors,
         redis_usec_per_request: usec.map(|u| u.cpu),
         redis_cmd_usec_per_request: usec.map(|u| u.commands),
-        audit: s.audit(w.units).await?,
+        cpu_per_buyer: meter.phase(&cpu_before, &cpu_after, w.users, wall),
+        cpu_per_accepted: meter.phase(&cpu_before, &cpu_after, sold, wall),
+        audit,
     })
 }
 
@@ -478,17 +500,20 @@ impl Strategy for Ours {
             PurchaseOutcome::Accepted { .. }
         ))
     }
-    async fn audit(&self, total: u64) -> anyhow::Result<Audit> {
+    async fn settle(&self) -> anyhow::Result<()> {
         let deadline = Instant::now() + Duration::from_secs(60);
         loop {
             let hot = self.ledger.counters(SkuId(SKU)).await?.map(|c| c.seq);
             let stored = self.store.sale(SkuId(SKU)).await?.map(|s| s.counters.seq);
             if hot == stored {
-                break;
+                return Ok(());
             }
             anyhow::ensure!(Instant::now() < deadline, "persister did not drain");
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
+    }
+    async fn audit(&self, total: u64) -> anyhow::Result<Audit> {
+        self.settle().await?;
         let orders = self.store.orders(SkuId(SKU)).await?;
         let live: Vec<_> = orders.iter().filter(|o| o.status.is_live()).collect();
         let n: i64 = live.iter().map(|o| i64::from(o.quantity)).sum();

@@ -4,9 +4,10 @@
 //! Per sale, a [`SaleBook`] (core's reference rules) sits behind an async mutex. Callers
 //! never touch it directly: each call queues a job on the sale and spawns a drain task; the
 //! task that gets the lock takes every queued job (flat combining), runs them through the
-//! book with one clock reading, commits all their events with ONE
-//! `SqliteStore::apply_events` (one transaction, synchronous=FULL), and only then answers
-//! every job. Nothing is answered before its commit, so an accepted purchase survives
+//! book with one clock reading, commits all their events in ONE transaction
+//! (synchronous=FULL) through the [`writer`] thread (a purpose-built `rusqlite` writer; a
+//! group it cannot write cleanly, and every group of an in-memory store, goes through
+//! `SqliteStore::apply_events`), and only then answers every job. Nothing is answered before its commit, so an accepted purchase survives
 //! kill -9. The drain runs in its own task, so a caller that gives up (timeout, closed
 //! connection) cannot leave the book ahead of the database. If a commit fails, the book is
 //! reloaded from SQLite and every job of the group gets `Unavailable`.
@@ -31,6 +32,9 @@ use flashsale_core::{
 };
 use flashsale_store::SqliteStore;
 
+mod writer;
+use writer::{Group, NotWritten, Writer};
+
 /// Most requests one group commit takes from the queue (the rest wait for the next one).
 const GROUP_REQUESTS_MAX: usize = 4 * BATCH_LEN_MAX;
 
@@ -42,6 +46,10 @@ pub struct EmbeddedLedger {
 
 struct Inner {
     store: Arc<SqliteStore>,
+    /// The group commit's writer; None for an in-memory store (no file to open twice).
+    writer: Option<Writer>,
+    /// Groups the writer refused and the store applied instead.
+    refused_groups: std::sync::atomic::AtomicU64,
     sales: RwLock<HashMap<SkuId, Arc<Slot>>>,
     /// Serializes `warm` calls (rare, operator-driven) so two cannot race on one sku.
     warm_lock: AsyncMutex<()>,
@@ -148,12 +156,58 @@ fn unavailable(e: StoreError) -> LedgerError {
     LedgerError::Unavailable(e.to_string())
 }
 
+/// Set (to anything): every group goes through `SqliteStore::apply_events`, as before the
+/// writer thread; for comparing the two in one build (`flashsale bench ledger`).
+pub const SQLX_WRITER_ENV: &str = "FLASHSALE_EMBEDDED_SQLX_WRITER";
+
+/// What writes a group commit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GroupWriter {
+    /// The writer thread ([`writer`]), falling back to the store for a group it refuses.
+    Thread,
+    /// `SqliteStore::apply_events` for every group.
+    Store,
+}
+
+/// The file of the store's main database; None when it is in memory.
+async fn database_file(store: &SqliteStore) -> Result<Option<std::path::PathBuf>, LedgerError> {
+    use sqlx::Row;
+    let row = sqlx::query("SELECT file FROM pragma_database_list WHERE name = 'main'")
+        .fetch_optional(store.writer())
+        .await
+        .map_err(|e| LedgerError::Unavailable(e.to_string()))?;
+    let file: Option<String> = row.and_then(|r| r.try_get::<String, _>(0).ok());
+    Ok(file.filter(|f| !f.is_empty()).map(Into::into))
+}
+
 impl EmbeddedLedger {
     /// Opens the ledger over `store` and rebuilds, from SQLite, the book of every sale that
     /// is not `scheduled` or has sold anything.
+    /// The group writer is the writer thread unless [`SQLX_WRITER_ENV`] is set.
     pub async fn open(store: Arc<SqliteStore>) -> Result<EmbeddedLedger, LedgerError> {
+        let writer = match std::env::var_os(SQLX_WRITER_ENV) {
+            Some(_) => GroupWriter::Store,
+            None => GroupWriter::Thread,
+        };
+        EmbeddedLedger::open_with(store, writer).await
+    }
+
+    /// [`EmbeddedLedger::open`] with the group writer chosen (an in-memory store always
+    /// uses the store's).
+    pub async fn open_with(
+        store: Arc<SqliteStore>,
+        writer: GroupWriter,
+    ) -> Result<EmbeddedLedger, LedgerError> {
+        let writer = match (writer, database_file(&store).await?) {
+            (GroupWriter::Thread, Some(path)) => {
+                Some(Writer::start(path).map_err(LedgerError::Unavailable)?)
+            }
+            _ => None,
+        };
         let inner = Arc::new(Inner {
             store,
+            writer,
+            refused_groups: Default::default(),
             sales: RwLock::new(HashMap::new()),
             warm_lock: AsyncMutex::new(()),
             restock: RwLock::new(None),
@@ -168,6 +222,12 @@ impl EmbeddedLedger {
             inner.insert(sku, loaded);
         }
         Ok(EmbeddedLedger { inner })
+    }
+
+    /// Groups the writer thread refused (rolled back) and the store's apply wrote instead:
+    /// 0 while the book and SQLite agree.
+    pub fn refused_groups(&self) -> u64 {
+        self.inner.refused_groups.load(Ordering::Relaxed)
     }
 
     /// The system of record this ledger commits to.
@@ -392,8 +452,15 @@ impl Inner {
                 .record(requests as f64);
         }
         if !events.is_empty() {
-            if let Err(err) = self.commit(sku, &events).await {
-                tracing::warn!(%sku, error = %err, events = events.len(), "group commit failed");
+            let group = Group {
+                sku,
+                epoch: loaded.book.epoch,
+                mode: loaded.book.sale.mode,
+                before,
+                events,
+            };
+            if let Err(err) = self.commit(group).await {
+                tracing::warn!(%sku, error = %err, "group commit failed");
                 loaded.stale = true;
                 if let Ok(fresh) = self.load(sku).await {
                     *loaded = fresh;
@@ -414,9 +481,31 @@ impl Inner {
         }
     }
 
-    /// Commits a group's events. Anything but a clean apply means the book and SQLite
-    /// disagree: the caller reloads the book.
-    async fn commit(&self, sku: SkuId, events: &[Event]) -> Result<(), LedgerError> {
+    /// Commits a group's events: through the writer thread, or when it refuses the group
+    /// (rolled back: the book and SQLite disagree, or SQLite failed) through the store's
+    /// general apply, which keeps what its fence and guard refuse. Anything but a clean
+    /// apply means the book and SQLite disagree: the caller reloads the book.
+    async fn commit(&self, group: Group) -> Result<(), LedgerError> {
+        let sku = group.sku;
+        let group = match &self.writer {
+            Some(writer) => match writer.commit(group).await {
+                (_, Ok(())) => return Ok(()),
+                (group, Err(NotWritten(why))) => {
+                    self.refused_groups.fetch_add(1, Ordering::Relaxed);
+                    tracing::warn!(%sku, %why, "the group writer refused a group: the store applies it");
+                    group
+                }
+            },
+            None => group,
+        };
+        if group.events.is_empty() {
+            return Err(LedgerError::Internal("the group writer stopped".into()));
+        }
+        self.apply_with_store(sku, &group.events).await
+    }
+
+    /// The store's general apply of a group's events.
+    async fn apply_with_store(&self, sku: SkuId, events: &[Event]) -> Result<(), LedgerError> {
         let report = self
             .store
             .apply_events(sku, events)

@@ -1,4 +1,3 @@
-#!lua
 -- Expires at most ARGV[1] holds whose deadline is at or before now, oldest first (by deadline,
 -- then order_no); mirrors SaleBook::expire_due. Each: reserved -> available, the user's quota
 -- comes back, status EXPIRED, one 'expired' event.
@@ -21,19 +20,6 @@ local f = redis.call('HMGET', K_SALE, 'available', 'reserved', 'sold', 'seq', 's
   'fenced_at_ms')
 if not f[1] then return redis.error_reply('NOT_WARMED sale is not in the hot ledger') end
 -- A fenced copy changes nothing: its replacement expires the holds it restores.
--- The node a copy was opened on (its replication id). On another node (a replica promoted by a
--- failover, or a node restarted without what it had acknowledged) the copy may lack purchases
--- it answered, so it must not hand out their order numbers again: it is fenced, dated 0 so the
--- reconciler takes it for a stalled rebuild and rebuilds it at once.
-local function moved(k_sale)
-  local opened_on = redis.call('HGET', k_sale, 'node')
-  if not opened_on then return false end
-  local info = redis.call('INFO', 'replication')
-  local at = string.find(info, 'master_replid:', 1, true)
-  if not at or string.sub(info, at + 14, at + 53) == opened_on then return false end
-  redis.call('HSET', k_sale, 'fenced_at_ms', '0')
-  return true
-end
 if f[7] or moved(K_SALE) then return { 0, 0 } end
 local available, reserved, sold, seq, sku, epoch =
   tonumber(f[1]), tonumber(f[2]), tonumber(f[3]), tonumber(f[4]), f[5], f[6]

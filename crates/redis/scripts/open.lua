@@ -1,4 +1,3 @@
-#!lua
 -- Opens a loaded (fenced) copy: sets its operator state and lifts the fence, only when it is
 -- still the copy of the given epoch (a newer rebuild may have replaced it meanwhile).
 -- KEYS: 1 sale. ARGV: 1 epoch, 2 state (scheduled | live | paused | ended)
@@ -15,8 +14,6 @@ if not string.match(ARGV[1], '^[1-9]%d*$') then
 end
 if redis.call('HGET', KEYS[1], 'epoch') ~= ARGV[1] then return 'STALE' end
 -- The node it opens on: a write on another node finds the copy moved and fences it.
-local info = redis.call('INFO', 'replication')
-local at = string.find(info, 'master_replid:', 1, true)
-redis.call('HSET', KEYS[1], 'state', state, 'node', string.sub(info, at + 14, at + 53))
+redis.call('HSET', KEYS[1], 'state', state, 'node', node_id())
 redis.call('HDEL', KEYS[1], 'fenced_at_ms')
 return 'OK'

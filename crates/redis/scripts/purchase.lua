@@ -1,4 +1,3 @@
-#!lua
 -- Judges a batch of purchases of one sale, in order; mirrors flashsale_core::SaleBook check for
 -- check: replay -> state/window -> quantity -> stock -> per-user limit -> accept.
 -- KEYS: 1 sale, 2 buyers, 3 requests, 4 orders, 5 holds, 6 events (all tagged {<sku>})
@@ -13,9 +12,17 @@
 --
 -- Cost per request is what bounds a spike, so the script reads the requests hash once per
 -- batch (HMGET), the buyers hash once per batch (only when something reaches the limit
--- check), and writes requests, orders, holds, buyers and counters with one command each at
--- the end; only the event (XADD) is one command per accepted request. Every check of the whole
--- batch runs against batch-local copies, so all reads come before the deferred writes.
+-- check), and writes requests, orders, holds, buyers, counters and the events with one command
+-- each at the end. Every check of the whole batch runs against batch-local copies, so all
+-- reads come before the deferred writes.
+--
+-- The events: ONE stream entry for all deductions of the call (they share sku, epoch, kind,
+-- at_ms and deadline_ms, and their seqs and order numbers are consecutive):
+--   sku_id, epoch, kind=deducted, first_seq, n, at_ms, deadline_ms,
+--   users, request_ids, quantities   (n values each, comma-separated, in seq order)
+-- The i-th (from 0) is the event of seq first_seq + i, order number <sku>-<epoch>-<seq>.
+-- Readers expand it into one event per change (codec.rs), as they read the one-event
+-- entries that resolve.lua and expire_due.lua write (and older purchase.lua wrote).
 local K_SALE, K_BUYERS, K_REQUESTS, K_ORDERS, K_HOLDS, K_EVENTS =
   KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
 if #KEYS ~= 6 then
@@ -42,19 +49,6 @@ local total, available, reserved, sold, seq = tonumber(f[1]), tonumber(f[2]),
 local epoch, limit, mode, timeout_ms = f[6], tonumber(f[7]), f[8], tonumber(f[9])
 local starts_at, ends_at, state, sku = tonumber(f[10]), tonumber(f[11]), f[12], f[13]
 local fenced = f[14]
--- The node a copy was opened on (its replication id). On another node (a replica promoted by a
--- failover, or a node restarted without what it had acknowledged) the copy may lack purchases
--- it answered, so it must not hand out their order numbers again: it is fenced, dated 0 so the
--- reconciler takes it for a stalled rebuild and rebuilds it at once.
-local function moved(k_sale)
-  local opened_on = redis.call('HGET', k_sale, 'node')
-  if not opened_on then return false end
-  local info = redis.call('INFO', 'replication')
-  local at = string.find(info, 'master_replid:', 1, true)
-  if not at or string.sub(info, at + 14, at + 53) == opened_on then return false end
-  redis.call('HSET', k_sale, 'fenced_at_ms', '0')
-  return true
-end
 if not fenced and moved(K_SALE) then fenced = '0' end
 if not (total and available and reserved and sold and seq and limit and timeout_ms
     and starts_at and ends_at and epoch and sku and state)
@@ -133,6 +127,8 @@ local now_s, deadline_s = int(now), int(deadline)
 local order_prefix = sku .. '-' .. epoch .. '-'
 local accepted_at = {}  -- request key -> index in this batch of its acceptance
 local out = {}
+-- The stream entry's lists (one value per accepted request) and its first seq.
+local ev_users, ev_rids, ev_qs, ev_n, first_seq = {}, {}, {}, 0, nil
 
 -- Counts the units and the event of request i; every check for it is done.
 local function accept(i, user, rid, rkey, qs, q)
@@ -143,14 +139,14 @@ local function accept(i, user, rid, rkey, qs, q)
   local order_no = order_prefix .. seq_s
   held_of[user] = held_of[user] + q
   accepted_at[rkey] = i
-  redis.call('XADD', K_EVENTS, '*', 'sku_id', sku, 'epoch', epoch, 'seq', seq_s, 'kind', 'deducted',
-    'order_no', order_no, 'request_id', rid, 'user_id', user, 'quantity', qs,
-    'at_ms', now_s, 'deadline_ms', deadline_s)
+  ev_n = ev_n + 1
+  ev_users[ev_n], ev_rids[ev_n], ev_qs[ev_n] = user, rid, qs
+  first_seq = first_seq or seq_s
   return order_no, user .. ':' .. rid .. ':' .. qs .. ':' .. status_new .. ':'
     .. deadline_s .. ':' .. now_s
 end
 
--- Pass 2: judge each request against the batch-local state; the event goes out at once.
+-- Pass 2: judge each request against the batch-local state.
 for i = 1, n do
   local rkey = rkeys[i]
   local tag, a, b = 'X', 'INVALID_REQUEST', ''
@@ -196,6 +192,11 @@ for i = 1, n do
   end
 end
 if w > 0 then
+  local concat = table.concat
+  redis.call('XADD', K_EVENTS, '*', 'sku_id', sku, 'epoch', epoch, 'kind', 'deducted',
+    'first_seq', first_seq, 'n', int(ev_n), 'at_ms', now_s, 'deadline_ms', deadline_s,
+    'users', concat(ev_users, ','), 'request_ids', concat(ev_rids, ','),
+    'quantities', concat(ev_qs, ','))
   redis.call('HSET', K_REQUESTS, unpack(requests))
   redis.call('HSET', K_ORDERS, unpack(orders))
   if mode == 'reserve' then

@@ -1,4 +1,3 @@
-#!lua
 -- Resolves a reservation: 'paid' moves reserved -> sold; 'cancelled' moves reserved ->
 -- available and gives the user's quota back. One script for both, so they cannot drift apart.
 -- Mirrors SaleBook::resolve: not the owner -> ORDER_NOT_FOUND; RESERVED and now < deadline ->
@@ -32,19 +31,6 @@ end
 local function int(n) return string.format('%d', n) end
 
 -- A fenced copy is being replaced (its orders may be half restored): the client retries.
--- The node a copy was opened on (its replication id). On another node (a replica promoted by a
--- failover, or a node restarted without what it had acknowledged) the copy may lack purchases
--- it answered, so it must not hand out their order numbers again: it is fenced, dated 0 so the
--- reconciler takes it for a stalled rebuild and rebuilds it at once.
-local function moved(k_sale)
-  local opened_on = redis.call('HGET', k_sale, 'node')
-  if not opened_on then return false end
-  local info = redis.call('INFO', 'replication')
-  local at = string.find(info, 'master_replid:', 1, true)
-  if not at or string.sub(info, at + 14, at + 53) == opened_on then return false end
-  redis.call('HSET', k_sale, 'fenced_at_ms', '0')
-  return true
-end
 if redis.call('HEXISTS', K_SALE, 'fenced_at_ms') == 1 or moved(K_SALE) then
   return { 'X', 'UNAVAILABLE' }
 end

@@ -1,4 +1,3 @@
-#!lua
 -- Reads, in one atomic step, a sale's hash and every entry of its events stream (for the
 -- reconciler and rebuilds: hot counters at seq, and the events not yet trimmed), and how
 -- long the copy has been fenced.
@@ -10,13 +9,9 @@ if #KEYS ~= 2 or #ARGV ~= 0 then
 end
 local fenced = -1
 local at = tonumber(redis.call('HGET', KEYS[1], 'fenced_at_ms') or '')
--- A copy opened on another node (see purchase.lua) counts as fenced since time 0.
+-- A copy opened on another node (node.lua) counts as fenced since time 0; read only here.
 local opened_on = redis.call('HGET', KEYS[1], 'node')
-if not at and opened_on then
-  local info = redis.call('INFO', 'replication')
-  local i = string.find(info, 'master_replid:', 1, true)
-  if i and string.sub(info, i + 14, i + 53) ~= opened_on then at = 0 end
-end
+if not at and opened_on and opened_on ~= node_id() then at = 0 end
 if at then
   local t = redis.call('TIME')
   fenced = math.max(0, tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) - at)

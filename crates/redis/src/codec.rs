@@ -1,5 +1,11 @@
 //! Encoding of what the scripts store and answer: orders in the `orders` hash, events in the
 //! stream, and the loose `redis::Value` replies of scripts.
+//!
+//! A stream entry holds one event (fields as in `Event`; resolutions, expiries, and every
+//! entry written before batch entries) or the deductions of one purchase call (a batch entry,
+//! `first_seq` and `n` among its fields, see `scripts/purchase.lua`). Readers get one
+//! [`Entry`] per event either way: a batch entry is expanded into its events, each under
+//! the entry's id, in seq order.
 
 use std::collections::HashMap;
 
@@ -79,24 +85,100 @@ pub fn parse_event(sku: SkuId, fields: &HashMap<String, String>) -> Result<Event
     Ok(event)
 }
 
+/// Parses a batch entry (`first_seq`, `n`, and n comma-separated `users`, `request_ids`,
+/// `quantities`) of sale `sku` into its events, all or nothing.
+pub fn parse_batch(sku: SkuId, fields: &HashMap<String, String>) -> Result<Vec<Event>, String> {
+    let get = |name: &str| {
+        fields
+            .get(name)
+            .map(String::as_str)
+            .ok_or_else(|| format!("missing field {name}"))
+    };
+    let unsigned = |name: &str| -> Result<u64, String> {
+        get(name)?
+            .parse::<u64>()
+            .map_err(|_| format!("field {name} is not a non-negative integer"))
+    };
+    let num = |name: &str| -> Result<i64, String> {
+        get(name)?
+            .parse::<i64>()
+            .map_err(|_| format!("field {name} is not an integer"))
+    };
+    let (sku_id, epoch) = (SkuId(unsigned("sku_id")?), unsigned("epoch")?);
+    let (first_seq, n) = (unsigned("first_seq")?, unsigned("n")?);
+    let kind = EventKind::parse(get("kind")?).ok_or("field kind is unknown")?;
+    let (at_ms, deadline_ms) = (num("at_ms")?, num("deadline_ms")?);
+    if sku_id != sku {
+        return Err(format!("entry of sale {sku_id} in the stream of {sku}"));
+    }
+    if kind != EventKind::Deducted {
+        return Err("a batch entry holds deductions only".into());
+    }
+    if first_seq == 0 || n == 0 || n > flashsale_core::limits::BATCH_LEN_MAX as u64 {
+        return Err("first_seq and n must be positive, n at most a batch".into());
+    }
+    let (users, rids, qs) = (get("users")?, get("request_ids")?, get("quantities")?);
+    let count = |s: &str| s.split(',').count() as u64;
+    if count(users) != n || count(rids) != n || count(qs) != n {
+        return Err(format!(
+            "a batch entry of {n} events has lists of other lengths"
+        ));
+    }
+    let mut events = Vec::with_capacity(n as usize);
+    let lists = users.split(',').zip(rids.split(',')).zip(qs.split(','));
+    for (i, ((user, rid), q)) in lists.enumerate() {
+        let seq = first_seq + i as u64;
+        let quantity: u32 = q
+            .parse()
+            .map_err(|_| format!("quantity {q:?} of seq {seq}"))?;
+        if quantity == 0 {
+            return Err(format!("quantity 0 of seq {seq}"));
+        }
+        events.push(Event {
+            sku_id,
+            epoch,
+            seq,
+            kind,
+            order_no: OrderNo::new(sku_id, epoch, seq),
+            request_id: RequestId::parse(rid).ok_or_else(|| format!("request_id of seq {seq}"))?,
+            user_id: UserId(user.parse().map_err(|_| format!("user_id of seq {seq}"))?),
+            quantity,
+            at_ms,
+            deadline_ms,
+        });
+    }
+    Ok(events)
+}
+
 /// Why a pending entry has no fields: it was trimmed from the stream after delivery.
 pub const DELETED: &str = "entry was deleted";
 
 /// One stream entry, parsed: its id, and the event or why it is not one.
 pub type Entry = (String, Result<Event, String>);
 
-/// Parses `[[id, [field, value, …]], …]` (XRANGE, XREADGROUP, XAUTOCLAIM). A deleted entry
-/// (nil fields, in a pending read) or a malformed one is an `Err` with the reason.
+/// Parses `[[id, [field, value, …]], …]` (XRANGE, XREADGROUP, XAUTOCLAIM) into one [`Entry`]
+/// per event (a batch entry gives one per event it holds, all under its id). A deleted entry
+/// (nil fields, in a pending read) or a malformed one is one `Err` with the reason.
 pub fn parse_entries(sku: SkuId, value: &Value) -> Result<Vec<Entry>, LedgerError> {
     let items = match value {
         Value::Nil => return Ok(Vec::new()),
         Value::Array(items) => items,
         other => return Err(unexpected("stream entries", other)),
     };
-    items.iter().map(|item| parse_entry(sku, item)).collect()
+    let mut out = Vec::with_capacity(items.len());
+    for item in items {
+        match parse_entry(sku, item)? {
+            (id, Ok(events)) => out.extend(events.into_iter().map(|e| (id.clone(), Ok(e)))),
+            (id, Err(why)) => out.push((id, Err(why))),
+        }
+    }
+    Ok(out)
 }
 
-fn parse_entry(sku: SkuId, item: &Value) -> Result<Entry, LedgerError> {
+fn parse_entry(
+    sku: SkuId,
+    item: &Value,
+) -> Result<(String, Result<Vec<Event>, String>), LedgerError> {
     let Value::Array(pair) = item else {
         return Err(unexpected("stream entry", item));
     };
@@ -121,7 +203,11 @@ fn parse_entry(sku: SkuId, item: &Value) -> Result<Entry, LedgerError> {
             _ => return Ok((id, Err("a field is not a string".into()))),
         }
     }
-    Ok((id, parse_event(sku, &map)))
+    let events = match map.contains_key("first_seq") {
+        true => parse_batch(sku, &map),
+        false => parse_event(sku, &map).map(|e| vec![e]),
+    };
+    Ok((id, events))
 }
 
 /// A bulk, simple or integer reply as text.
@@ -229,5 +315,73 @@ mod tests {
         let other_sale = parse_entries(SkuId(6), &reply).unwrap();
         assert!(other_sale[0].1.is_err());
         assert!(parse_entries(SkuId(5), &bulk("x")).is_err());
+    }
+
+    /// A batch entry (what purchase.lua writes) expands into one event per deduction, under
+    /// its id, beside one-event entries (what resolutions and older scripts write).
+    #[test]
+    fn batch_entries_expand_and_one_event_entries_still_read() {
+        let bulk = |s: &str| Value::BulkString(s.as_bytes().to_vec());
+        let kv = |pairs: &[(&str, &str)]| {
+            Value::Array(pairs.iter().flat_map(|(k, v)| [bulk(k), bulk(v)]).collect())
+        };
+        let batch = [
+            ("sku_id", "5"),
+            ("epoch", "2"),
+            ("kind", "deducted"),
+            ("first_seq", "7"),
+            ("n", "3"),
+            ("at_ms", "10"),
+            ("deadline_ms", "99"),
+            ("users", "3,18446744073709551615,4"),
+            ("request_ids", "a,b-1,c_2"),
+            ("quantities", "1,2,1"),
+        ];
+        let old = [
+            ("sku_id", "5"),
+            ("seq", "10"),
+            ("kind", "paid"),
+            ("order_no", "5-2-8"),
+            ("request_id", "b-1"),
+            ("user_id", "18446744073709551615"),
+            ("quantity", "2"),
+            ("at_ms", "11"),
+            ("deadline_ms", "0"),
+        ];
+        let mut short = batch;
+        short[4] = ("n", "4");
+        let mut zero = batch;
+        zero[9] = ("quantities", "1,0,1");
+        let reply = Value::Array(vec![
+            Value::Array(vec![bulk("1-0"), kv(&batch)]),
+            Value::Array(vec![bulk("1-1"), kv(&old)]),
+            Value::Array(vec![bulk("1-2"), kv(&short)]),
+            Value::Array(vec![bulk("1-3"), kv(&zero)]),
+        ]);
+        let entries = parse_entries(SkuId(5), &reply).unwrap();
+        assert_eq!(entries.len(), 6);
+        let ids: Vec<&str> = entries.iter().map(|(id, _)| id.as_str()).collect();
+        assert_eq!(ids, ["1-0", "1-0", "1-0", "1-1", "1-2", "1-3"]);
+        let events: Vec<&Event> = entries[..4]
+            .iter()
+            .map(|(_, e)| e.as_ref().unwrap())
+            .collect();
+        assert_eq!(
+            events.iter().map(|e| e.seq).collect::<Vec<_>>(),
+            [7, 8, 9, 10]
+        );
+        let second = events[1];
+        assert_eq!(second.order_no, OrderNo::new(SkuId(5), 2, 8));
+        assert_eq!(
+            (second.user_id, second.quantity, second.epoch),
+            (UserId(u64::MAX), 2, 2)
+        );
+        assert_eq!((second.at_ms, second.deadline_ms), (10, 99));
+        assert_eq!(second.request_id.as_str(), "b-1");
+        assert_eq!(events[3].kind, EventKind::Paid);
+        assert_eq!(events[3].epoch, 2);
+        assert!(entries[4].1.as_ref().unwrap_err().contains("lengths"));
+        assert!(entries[5].1.is_err());
+        assert!(parse_entries(SkuId(6), &reply).unwrap()[0].1.is_err());
     }
 }

@@ -298,6 +298,14 @@ impl StreamReader {
         self.query(&cmd, TIMEOUTS.call).await
     }
 
+    /// The hot copy's `seq` (the sale hash's); None when the sale is not in Redis.
+    pub async fn hot_seq(&self, sku: SkuId) -> Result<Option<u64>, LedgerError> {
+        let mut cmd = redis::cmd("HGET");
+        cmd.arg(self.keys.sale(sku)).arg("seq");
+        let seq: Option<u64> = self.query(&cmd, TIMEOUTS.call).await?;
+        Ok(seq)
+    }
+
     /// Takes the sale's persister lease for `ttl_ms`, or renews it when `owner` holds it.
     /// True when `owner` holds the lease afterwards.
     pub async fn acquire_lease(

@@ -112,6 +112,82 @@ impl MySqlStore {
         Ok(())
     }
 
+    /// One try at applying a batch. The short way (`short`) is for a spike's batch: fresh
+    /// deductions only, none refused by the fold's own rules. It skips the look-ups of existing
+    /// order numbers and request keys, because the unique indexes refuse what they would have
+    /// found, and the locked sale row and the guarded update check the rest: then the rows are
+    /// the long way's. A statement it gets refused rolls the whole try back and answers `None`:
+    /// the caller takes the long way, which decides (and keeps what it refuses).
+    async fn apply(
+        &self,
+        sku: SkuId,
+        events: &[Event],
+        short: bool,
+    ) -> Result<Option<ApplyReport>, StoreError> {
+        let mut tx = self.pool.begin().await.map_err(db_error)?;
+        let sql = format!(
+            "SELECT {} FROM sales WHERE sku_id = ? FOR UPDATE",
+            batch::SALE_COLUMNS
+        );
+        let row = sqlx::query(&sql)
+            .bind(sku.0)
+            .fetch_optional(&mut *tx)
+            .await
+            .map_err(db_error)?
+            .ok_or(StoreError::SaleNotFound)?;
+        let sale = SaleRow::read(&row)?;
+        let head = Head {
+            counters: sale.counters()?,
+            mode: sale.mode()?,
+        };
+        let seqs = batch::applied_seqs(head.counters.seq, events);
+        let stored = MySqlStore::stored_events(&mut tx, sku, &seqs).await?;
+        let split = batch::split(sku, sale.epoch, head.counters.seq, events, &stored)?;
+        let spike = split.fenced.is_empty()
+            && split.duplicates == 0
+            && !split.fresh.is_empty()
+            && split.fresh.iter().all(|e| e.kind == EventKind::Deducted);
+        if short && spike {
+            let mut plan = batch::fold(sku, head, &split.fresh, Vec::new());
+            if plan.report.rejected.is_empty() {
+                match MySqlStore::write_plan(&mut tx, sku, &head, &plan).await {
+                    Ok(()) => {
+                        tx.commit().await.map_err(db_error)?;
+                        plan.report.duplicates = 0;
+                        return Ok(Some(plan.report));
+                    }
+                    Err(StoreError::Internal(why)) => {
+                        tracing::debug!(%sku, %why, "short apply refused; the long way decides");
+                        tx.rollback().await.map_err(db_error)?;
+                        return Ok(None);
+                    }
+                    Err(e) => return Err(e),
+                }
+            }
+        }
+        MySqlStore::write_fenced(&mut tx, &split.fenced).await?;
+        batch::alert_fenced(sku, &split.fenced);
+        let fenced: Vec<Event> = split.fenced.iter().map(|e| (*e).clone()).collect();
+        let (fresh, duplicates) = (split.fresh, split.duplicates);
+        if fresh.is_empty() {
+            tx.commit().await.map_err(db_error)?;
+            return Ok(Some(ApplyReport {
+                duplicates,
+                fenced,
+                ..ApplyReport::default()
+            }));
+        }
+        let (nos, keys) = batch::lookups(&fresh);
+        let known = MySqlStore::known_orders(&mut tx, sku, &nos, &keys).await?;
+        let mut plan = batch::fold(sku, head, &fresh, known);
+        MySqlStore::write_plan(&mut tx, sku, &head, &plan).await?;
+        tx.commit().await.map_err(db_error)?;
+        plan.report.duplicates = duplicates;
+        plan.report.fenced = fenced;
+        batch::alert(sku, &plan.report);
+        Ok(Some(plan.report))
+    }
+
     async fn known_orders(
         tx: &mut Transaction<'_, MySql>,
         sku: SkuId,
@@ -566,46 +642,14 @@ impl OrderStore for MySqlStore {
         if events.is_empty() {
             return Ok(ApplyReport::default());
         }
-        let mut tx = self.pool.begin().await.map_err(db_error)?;
-        let sql = format!(
-            "SELECT {} FROM sales WHERE sku_id = ? FOR UPDATE",
-            batch::SALE_COLUMNS
-        );
-        let row = sqlx::query(&sql)
-            .bind(sku.0)
-            .fetch_optional(&mut *tx)
-            .await
-            .map_err(db_error)?
-            .ok_or(StoreError::SaleNotFound)?;
-        let sale = SaleRow::read(&row)?;
-        let head = Head {
-            counters: sale.counters()?,
-            mode: sale.mode()?,
-        };
-        let seqs = batch::applied_seqs(head.counters.seq, events);
-        let stored = MySqlStore::stored_events(&mut tx, sku, &seqs).await?;
-        let split = batch::split(sku, sale.epoch, head.counters.seq, events, &stored)?;
-        MySqlStore::write_fenced(&mut tx, &split.fenced).await?;
-        batch::alert_fenced(sku, &split.fenced);
-        let fenced: Vec<Event> = split.fenced.iter().map(|e| (*e).clone()).collect();
-        let (fresh, duplicates) = (split.fresh, split.duplicates);
-        if fresh.is_empty() {
-            tx.commit().await.map_err(db_error)?;
-            return Ok(ApplyReport {
-                duplicates,
-                fenced,
-                ..ApplyReport::default()
-            });
+        match self.apply(sku, events, true).await? {
+            Some(report) => Ok(report),
+            // The short way was refused and rolled back: the long way decides.
+            None => Ok(self
+                .apply(sku, events, false)
+                .await?
+                .expect("the long way always decides")),
         }
-        let (nos, keys) = batch::lookups(&fresh);
-        let known = MySqlStore::known_orders(&mut tx, sku, &nos, &keys).await?;
-        let mut plan = batch::fold(sku, head, &fresh, known);
-        MySqlStore::write_plan(&mut tx, sku, &head, &plan).await?;
-        tx.commit().await.map_err(db_error)?;
-        plan.report.duplicates = duplicates;
-        plan.report.fenced = fenced;
-        batch::alert(sku, &plan.report);
-        Ok(plan.report)
     }
 
     async fn audit(&self, sku: SkuId) -> Result<Option<SaleAudit>, StoreError> {

@@ -332,12 +332,16 @@ impl SaleWorker {
                 return self.count_failure(&first_id, &entries, None).await;
             }
         };
-        let ids: Vec<String> = entries.iter().map(|(id, _)| id.clone()).collect();
+        // One id per stream entry (a batch entry's events share theirs), in stream order.
+        let mut ids: Vec<String> = entries.iter().map(|(id, _)| id.clone()).collect();
+        ids.dedup();
         reader.ack(self.sku, &ids).await?;
         if let Some(last) = ids.last() {
             reader.trim_below(self.sku, last).await?;
-            // What stays is the last acknowledged entry and everything not yet persisted.
-            let lag = reader.backlog(self.sku).await?.saturating_sub(1);
+            // Events, not entries (a batch entry holds many): hot seq minus the last applied.
+            let persisted = events.last().map_or(0, |e| e.seq);
+            let hot = reader.hot_seq(self.sku).await?.unwrap_or(persisted);
+            let lag = hot.saturating_sub(persisted);
             metrics::gauge!(flashsale_core::metric_names::STREAM_LAG, "sku" => self.sku.to_string())
                 .set(lag as f64);
         }
