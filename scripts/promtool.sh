@@ -11,27 +11,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-if ! command -v promtool >/dev/null 2>&1; then
-    if [ "$(id -u)" != 0 ]; then
-        echo "promtool.sh: promtool is missing; install it as root:" >&2
-        echo "    apt-get update && apt-get install -y prometheus" >&2
-        exit 1
-    fi
-    echo "promtool.sh: installing Debian's prometheus package for promtool" >&2
-    export DEBIAN_FRONTEND=noninteractive
-    # Only promtool is wanted: a policy-rc.d that says "no" keeps the package's Prometheus
-    # server from being started (where an init system would start it).
-    made_policy=
-    if [ ! -e /usr/sbin/policy-rc.d ]; then
-        printf '#!/bin/sh\nexit 101\n' >/usr/sbin/policy-rc.d
-        chmod +x /usr/sbin/policy-rc.d
-        made_policy=1
-        trap 'rm -f /usr/sbin/policy-rc.d' EXIT
-    fi
-    apt-get -o DPkg::Lock::Timeout=300 update -q >&2
-    apt-get -o DPkg::Lock::Timeout=300 install -y -q prometheus >&2
-    if [ -n "$made_policy" ]; then rm -f /usr/sbin/policy-rc.d; trap - EXIT; fi
-fi
+# Debian's prometheus package ships promtool (its server is not started: scripts/apt-install.sh).
+command -v promtool >/dev/null 2>&1 || scripts/apt-install.sh promtool.sh prometheus
 
 promtool check rules deploy/prometheus/alerts.yml
 (cd deploy/prometheus && promtool test rules alerts.test.yml)

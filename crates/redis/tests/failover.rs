@@ -56,6 +56,17 @@ async fn in_sync(primary: &RedisServer) {
     let _ = &mut conn;
 }
 
+/// `REPLICAOF NO ONE`: the replica becomes a primary (a new replication id), as in a failover.
+async fn promote(replica: &RedisServer) {
+    let mut conn = raw(replica).await;
+    let _: () = redis::cmd("REPLICAOF")
+        .arg("NO")
+        .arg("ONE")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_promoted_replica_fences_the_copy_instead_of_selling_from_it() {
     let (primary, replica) = primary_and_replica().await;
@@ -65,13 +76,7 @@ async fn a_promoted_replica_fences_the_copy_instead_of_selling_from_it() {
     let order = buy_ok(&on_primary, sku, 1, "a", 1).await;
     in_sync(&primary).await;
 
-    let mut conn = raw(&replica).await;
-    let _: () = redis::cmd("REPLICAOF")
-        .arg("NO")
-        .arg("ONE")
-        .query_async(&mut conn)
-        .await
-        .unwrap();
+    promote(&replica).await;
     let promoted = RedisLedger::connect(&replica.url(), "fs").await.unwrap();
     let snap = promoted
         .hot_snapshot(sku)
@@ -103,13 +108,7 @@ async fn a_copy_opened_on_the_promoted_node_sells_again() {
     let sku = warm(&on_primary, &sale).await;
     buy_ok(&on_primary, sku, 1, "a", 1).await;
     in_sync(&primary).await;
-    let mut conn = raw(&replica).await;
-    let _: () = redis::cmd("REPLICAOF")
-        .arg("NO")
-        .arg("ONE")
-        .query_async(&mut conn)
-        .await
-        .unwrap();
+    promote(&replica).await;
     let promoted = RedisLedger::connect(&replica.url(), "fs").await.unwrap();
     assert_eq!(
         buy(&promoted, sku, 2, "b", 1).await,

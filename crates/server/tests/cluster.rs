@@ -311,29 +311,34 @@ async fn a_planned_failover_mid_spike_loses_no_accepted_purchase() {
          accepting again {} ms after CLUSTER FAILOVER",
         back_at - failover_at
     );
+    failover_kept(&stack, &answers, hit, other).await;
+    assert_eq!(
+        missing_in_db(&stack, &answers, hit).await,
+        Vec::<String>::new()
+    );
+}
+
+/// What every failover must keep: the failing shard's sale answers only 202 or 503, the other
+/// shard's sale only 202, no order number goes to two buyers, and once the persisters drained,
+/// I1–I7 hold on MariaDB's rows and every 202 of the other sale is there.
+async fn failover_kept(stack: &Stack, answers: &[Answer], hit: u64, other: u64) {
+    let hit_counts = statuses(answers, hit);
     assert!(
         hit_counts.keys().all(|s| [202, 503].contains(s)),
         "{hit_counts:?}"
     );
-    let other_counts = statuses(&answers, other);
+    let other_counts = statuses(answers, other);
     assert_eq!(
         other_counts.keys().collect::<Vec<_>>(),
         vec![&202],
         "{other_counts:?}"
     );
     assert!(
-        handed_twice(&answers).is_empty(),
+        handed_twice(answers).is_empty(),
         "an order number went to two buyers"
     );
-    drained(&stack, &[hit, other]).await;
-    assert_eq!(
-        missing_in_db(&stack, &answers, hit).await,
-        Vec::<String>::new()
-    );
-    assert_eq!(
-        missing_in_db(&stack, &answers, other).await,
-        Vec::<String>::new()
-    );
+    drained(stack, &[hit, other]).await;
+    assert!(missing_in_db(stack, answers, other).await.is_empty());
 }
 
 /// What a kill -9 of a sale's primary mid-spike did.
@@ -346,6 +351,22 @@ struct KillOutcome {
     reported: HashSet<String>,
     hit: HashMap<u16, usize>,
     accepted_per_s: f64,
+}
+
+impl KillOutcome {
+    /// The numbers BENCHMARKS.md and docs/DEPLOY.md quote.
+    fn print(&self, how: &str) {
+        println!(
+            "kill -9 of a primary, {how}: answered {:?}; accepting again {} ms after the first \
+             refusal (node timeout {NODE_TIMEOUT_MS} ms); acked-but-lost {} (reported {}); \
+             {:.0} accepted/s on another shard before the kill",
+            self.hit,
+            self.outage_ms,
+            self.missing.len(),
+            self.reported.len(),
+            self.accepted_per_s
+        );
+    }
 }
 
 /// Kills the primary of a live sale mid-spike. With `lagging`, its replica's link is cut
@@ -393,23 +414,8 @@ async fn kill_primary_mid_spike(replication: Option<Replication>, lagging: bool)
     spike.accepted_again(hit, back_at + 500).await;
     let answers = spike.stop().await;
 
-    let other_counts = statuses(&answers, other);
-    assert_eq!(
-        other_counts.keys().collect::<Vec<_>>(),
-        vec![&202],
-        "{other_counts:?}"
-    );
-    assert!(
-        handed_twice(&answers).is_empty(),
-        "an order number went to two buyers"
-    );
-    drained(&stack, &[hit, other]).await;
-    assert!(missing_in_db(&stack, &answers, other).await.is_empty());
+    failover_kept(&stack, &answers, hit, other).await;
     let hit_counts = statuses(&answers, hit);
-    assert!(
-        hit_counts.keys().all(|s| [202, 503].contains(s)),
-        "{hit_counts:?}"
-    );
     KillOutcome {
         outage_ms: back_at - refused_at,
         missing: missing_in_db(&stack, &answers, hit)
@@ -430,16 +436,7 @@ const OUTAGE_OVER_NODE_TIMEOUT_MS_MAX: u64 = 15_000;
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_primary_killed_mid_spike_loses_only_what_it_reports() {
     let k = kill_primary_mid_spike(None, true).await;
-    println!(
-        "kill -9 of a primary, no WAIT: answered {:?}; accepting again {} ms after the first \
-         refusal (node timeout {NODE_TIMEOUT_MS} ms); acked-but-lost {} (reported {}); \
-         {:.0} accepted/s on another shard before the kill",
-        k.hit,
-        k.outage_ms,
-        k.missing.len(),
-        k.reported.len(),
-        k.accepted_per_s
-    );
+    k.print("no WAIT");
     assert!(k.outage_ms <= NODE_TIMEOUT_MS + OUTAGE_OVER_NODE_TIMEOUT_MS_MAX);
     assert!(
         k.missing.is_subset(&k.reported),
@@ -456,15 +453,7 @@ async fn with_wait_a_primary_killed_mid_spike_loses_no_accepted_purchase() {
         timeout: Duration::from_millis(100),
     };
     let k = kill_primary_mid_spike(Some(wait), true).await;
-    println!(
-        "kill -9 of a primary, WAIT 1 100: answered {:?}; accepting again {} ms after the first \
-         refusal; acked-but-lost {} (reported {}); {:.0} accepted/s on another shard before the kill",
-        k.hit,
-        k.outage_ms,
-        k.missing.len(),
-        k.reported.len(),
-        k.accepted_per_s
-    );
+    k.print("WAIT 1 100 ms");
     assert!(k.outage_ms <= NODE_TIMEOUT_MS + OUTAGE_OVER_NODE_TIMEOUT_MS_MAX);
     assert!(k.missing.is_empty(), "lost with WAIT: {:?}", k.missing);
 }
