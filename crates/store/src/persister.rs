@@ -25,6 +25,11 @@ use flashsale_redis::StreamReader;
 use tokio::sync::{broadcast, watch};
 use tokio::task::JoinHandle;
 
+/// Most events one `apply_events` transaction takes. A read of `batch_max` entries may hold
+/// far more events than entries (one purchase call's entry carries all its deductions, up to
+/// `BATCH_LEN_MAX`), so a read is applied in transactions of at most this many.
+pub const EVENTS_PER_APPLY_MAX: usize = 16_384;
+
 /// Tunables; every one a bound.
 #[derive(Debug, Clone)]
 pub struct PersisterConfig {
@@ -32,7 +37,7 @@ pub struct PersisterConfig {
     pub prefix: String,
     /// This instance's name in the consumer group and as lease owner.
     pub consumer: String,
-    /// Entries per read, and so events per transaction.
+    /// Entries per read (events per transaction: at most [`EVENTS_PER_APPLY_MAX`]).
     pub batch_max: usize,
     /// How long one read waits for new entries.
     pub block_ms: u64,
@@ -315,7 +320,7 @@ impl SaleWorker {
             None => {}
         }
         events.sort_by_key(|e| e.seq);
-        let report = match self.store.apply_events(self.sku, &events).await {
+        let report = match self.apply_chunked(&events).await {
             Ok(report) => report,
             Err(StoreError::Gap {
                 applied_seq,
@@ -366,6 +371,24 @@ impl SaleWorker {
             reader.ack(self.sku, &ids).await?;
         }
         Ok(kept)
+    }
+
+    /// The events of one read, applied at most [`EVENTS_PER_APPLY_MAX`] per transaction, in
+    /// seq order. A failure midway leaves the entries unacknowledged: their redelivery finds
+    /// the applied part as duplicates (exactly once still holds).
+    async fn apply_chunked(
+        &self,
+        events: &[Event],
+    ) -> Result<flashsale_core::ApplyReport, StoreError> {
+        let mut total = flashsale_core::ApplyReport::default();
+        for chunk in events.chunks(EVENTS_PER_APPLY_MAX) {
+            let report = self.store.apply_events(self.sku, chunk).await?;
+            total.applied += report.applied;
+            total.duplicates += report.duplicates;
+            total.rejected.extend(report.rejected);
+            total.fenced.extend(report.fenced);
+        }
+        Ok(total)
     }
 
     fn record(&self, report: &flashsale_core::ApplyReport, events: usize, started: Instant) {
