@@ -629,7 +629,7 @@ async fn cleanup_redis(
     Ok(())
 }
 
-fn print_strategies(rows: &[crate::strategies::Row_]) {
+fn print_strategies(rows: &[crate::strategies::StrategyRow]) {
     println!(
         "\n{:<20} {:>10} {:>9} {:>9} {:>8} {:>9} {:>10} {:>10} {:>12} {:>12}",
         "strategy",
@@ -678,7 +678,7 @@ fn print_strategies(rows: &[crate::strategies::Row_]) {
     if let (Some(ours), Some(lua)) = (find("flashsale-redis"), find("redis-lua")) {
         // Per accepted purchase: what the success path costs Redis, whatever share of the
         // buyers met a sold-out sale.
-        let per_sold = |r: &crate::strategies::Row_, v: Option<f64>| {
+        let per_sold = |r: &crate::strategies::StrategyRow, v: Option<f64>| {
             v.map(|u| u * r.buyers as f64 / r.audit.units_sold.max(1) as f64)
         };
         if let (Some(a), Some(b)) = (
@@ -696,7 +696,7 @@ fn print_strategies(rows: &[crate::strategies::Row_]) {
             "flashsale-redis / redis-lua throughput = {:.2} (target >= 2)",
             ours.per_s / lua.per_s
         );
-        type Measure = fn(&crate::strategies::Row_) -> Option<f64>;
+        type Measure = fn(&crate::strategies::StrategyRow) -> Option<f64>;
         let measures: [(&str, Measure); 2] = [
             ("Redis CPU per request (INFO cpu)", |r| {
                 r.redis_usec_per_request

@@ -43,7 +43,7 @@ pub struct Audit {
 }
 
 #[derive(Debug, Clone, Serialize)]
-pub struct Row_ {
+pub struct StrategyRow {
     pub strategy: String,
     pub buyers: u64,
     pub per_s: f64,
@@ -91,7 +91,7 @@ pub async fn measure(
     w: &Workload,
     redis: &mut MultiplexedConnection,
     meter: &Meter,
-) -> anyhow::Result<Row_> {
+) -> anyhow::Result<StrategyRow> {
     let cpu_before = meter.sample();
     let before = if s.uses_redis() {
         Some(RedisUsec::read(redis).await?)
@@ -136,7 +136,7 @@ pub async fn measure(
     };
     let audit = s.audit(w.units).await?;
     let sold = audit.units_sold.max(0) as u64;
-    Ok(Row_ {
+    Ok(StrategyRow {
         strategy: s.name().into(),
         buyers: w.users,
         per_s: w.users as f64 / secs,
