@@ -7,22 +7,12 @@ use std::time::Duration;
 use flashsale_core::{Ledger, SkuId};
 use flashsale_redis::{slot, Keys, RedisLedger};
 use flashsale_testkit::conformance;
-use flashsale_testkit::redis_cluster::RedisCluster;
+use flashsale_testkit::redis_cluster::{self, RedisCluster};
 use flashsale_testkit::redis_server::RedisServer;
 use flashsale_testkit::wait;
 
 async fn one_node_cluster() -> RedisServer {
-    let server = RedisServer::spawn_with(&[
-        "--save",
-        "",
-        "--appendonly",
-        "no",
-        "--cluster-enabled",
-        "yes",
-        "--cluster-config-file",
-        "nodes.conf",
-    ])
-    .await;
+    let server = redis_cluster::spawn_node(2_000).await;
     let client = redis::Client::open(server.url()).unwrap();
     let mut conn = client.get_multiplexed_async_connection().await.unwrap();
     let _: () = redis::cmd("CLUSTER")

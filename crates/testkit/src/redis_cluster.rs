@@ -41,32 +41,9 @@ impl RedisCluster {
     /// primary has a replica in sync. `node_timeout_ms` is `cluster-node-timeout` (how long a
     /// node must be unreachable before it is failed over).
     pub async fn spawn(node_timeout_ms: u64) -> RedisCluster {
-        let timeout = node_timeout_ms.to_string();
         let mut nodes = Vec::new();
         for _ in 0..6 {
-            // The bus port is port + 10000 unless set: past 55535 that is no port at all.
-            let bus_port = crate::free_port().to_string();
-            nodes.push(
-                RedisServer::spawn_with(&[
-                    "--cluster-port",
-                    &bus_port,
-                    "--save",
-                    "",
-                    "--appendonly",
-                    "no",
-                    "--cluster-enabled",
-                    "yes",
-                    "--cluster-config-file",
-                    "nodes.conf",
-                    "--cluster-node-timeout",
-                    &timeout,
-                    "--cluster-require-full-coverage",
-                    "no",
-                    "--cluster-replica-validity-factor",
-                    "0",
-                ])
-                .await,
-            );
+            nodes.push(spawn_node(node_timeout_ms).await);
         }
         let cluster = RedisCluster {
             nodes,
@@ -318,6 +295,33 @@ impl RedisCluster {
         })
         .await;
     }
+}
+
+/// One cluster-enabled `redis-server` of no cluster yet (see the module doc for its settings).
+/// A one-node cluster is this plus `CLUSTER ADDSLOTSRANGE 0 16383`.
+pub async fn spawn_node(node_timeout_ms: u64) -> RedisServer {
+    // The bus port is port + 10000 unless set: past 55535 that is no port at all.
+    let bus_port = crate::free_port().to_string();
+    let timeout = node_timeout_ms.to_string();
+    RedisServer::spawn_with(&[
+        "--cluster-port",
+        &bus_port,
+        "--save",
+        "",
+        "--appendonly",
+        "no",
+        "--cluster-enabled",
+        "yes",
+        "--cluster-config-file",
+        "nodes.conf",
+        "--cluster-node-timeout",
+        &timeout,
+        "--cluster-require-full-coverage",
+        "no",
+        "--cluster-replica-validity-factor",
+        "0",
+    ])
+    .await
 }
 
 async fn connect(url: &str) -> Option<MultiplexedConnection> {
