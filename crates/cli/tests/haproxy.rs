@@ -330,20 +330,30 @@ async fn a_spike_through_haproxy_sells_exactly_the_stock_on_three_instances() {
     let (_, sold, events) = stored(&d.db, sku).await;
     assert_eq!(sold as u64, stock);
     // Every event applied once over all instances: the persisters' own counts add up to the
-    // database's rows (one lease per sale: a second writer would apply nothing new).
-    let mut applied = 0.0;
-    let mut writers = Vec::new();
-    for i in 0..INSTANCES {
-        let n = d.persisted(i).await.get(&sku).copied().unwrap_or(0.0);
-        applied += n;
-        if n > 0.0 {
-            writers.push(i + 1);
+    // database's rows (one lease per sale: a second writer would apply nothing new). A
+    // persister counts a batch just after its commit, so the counts are polled, not read once.
+    let applied_by = || async {
+        let mut applied = 0.0;
+        let mut writers = Vec::new();
+        for i in 0..INSTANCES {
+            let n = d.persisted(i).await.get(&sku).copied().unwrap_or(0.0);
+            applied += n;
+            if n > 0.0 {
+                writers.push(i + 1);
+            }
         }
-    }
-    assert_eq!(
-        applied as i64, events,
-        "applied once each; writers s{writers:?}"
-    );
+        (applied as i64, writers)
+    };
+    let counted = wait::within(Duration::from_secs(30), || async {
+        let (applied, writers) = applied_by().await;
+        (applied >= events).then_some((applied, writers))
+    })
+    .await;
+    let (applied, writers) = match counted {
+        Some(counted) => counted,
+        None => applied_by().await,
+    };
+    assert_eq!(applied, events, "applied once each; writers s{writers:?}");
     println!("haproxy spike: {by_status:?}, answered by {instances:?}, persisted by s{writers:?}");
 }
 
