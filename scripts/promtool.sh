@@ -4,15 +4,17 @@
 # config (`check config`). Any further arguments are more rule files to check (the browser-free
 # deploy test passes the Grafana dashboard's queries this way).
 #
-# Installs Debian's `prometheus` package (which ships promtool) when promtool is missing and
-# this runs as root; otherwise says what to install and fails. Idempotent.
+# Installs nothing: scripts/test-deps.sh installs Debian's `prometheus` (which ships promtool)
+# before the tests; tests run at once and must not race for apt's lock.
 #
 #   scripts/promtool.sh            # ~1 s once installed
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-# Debian's prometheus package ships promtool (its server is not started: scripts/apt-install.sh).
-command -v promtool >/dev/null 2>&1 || scripts/apt-install.sh promtool.sh prometheus
+command -v promtool >/dev/null 2>&1 || {
+    echo "promtool.sh: promtool is missing: run scripts/test-deps.sh (the test command does)" >&2
+    exit 1
+}
 
 promtool check rules deploy/prometheus/alerts.yml
 (cd deploy/prometheus && promtool test rules alerts.test.yml)

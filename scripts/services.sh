@@ -5,6 +5,7 @@
 # The tests also spawn throwaway redis-server / mariadbd processes of their own, so the binaries
 # must be installed even when the shared servers run elsewhere.
 set -euo pipefail
+cd "$(dirname "$0")/.."
 
 REDIS_PORT=${FLASHSALE_TEST_REDIS_PORT:-6379}
 MYSQL_PORT=${FLASHSALE_TEST_MYSQL_PORT:-3306}
@@ -16,9 +17,7 @@ can_install() { [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; }
 
 apt_install() {
     can_install || die "$1 is not installed and I cannot install it (need root and apt-get). Install: $*"
-    say "installing $*"
-    DEBIAN_FRONTEND=noninteractive apt-get update -qq >/dev/null
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$@" >/dev/null
+    scripts/apt-install.sh services "$@"
 }
 
 wait_for() { # what, command...

@@ -1,9 +1,12 @@
 #!/usr/bin/env bash
-# The test command: makes sure Redis and MariaDB are reachable, then runs every test of the
-# workspace (unit, integration against real Redis and real MariaDB, HTTP on loopback).
+# The test command: makes sure Redis and MariaDB are reachable and that the Debian tools the
+# tests call are installed (scripts/test-deps.sh, once, before any test runs), then runs every
+# test of the workspace (unit, integration against real Redis and real MariaDB, HTTP on
+# loopback).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/services.sh
+scripts/test-deps.sh
 # Tests put their keys under fstest_<random> prefixes on the shared Redis and drop their own
 # databases; remove the keys when the run ends, whatever its outcome.
 cleanup() {

@@ -2,7 +2,8 @@
 //! /readyz), on a six-node Redis Cluster and MariaDB: a spike through the load balancer sells
 //! exactly the stock with answers spread over the instances and every event persisted once;
 //! an instance killed with SIGKILL mid-spike loses no accepted purchase and the others carry
-//! on. `scripts/haproxy-deps.sh` installs Debian's haproxy when it is missing (as root).
+//! on. `scripts/haproxy-deps.sh` checks the config with Debian's haproxy (installed by the test
+//! command before any test runs: scripts/test-deps.sh).
 
 use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};

@@ -114,6 +114,15 @@ pub enum LedgerError {
     /// The ledger's backing server is down or slow: answer 503, never fall back.
     #[error("hot ledger unavailable: {0}")]
     Unavailable(String),
+    /// Written on the ledger's primary but not confirmed by enough replicas in time: answer
+    /// 503 like [`LedgerError::Unavailable`] (the client retries with the same request id).
+    /// `written` names the purchases accepted (new or replayed) or the order resolved, so
+    /// that the loss journal can report them if a failover drops them.
+    #[error("hot ledger unavailable: {why}")]
+    Unconfirmed {
+        written: Vec<crate::OrderNo>,
+        why: String,
+    },
     /// The ledger's queue for this sale is full: answer 429 BUSY.
     #[error("hot ledger busy")]
     Busy,
@@ -125,6 +134,17 @@ pub enum LedgerError {
     AlreadyWarm,
     #[error("hot ledger fault: {0}")]
     Internal(String),
+}
+
+impl LedgerError {
+    /// Answered 503 and counted by the breaker: the server is down or slow, or a write was
+    /// not confirmed by its replicas.
+    pub fn is_unavailable(&self) -> bool {
+        matches!(
+            self,
+            LedgerError::Unavailable(_) | LedgerError::Unconfirmed { .. }
+        )
+    }
 }
 
 /// The system of record could not do what was asked.

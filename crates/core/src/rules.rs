@@ -187,23 +187,25 @@ impl SaleBook {
         debug_assert!(self.counters.conserved());
     }
 
-    /// Pays a reservation of `user`.
+    /// Pays a reservation of `user`. A retry of a payment that went through answers the
+    /// paid order again with no event (the first outcome).
     pub fn pay(
         &mut self,
         no: &OrderNo,
         user: UserId,
         now_ms: i64,
-    ) -> Result<(HotOrder, Event), ErrorCode> {
+    ) -> Result<(HotOrder, Option<Event>), ErrorCode> {
         self.resolve(no, user, now_ms, EventKind::Paid)
     }
 
-    /// Cancels a reservation of `user` and gives the units and the quota back.
+    /// Cancels a reservation of `user` and gives the units and the quota back. A retry of a
+    /// cancellation that went through answers the cancelled order again with no event.
     pub fn cancel(
         &mut self,
         no: &OrderNo,
         user: UserId,
         now_ms: i64,
-    ) -> Result<(HotOrder, Event), ErrorCode> {
+    ) -> Result<(HotOrder, Option<Event>), ErrorCode> {
         self.resolve(no, user, now_ms, EventKind::Cancelled)
     }
 
@@ -213,15 +215,21 @@ impl SaleBook {
         user: UserId,
         now_ms: i64,
         kind: EventKind,
-    ) -> Result<(HotOrder, Event), ErrorCode> {
+    ) -> Result<(HotOrder, Option<Event>), ErrorCode> {
         let order = match self.orders.get(no) {
             Some(order) if order.user_id == user => order,
             _ => return Err(ErrorCode::OrderNotFound),
         };
         match order.status {
             OrderStatus::Reserved if now_ms >= order.deadline_ms => Err(ErrorCode::HoldExpired),
-            OrderStatus::Reserved => Ok(self.transition(no, kind, now_ms)),
+            OrderStatus::Reserved => {
+                let (order, event) = self.transition(no, kind, now_ms);
+                Ok((order, Some(event)))
+            }
             OrderStatus::Expired => Err(ErrorCode::HoldExpired),
+            // The owner's retry of the same resolution: its first outcome (a reservation's
+            // pay answered 503 may have gone through; its retry must not read as a conflict).
+            status if status == kind.status_after(self.sale.mode) => Ok((order.clone(), None)),
             _ => Err(ErrorCode::AlreadyResolved),
         }
     }

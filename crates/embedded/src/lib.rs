@@ -433,8 +433,10 @@ impl Inner {
                         _ => loaded.book.cancel(&order_no, user, now),
                     };
                     let resolution = result.map(|(order, event)| {
-                        gave_back |= kind == EventKind::Cancelled;
-                        events.push(event);
+                        if let Some(event) = event {
+                            gave_back |= kind == EventKind::Cancelled;
+                            events.push(event);
+                        }
                         order
                     });
                     answers.push(Answer::Resolve(reply, resolution));

@@ -1,7 +1,7 @@
-#!lua
 -- Loads a sale into the hot ledger from the system of record as the copy of an epoch the
 -- caller has just taken in the database (the fencing token). The copy starts fenced: it
--- judges nothing until open.lua. A copy of an older epoch is replaced (the database already
+-- judges nothing until open.lua. It is stamped with the node it is loaded on (node.lua):
+-- restore_orders.lua and open.lua refuse it on any other node. A copy of an older epoch is replaced (the database already
 -- refuses its events); a copy of this epoch or a newer one stands, and the answer is
 -- 'ALREADY_WARM'. The events stream is never deleted here: the persister still reads it,
 -- and the database sorts its events by epoch.
@@ -54,5 +54,5 @@ redis.call('DEL', KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5])
 redis.call('HSET', KEYS[1], 'sku', ARGV[1], 'total', ARGV[2], 'available', ARGV[3],
   'reserved', ARGV[4], 'sold', ARGV[5], 'seq', ARGV[6], 'epoch', ARGV[7], 'limit', ARGV[8],
   'mode', mode, 'timeout_ms', ARGV[10], 'starts_at_ms', ARGV[11], 'ends_at_ms', ARGV[12],
-  'state', state, 'fenced_at_ms', string.format('%d', now))
+  'state', state, 'fenced_at_ms', string.format('%d', now), 'node', node_id())
 return 'OK'

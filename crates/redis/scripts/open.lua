@@ -1,5 +1,6 @@
 -- Opens a loaded (fenced) copy: sets its operator state and lifts the fence, only when it is
--- still the copy of the given epoch (a newer rebuild may have replaced it meanwhile).
+-- still the copy of the given epoch (a newer rebuild may have replaced it meanwhile) on the
+-- node that loaded it (a failover midway may have left a copy missing restored orders).
 -- KEYS: 1 sale. ARGV: 1 epoch, 2 state (scheduled | live | paused | ended)
 -- Returns 'OK' or 'STALE' (no copy, or a copy of another epoch). Error reply 'INVALID_ARGS'.
 if #KEYS ~= 1 or #ARGV ~= 2 then
@@ -13,7 +14,7 @@ if not string.match(ARGV[1], '^[1-9]%d*$') then
   return redis.error_reply('INVALID_ARGS epoch must be a positive integer')
 end
 if redis.call('HGET', KEYS[1], 'epoch') ~= ARGV[1] then return 'STALE' end
--- The node it opens on: a write on another node finds the copy moved and fences it.
-redis.call('HSET', KEYS[1], 'state', state, 'node', node_id())
+if moved(KEYS[1]) then return 'STALE' end
+redis.call('HSET', KEYS[1], 'state', state)
 redis.call('HDEL', KEYS[1], 'fenced_at_ms')
 return 'OK'

@@ -1,10 +1,12 @@
 -- Resolves a reservation: 'paid' moves reserved -> sold; 'cancelled' moves reserved ->
 -- available and gives the user's quota back. One script for both, so they cannot drift apart.
 -- Mirrors SaleBook::resolve: not the owner -> ORDER_NOT_FOUND; RESERVED and now < deadline ->
--- change; RESERVED past its deadline or EXPIRED -> HOLD_EXPIRED; else ALREADY_RESOLVED.
+-- change; RESERVED past its deadline or EXPIRED -> HOLD_EXPIRED; already in the status asked
+-- for (the owner's retry) -> the order as it is, no write; else ALREADY_RESOLVED.
 -- KEYS: 1 sale, 2 buyers, 3 orders, 4 holds, 5 events (all tagged {<sku>})
 -- ARGV: 1 order_no, 2 user_id, 3 kind ('paid' | 'cancelled')
 -- Returns {'OK', encoded_order_after, restocked (1 when available came back from 0)}
+--      or {'R', encoded_order} (a retry of a resolution that went through: nothing written)
 --      or {'X', CODE} (UNAVAILABLE while the copy is fenced).
 -- Error replies: 'INVALID_ARGS', 'NOT_WARMED', 'CORRUPT'.
 if #KEYS ~= 5 or #ARGV ~= 3 then
@@ -47,6 +49,7 @@ local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local q, deadline = tonumber(o_q), tonumber(o_deadline)
 if o_status == 'RESERVED' and now >= deadline then return { 'X', 'HOLD_EXPIRED' } end
 if o_status == 'EXPIRED' then return { 'X', 'HOLD_EXPIRED' } end
+if o_status == STATUS then return { 'R', encoded } end
 if o_status ~= 'RESERVED' then return { 'X', 'ALREADY_RESOLVED' } end
 
 local f = redis.call('HMGET', K_SALE, 'available', 'reserved', 'sold', 'seq', 'sku', 'epoch')

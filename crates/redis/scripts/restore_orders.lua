@@ -1,14 +1,15 @@
-#!lua
 -- Rebuild after a loss of hot state: puts orders read back from the system of record into a
 -- warm sale (mirrors SaleBook::restore_order): the order, its request (replay), the buyer's
 -- units when it is live, its hold when it is RESERVED. An order already present is skipped,
 -- so a chunk can be sent again. Counters are not touched (load set them). Only into the
--- fenced copy of the given epoch (load.lua), so no purchase is judged half-restored and a
--- rebuild that lost a race cannot write into the winner's copy.
+-- fenced copy of the given epoch (load.lua) on the node that loaded it, so no purchase is
+-- judged half-restored, a rebuild that lost a race cannot write into the winner's copy, and a
+-- failover midway (the new primary may lack earlier chunks) makes the rebuild start over.
 -- KEYS: 1 sale, 2 buyers, 3 requests, 4 orders, 5 holds (all tagged {<sku>})
 -- ARGV: epoch, n, then n times: order_no, user_id, request_id, quantity, status,
 --       deadline_ms, created_at_ms
--- Returns the number of orders added, or -1 when the copy is not the fenced one of epoch.
+-- Returns the number of orders added, or -1 when the copy is not the fenced one of epoch on
+-- this node.
 -- Error replies: 'INVALID_ARGS', 'NOT_WARMED'.
 if #KEYS ~= 5 then return redis.error_reply('INVALID_ARGS restore_orders needs 5 keys') end
 local K_SALE, K_BUYERS, K_REQUESTS, K_ORDERS, K_HOLDS = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
@@ -21,7 +22,7 @@ end
 local head = redis.call('HMGET', K_SALE, 'sku', 'epoch', 'fenced_at_ms')
 local sku = head[1]
 if not sku then return redis.error_reply('NOT_WARMED sale is not in the hot ledger') end
-if head[2] ~= epoch or not head[3] then return -1 end
+if head[2] ~= epoch or not head[3] or moved(K_SALE) then return -1 end
 
 local live = { PENDING = true, CREATED = true, RESERVED = true, PAID = true }
 local known = { CANCELLED = true, EXPIRED = true, REJECTED = true }

@@ -81,8 +81,16 @@ impl Keys {
         self.tagged(sku, "lease")
     }
 
+    /// String: a counter bumped on the sale's primary before a `WAIT` that confirms a
+    /// replay (which writes nothing): WAIT waits for the connection's last write, and a
+    /// reconnected connection has none, so without a write of its own it would confirm at
+    /// once what the replicas may never have had.
+    pub fn wait_mark(&self, sku: SkuId) -> String {
+        self.tagged(sku, "wait")
+    }
+
     /// Every per-sale key, in a fixed order (for tests and tools).
-    pub fn all_of_sale(&self, sku: SkuId) -> [String; 7] {
+    pub fn all_of_sale(&self, sku: SkuId) -> [String; 8] {
         [
             self.sale(sku),
             self.buyers(sku),
@@ -91,6 +99,7 @@ impl Keys {
             self.holds(sku),
             self.events(sku),
             self.lease(sku),
+            self.wait_mark(sku),
         ]
     }
 

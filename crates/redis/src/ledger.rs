@@ -230,11 +230,11 @@ impl RedisLedger {
         let reply: Vec<Value> = self.run(name, &inv).await?;
         let head = reply.first().and_then(as_string);
         match head.as_deref() {
-            Some("OK") => {
+            Some(tag @ ("OK" | "R")) => {
                 let encoded = reply.get(1).and_then(as_string).unwrap_or_default();
                 let order =
                     decode_order(&order_no.to_string(), &encoded).map_err(LedgerError::Internal)?;
-                self.replicated(sku).await?;
+                self.confirmed(sku, tag == "R", vec![*order_no]).await?;
                 if reply.get(2).and_then(as_int) == Some(1) {
                     self.announce_restock(sku).await;
                 }
@@ -245,9 +245,44 @@ impl RedisLedger {
         }
     }
 
+    /// With [`Replication`] set: confirms that `written` (accepted purchases or a resolved
+    /// order) reached the replicas, or answers [`LedgerError::Unconfirmed`] naming them (the
+    /// loss journal keeps them; the client retries with the same request id). A call that
+    /// wrote nothing (`replay`) first bumps the sale's wait mark: Redis 7.0 moves a
+    /// connection's WAIT offset with every command, but a server that moves it only with the
+    /// connection's own writes would confirm a replay on a fresh connection at once.
+    async fn confirmed(
+        &self,
+        sku: SkuId,
+        replay: bool,
+        written: Vec<OrderNo>,
+    ) -> Result<(), LedgerError> {
+        if self.replication.is_none() {
+            return Ok(());
+        }
+        let mut result = Ok(());
+        if replay {
+            let mut mark = redis::cmd("INCR");
+            mark.arg(self.keys.wait_mark(sku));
+            let slot = crate::keys::slot(&self.keys.sale(sku));
+            result = bounded(Timeouts::HOT.call, self.conn.on_slot(slot, &mark))
+                .await
+                .map(|_| ());
+        }
+        if result.is_ok() {
+            result = self.replicated(sku).await;
+        }
+        result.map_err(|e| match e {
+            LedgerError::Unavailable(why) | LedgerError::Internal(why) => {
+                LedgerError::Unconfirmed { written, why }
+            }
+            e => e,
+        })
+    }
+
     /// With [`Replication`] set: waits until the sale's writes so far reached that many
     /// replicas (`WAIT` on the connection that ran them). Fewer within the timeout is
-    /// `Unavailable`: the buyer retries with the same request id and gets the first outcome.
+    /// `Unavailable`.
     async fn replicated(&self, sku: SkuId) -> Result<(), LedgerError> {
         let Some(want) = self.replication else {
             return Ok(());
@@ -406,11 +441,24 @@ impl HotLedger for RedisLedger {
             .chunks_exact(3)
             .map(outcome_of)
             .collect::<Result<Vec<_>, _>>()?;
-        if outcomes
+        let written: Vec<OrderNo> = outcomes
             .iter()
-            .any(|o| matches!(o, PurchaseOutcome::Accepted { .. }))
-        {
-            self.replicated(sku).await?;
+            .filter_map(|o| match o {
+                PurchaseOutcome::Accepted { order, .. } => Some(order.order_no),
+                _ => None,
+            })
+            .collect();
+        if !written.is_empty() {
+            let fresh = outcomes.iter().any(|o| {
+                matches!(
+                    o,
+                    PurchaseOutcome::Accepted {
+                        replayed: false,
+                        ..
+                    }
+                )
+            });
+            self.confirmed(sku, !fresh, written).await?;
         }
         Ok(outcomes)
     }

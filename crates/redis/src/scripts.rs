@@ -1,7 +1,7 @@
 //! The Lua scripts, compiled into the binary with `include_str!`.
 //!
 //! Every script starts with `#!lua` (Redis 7 refuses a write script before it runs when out of
-//! memory; for the five that share the node prelude it is prepended here), names every key it touches in KEYS (all keys of one sale share a hash tag, so a
+//! memory; for the seven that share the node prelude it is prepended here), names every key it touches in KEYS (all keys of one sale share a hash tag, so a
 //! script runs on one cluster slot), does every check for a request before any write for it,
 //! reads the clock with `TIME`, and validates its own arguments. `redis::Script` sends EVALSHA
 //! and reloads the script on NOSCRIPT (after a restart, a failover or SCRIPT FLUSH).
@@ -25,14 +25,14 @@ pub const PURCHASE: &str = with_node!("../scripts/purchase.lua");
 /// Pay and cancel: the event kind is its third argument.
 pub const RESOLVE: &str = with_node!("../scripts/resolve.lua");
 pub const EXPIRE_DUE: &str = with_node!("../scripts/expire_due.lua");
-pub const LOAD: &str = include_str!("../scripts/load.lua");
+pub const LOAD: &str = with_node!("../scripts/load.lua");
 pub const FENCE: &str = include_str!("../scripts/fence.lua");
 pub const OPEN: &str = with_node!("../scripts/open.lua");
 pub const SET_STATE: &str = include_str!("../scripts/set_state.lua");
 pub const SNAPSHOT: &str = with_node!("../scripts/snapshot.lua");
 pub const LEASE_ACQUIRE: &str = include_str!("../scripts/lease_acquire.lua");
 pub const LEASE_RELEASE: &str = include_str!("../scripts/lease_release.lua");
-pub const RESTORE_ORDERS: &str = include_str!("../scripts/restore_orders.lua");
+pub const RESTORE_ORDERS: &str = with_node!("../scripts/restore_orders.lua");
 
 /// Every script with its name (the `script` label of `flashsale_script_latency_seconds`).
 pub const ALL: [(&str, &str); 11] = [

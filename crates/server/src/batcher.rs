@@ -13,8 +13,10 @@
 //!   (at most `batch_max`) as soon as the previous call returns, so at low load a request goes
 //!   alone with no timer wait, and under a spike the batches grow by themselves. A full queue
 //!   answers BUSY.
-//! - Loss journal: every newly accepted purchase is written into the reconciler's
-//!   [`Journal`] here, where every outcome is seen.
+//! - Loss journal: every accepted purchase (new or a replay, answered 202 or written but not
+//!   confirmed by the replicas and answered 503) is written into the reconciler's
+//!   [`Journal`] here, where every outcome is seen: whatever this instance may have promised,
+//!   a later loss of it is reported.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
@@ -163,9 +165,7 @@ async fn run(
         match ledger.purchase_batch(sku, &reqs).await {
             Ok(outcomes) => {
                 assert_eq!(outcomes.len(), jobs.len(), "one outcome per request");
-                flagger
-                    .journal
-                    .record_purchases(sku, newly_accepted(&outcomes));
+                flagger.journal.record_purchases(sku, accepted(&outcomes));
                 if reqs.iter().zip(&outcomes).any(nothing_left) {
                     flagger.flag(sku);
                 }
@@ -174,6 +174,11 @@ async fn run(
                 }
             }
             Err(e) => {
+                if let LedgerError::Unconfirmed { written, .. } = &e {
+                    flagger
+                        .journal
+                        .record_purchases(sku, written.iter().copied());
+                }
                 let message = e.to_string();
                 for job in jobs.drain(..) {
                     let _ = job.reply.send(Err(same_error(&e, &message)));
@@ -188,14 +193,11 @@ fn nothing_left((req, outcome): (&PurchaseRequest, &PurchaseOutcome)) -> bool {
     req.quantity == 1 && matches!(outcome, PurchaseOutcome::Rejected(ErrorCode::SoldOut))
 }
 
-fn newly_accepted(
-    outcomes: &[PurchaseOutcome],
-) -> impl Iterator<Item = flashsale_core::OrderNo> + '_ {
+/// Accepted purchases, replays included: a replay's first answer may have been a 503 (its
+/// call failed after the script ran), so this may be the first time it is promised.
+fn accepted(outcomes: &[PurchaseOutcome]) -> impl Iterator<Item = flashsale_core::OrderNo> + '_ {
     outcomes.iter().filter_map(|o| match o {
-        PurchaseOutcome::Accepted {
-            order,
-            replayed: false,
-        } => Some(order.order_no),
+        PurchaseOutcome::Accepted { order, .. } => Some(order.order_no),
         _ => None,
     })
 }
@@ -237,7 +239,9 @@ impl Flagger {
 
 fn same_error(e: &LedgerError, message: &str) -> LedgerError {
     match e {
-        LedgerError::Unavailable(_) => LedgerError::Unavailable(message.to_owned()),
+        LedgerError::Unavailable(_) | LedgerError::Unconfirmed { .. } => {
+            LedgerError::Unavailable(message.to_owned())
+        }
         LedgerError::Busy => LedgerError::Busy,
         LedgerError::NotWarmed => LedgerError::NotWarmed,
         LedgerError::AlreadyWarm => LedgerError::AlreadyWarm,

@@ -79,7 +79,9 @@ impl IntoResponse for AppError {
 impl From<LedgerError> for AppError {
     fn from(e: LedgerError) -> AppError {
         match e {
-            LedgerError::Unavailable(m) => AppError::new(ErrorCode::Unavailable, m),
+            LedgerError::Unavailable(m) | LedgerError::Unconfirmed { why: m, .. } => {
+                AppError::new(ErrorCode::Unavailable, m)
+            }
             LedgerError::Busy => AppError::new(ErrorCode::Busy, "the sale's queue is full; retry"),
             LedgerError::NotWarmed => {
                 AppError::new(ErrorCode::NotStarted, "the sale is not open yet")

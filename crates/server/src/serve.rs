@@ -127,6 +127,7 @@ impl Backends {
                 &config.tunables.gateway,
                 config.redis_url.as_deref(),
                 &config.redis_prefix,
+                config.redis_replication,
                 backends.ledger,
             )?,
             ..backends

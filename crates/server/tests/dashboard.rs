@@ -4,8 +4,8 @@
 //! the charts drawn with data and the reconciliation verdict. Screenshots (public, admin,
 //! admin at phone width) go to `target/test-output/`.
 //!
-//! `scripts/browser-deps.sh` installs chromium and chromium-driver when they are missing (as
-//! root; otherwise the test fails saying what to install).
+//! `scripts/browser-deps.sh` checks that chromium and chromium-driver are there (the test
+//! command installs them before any test runs: scripts/test-deps.sh).
 
 mod common;
 

@@ -4,8 +4,8 @@
 //! service's own `/metrics` after a few purchases passes `promtool check metrics` (names,
 //! units, HELP text).
 //!
-//! `scripts/promtool.sh` runs the promtool checks (installing Debian's `prometheus` package
-//! for promtool when missing, as root).
+//! `scripts/promtool.sh` runs the promtool checks (promtool comes from Debian's `prometheus`
+//! package, which the test command installs before any test runs: scripts/test-deps.sh).
 
 mod common;
 
@@ -103,7 +103,7 @@ fn alerts_and_dashboard_name_only_documented_metrics() {
     assert!(used.len() >= 15, "{used:?}");
 }
 
-/// `promtool` is there (scripts/promtool.sh installs it when missing).
+/// `promtool` is there (scripts/test-deps.sh installs it before the tests).
 fn ensure_promtool() {
     let status = Command::new("bash")
         .arg(repo_root().join("scripts/promtool.sh"))

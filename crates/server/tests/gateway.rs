@@ -611,6 +611,32 @@ async fn hot_sales_go_to_their_own_redis() {
     common::assert_invariants(stack.store().as_ref(), 92).await;
 }
 
+/// `WAIT` applies to the hot-sale Redis as to the main one: with no replica on either, an
+/// accepted purchase of either sale is not confirmed (503), never 202.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_hot_sale_redis_waits_for_replicas_too() {
+    let main = RedisServer::spawn().await;
+    let hot = RedisServer::spawn().await;
+    let db = TestDatabase::create().await;
+    let mut config = common::config(Some(main.url()), db.url.clone());
+    config.tunables.gateway.hot_redis_url = Some(hot.url());
+    config.tunables.gateway.hot_skus = vec![94];
+    config.redis_replication = Some(flashsale_redis::Replication {
+        replicas: 1,
+        timeout: Duration::from_millis(50),
+    });
+    let stack = Stack::start(config, Some(db), None).await;
+    for sku in [93, 94] {
+        stack.live_sale(sku, 10, 1).await;
+        let (s, b) = stack.buy(1, sku, "a", json!(1)).await;
+        assert_eq!(
+            (s, code(&b)),
+            (StatusCode::SERVICE_UNAVAILABLE, "UNAVAILABLE"),
+            "sale {sku}: {b}"
+        );
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn dashboard_and_docs_are_served() {
     let stack = embedded_with(|_| {}).await;

@@ -408,7 +408,11 @@ async fn resolution_of_a_non_reserved_order_is_rejected(store: &dyn OrderStore) 
     let mut b = book(&s);
     let mut events = buy(&mut b, &[req(1, "a", 1)]);
     let no = events[0].order_no;
-    let (_, paid) = b.pay(&no, UserId(1), NOW + 1).unwrap();
+    let paid = b
+        .pay(&no, UserId(1), NOW + 1)
+        .unwrap()
+        .1
+        .expect("a first pay writes an event");
     events.push(paid.clone());
     store.apply_events(SKU, &events).await.unwrap();
     // A second resolution of the same order (a broken ledger), in its own batch.
@@ -445,8 +449,8 @@ async fn reserve_mode_pay_cancel_expire(store: &dyn OrderStore) {
     assert_eq!(events.len(), 6);
     let no = |b: &mut SaleBook, u: u64| accepted_no(b, &req(u, "r", (u % 2 + 1) as u32));
     let (n1, n2) = (no(&mut b, 1), no(&mut b, 2));
-    events.push(b.pay(&n1, UserId(1), NOW + 10).unwrap().1);
-    events.push(b.cancel(&n2, UserId(2), NOW + 20).unwrap().1);
+    events.push(b.pay(&n1, UserId(1), NOW + 10).unwrap().1.unwrap());
+    events.push(b.cancel(&n2, UserId(2), NOW + 20).unwrap().1.unwrap());
     // A cancelled user buys again; then the rest of the holds expire.
     events.extend(buy(&mut b, &[req(2, "again", 1)]));
     events.extend(b.expire_due(NOW + 60_000 + 1, 2));
@@ -457,7 +461,7 @@ async fn reserve_mode_pay_cancel_expire(store: &dyn OrderStore) {
         .find(|n| b.order(n).unwrap().status == OrderStatus::Reserved)
         .expect("a live hold");
     let user = b.order(&live).unwrap().user_id;
-    events.push(b.pay(&live, user, NOW + 30).unwrap().1);
+    events.push(b.pay(&live, user, NOW + 30).unwrap().1.unwrap());
     assert!(events.windows(2).all(|w| w[1].seq == w[0].seq + 1));
 
     // Small batches so resolutions meet orders both in the same batch and already stored.
@@ -728,7 +732,7 @@ async fn random_redeliveries_end_equal_to_the_book(store: &dyn OrderStore) {
                 } else {
                     b.cancel(&no, user, now)
                 };
-                events.extend(r.ok().map(|(_, e)| e));
+                events.extend(r.ok().and_then(|(_, e)| e));
             }
             _ => events.extend(b.expire_due(now, rng.random_range(1..5))),
         }

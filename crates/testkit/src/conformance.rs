@@ -540,8 +540,9 @@ async fn resolve(ledger: &dyn Ledger, pay: bool, no: &OrderNo, user: u64) -> Opt
     r.expect("resolution answered").err()
 }
 
-/// I7: a reservation resolves once. Second pay or a cancel after pay → ALREADY_RESOLVED,
-/// another user → ORDER_NOT_FOUND, pay or cancel past the deadline → HOLD_EXPIRED (before
+/// I7: a reservation resolves once. A cancel after pay → ALREADY_RESOLVED, a second pay →
+/// the paid order again (a retry's first outcome, no second event), another user →
+/// ORDER_NOT_FOUND, pay or cancel past the deadline → HOLD_EXPIRED (before
 /// and after the expiry worker ran).
 pub async fn one_resolution_per_reservation(ledger: &dyn Ledger) {
     let sku = warm(ledger, &live_sale(SaleMode::Reserve, 10, 1)).await;
@@ -557,9 +558,12 @@ pub async fn one_resolution_per_reservation(ledger: &dyn Ledger) {
         Some(ErrorCode::OrderNotFound)
     );
     assert_eq!(resolve(ledger, pay, &paid, 1).await, None);
+    let seq_paid = stock(ledger, sku).await.3;
+    assert_eq!(resolve(ledger, pay, &paid, 1).await, None, "a retried pay");
     assert_eq!(
-        resolve(ledger, pay, &paid, 1).await,
-        Some(ErrorCode::AlreadyResolved)
+        stock(ledger, sku).await.3,
+        seq_paid,
+        "a retried pay writes nothing"
     );
     assert_eq!(
         resolve(ledger, cancel, &paid, 1).await,
@@ -588,6 +592,19 @@ pub async fn one_resolution_per_reservation(ledger: &dyn Ledger) {
         Some(ErrorCode::HoldExpired)
     );
     assert_eq!(stock(ledger, sku).await, (9, 0, 1, 4));
+
+    let cancelled = buy_ok(ledger, sku, 3, "c", 1).await.order_no;
+    assert_eq!(resolve(ledger, cancel, &cancelled, 3).await, None);
+    assert_eq!(
+        resolve(ledger, cancel, &cancelled, 3).await,
+        None,
+        "a retried cancel"
+    );
+    assert_eq!(
+        resolve(ledger, pay, &cancelled, 3).await,
+        Some(ErrorCode::AlreadyResolved)
+    );
+    assert_eq!(stock(ledger, sku).await, (9, 0, 1, 6));
 }
 
 /// Direct-mode orders are sold at once: pay and cancel answer ALREADY_RESOLVED.

@@ -85,6 +85,26 @@ impl RedisServer {
         }
     }
 
+    /// SIGSTOP: the server holds its connections but answers nothing (a replica that stops
+    /// acknowledging, a primary frozen by a long pause) until [`RedisServer::resume`].
+    pub fn pause(&self) {
+        self.signal("STOP");
+    }
+
+    /// SIGCONT after [`RedisServer::pause`].
+    pub fn resume(&self) {
+        self.signal("CONT");
+    }
+
+    fn signal(&self, name: &str) {
+        let child = self.child.as_ref().expect("running");
+        let status = Command::new("kill")
+            .args([format!("-{name}"), child.id().to_string()])
+            .status()
+            .expect("run kill");
+        assert!(status.success(), "kill -{name} {}", child.id());
+    }
+
     pub fn is_running(&self) -> bool {
         self.child.is_some()
     }

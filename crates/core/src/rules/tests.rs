@@ -130,11 +130,20 @@ fn reserve_pay_cancel_expire_resolve_once() {
         b.pay(&a, UserId(1), NOW).unwrap().0.status,
         OrderStatus::Paid
     );
-    assert_eq!(b.pay(&a, UserId(1), NOW), Err(ErrorCode::AlreadyResolved));
+    // A retried pay answers the paid order again and changes nothing; a cancel conflicts.
+    let (again, event) = b.pay(&a, UserId(1), NOW).unwrap();
+    assert_eq!((again.status, event), (OrderStatus::Paid, None));
+    assert_eq!(
+        b.cancel(&a, UserId(1), NOW),
+        Err(ErrorCode::AlreadyResolved)
+    );
     assert_eq!(
         b.cancel(&c, UserId(2), NOW).unwrap().0.status,
         OrderStatus::Cancelled
     );
+    let (again, event) = b.cancel(&c, UserId(2), NOW).unwrap();
+    assert_eq!((again.status, event), (OrderStatus::Cancelled, None));
+    assert_eq!(b.pay(&c, UserId(2), NOW), Err(ErrorCode::AlreadyResolved));
     assert_eq!(b.units_held(UserId(2)), 0);
     assert_eq!(b.pay(&e, UserId(3), NOW + 100), Err(ErrorCode::HoldExpired));
     let expired = b.expire_due(NOW + 100, 10);

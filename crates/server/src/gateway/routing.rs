@@ -7,17 +7,24 @@ use flashsale_core::Ledger;
 use flashsale_redis::RoutedLedger;
 
 /// The configured ledger, wrapped to send `hot_skus` to `hot_redis_url` when both are set
-/// (Redis ledger only: `redis_url` is the main ledger's).
+/// (Redis ledger only: `redis_url` is the main ledger's). The hot-sale Redis waits for
+/// `replication` as the main one does: a sale's durability must not depend on where it lives.
 pub fn hot_routed(
     g: &super::GatewayConfig,
     redis_url: Option<&str>,
     redis_prefix: &str,
+    replication: Option<flashsale_redis::Replication>,
     ledger: Arc<dyn Ledger>,
 ) -> anyhow::Result<Arc<dyn Ledger>> {
     match (&g.hot_redis_url, redis_url) {
         (Some(hot_url), Some(_)) if !g.hot_skus.is_empty() => {
-            let hot = flashsale_redis::RedisLedger::connect_lazy(hot_url, redis_prefix)
+            let mut hot = flashsale_redis::RedisLedger::connect_lazy(hot_url, redis_prefix)
                 .map_err(|e| anyhow::anyhow!("the hot-sale Redis: {e}"))?;
+            if let Some(replication) = replication {
+                hot = hot
+                    .with_replication(replication)
+                    .map_err(|e| anyhow::anyhow!("the hot-sale Redis: {e}"))?;
+            }
             tracing::info!(skus = ?g.hot_skus, "hot sales routed to a dedicated Redis");
             Ok(Arc::new(RoutedLedger::new(
                 ledger,

@@ -45,7 +45,7 @@ pub struct Losses {
 }
 
 impl Journal {
-    /// Records newly accepted purchases (not replays) of `sku`.
+    /// Records accepted purchases of `sku` (replays too: recording one twice is a no-op).
     pub fn record_purchases(&self, sku: SkuId, orders: impl Iterator<Item = OrderNo>) {
         let mut sales = self.sales.lock().expect("journal lock");
         let journal = sales.entry(sku).or_default();

@@ -52,8 +52,9 @@ fn owned(order: HotOrder, user: UserId, status: OrderStatus) -> Result<Json<Orde
     Ok(Json(OrderView::new(&order, status)))
 }
 
-/// Answers a pay or cancel; one answered 200 goes into the loss journal (a hot ledger that
-/// loses it afterwards must not lose it silently).
+/// Answers a pay or cancel; one answered 200, or written but not confirmed by the replicas
+/// (answered 503), goes into the loss journal (a hot ledger that loses it afterwards must not
+/// lose it silently).
 async fn resolve(
     st: &AppState,
     sku: SkuId,
@@ -61,9 +62,15 @@ async fn resolve(
     result: Result<Resolution, LedgerError>,
 ) -> Result<Json<OrderView>, AppError> {
     match &result {
-        Err(LedgerError::Unavailable(_)) => st.breaker.failure(sku),
+        Err(e) if e.is_unavailable() => st.breaker.failure(sku),
         Ok(_) => st.breaker.success(sku),
         Err(_) => {}
+    }
+    if let Err(LedgerError::Unconfirmed { written, .. }) = &result {
+        let at_ms = flashsale_core::clock::now_ms();
+        for no in written {
+            st.journal.record_resolution(no, kind, at_ms);
+        }
     }
     if matches!(result, Ok(Err(ErrorCode::Unavailable))) {
         st.nudges.nudge(sku);

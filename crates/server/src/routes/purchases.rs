@@ -121,7 +121,7 @@ async fn decide(
     let outcome = st.batcher.purchase(req).await;
     // The breaker counts the ledger's own faults: a missing copy is not one (Redis answered).
     match &outcome {
-        Err(LedgerError::Unavailable(_)) => st.breaker.failure(sku),
+        Err(e) if e.is_unavailable() => st.breaker.failure(sku),
         Ok(_) => st.breaker.success(sku),
         Err(_) => {}
     }
