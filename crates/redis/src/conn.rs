@@ -70,8 +70,10 @@ impl Conn {
         }
     }
 
+    /// A cluster: named by more than one node, or one node that has cluster mode on (known
+    /// once connected).
     pub fn is_cluster(&self) -> bool {
-        self.nodes.len() > 1
+        self.nodes.len() > 1 || matches!(self.link.get(), Some(Link::Cluster(_)))
     }
 
     /// Sends `cmd` to the primary that serves `slot` (a command without keys, such as WAIT,
@@ -130,7 +132,9 @@ impl Conn {
 }
 
 async fn open(nodes: &[String], t: Timeouts) -> Result<Link, RedisError> {
-    if nodes.len() > 1 {
+    // One URL may name a node of a cluster (a seed): run it as the cluster it is, or every
+    // sale on another primary would answer MOVED.
+    if nodes.len() > 1 || cluster_enabled(&nodes[0], t).await? {
         let client = ClusterClientBuilder::new(nodes.to_vec())
             .connection_timeout(t.connect)
             .response_timeout(t.response)
@@ -153,7 +157,24 @@ async fn open(nodes: &[String], t: Timeouts) -> Result<Link, RedisError> {
     }
 }
 
-/// Splits a comma-separated URL list; a cluster is named by more than one node.
+/// Whether the node at `url` runs in cluster mode (`INFO cluster`).
+async fn cluster_enabled(url: &str, t: Timeouts) -> Result<bool, RedisError> {
+    let client = redis::Client::open(url)?;
+    let config = redis::AsyncConnectionConfig::new()
+        .set_connection_timeout(t.connect)
+        .set_response_timeout(t.response);
+    let mut conn = client
+        .get_multiplexed_async_connection_with_config(&config)
+        .await?;
+    let info: String = redis::cmd("INFO")
+        .arg("cluster")
+        .query_async(&mut conn)
+        .await?;
+    Ok(info.contains("cluster_enabled:1"))
+}
+
+/// Splits a comma-separated URL list; more than one node names a cluster (one node may too:
+/// see [`Conn::is_cluster`]).
 pub fn split_urls(url: &str) -> Vec<String> {
     let nodes: Vec<String> = url
         .split(',')

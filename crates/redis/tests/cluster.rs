@@ -79,3 +79,22 @@ async fn the_conformance_suite_passes_on_every_shard_of_a_six_node_cluster() {
     let ledger: Arc<dyn Ledger> = Arc::new(ledger);
     conformance::run_all_spread(ledger, 3, move |sku| shard_of(&shards, sku)).await;
 }
+
+/// One seed URL of a cluster is the cluster: sales on every primary sell through it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_seed_url_runs_the_whole_cluster() {
+    let cluster = RedisCluster::spawn(2_000).await;
+    let shards = cluster.shards().await;
+    let seed = cluster.urls().split(',').next().unwrap().to_owned();
+    let ledger = RedisLedger::connect(&seed, "fs").await.unwrap();
+    assert!(ledger.is_cluster(), "{seed} is a node of a cluster");
+    let mut served = std::collections::HashSet::new();
+    while served.len() < shards.len() {
+        let sale = conformance::live_sale(flashsale_core::SaleMode::Direct, 5, 1);
+        if !served.insert(shard_of(&shards, sale.sku_id)) {
+            continue;
+        }
+        let sku = conformance::warm(&ledger, &sale).await;
+        conformance::buy_ok(&ledger, sku, 1, "a", 1).await;
+    }
+}

@@ -351,6 +351,9 @@ struct KillOutcome {
     reported: HashSet<String>,
     hit: HashMap<u16, usize>,
     accepted_per_s: f64,
+    /// When (ms since the spike began) the primary was killed, the sale was first refused
+    /// and accepted again, and each missing order was answered: what a failure shows.
+    timeline: String,
 }
 
 impl KillOutcome {
@@ -416,12 +419,25 @@ async fn kill_primary_mid_spike(replication: Option<Replication>, lagging: bool)
 
     failover_kept(&stack, &answers, hit, other).await;
     let hit_counts = statuses(&answers, hit);
+    let missing: HashSet<String> = missing_in_db(&stack, &answers, hit)
+        .await
+        .into_iter()
+        .collect();
+    let answered_at: Vec<(u64, &str)> = answers
+        .iter()
+        .filter_map(|a| {
+            let no = a.order_no.as_deref()?;
+            missing.contains(no).then_some((a.at_ms, no))
+        })
+        .collect();
+    let timeline = format!(
+        "killed at {killed_at} ms, refused at {refused_at}, back at {back_at}; \
+         missing answered at {answered_at:?}"
+    );
     KillOutcome {
         outage_ms: back_at - refused_at,
-        missing: missing_in_db(&stack, &answers, hit)
-            .await
-            .into_iter()
-            .collect(),
+        timeline,
+        missing,
         reported: reported_lost(&stack, hit).await,
         hit: hit_counts,
         accepted_per_s,
@@ -455,7 +471,13 @@ async fn with_wait_a_primary_killed_mid_spike_loses_no_accepted_purchase() {
     let k = kill_primary_mid_spike(Some(wait), true).await;
     k.print("WAIT 1 100 ms");
     assert!(k.outage_ms <= NODE_TIMEOUT_MS + OUTAGE_OVER_NODE_TIMEOUT_MS_MAX);
-    assert!(k.missing.is_empty(), "lost with WAIT: {:?}", k.missing);
+    assert!(
+        k.missing.is_empty(),
+        "lost with WAIT: {:?} (reported {:?}; {})",
+        k.missing,
+        k.reported,
+        k.timeline
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
