@@ -195,6 +195,8 @@ pub struct HotSnapshot {
     /// How long the copy has been fenced (a rebuild under way, or one that died midway);
     /// `None` when it is open.
     pub fenced_ms: Option<u64>,
+    /// The copy's operator state (what its scripts judge by).
+    pub state: crate::SaleState,
 }
 
 /// Told the sku whose stock came back.

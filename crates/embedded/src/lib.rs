@@ -719,6 +719,7 @@ impl HotCopies for EmbeddedLedger {
                     events: Vec::new(),
                     bad_entries: Vec::new(),
                     fenced_ms: loaded.fenced_at.map(|t| t.elapsed().as_millis() as u64),
+                    state: loaded.book.sale.state,
                 }))
             })
         })

@@ -599,12 +599,18 @@ impl HotCopies for RedisLedger {
             }
         }
         events.sort_by_key(|e| (e.epoch, e.seq));
+        let state = snap
+            .fields
+            .get("state")
+            .and_then(|s| SaleState::parse(s))
+            .ok_or_else(|| LedgerError::Internal(format!("sale {sku}: bad field state")))?;
         Ok(Some(HotSnapshot {
             counters: snap.counters,
             epoch: snap.epoch,
             events,
             bad_entries,
             fenced_ms: snap.fenced_ms,
+            state,
         }))
     }
 

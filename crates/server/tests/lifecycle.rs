@@ -471,3 +471,45 @@ async fn auto_pause_never_reopens_a_sale_an_operator_ended() {
     let stored = stack.store().sale(SkuId(51)).await.unwrap().unwrap();
     assert_eq!(stored.sale.state, SaleState::Ended);
 }
+
+/// An ended sale stops costing: once a run finds it settled (ended in the database and its
+/// copy, no hold left, nothing in flight, all in order), the worker's passes skip it; a sale
+/// still live, or ended with a hold left, is still audited; an explicit run still runs it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_settled_sale_is_no_longer_audited_by_every_pass() {
+    let stack = quiet_stack(&redis_server::shared_url(), |_| {}).await;
+    stack.live_sale(51, 5, 1).await;
+    stack
+        .live_sale_with(json!({"sku_id": 52, "name": "t", "total_stock": 5,
+            "per_user_limit": 1, "mode": "reserve", "payment_timeout_ms": 600_000}))
+        .await;
+    stack.live_sale(53, 5, 1).await;
+    for sku in [51, 52, 53] {
+        buy_ok(&stack, 1, sku, "a").await;
+        persist(&stack, sku).await;
+    }
+    for sku in [51, 52] {
+        let (s, b) = stack
+            .admin("POST", &format!("/api/v1/sales/{sku}/end"), None)
+            .await;
+        assert_eq!(s, StatusCode::OK, "{b}");
+    }
+    let reconciler = state(&stack).reconciler();
+    let audited = || async {
+        let reports = reconciler.run(None, false, Trigger::Worker).await.unwrap();
+        let mut skus: Vec<u64> = reports.iter().map(|r| r.sku_id).collect();
+        skus.sort();
+        skus
+    };
+    assert_eq!(audited().await, vec![51, 52, 53]);
+    assert_eq!(
+        audited().await,
+        vec![52, 53],
+        "51 is settled; 52 holds a unit"
+    );
+    let report = reconciler
+        .run_sale(SkuId(51), false, Trigger::Cli)
+        .await
+        .unwrap();
+    assert!(report.ok && report.settled(), "{report:?}");
+}

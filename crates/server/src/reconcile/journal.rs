@@ -22,6 +22,8 @@ pub struct Journal {
     sales: Mutex<HashMap<SkuId, SaleJournal>>,
     /// One reconciler run at a time in this process (worker, admin API).
     pub(crate) running: tokio::sync::Mutex<()>,
+    /// Sales a run found settled (`SaleReport::settled`): the worker's passes skip them.
+    settled: Mutex<HashSet<SkuId>>,
 }
 
 #[derive(Default)]
@@ -45,6 +47,15 @@ pub struct Losses {
 }
 
 impl Journal {
+    /// Marks a sale settled: nothing can change it any more.
+    pub fn settle_sale(&self, sku: SkuId) {
+        self.settled.lock().expect("settled lock").insert(sku);
+    }
+
+    pub fn is_settled(&self, sku: SkuId) -> bool {
+        self.settled.lock().expect("settled lock").contains(&sku)
+    }
+
     /// Records accepted purchases of `sku` (replays too: recording one twice is a no-op).
     pub fn record_purchases(&self, sku: SkuId, orders: impl Iterator<Item = OrderNo>) {
         let mut sales = self.sales.lock().expect("journal lock");

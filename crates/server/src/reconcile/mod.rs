@@ -111,6 +111,8 @@ pub struct SaleReport {
     pub db_epoch: u64,
     pub hot: Option<Counters>,
     pub hot_epoch: Option<u64>,
+    /// The hot copy's operator state.
+    pub hot_state: Option<String>,
     /// Events in the stream above the database's `applied_seq`.
     pub in_flight: u64,
     /// Hot counters with in-flight events folded out (or database counters folded back).
@@ -180,6 +182,23 @@ impl SaleReport {
     }
 }
 
+impl SaleReport {
+    /// Nothing can change the sale any more, and nothing is left to reconcile: ended in the
+    /// database and in its hot copy (which then accepts nothing), no hold left to pay, cancel
+    /// or expire, nothing in flight, and this run found everything in order. The worker's
+    /// passes skip a settled sale (its persister retires too); `flashsale reconcile --sku`
+    /// and the admin API still run it.
+    pub fn settled(&self) -> bool {
+        let ended = SaleState::Ended.as_str();
+        self.ok
+            && self.state == ended
+            && self.hot_state.as_deref() == Some(ended)
+            && self.db.reserved == 0
+            && self.in_flight == 0
+            && self.hot.is_some_and(|h| h.seq == self.db.seq)
+    }
+}
+
 impl Reconciler {
     pub fn new(
         ledger: Arc<dyn Ledger>,
@@ -194,8 +213,9 @@ impl Reconciler {
         }
     }
 
-    /// Every sale that is not scheduled (or the one asked for). A sale whose run fails is
-    /// reported as failed and the others still run: one broken sale must not stop the rest.
+    /// Every sale that is not scheduled nor settled (or the one asked for: a settled sale
+    /// too). A sale whose run fails is reported as failed and the others still run: one
+    /// broken sale must not stop the rest.
     pub async fn run(
         &self,
         sku: Option<SkuId>,
@@ -211,6 +231,7 @@ impl Reconciler {
                 .into_iter()
                 .filter(|s| s.sale.state != SaleState::Scheduled)
                 .map(|s| s.sale.sku_id)
+                .filter(|&sku| !self.journal.is_settled(sku))
                 .collect(),
         };
         let mut reports = Vec::with_capacity(skus.len());
@@ -280,6 +301,9 @@ impl Reconciler {
         let fenced = self.fenced_losses(sku, &mut report).await?;
         report.ok =
             report.ok && report.lost_orders.is_empty() && report.lost_resolutions.is_empty();
+        if report.settled() {
+            self.journal.settle_sale(sku);
+        }
         self.export(&report);
         report.run_id = self.record(&report).await?;
         // Marked only once a stored run names them.
@@ -407,6 +431,7 @@ impl Reconciler {
         let a = report.db.seq;
         report.hot = Some(snap.counters);
         report.hot_epoch = Some(snap.epoch);
+        report.hot_state = Some(snap.state.as_str().to_owned());
         for (id, why) in &snap.bad_entries {
             report.findings.push(format!("stream entry {id}: {why}"));
         }
