@@ -88,10 +88,11 @@ pub struct GatewaySettings {
     #[arg(long, env = "FLASHSALE_RATE_IP_LOOPBACK", default_value_t = !G.rate_ip_exempt_loopback,
           action = clap::ArgAction::Set)]
     pub rate_ip_loopback: bool,
-    /// Client IP from X-Forwarded-For (only behind a trusted proxy).
-    #[arg(long, env = "FLASHSALE_TRUST_FORWARDED_FOR", default_value_t = G.trust_forwarded_for,
-          action = clap::ArgAction::Set)]
-    pub trust_forwarded_for: bool,
+    /// Client IP from X-Forwarded-For, behind trusted proxies only: `false`, `true` (one
+    /// proxy: the rightmost entry) or the number of proxies in the chain.
+    #[arg(long, env = "FLASHSALE_TRUST_FORWARDED_FOR", default_value_t = G.forwarded_for_hops,
+          value_parser = GatewayConfig::parse_forwarded_for_hops)]
+    pub trust_forwarded_for: u32,
     /// Blacklist cache refresh, ms.
     #[arg(long, env = "FLASHSALE_BLACKLIST_REFRESH_MS",
           default_value_t = millis(G.blacklist_refresh))]
@@ -151,7 +152,7 @@ impl GatewaySettings {
         g.rate_user = rate(&self.rate_user)?;
         g.rate_ip = rate(&self.rate_ip)?;
         g.rate_ip_exempt_loopback = !self.rate_ip_loopback;
-        g.trust_forwarded_for = self.trust_forwarded_for;
+        g.forwarded_for_hops = self.trust_forwarded_for;
         g.blacklist_refresh = Duration::from_millis(self.blacklist_refresh_ms.max(10));
         g.backpressure_lag = self.backpressure_lag;
         g.backpressure_queue = self.backpressure_queue;

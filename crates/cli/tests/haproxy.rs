@@ -71,6 +71,8 @@ impl Deployment {
                 ("FLASHSALE_DATA_DIR".into(), data.display().to_string()),
                 ("FLASHSALE_JWT_SECRET".into(), SECRET.into()),
                 ("FLASHSALE_ADMIN_TOKEN".into(), ADMIN.into()),
+                // As docs/DEPLOY.md runs them: behind one proxy that appends the client.
+                ("FLASHSALE_TRUST_FORWARDED_FOR".into(), "1".into()),
                 ("HOSTNAME".into(), format!("s{}", i + 1)),
                 ("RUST_LOG".into(), "warn".into()),
             ];

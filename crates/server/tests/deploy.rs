@@ -76,6 +76,18 @@ fn metric_names(text: &str) -> BTreeSet<String> {
     names
 }
 
+/// Without `option forwardfor` every client behind HAProxy is HAProxy's address to the
+/// instances: one per-IP bucket and one blacklist entry for all of them.
+#[test]
+fn haproxy_forwards_the_client_address() {
+    let cfg = read("deploy/haproxy.cfg");
+    let forwards = cfg
+        .lines()
+        .map(|line| line.split('#').next().unwrap_or_default().trim())
+        .any(|line| line.starts_with("option forwardfor"));
+    assert!(forwards, "deploy/haproxy.cfg has `option forwardfor`");
+}
+
 #[test]
 fn alerts_config_and_dashboard_pass_promtool() {
     let rules = queries_as_rules(&grafana_queries());
