@@ -217,6 +217,8 @@ impl Workers {
 impl Server {
     /// Binds, builds the backends and starts serving and the workers.
     pub async fn start(config: Config) -> anyhow::Result<Server> {
+        let auth =
+            Auth::try_new(&config.jwt_secret, &config.admin_token).map_err(anyhow::Error::msg)?;
         let listener = TcpListener::bind(config.listen)
             .await
             .with_context(|| format!("bind {}", config.listen))?;
@@ -226,7 +228,6 @@ impl Server {
             store,
             blacklist,
         } = Backends::open(&config).await?;
-        let auth = Auth::new(&config.jwt_secret, &config.admin_token);
         let state = AppState::with_blacklist(
             ledger.clone(),
             store.clone(),
