@@ -246,12 +246,12 @@ fn secret_file(dir: &Path, name: &str, var: &str) -> anyhow::Result<String> {
             Some(existing) => Ok(existing),
             None => {
                 tracing::warn!(path = %path.display(), "secret file is empty or damaged: making a new one");
-                make_secret(dir, &path, var, Placement::Replace)
+                make_secret(dir, name, var, Placement::Replace)
             }
         },
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
             std::fs::create_dir_all(dir).with_context(|| format!("create {}", dir.display()))?;
-            make_secret(dir, &path, var, Placement::New)
+            make_secret(dir, name, var, Placement::New)
         }
         Err(e) => Err(e).with_context(|| format!("read {}", path.display())),
     }
@@ -264,7 +264,8 @@ fn usable_secret(bytes: &[u8]) -> Option<String> {
 }
 
 /// Where a made secret goes: a new file (another process may make one at the same time), or
-/// over a damaged one.
+/// over a damaged one (processes that repair one file at the same moment each print a
+/// secret and the last rename wins: start one of them first).
 #[derive(Clone, Copy, PartialEq)]
 enum Placement {
     New,
@@ -274,19 +275,22 @@ enum Placement {
 /// Writes a new secret whole or not at all: to a temp file in the same dir, synced, then
 /// linked (new: fails if another process got there first, whose secret is then used) or
 /// renamed (replace) into place, and the dir synced so the name survives a crash.
-fn make_secret(dir: &Path, path: &Path, var: &str, placement: Placement) -> anyhow::Result<String> {
-    let secret = Alphanumeric.sample_string(&mut rand::rng(), SECRET_LEN);
-    let tmp = dir.join(format!(".{}.{}.tmp", file_name(path), std::process::id()));
+fn make_secret(dir: &Path, name: &str, var: &str, placement: Placement) -> anyhow::Result<String> {
+    let (path, secret) = (
+        dir.join(name),
+        Alphanumeric.sample_string(&mut rand::rng(), SECRET_LEN),
+    );
+    let tmp = dir.join(format!(".{name}.{}.tmp", std::process::id()));
     write_private(&tmp, &secret)?;
     let placed = match placement {
-        Placement::New => std::fs::hard_link(&tmp, path),
-        Placement::Replace => std::fs::rename(&tmp, path),
+        Placement::New => std::fs::hard_link(&tmp, &path),
+        Placement::Replace => std::fs::rename(&tmp, &path),
     };
     let _ = std::fs::remove_file(&tmp);
     match placed {
         Ok(()) => sync_dir(dir)?,
         Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
-            return secret_file(dir, &file_name(path), var)
+            return secret_file(dir, name, var)
         }
         Err(e) => return Err(e).with_context(|| format!("write {}", path.display())),
     }
@@ -295,12 +299,6 @@ fn make_secret(dir: &Path, path: &Path, var: &str, placement: Placement) -> anyh
         path.display()
     );
     Ok(secret)
-}
-
-fn file_name(path: &Path) -> String {
-    path.file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_default()
 }
 
 /// A file of `contents` readable by its owner only, on disk before this returns.

@@ -83,32 +83,13 @@ fn a_broken_secret_file_is_made_again() {
         assert_eq!(again.status.code(), Some(0), "{}", stderr(&again));
         assert_eq!(std::fs::read_to_string(&path).unwrap(), secret);
         assert_only_secrets_left(dir.path());
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::PermissionsExt;
+            let mode = std::fs::metadata(&path).unwrap().permissions().mode();
+            assert_eq!(mode & 0o777, 0o600, "readable by its owner only");
+        }
     }
-}
-
-/// A fresh data dir gets its secrets, private, and no temp files beside them.
-#[test]
-fn secrets_are_made_once_and_private() {
-    let dir = tempfile::tempdir().unwrap();
-    let out = flashsale(dir.path(), &["token", "--user", "7"], &[]);
-    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
-    let first = std::fs::read_to_string(dir.path().join("jwt_secret")).unwrap();
-    let again = flashsale(dir.path(), &["token", "--user", "7"], &[]);
-    assert_eq!(again.status.code(), Some(0), "{}", stderr(&again));
-    assert_eq!(
-        std::fs::read_to_string(dir.path().join("jwt_secret")).unwrap(),
-        first
-    );
-    #[cfg(unix)]
-    for name in ["jwt_secret", "admin_token"] {
-        use std::os::unix::fs::PermissionsExt;
-        let mode = std::fs::metadata(dir.path().join(name))
-            .unwrap()
-            .permissions()
-            .mode();
-        assert_eq!(mode & 0o777, 0o600, "{name}");
-    }
-    assert_only_secrets_left(dir.path());
 }
 
 fn assert_only_secrets_left(dir: &Path) {
