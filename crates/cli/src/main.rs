@@ -52,10 +52,19 @@ enum Command {
         #[arg(long)]
         no_persister: bool,
     },
-    /// Run only the background workers (the stream persister and hold expiry).
+    /// Run only the background workers (the stream persister, hold expiry, the reconciler),
+    /// with /healthz, /readyz and /metrics on their own address.
     Worker {
         #[command(flatten)]
         settings: Settings,
+        /// Address of the worker's /healthz, /readyz and /metrics (apart from FLASHSALE_LISTEN,
+        /// so a worker beside a `serve` sharing its settings does not take its port).
+        #[arg(
+            long,
+            env = "FLASHSALE_WORKER_LISTEN",
+            default_value = "127.0.0.1:8081"
+        )]
+        worker_listen: std::net::SocketAddr,
     },
     /// A whole flash sale in one command: server, sale, spike, report.
     Demo(demo::DemoArgs),
@@ -110,7 +119,10 @@ async fn run(command: Command) -> anyhow::Result<()> {
             settings,
             no_persister,
         } => serve(settings, !no_persister).await,
-        Command::Worker { settings } => worker(settings).await,
+        Command::Worker {
+            settings,
+            worker_listen,
+        } => worker(settings, worker_listen).await,
         Command::Demo(args) => demo::run(args).await,
         Command::Bench(cmd) => bench::run(cmd).await,
         Command::Reconcile(args) => reconcile::run(args).await,
@@ -173,8 +185,11 @@ async fn serve(settings: Settings, run_persister: bool) -> anyhow::Result<()> {
     server.shutdown().await
 }
 
-async fn worker(settings: Settings) -> anyhow::Result<()> {
-    let config = server_config(&settings, true)?;
+async fn worker(settings: Settings, listen: std::net::SocketAddr) -> anyhow::Result<()> {
+    let config = Config {
+        listen,
+        ..server_config(&settings, true)?
+    };
     anyhow::ensure!(
         config.redis_url.is_some(),
         "`flashsale worker` persists Redis streams: set FLASHSALE_REDIS_URL"
@@ -182,6 +197,10 @@ async fn worker(settings: Settings) -> anyhow::Result<()> {
     let workers = flashsale_server::serve::Workers::start(&config)
         .await
         .context("start workers")?;
+    println!(
+        "flashsale worker: /healthz, /readyz and /metrics on http://{}",
+        workers.addr
+    );
     shutdown_signal().await;
     workers.shutdown().await
 }

@@ -72,6 +72,8 @@ impl Deployment {
                 ("FLASHSALE_DATA_DIR".into(), data.display().to_string()),
                 ("FLASHSALE_JWT_SECRET".into(), SECRET.into()),
                 ("FLASHSALE_ADMIN_TOKEN".into(), ADMIN.into()),
+                // As docs/DEPLOY.md runs them: behind one proxy that appends the client.
+                ("FLASHSALE_TRUST_FORWARDED_FOR".into(), "1".into()),
                 ("HOSTNAME".into(), format!("s{}", i + 1)),
                 ("RUST_LOG".into(), "warn".into()),
             ];
@@ -85,13 +87,13 @@ impl Deployment {
             p.start();
             instances.push(p);
         }
-        let lb_port = free_port();
+        let (lb_port, stats_port) = (free_port(), free_port());
         let cfg = repo_root().join("deploy/haproxy.cfg");
         let mut env = vec![
             ("FLASHSALE_LB_BIND".into(), format!("127.0.0.1:{lb_port}")),
             (
                 "FLASHSALE_LB_STATS".into(),
-                format!("127.0.0.1:{}", free_port()),
+                format!("127.0.0.1:{stats_port}"),
             ),
         ];
         for (i, port) in ports.iter().enumerate() {
@@ -122,7 +124,27 @@ impl Deployment {
             deployment.ready(&format!("http://127.0.0.1:{port}")).await;
         }
         deployment.ready(&deployment.base.clone()).await;
+        deployment.all_up(stats_port).await;
         deployment
+    }
+
+    /// Waits until HAProxy has every instance UP: one that was not listening yet at its first
+    /// checks is DOWN until `rise` checks pass, and would get none of a spike sent before.
+    async fn all_up(&self, stats_port: u16) {
+        let url = format!("http://127.0.0.1:{stats_port}/;csv");
+        let up = wait::within(Duration::from_secs(30), || async {
+            let csv = self.http.get(&url).send().await.ok()?.text().await.ok()?;
+            // Columns: proxy, server, …, status (the 18th).
+            let up = csv
+                .lines()
+                .map(|l| l.split(',').collect::<Vec<_>>())
+                .filter(|f| f.len() > 17 && f[0] == "instances" && f[17] == "UP")
+                .filter(|f| (1..=INSTANCES).any(|i| f[1] == format!("s{i}")))
+                .count();
+            (up == INSTANCES).then_some(())
+        })
+        .await;
+        assert!(up.is_some(), "HAProxy never had every instance UP");
     }
 
     async fn ready(&self, base: &str) {
@@ -356,6 +378,47 @@ async fn a_spike_through_haproxy_sells_exactly_the_stock_on_three_instances() {
     };
     assert_eq!(applied, events, "applied once each; writers s{writers:?}");
     println!("haproxy spike: {by_status:?}, answered by {instances:?}, persisted by s{writers:?}");
+    a_forged_forwarded_for_hides_no_one(&d, sku).await;
+}
+
+/// With the client's own address blacklisted, a forged `X-Forwarded-For` sent through
+/// HAProxy still gets 403 from every instance: they read the entry HAProxy appended. (Last:
+/// it blocks this test's client.)
+async fn a_forged_forwarded_for_hides_no_one(d: &Deployment, sku: u64) {
+    let path = "/api/v1/admin/blacklist/ips/127.0.0.1";
+    let r = d
+        .http
+        .put(format!("{}{path}", d.base))
+        .bearer_auth(ADMIN)
+        .send()
+        .await;
+    assert_eq!(r.unwrap().status(), 200);
+    let forged = |user: u64| {
+        let token = Auth::new(SECRET, ADMIN).sign(flashsale_core::UserId(user), 600);
+        let body = json!({"request_id": "forged", "quantity": 1});
+        let url = format!("{}/api/v1/sales/{sku}/purchases", d.base);
+        let req = d.http.post(url).bearer_auth(token).json(&body);
+        req.header("x-forwarded-for", "1.2.3.4").send()
+    };
+    // Each instance reloads the blacklist every 500 ms: wait for a round of 403s from all.
+    let mut user = 10_000;
+    let blocked = wait::within(Duration::from_secs(10), || {
+        user += INSTANCES as u64;
+        let round = (user..user + INSTANCES as u64).map(forged);
+        async move {
+            let answers = futures::future::join_all(round).await;
+            let statuses: Vec<u16> = answers
+                .iter()
+                .map(|r| r.as_ref().map_or(0, |r| r.status().as_u16()))
+                .collect();
+            statuses.iter().all(|s| *s == 403).then_some(())
+        }
+    })
+    .await;
+    assert!(
+        blocked.is_some(),
+        "a forged X-Forwarded-For got past the IP blacklist"
+    );
 }
 
 /// The instance whose persister writes `sku`'s stream now (the lease holder).

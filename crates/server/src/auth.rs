@@ -30,21 +30,31 @@ struct Claims {
 }
 
 impl Auth {
+    /// Panics on an empty secret: for tests and tools whose secrets are constants. A service
+    /// starts through [`Auth::try_new`].
     pub fn new(jwt_secret: &str, admin_token: &str) -> Auth {
-        assert!(
-            !jwt_secret.is_empty() && !admin_token.is_empty(),
-            "secrets must not be empty"
-        );
+        Auth::try_new(jwt_secret, admin_token).expect("secrets must not be empty")
+    }
+
+    /// Refuses an empty (or blank) secret: an empty HS256 key signs tokens anyone can forge,
+    /// and an empty admin token would make every caller an admin.
+    pub fn try_new(jwt_secret: &str, admin_token: &str) -> Result<Auth, String> {
+        if jwt_secret.trim().is_empty() {
+            return Err("the JWT secret (FLASHSALE_JWT_SECRET) is empty".into());
+        }
+        if admin_token.trim().is_empty() {
+            return Err("the admin token (FLASHSALE_ADMIN_TOKEN) is empty".into());
+        }
         let mut validation = Validation::new(Algorithm::HS256);
         validation.set_required_spec_claims(&["exp", "sub"]);
         validation.leeway = 5;
-        Auth {
+        Ok(Auth {
             encoding: EncodingKey::from_secret(jwt_secret.as_bytes()),
             decoding: DecodingKey::from_secret(jwt_secret.as_bytes()),
             validation,
             admin_token: admin_token.to_owned(),
             secret: jwt_secret.to_owned(),
-        }
+        })
     }
 
     /// A user token valid for `ttl_s` seconds.
@@ -131,5 +141,13 @@ mod tests {
         );
         assert!(auth.verify_user("not.a.token").is_err());
         assert!(auth.is_admin("admin") && !auth.is_admin("admin2") && !auth.is_admin(""));
+    }
+
+    #[test]
+    fn empty_secrets_are_refused() {
+        for (jwt, admin) in [("", "a"), (" ", "a"), ("s", ""), ("s", "\n")] {
+            assert!(Auth::try_new(jwt, admin).is_err(), "{jwt:?} {admin:?}");
+        }
+        assert!(Auth::try_new("s", "a").is_ok());
     }
 }

@@ -168,6 +168,21 @@ impl Tasks {
         self.handles.push((name, tokio::spawn(worker.run(rx))));
     }
 
+    /// Serves `router` on `listener` until the broadcast (the probes of a worker process).
+    fn spawn_probes(&mut self, listener: TcpListener, router: axum::Router) {
+        let mut stop = self.shutdown.subscribe();
+        let serve = async move {
+            let graceful = async move {
+                let _ = stop.recv().await;
+            };
+            axum::serve(listener, router)
+                .with_graceful_shutdown(graceful)
+                .await?;
+            Ok(())
+        };
+        self.handles.push(("probes", tokio::spawn(serve)));
+    }
+
     /// Fires the broadcast and waits for every task, in the order they were started.
     async fn stop(mut self) -> anyhow::Result<()> {
         let _ = self.shutdown.send(());
@@ -190,15 +205,30 @@ impl Tasks {
     }
 }
 
-/// Only the background workers (`flashsale worker`).
+/// Only the background workers (`flashsale worker`), and `/healthz`, `/readyz` and `/metrics`
+/// on `config.listen` so the process is probed and scraped like `serve`.
 pub struct Workers {
+    /// Where the health and metrics routes listen.
+    pub addr: SocketAddr,
     tasks: Tasks,
 }
 
 impl Workers {
     pub async fn start(config: &Config) -> anyhow::Result<Workers> {
+        let listener = TcpListener::bind(config.listen)
+            .await
+            .with_context(|| format!("bind {}", config.listen))?;
+        let addr = listener.local_addr()?;
+        // Before any worker runs, so the recorder sees their first metrics.
+        let metrics = crate::metrics::handle();
         let (ledger, store) = backends(config).await?;
         let mut tasks = Tasks::new();
+        let probes = crate::routes::health::Probes {
+            ledger: ledger.clone(),
+            store: store.clone(),
+            metrics,
+        };
+        tasks.spawn_probes(listener, crate::routes::health::router(probes));
         let journal = Arc::new(crate::reconcile::Journal::default());
         let reconciler = Reconciler::new(ledger.clone(), store.clone(), journal);
         if let Some(worker) = ReconcileWorker::boxed(reconciler, config.reconcile, None) {
@@ -207,7 +237,8 @@ impl Workers {
         for worker in workers(config, ledger, store) {
             tasks.spawn_worker(worker);
         }
-        Ok(Workers { tasks })
+        tracing::info!(%addr, "flashsale worker: /healthz, /readyz and /metrics");
+        Ok(Workers { addr, tasks })
     }
 
     pub async fn shutdown(self) -> anyhow::Result<()> {
@@ -218,6 +249,8 @@ impl Workers {
 impl Server {
     /// Binds, builds the backends and starts serving and the workers.
     pub async fn start(config: Config) -> anyhow::Result<Server> {
+        let auth =
+            Auth::try_new(&config.jwt_secret, &config.admin_token).map_err(anyhow::Error::msg)?;
         let listener = TcpListener::bind(config.listen)
             .await
             .with_context(|| format!("bind {}", config.listen))?;
@@ -227,7 +260,6 @@ impl Server {
             store,
             blacklist,
         } = Backends::open(&config).await?;
-        let auth = Auth::new(&config.jwt_secret, &config.admin_token);
         let state = AppState::with_blacklist(
             ledger.clone(),
             store.clone(),

@@ -2,7 +2,8 @@
 //! their unit tests, the scrape config passes `promtool check config`, every query of the
 //! Grafana dashboard parses as PromQL, every metric they name is one the docs define, and the
 //! service's own `/metrics` after a few purchases passes `promtool check metrics` (names,
-//! units, HELP text).
+//! units, HELP text). HAProxy's `timeout server` in `deploy/haproxy.cfg` outlasts the
+//! service's own request timeout.
 //!
 //! `scripts/promtool.sh` runs the promtool checks (promtool comes from Debian's `prometheus`
 //! package, which the test command installs before any test runs: scripts/test-deps.sh).
@@ -74,6 +75,73 @@ fn metric_names(text: &str) -> BTreeSet<String> {
         names.insert(base.to_owned());
     }
     names
+}
+
+/// An HAProxy time (`deploy/haproxy.cfg`): a number with an optional unit, ms by default.
+fn haproxy_time(value: &str) -> std::time::Duration {
+    let split = value
+        .find(|c: char| !c.is_ascii_digit())
+        .unwrap_or(value.len());
+    let (n, unit) = value.split_at(split);
+    let n: u64 = n
+        .parse()
+        .unwrap_or_else(|_| panic!("HAProxy time {value:?}"));
+    let micros = match unit {
+        "us" => 1,
+        "" | "ms" => 1_000,
+        "s" => 1_000_000,
+        "m" => 60_000_000,
+        "h" => 3_600_000_000,
+        "d" => 86_400_000_000,
+        _ => panic!("HAProxy time unit {unit:?}"),
+    };
+    std::time::Duration::from_micros(n * micros)
+}
+
+/// The `timeout <name>` lines of the config, comments left out.
+fn haproxy_timeouts(cfg: &str, name: &str) -> Vec<std::time::Duration> {
+    cfg.lines()
+        .map(|line| line.split('#').next().unwrap_or_default())
+        .filter_map(|line| {
+            let words: Vec<&str> = line.split_whitespace().collect();
+            match words.as_slice() {
+                ["timeout", n, value] if *n == name => Some(haproxy_time(value)),
+                _ => None,
+            }
+        })
+        .collect()
+}
+
+/// HAProxy must wait longer than the service takes to answer on its own (the JSON 503 at
+/// its request timeout, plus a second to reach HAProxy); a shorter wait answers HAProxy's
+/// own non-JSON 504 first.
+#[test]
+fn haproxy_outwaits_the_request_timeout() {
+    let cfg = read("deploy/haproxy.cfg");
+    let timeouts = haproxy_timeouts(&cfg, "server");
+    assert!(
+        !timeouts.is_empty(),
+        "deploy/haproxy.cfg sets `timeout server`"
+    );
+    let service = flashsale_server::Tunables::DEFAULT.request_timeout;
+    for t in timeouts {
+        assert!(
+            t >= service + std::time::Duration::from_secs(1),
+            "HAProxy gives up after {t:?}, the service answers by {service:?}"
+        );
+    }
+}
+
+/// Without `option forwardfor` every client behind HAProxy is HAProxy's address to the
+/// instances: one per-IP bucket and one blacklist entry for all of them.
+#[test]
+fn haproxy_forwards_the_client_address() {
+    let cfg = read("deploy/haproxy.cfg");
+    let forwards = cfg
+        .lines()
+        .map(|line| line.split('#').next().unwrap_or_default().trim())
+        .any(|line| line.starts_with("option forwardfor"));
+    assert!(forwards, "deploy/haproxy.cfg has `option forwardfor`");
 }
 
 #[test]

@@ -666,3 +666,51 @@ async fn dashboard_and_docs_are_served() {
         .to_lowercase()
         .contains("swagger"));
 }
+
+/// A purchase by `user` whose request carries these `X-Forwarded-For` lines.
+async fn buy_forwarded(stack: &Stack, user: u64, sku: u64, lines: &[&str]) -> (StatusCode, String) {
+    let mut req = stack
+        .http
+        .post(format!("{}/api/v1/sales/{sku}/purchases", stack.base))
+        .bearer_auth(stack.token(user))
+        .json(&json!({"request_id": format!("xff-{user}"), "quantity": 1}));
+    for line in lines {
+        req = req.header("x-forwarded-for", *line);
+    }
+    let resp = req.send().await.unwrap();
+    let status = resp.status();
+    (status, resp.text().await.unwrap())
+}
+
+/// The client controls the left of `X-Forwarded-For`; only the hops the trusted proxies
+/// appended (counted from the right) name the client.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn forwarded_for_is_read_from_the_right() {
+    let stack = embedded_with(|c| c.tunables.gateway.forwarded_for_hops = 1).await;
+    stack.live_sale(57, 100, 1).await;
+    let (s, b) = stack
+        .admin("PUT", "/api/v1/admin/blacklist/ips/10.0.0.5", None)
+        .await;
+    assert_eq!(s, StatusCode::OK, "{b}");
+    let blocked: [&[&str]; 4] = [
+        &["10.0.0.5"],
+        &["1.2.3.4, 10.0.0.5"],
+        // A proxy that adds a header line of its own after the client's (HAProxy does).
+        &["1.2.3.4", "10.0.0.5"],
+        &["garbage, 1.2.3.4 ,10.0.0.5"],
+    ];
+    for (user, lines) in (1..).zip(blocked) {
+        let (s, b) = buy_forwarded(&stack, user, 57, lines).await;
+        assert_eq!(s, StatusCode::FORBIDDEN, "{lines:?}: {b}");
+    }
+    let served: [&[&str]; 4] = [
+        &["10.0.0.5, 1.2.3.4"],
+        &["10.0.0.5", "1.2.3.4"],
+        &["nonsense"],
+        &[""],
+    ];
+    for (user, lines) in (11..).zip(served) {
+        let (s, b) = buy_forwarded(&stack, user, 57, lines).await;
+        assert_eq!(s, StatusCode::ACCEPTED, "{lines:?}: {b}");
+    }
+}

@@ -608,6 +608,10 @@ fn spawn_worker(stack: &Stack, data_dir: &std::path::Path) -> std::process::Chil
         .env("FLASHSALE_JWT_SECRET", common::JWT_SECRET)
         .env("FLASHSALE_ADMIN_TOKEN", common::ADMIN)
         .env("FLASHSALE_RECONCILE_INTERVAL_MS", "0")
+        .env(
+            "FLASHSALE_WORKER_LISTEN",
+            format!("127.0.0.1:{}", flashsale_testkit::free_port()),
+        )
         .env("FLASHSALE_LOG", "warn")
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::null())

@@ -90,6 +90,9 @@ fn serve(env: &Env, i: usize, port: u16) -> Proc {
 fn worker(env: &Env) -> Proc {
     let mut vars = env.vars("worker");
     vars.push(("FLASHSALE_RECONCILE_REPAIR".into(), "1".into()));
+    // Its probes on a port of its own: the default one may be taken by another run.
+    let listen = format!("127.0.0.1:{}", flashsale_testkit::free_port());
+    vars.push(("FLASHSALE_WORKER_LISTEN".into(), listen));
     Proc::new(
         "worker",
         env!("CARGO_BIN_EXE_flashsale"),

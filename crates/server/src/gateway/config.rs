@@ -72,8 +72,10 @@ pub struct GatewayConfig {
     pub rate_ip: TokenRate,
     /// Loopback clients skip the per-IP limit (a local bench is one IP) [`FLASHSALE_RATE_IP_LOOPBACK`].
     pub rate_ip_exempt_loopback: bool,
-    /// Take the client IP from `X-Forwarded-For` (only behind a trusted proxy) [`FLASHSALE_TRUST_FORWARDED_FOR`].
-    pub trust_forwarded_for: bool,
+    /// Trusted proxies in front of the instance, each appending its peer to
+    /// `X-Forwarded-For`: the client IP is the entry this many hops from the right; 0 = the
+    /// connection's peer, the header ignored [`FLASHSALE_TRUST_FORWARDED_FOR`].
+    pub forwarded_for_hops: u32,
     /// How often keyed limiters forget idle keys (their memory bound).
     pub limiter_sweep: Duration,
     /// How often the blacklist and token-sale cache is reloaded [`FLASHSALE_BLACKLIST_REFRESH_MS`].
@@ -120,7 +122,7 @@ impl GatewayConfig {
         rate_user: TokenRate::new(100, 200),
         rate_ip: TokenRate::new(2_000, 4_000),
         rate_ip_exempt_loopback: true,
-        trust_forwarded_for: false,
+        forwarded_for_hops: 0,
         limiter_sweep: Duration::from_secs(10),
         blacklist_refresh: Duration::from_millis(500),
         backpressure_lag: 100_000,
@@ -136,6 +138,18 @@ impl GatewayConfig {
         hot_redis_url: None,
         hot_skus: Vec::new(),
     };
+
+    /// `FLASHSALE_TRUST_FORWARDED_FOR`: `false`/`off`/`0` ignores the header, `true`/`on`
+    /// trusts one proxy (the rightmost entry), `N` trusts a chain of N proxies.
+    pub fn parse_forwarded_for_hops(s: &str) -> Result<u32, String> {
+        match s.trim().to_ascii_lowercase().as_str() {
+            "false" | "off" | "no" => Ok(0),
+            "true" | "on" | "yes" => Ok(1),
+            n => n
+                .parse()
+                .map_err(|_| format!("bad proxy hops {s:?}: true, false or a number")),
+        }
+    }
 
     /// No rate limits, no back-pressure: for tests that hammer one user.
     pub fn unlimited() -> GatewayConfig {
@@ -166,5 +180,15 @@ mod tests {
         for r in [TokenRate::new(100, 200), TokenRate::OFF] {
             assert_eq!(TokenRate::parse(&r.to_string()).unwrap(), r);
         }
+    }
+
+    #[test]
+    fn forwarded_for_hops_parse() {
+        let parse = GatewayConfig::parse_forwarded_for_hops;
+        assert_eq!(parse("false"), Ok(0));
+        assert_eq!(parse("0"), Ok(0));
+        assert_eq!(parse("TRUE"), Ok(1));
+        assert_eq!(parse(" 2 "), Ok(2));
+        assert!(parse("-1").is_err() && parse("x").is_err());
     }
 }

@@ -66,18 +66,16 @@ impl Gateway {
         }
     }
 
-    /// The client's IP: the connection's peer, or the first `X-Forwarded-For` hop when the
-    /// proxy in front is trusted. `None` when the request came without a connection (tests).
+    /// The client's IP: the connection's peer, or, behind trusted proxies, the
+    /// `X-Forwarded-For` entry they appended (see [`forwarded_client`]). `None` when the
+    /// request came without a connection (tests).
     pub fn client_ip(&self, parts: &Parts) -> Option<IpAddr> {
-        if self.config.trust_forwarded_for {
-            let forwarded = parts
-                .headers
-                .get("x-forwarded-for")
-                .and_then(|v| v.to_str().ok())
-                .and_then(|v| v.split(',').next())
-                .and_then(|v| v.trim().parse().ok());
-            if forwarded.is_some() {
-                return forwarded;
+        let hops = self.config.forwarded_for_hops;
+        if hops > 0 {
+            let lines = parts.headers.get_all("x-forwarded-for").iter();
+            let lines = lines.filter_map(|v| v.to_str().ok());
+            if let Some(ip) = forwarded_client(lines, hops) {
+                return Some(ip);
             }
         }
         parts
@@ -135,9 +133,36 @@ impl Gateway {
     }
 }
 
+/// The client named by `X-Forwarded-For` behind `hops` trusted proxies. Each proxy appends
+/// the address of its peer, so the entry `hops` from the right is the one the outermost
+/// trusted proxy saw; everything left of it came from the client and may be forged. Several
+/// header lines are one list, in order (HAProxy adds a line of its own after the client's).
+/// A shorter list than `hops` (a request that skipped a proxy) yields its leftmost entry, the
+/// farthest one a trusted proxy wrote; an unreadable entry yields `None` (use the peer).
+pub fn forwarded_client<'a>(lines: impl Iterator<Item = &'a str>, hops: u32) -> Option<IpAddr> {
+    let entries: Vec<&str> = lines.flat_map(|l| l.split(',')).map(str::trim).collect();
+    let from_right = usize::try_from(hops).ok()?.min(entries.len());
+    let entry = entries.get(entries.len().checked_sub(from_right)?)?;
+    entry.parse().ok()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn forwarded_client_counts_hops_from_the_right() {
+        let ip = |s: &str| Some(s.parse::<IpAddr>().unwrap());
+        let one = |lines: &[&str], hops| forwarded_client(lines.iter().copied(), hops);
+        assert_eq!(one(&["1.2.3.4, 10.0.0.5"], 1), ip("10.0.0.5"));
+        assert_eq!(one(&["1.2.3.4", "10.0.0.5"], 1), ip("10.0.0.5"));
+        assert_eq!(one(&["1.2.3.4, 10.0.0.5, 192.168.0.1"], 2), ip("10.0.0.5"));
+        assert_eq!(one(&["10.0.0.5"], 3), ip("10.0.0.5"));
+        assert_eq!(one(&["::1,2001:db8::7"], 1), ip("2001:db8::7"));
+        assert_eq!(one(&["1.2.3.4, junk"], 1), None);
+        assert_eq!(one(&[], 1), None);
+        assert_eq!(one(&["10.0.0.5"], 0), None);
+    }
 
     /// The gateway's per-purchase work, without I/O: `cargo test -p flashsale-server --release
     /// --lib gateway::tests::per_purchase_cost -- --ignored --nocapture`.

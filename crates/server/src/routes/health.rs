@@ -1,14 +1,48 @@
-//! Liveness, readiness and metrics.
+//! Liveness, readiness and metrics: routed in the API by `crate::app`, and on their own by
+//! [`router`] for a process without the API (`flashsale worker`), so both answer alike.
 
+use std::sync::Arc;
 use std::time::Duration;
 
-use axum::extract::State;
+use axum::extract::{FromRef, State};
 use axum::http::{header, StatusCode};
 use axum::response::IntoResponse;
-use axum::Json;
+use axum::routing::get;
+use axum::{Json, Router};
+use flashsale_core::{ErrorCode, Ledger, OrderStore};
+use metrics_exporter_prometheus::PrometheusHandle;
 use serde_json::json;
 
+use crate::error::AppError;
 use crate::state::AppState;
+
+/// What these handlers read: the process's hot ledger, system of record and metrics.
+#[derive(Clone)]
+pub struct Probes {
+    pub ledger: Arc<dyn Ledger>,
+    pub store: Arc<dyn OrderStore>,
+    pub metrics: PrometheusHandle,
+}
+
+impl FromRef<AppState> for Probes {
+    fn from_ref(st: &AppState) -> Probes {
+        Probes {
+            ledger: st.ledger.clone(),
+            store: st.store.clone(),
+            metrics: st.metrics.clone(),
+        }
+    }
+}
+
+/// `/healthz`, `/readyz` and `/metrics` alone; any other path is 404 in the API's error shape.
+pub fn router(probes: Probes) -> Router {
+    Router::new()
+        .route("/healthz", get(healthz))
+        .route("/readyz", get(readyz))
+        .route("/metrics", get(metrics))
+        .fallback(|| async { AppError::new(ErrorCode::RouteNotFound, "no such route") })
+        .with_state(probes)
+}
 
 /// How long readiness waits for each dependency.
 const PING_TIMEOUT: Duration = Duration::from_secs(1);
@@ -22,7 +56,7 @@ pub async fn healthz() -> impl IntoResponse {
 #[utoipa::path(get, path = "/readyz", tag = "ops", operation_id = "readyz", responses(
     (status = 200, description = "ledger and database answer", body = crate::openapi::Ready),
     (status = 503, description = "a dependency does not answer", body = crate::openapi::Ready)))]
-pub async fn readyz(State(st): State<AppState>) -> impl IntoResponse {
+pub async fn readyz(State(st): State<Probes>) -> impl IntoResponse {
     let ledger = tokio::time::timeout(PING_TIMEOUT, st.ledger.ping()).await;
     let store = tokio::time::timeout(PING_TIMEOUT, st.store.ping()).await;
     let ledger_ok = matches!(ledger, Ok(Ok(())));
@@ -38,7 +72,7 @@ pub async fn readyz(State(st): State<AppState>) -> impl IntoResponse {
 }
 
 #[utoipa::path(get, path = "/metrics", tag = "ops", operation_id = "metrics", responses((status = 200, description = "Prometheus text", content_type = "text/plain", body = String)))]
-pub async fn metrics(State(st): State<AppState>) -> impl IntoResponse {
+pub async fn metrics(State(st): State<Probes>) -> impl IntoResponse {
     (
         [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
         st.metrics.render(),
