@@ -22,7 +22,7 @@ pub mod routed;
 pub mod scripts;
 pub mod stream;
 
-pub use codec::Entry;
+pub use codec::{Entry, EntryError, FORMAT_VERSION};
 pub use keys::{slot, Keys};
 pub use ledger::{RedisLedger, Replication, Snapshot};
 pub use routed::RoutedLedger;
