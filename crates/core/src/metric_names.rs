@@ -33,6 +33,10 @@ pub const GUARD_REJECTIONS: &str = "flashsale_db_guard_rejections_total";
 pub const FENCED_EVENTS: &str = "flashsale_fenced_events_total";
 /// Counter `{sku}`: stream entries parked as dead letters (the stream stops).
 pub const DEAD_LETTERS: &str = "flashsale_dead_letters_total";
+/// Gauge `{sku}`: the format version of a stream entry this instance cannot read (newer
+/// than its binary), while its persister waits on it for a newer instance; 0 once it reads
+/// the sale's stream again.
+pub const STREAM_UNKNOWN_FORMAT: &str = "flashsale_stream_unknown_format";
 /// Counter `{sku}`: hold expiry passes of a sale that failed.
 pub const EXPIRY_FAILURES: &str = "flashsale_expiry_failures_total";
 

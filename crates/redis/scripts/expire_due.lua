@@ -67,7 +67,8 @@ for _, e in ipairs(expire) do
   available = available + q
   redis.call('HSET', K_ORDERS, order_no,
     u .. ':' .. rid .. ':' .. qs .. ':EXPIRED:' .. e[5] .. ':' .. e[6])
-  redis.call('XADD', K_EVENTS, '*', 'sku_id', sku, 'epoch', epoch, 'seq', int(seq),
+  -- 'v': the entry's format version (codec.rs FORMAT_VERSION), so an older reader waits on it.
+  redis.call('XADD', K_EVENTS, '*', 'v', '1', 'sku_id', sku, 'epoch', epoch, 'seq', int(seq),
     'kind', 'expired',
     'order_no', order_no, 'request_id', rid, 'user_id', u, 'quantity', qs,
     'at_ms', int(now), 'deadline_ms', '0')

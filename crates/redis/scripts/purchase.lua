@@ -193,7 +193,8 @@ for i = 1, n do
 end
 if w > 0 then
   local concat = table.concat
-  redis.call('XADD', K_EVENTS, '*', 'sku_id', sku, 'epoch', epoch, 'kind', 'deducted',
+  -- 'v': the entry's format version (codec.rs FORMAT_VERSION), so an older reader waits on it.
+  redis.call('XADD', K_EVENTS, '*', 'v', '1', 'sku_id', sku, 'epoch', epoch, 'kind', 'deducted',
     'first_seq', first_seq, 'n', int(ev_n), 'at_ms', now_s, 'deadline_ms', deadline_s,
     'users', concat(ev_users, ','), 'request_ids', concat(ev_rids, ','),
     'quantities', concat(ev_qs, ','))

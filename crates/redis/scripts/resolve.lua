@@ -86,7 +86,8 @@ redis.call('HSET', K_ORDERS, order_no, after)
 redis.call('ZREM', K_HOLDS, order_no)
 redis.call('HSET', K_SALE, 'available', int(available), 'reserved', int(reserved),
   'sold', int(sold), 'seq', int(seq))
-redis.call('XADD', K_EVENTS, '*', 'sku_id', sku, 'epoch', epoch, 'seq', int(seq), 'kind', KIND,
-  'order_no', order_no, 'request_id', o_rid, 'user_id', o_user, 'quantity', o_q,
+-- 'v': the entry's format version (codec.rs FORMAT_VERSION), so an older reader waits on it.
+redis.call('XADD', K_EVENTS, '*', 'v', '1', 'sku_id', sku, 'epoch', epoch, 'seq', int(seq),
+  'kind', KIND, 'order_no', order_no, 'request_id', o_rid, 'user_id', o_user, 'quantity', o_q,
   'at_ms', int(now), 'deadline_ms', '0')
 return { 'OK', after, restocked }

@@ -6,6 +6,14 @@
 //! `first_seq` and `n` among its fields, see `scripts/purchase.lua`). Readers get one
 //! [`Entry`] per event either way: a batch entry is expanded into its events, each under
 //! the entry's id, in seq order.
+//!
+//! Format versions: every entry the scripts write carries `v` = [`FORMAT_VERSION`]. An entry
+//! without `v` is one of the formats written before versions (a one-event entry or a batch
+//! entry, told apart by `first_seq` as for version 1, which is the same two shapes). An entry
+//! of a version above ours was written by a newer binary during a rolling upgrade: it is
+//! [`EntryError::NewerFormat`], which a reader waits on (a newer reader can read it), never
+//! a corrupt entry to dead-letter. A `v` that is not a version we could ever have written
+//! (not a positive integer) is corrupt like any other malformed entry.
 
 use std::collections::HashMap;
 
@@ -13,6 +21,53 @@ use flashsale_core::{
     Event, EventKind, HotOrder, LedgerError, OrderNo, OrderStatus, RequestId, SkuId, UserId,
 };
 use redis::Value;
+
+/// The stream format version this binary writes (in purchase.lua, resolve.lua and
+/// expire_due.lua) and the newest it reads. Raise it, and teach the parser the new shape,
+/// whenever an entry changes in a way an older parser would misread or refuse.
+pub const FORMAT_VERSION: u64 = 1;
+/// The field that holds an entry's format version.
+pub const FORMAT_FIELD: &str = "v";
+
+/// Why a stream entry yields no events.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum EntryError {
+    /// A pending entry with no fields: it was trimmed from the stream after delivery.
+    Deleted,
+    /// Written in a format version newer than [`FORMAT_VERSION`]: not corrupt, only unknown
+    /// to this binary.
+    NewerFormat(u64),
+    /// Not an entry of any format: corrupt.
+    Malformed(String),
+}
+
+impl std::fmt::Display for EntryError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            EntryError::Deleted => f.write_str("entry was deleted"),
+            EntryError::NewerFormat(v) => write!(
+                f,
+                "entry of format version {v}, newer than this binary reads ({FORMAT_VERSION})"
+            ),
+            EntryError::Malformed(why) => f.write_str(why),
+        }
+    }
+}
+
+/// Checks an entry's format version: absent or at most ours reads; above ours is newer;
+/// anything else is malformed.
+fn check_format(fields: &HashMap<String, String>) -> Result<(), EntryError> {
+    let Some(text) = fields.get(FORMAT_FIELD) else {
+        return Ok(());
+    };
+    match text.parse::<u64>() {
+        Ok(v) if (1..=FORMAT_VERSION).contains(&v) => Ok(()),
+        Ok(v) if v > FORMAT_VERSION => Err(EntryError::NewerFormat(v)),
+        _ => Err(EntryError::Malformed(format!(
+            "field {FORMAT_FIELD} is not a format version: {text:?}"
+        ))),
+    }
+}
 
 /// Decodes an order of the `orders` hash: `user:request_id:quantity:status:deadline_ms:created_at_ms`.
 pub fn decode_order(order_no: &str, encoded: &str) -> Result<HotOrder, String> {
@@ -150,15 +205,12 @@ pub fn parse_batch(sku: SkuId, fields: &HashMap<String, String>) -> Result<Vec<E
     Ok(events)
 }
 
-/// Why a pending entry has no fields: it was trimmed from the stream after delivery.
-pub const DELETED: &str = "entry was deleted";
-
 /// One stream entry, parsed: its id, and the event or why it is not one.
-pub type Entry = (String, Result<Event, String>);
+pub type Entry = (String, Result<Event, EntryError>);
 
 /// Parses `[[id, [field, value, …]], …]` (XRANGE, XREADGROUP, XAUTOCLAIM) into one [`Entry`]
 /// per event (a batch entry gives one per event it holds, all under its id). A deleted entry
-/// (nil fields, in a pending read) or a malformed one is one `Err` with the reason.
+/// (nil fields, in a pending read), one of a newer format or a malformed one is one `Err`.
 pub fn parse_entries(sku: SkuId, value: &Value) -> Result<Vec<Entry>, LedgerError> {
     let items = match value {
         Value::Nil => return Ok(Vec::new()),
@@ -178,7 +230,7 @@ pub fn parse_entries(sku: SkuId, value: &Value) -> Result<Vec<Entry>, LedgerErro
 fn parse_entry(
     sku: SkuId,
     item: &Value,
-) -> Result<(String, Result<Vec<Event>, String>), LedgerError> {
+) -> Result<(String, Result<Vec<Event>, EntryError>), LedgerError> {
     let Value::Array(pair) = item else {
         return Err(unexpected("stream entry", item));
     };
@@ -186,28 +238,40 @@ fn parse_entry(
         .first()
         .and_then(as_string)
         .ok_or_else(|| unexpected("stream entry id", item))?;
-    let fields = match pair.get(1) {
-        Some(Value::Array(kv)) => kv,
-        None | Some(Value::Nil) => return Ok((id, Err(DELETED.into()))),
-        Some(other) => return Ok((id, Err(format!("fields are not a list: {other:?}")))),
+    let events = match pair.get(1) {
+        Some(Value::Array(kv)) => field_map(kv).and_then(|map| parse_fields(sku, &map)),
+        None | Some(Value::Nil) => Err(EntryError::Deleted),
+        Some(other) => Err(EntryError::Malformed(format!(
+            "fields are not a list: {other:?}"
+        ))),
     };
-    if fields.len() % 2 != 0 {
-        return Ok((id, Err("odd number of field values".into())));
+    Ok((id, events))
+}
+
+/// `[field, value, …]` as a map.
+fn field_map(fields: &[Value]) -> Result<HashMap<String, String>, EntryError> {
+    if !fields.len().is_multiple_of(2) {
+        return Err(EntryError::Malformed("odd number of field values".into()));
     }
     let mut map = HashMap::with_capacity(fields.len() / 2);
     for kv in fields.chunks(2) {
         match (as_string(&kv[0]), as_string(&kv[1])) {
-            (Some(k), Some(v)) => {
-                map.insert(k, v);
-            }
-            _ => return Ok((id, Err("a field is not a string".into()))),
-        }
+            (Some(k), Some(v)) => map.insert(k, v),
+            _ => return Err(EntryError::Malformed("a field is not a string".into())),
+        };
     }
+    Ok(map)
+}
+
+/// The events of an entry's fields: the version first (a newer entry's other fields mean
+/// nothing to us), then the shape.
+fn parse_fields(sku: SkuId, map: &HashMap<String, String>) -> Result<Vec<Event>, EntryError> {
+    check_format(map)?;
     let events = match map.contains_key("first_seq") {
-        true => parse_batch(sku, &map),
-        false => parse_event(sku, &map).map(|e| vec![e]),
+        true => parse_batch(sku, map),
+        false => parse_event(sku, map).map(|e| vec![e]),
     };
-    Ok((id, events))
+    events.map_err(EntryError::Malformed)
 }
 
 /// A bulk, simple or integer reply as text.
@@ -309,8 +373,18 @@ mod tests {
         let entries = parse_entries(SkuId(5), &reply).unwrap();
         assert_eq!(entries.len(), 4);
         assert_eq!(entries[0].1.as_ref().unwrap().seq, 1);
-        assert!(entries[1].1.as_ref().unwrap_err().contains("seq"));
-        assert!(entries[2].1.as_ref().unwrap_err().contains("deleted"));
+        assert!(entries[1]
+            .1
+            .as_ref()
+            .unwrap_err()
+            .to_string()
+            .contains("seq"));
+        assert!(entries[2]
+            .1
+            .as_ref()
+            .unwrap_err()
+            .to_string()
+            .contains("deleted"));
         assert!(entries[3].1.is_err());
         let other_sale = parse_entries(SkuId(6), &reply).unwrap();
         assert!(other_sale[0].1.is_err());
@@ -380,8 +454,58 @@ mod tests {
         assert_eq!(second.request_id.as_str(), "b-1");
         assert_eq!(events[3].kind, EventKind::Paid);
         assert_eq!(events[3].epoch, 2);
-        assert!(entries[4].1.as_ref().unwrap_err().contains("lengths"));
+        assert!(entries[4]
+            .1
+            .as_ref()
+            .unwrap_err()
+            .to_string()
+            .contains("lengths"));
         assert!(entries[5].1.is_err());
         assert!(parse_entries(SkuId(6), &reply).unwrap()[0].1.is_err());
+    }
+
+    /// An entry's format version: absent or ours reads; above ours is newer (waited on, not
+    /// corrupt), whatever else the entry holds; anything but a positive integer is corrupt.
+    #[test]
+    fn format_versions_read_wait_or_are_malformed() {
+        let bulk = |s: &str| Value::BulkString(s.as_bytes().to_vec());
+        let entry = |id: &str, v: Option<&str>| {
+            let mut kv = vec![
+                ("sku_id", "5"),
+                ("seq", "1"),
+                ("kind", "deducted"),
+                ("order_no", "5-1-1"),
+                ("request_id", "r1"),
+                ("user_id", "3"),
+                ("quantity", "1"),
+                ("at_ms", "10"),
+                ("deadline_ms", "0"),
+            ];
+            kv.extend(v.map(|v| (FORMAT_FIELD, v)));
+            let fields = kv.iter().flat_map(|(k, v)| [bulk(k), bulk(v)]).collect();
+            Value::Array(vec![bulk(id), Value::Array(fields)])
+        };
+        let newer = (FORMAT_VERSION + 1).to_string();
+        let reply = Value::Array(vec![
+            entry("1-0", None),
+            entry("1-1", Some("1")),
+            entry("1-2", Some(&newer)),
+            entry("1-3", Some("0")),
+            entry("1-4", Some("banana")),
+            entry("1-5", Some("-2")),
+            // A newer entry is newer even when nothing else in it parses for us.
+            Value::Array(vec![
+                bulk("1-6"),
+                Value::Array(vec![bulk(FORMAT_FIELD), bulk(&newer)]),
+            ]),
+        ]);
+        let entries = parse_entries(SkuId(5), &reply).unwrap();
+        assert!(entries[0].1.is_ok() && entries[1].1.is_ok());
+        let newer = EntryError::NewerFormat(FORMAT_VERSION + 1);
+        assert_eq!(entries[2].1, Err(newer.clone()));
+        for (_, e) in &entries[3..6] {
+            assert!(matches!(e, Err(EntryError::Malformed(why)) if why.contains("version")));
+        }
+        assert_eq!(entries[6].1, Err(newer));
     }
 }

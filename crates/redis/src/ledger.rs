@@ -595,7 +595,7 @@ impl HotCopies for RedisLedger {
         for (id, parsed) in snap.events {
             match parsed {
                 Ok(e) => events.push(e),
-                Err(why) => bad_entries.push((id, why)),
+                Err(why) => bad_entries.push((id, why.to_string())),
             }
         }
         events.sort_by_key(|e| (e.epoch, e.seq));

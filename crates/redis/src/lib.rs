@@ -9,7 +9,7 @@
 //!   runs as a worker).
 //! - [`stream`]: reading a sale's event stream (consumer group, claim, ack, trim, lease).
 //! - [`conn`]: one connection type over a node or a cluster, and error mapping.
-//! - [`codec`]: how orders and events are stored and parsed.
+//! - [`codec`]: how orders and events are stored and parsed; the stream format version.
 //!
 //! May depend on flashsale-core and redis-rs; never on sqlx or the server.
 
@@ -22,7 +22,7 @@ pub mod routed;
 pub mod scripts;
 pub mod stream;
 
-pub use codec::Entry;
+pub use codec::{Entry, EntryError, FORMAT_VERSION};
 pub use keys::{slot, Keys};
 pub use ledger::{RedisLedger, Replication, Snapshot};
 pub use routed::RoutedLedger;

@@ -99,4 +99,22 @@ mod tests {
             assert!(src.contains("XADD"));
         }
     }
+
+    /// Every entry a script writes names the format version this binary reads, so a reader
+    /// of an older binary knows it cannot read it (and waits) instead of misreading it.
+    #[test]
+    fn every_stream_entry_carries_the_format_version() {
+        let field = format!(
+            "'XADD', K_EVENTS, '*', '{}', '{}',",
+            crate::codec::FORMAT_FIELD,
+            crate::codec::FORMAT_VERSION
+        );
+        for (name, src) in ALL {
+            assert_eq!(
+                src.matches("XADD").count(),
+                src.matches(&field).count(),
+                "{name}"
+            );
+        }
+    }
 }

@@ -83,6 +83,10 @@ fn describe_persister() {
         names::DEAD_LETTERS,
         "Stream entries parked after repeated failures (the sale's stream pauses), by sale."
     );
+    describe_gauge!(
+        names::STREAM_UNKNOWN_FORMAT,
+        "Format version of a stream entry newer than this instance reads, while its persister waits on it (0: reading), by sale."
+    );
     describe_counter!(
         names::FENCED_EVENTS,
         "Events refused by the database's epoch fence (kept in fenced_events, reported), by sale."

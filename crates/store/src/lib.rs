@@ -6,7 +6,10 @@
 //!   writer per sale (lease), one transaction per batch, XACK after commit.
 //!
 //! Migrations live in `migrations/mysql` and `migrations/sqlite` beside this crate (one
-//! logical schema: `sales`, `orders`, `stock_events`, `dead_letters`).
+//! logical schema: `sales`, `orders`, `stock_events`, `dead_letters`), numbered alike; they
+//! are expand-then-contract, and `compat` lets a binary run against a newer schema that
+//! declares it compatible (`schema_compat`), so an instance restarted mid-upgrade or rolled
+//! back starts.
 //!
 //! Both stores share, in private modules, everything that does not touch a connection:
 //! `batch` (the fold of an `apply_events` batch into a plan of writes, the SQL text) and
@@ -16,6 +19,7 @@
 //! May depend on flashsale-core, flashsale-redis (the persister reads streams), sqlx, redis.
 
 mod batch;
+mod compat;
 pub mod mysql;
 pub mod persister;
 mod rows;

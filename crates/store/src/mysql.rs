@@ -6,7 +6,7 @@
 use std::time::Duration;
 
 use async_trait::async_trait;
-use sqlx::mysql::{MySqlPool, MySqlPoolOptions, MySqlRow};
+use sqlx::mysql::{MySqlConnection, MySqlPool, MySqlPoolOptions, MySqlRow};
 use sqlx::{MySql, Row, Transaction};
 
 use flashsale_core::{
@@ -15,11 +15,31 @@ use flashsale_core::{
 };
 
 use crate::batch::{self, Head, KnownOrder, Plan, StoredEvent, CHUNK_ROWS};
+use crate::compat;
 use crate::rows::{self, db_error, DeadLetterRow, SaleRow};
 
-static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations/mysql");
 /// How long an instance waits for another one's migrations.
 const MIGRATE_LOCK_WAIT_S: i64 = 60;
+
+/// Runs the migrations on the locked connection (`run` would take another from the pool),
+/// past a newer schema only when it declares this binary compatible (`compat`).
+async fn run_migrations(conn: &mut MySqlConnection) -> Result<(), StoreError> {
+    let migrator = sqlx::migrate!("./migrations/mysql");
+    let binary = compat::binary_version(&migrator);
+    let database = compat::database_version(conn).await?;
+    let min_binary = match database {
+        Some(d) if d > binary => sqlx::query_scalar(compat::MIN_BINARY_SQL)
+            .fetch_optional(&mut *conn)
+            .await
+            .map_err(db_error)?,
+        _ => None,
+    };
+    let migrator = compat::prepare(migrator, binary, database, min_binary)?;
+    migrator
+        .run_direct(conn)
+        .await
+        .map_err(compat::migrate_error)
+}
 
 /// The system of record on MySQL / MariaDB.
 #[derive(Clone)]
@@ -71,15 +91,11 @@ impl MySqlStore {
                 "another instance held the migration lock for {MIGRATE_LOCK_WAIT_S} s"
             )));
         }
-        // `run_direct` on the locked connection (`run` would take another from the pool).
-        let ran = MIGRATOR.run_direct(&mut *conn).await;
+        let ran = run_migrations(&mut conn).await;
         let _ = sqlx::query("SELECT RELEASE_LOCK(CONCAT('flashsale_migrate_', SHA1(DATABASE())))")
             .execute(&mut *conn)
             .await;
-        ran.map_err(|e| match e {
-            sqlx::migrate::MigrateError::Execute(e) => db_error(e),
-            e => StoreError::Internal(format!("migration: {e}")),
-        })
+        ran
     }
 
     pub fn pool(&self) -> &MySqlPool {

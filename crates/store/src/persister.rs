@@ -15,13 +15,23 @@
 //! (`stream_paused`): an operator decides. A pending entry that was trimmed meanwhile was
 //! applied (the stream is trimmed only below acknowledged entries, which the store applies
 //! in order): it is acknowledged and dropped, not taken for poison.
+//!
+//! Rolling upgrades: an entry of a format version newer than this binary reads (written by a
+//! newer instance's scripts) is not poison. The task applies what comes before it, then stops
+//! the sale with an alarm (`flashsale_stream_unknown_format{sku}` = that version, an error
+//! line): no ack, no dead letter, no `stream_paused`. It gives the lease up, so a newer
+//! instance, which can read the entry, takes the sale over (claiming the entry once it is
+//! idle) instead of waiting for this instance to stop; keeping the lease would hold the sale
+//! until then. It tries again after a backoff that doubles from the lease TTL up to
+//! `format_wait_ms_max`, and goes on by itself once the entry is handled (a rollback hands the
+//! sale back) or gone.
 
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use flashsale_core::{DeadLetter, Event, LedgerError, OrderStore, SaleState, SkuId, StoreError};
-use flashsale_redis::StreamReader;
+use flashsale_redis::{EntryError, StreamReader};
 use tokio::sync::{broadcast, watch};
 use tokio::task::JoinHandle;
 
@@ -47,6 +57,8 @@ pub struct PersisterConfig {
     /// Tries of one entry before it is parked as a dead letter.
     pub attempts_max: u32,
     pub backoff_ms_max: u64,
+    /// Longest wait between tries of a sale stopped on an entry of a newer format.
+    pub format_wait_ms_max: u64,
     /// How often the set of sales is read again.
     pub discover_every: Duration,
 }
@@ -63,6 +75,7 @@ impl PersisterConfig {
             claim_idle_ms: 2_000,
             attempts_max: 5,
             backoff_ms_max: 2_000,
+            format_wait_ms_max: 30_000,
             discover_every: Duration::from_millis(500),
         }
     }
@@ -153,9 +166,11 @@ struct SaleWorker {
     backoff_ms: u64,
     /// Failed tries by the first entry id of a batch.
     attempts: HashMap<String, u32>,
+    /// Tries in a row that stopped on an entry of a newer format (0: not stopped).
+    format_waits: u32,
 }
 
-type Entry = (String, Result<Event, String>);
+type Entry = flashsale_redis::Entry;
 
 impl SaleWorker {
     fn new(
@@ -172,6 +187,7 @@ impl SaleWorker {
             mode: Mode::Recover,
             backoff_ms: 0,
             attempts: HashMap::new(),
+            format_waits: 0,
         }
     }
 
@@ -284,6 +300,8 @@ impl SaleWorker {
             let others_pending = summary.consumers.iter().filter(|c| !mine(c)).count();
             if others_pending == 0 {
                 self.mode = if summary.count == 0 {
+                    // Nothing pending anywhere: no entry of a newer format waits either.
+                    self.clear_format_alarm();
                     Mode::Tail
                 } else {
                     Mode::Recover
@@ -310,12 +328,18 @@ impl SaleWorker {
         let (mut events, bad) = split(entries.iter());
         let mut entries = entries;
         match bad {
-            // Persist what parses before the bad entry; the bad one comes first next time.
-            Some(_) if !events.is_empty() => entries.truncate(events.len()),
+            // Persist what parses before the bad entry; the bad one comes first next time,
+            // from our own pending entries (a read of new ones would never see it again).
+            Some(_) if !events.is_empty() => {
+                entries.truncate(events.len());
+                self.mode = Mode::Recover;
+            }
+            Some((id, EntryError::NewerFormat(version))) => {
+                return self.wait_for_newer_reader(reader, &id, version).await
+            }
             Some((id, why)) => {
-                return self
-                    .count_failure(&first_id, &entries, Some((id, why)))
-                    .await
+                let bad = Some((id, why.to_string()));
+                return self.count_failure(&first_id, &entries, bad).await;
             }
             None => {}
         }
@@ -352,7 +376,42 @@ impl SaleWorker {
         }
         self.attempts.remove(&first_id);
         self.record(&report, events.len(), started);
+        self.clear_format_alarm();
         Ok(())
+    }
+
+    /// The entry `id` is of a format newer than this binary reads: alarm, give the lease up
+    /// for a newer instance, and try again after a backoff (see the module's docs). The entry
+    /// stays pending, unacknowledged, for whoever can read it.
+    async fn wait_for_newer_reader(
+        &mut self,
+        reader: &StreamReader,
+        id: &str,
+        version: u64,
+    ) -> Result<(), PersistError> {
+        let sku = self.sku;
+        metrics::gauge!(flashsale_core::metric_names::STREAM_UNKNOWN_FORMAT, "sku" => sku.to_string())
+            .set(version as f64);
+        let wait_ms = (self.config.lease_ttl_ms << self.format_waits.min(16))
+            .min(self.config.format_wait_ms_max.max(self.config.lease_ttl_ms));
+        self.format_waits = self.format_waits.saturating_add(1);
+        tracing::error!(%sku, entry = %id, version, known = flashsale_redis::FORMAT_VERSION, wait_ms,
+            "stream entry of a newer format: sale stopped on this instance until a newer one reads it");
+        reader.release_lease(sku, &self.config.consumer).await?;
+        self.mode = Mode::Recover;
+        self.pause(wait_ms).await;
+        Ok(())
+    }
+
+    /// A read applied again after a stop on a newer format: the alarm goes off.
+    fn clear_format_alarm(&mut self) {
+        if self.format_waits == 0 {
+            return;
+        }
+        self.format_waits = 0;
+        metrics::gauge!(flashsale_core::metric_names::STREAM_UNKNOWN_FORMAT, "sku" => self.sku.to_string())
+            .set(0.0);
+        tracing::info!(sku = %self.sku, "stream readable again; the sale goes on");
     }
 
     /// Acknowledges pending entries that no longer exist (trimmed below an acknowledged
@@ -364,7 +423,7 @@ impl SaleWorker {
     ) -> Result<Vec<Entry>, PersistError> {
         let (gone, kept): (Vec<Entry>, Vec<Entry>) = entries
             .into_iter()
-            .partition(|(_, e)| matches!(e, Err(why) if why == flashsale_redis::codec::DELETED));
+            .partition(|(_, e)| matches!(e, Err(EntryError::Deleted)));
         if !gone.is_empty() {
             let ids: Vec<String> = gone.into_iter().map(|(id, _)| id).collect();
             tracing::warn!(sku = %self.sku, entries = ?ids, "pending entries were trimmed; acknowledged");
@@ -449,7 +508,9 @@ impl SaleWorker {
 }
 
 /// Parsed events, and the first entry that did not parse.
-fn split<'a>(entries: impl Iterator<Item = &'a Entry>) -> (Vec<Event>, Option<(String, String)>) {
+fn split<'a>(
+    entries: impl Iterator<Item = &'a Entry>,
+) -> (Vec<Event>, Option<(String, EntryError)>) {
     let mut events = Vec::new();
     for (id, parsed) in entries {
         match parsed {

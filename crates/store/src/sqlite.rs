@@ -12,8 +12,8 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use sqlx::sqlite::{
-    SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteRow,
-    SqliteSynchronous,
+    SqliteConnectOptions, SqliteConnection, SqliteJournalMode, SqlitePool, SqlitePoolOptions,
+    SqliteRow, SqliteSynchronous,
 };
 use sqlx::{Row, Sqlite, Transaction};
 
@@ -23,12 +23,31 @@ use flashsale_core::{
 };
 
 use crate::batch::{self, Head, KnownOrder, Plan, StoredEvent, CHUNK_ROWS};
+use crate::compat;
 use crate::rows::{self, db_error, DeadLetterRow, SaleRow};
-
-static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations/sqlite");
 
 const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
 const READERS: u32 = 4;
+
+/// Runs the migrations on the writer's connection, past a newer schema only when it declares
+/// this binary compatible (`compat`).
+async fn run_migrations(conn: &mut SqliteConnection) -> Result<(), StoreError> {
+    let migrator = sqlx::migrate!("./migrations/sqlite");
+    let binary = compat::binary_version(&migrator);
+    let database = compat::database_version(conn).await?;
+    let min_binary = match database {
+        Some(d) if d > binary => sqlx::query_scalar(compat::MIN_BINARY_SQL)
+            .fetch_optional(&mut *conn)
+            .await
+            .map_err(db_error)?,
+        _ => None,
+    };
+    let migrator = compat::prepare(migrator, binary, database, min_binary)?;
+    migrator
+        .run_direct(conn)
+        .await
+        .map_err(compat::migrate_error)
+}
 
 /// The system of record in one SQLite file.
 #[derive(Clone)]
@@ -85,10 +104,7 @@ impl SqliteStore {
             .connect_with(opts.clone())
             .await
             .map_err(|e| StoreError::Unavailable(e.to_string()))?;
-        MIGRATOR.run(&writer).await.map_err(|e| match e {
-            sqlx::migrate::MigrateError::Execute(e) => db_error(e),
-            e => StoreError::Internal(format!("migration: {e}")),
-        })?;
+        run_migrations(&mut *writer.acquire().await.map_err(db_error)?).await?;
         let reader = if in_memory {
             writer.clone()
         } else {
