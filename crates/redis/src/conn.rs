@@ -76,8 +76,9 @@ impl Conn {
         self.nodes.len() > 1 || matches!(self.link.get(), Some(Link::Cluster(_)))
     }
 
-    /// Sends `cmd` to the primary that serves `slot` (a command without keys, such as WAIT,
-    /// that must reach the node a sale's scripts ran on). On a single node, to that node.
+    /// Sends `cmd` to the primary that serves `slot` (a command without keys, such as SCRIPT
+    /// LOAD, for the node a sale's scripts run on). On a single node, to that node. Not for
+    /// WAIT: once a primary dies the cluster client may send this to a random node.
     pub async fn on_slot(&self, slot: u16, cmd: &Cmd) -> Result<Value, RedisError> {
         match self.link().await? {
             Link::Single(mut c) => c.req_packed_command(cmd).await,

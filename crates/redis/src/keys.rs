@@ -81,10 +81,9 @@ impl Keys {
         self.tagged(sku, "lease")
     }
 
-    /// String: a counter bumped on the sale's primary before a `WAIT` that confirms a
-    /// replay (which writes nothing): WAIT waits for the connection's last write, and a
-    /// reconnected connection has none, so without a write of its own it would confirm at
-    /// once what the replicas may never have had.
+    /// String: a counter bumped right after a write script when writes wait for replicas
+    /// (`WAIT`, in the same pipeline): a replay writes nothing, and a server that moves a
+    /// connection's WAIT offset only with its own writes would otherwise confirm it at once.
     pub fn wait_mark(&self, sku: SkuId) -> String {
         self.tagged(sku, "wait")
     }

@@ -12,7 +12,7 @@ use flashsale_core::{
     PurchaseOutcome, PurchaseRequest, RequestKey, Resolution, Sale, SaleState, SkuId,
     SoldOutSupport, UserId,
 };
-use redis::{FromRedisValue, ScriptInvocation, Value};
+use redis::{Cmd, FromRedisValue, RedisError, ScriptInvocation, Value};
 
 use crate::codec::{as_int, as_string, decode_order, parse_entries, unexpected, Entry};
 use crate::conn::{bounded, split_urls, Conn, Timeouts};
@@ -208,11 +208,82 @@ impl RedisLedger {
     }
 
     fn resolve_keys<'a>(&self, inv: &mut ScriptInvocation<'a>, sku: SkuId) {
-        inv.key(self.keys.sale(sku))
-            .key(self.keys.buyers(sku))
-            .key(self.keys.orders(sku))
-            .key(self.keys.holds(sku))
-            .key(self.keys.events(sku));
+        for key in self.resolve_key_list(sku) {
+            inv.key(key);
+        }
+    }
+
+    fn resolve_key_list(&self, sku: SkuId) -> [String; 5] {
+        [
+            self.keys.sale(sku),
+            self.keys.buyers(sku),
+            self.keys.orders(sku),
+            self.keys.holds(sku),
+            self.keys.events(sku),
+        ]
+    }
+
+    /// Runs a write script (`cmd`, its EVALSHA). With [`Replication`] set, the script, a bump
+    /// of the sale's wait mark and `WAIT` go in one pipeline: over one connection to one
+    /// node, in that order, so the WAIT counts the replicas of the node that ran the script
+    /// and covers its writes (a replay writes nothing of its own: the mark is the write the
+    /// WAIT waits for). A WAIT sent apart may reach another node: once a primary dies, the
+    /// cluster client sends a command whose node it has no connection to over a random
+    /// one, whose replicas would then confirm a write they never saw. Returns the script's
+    /// reply and, with replication, how many replicas acknowledged. Reloads the script once
+    /// on NOSCRIPT (a restart, a failover, SCRIPT FLUSH).
+    async fn run_write(
+        &self,
+        name: &'static str,
+        sku: SkuId,
+        code: Code,
+        cmd: &Cmd,
+    ) -> Result<(Value, Option<i64>), LedgerError> {
+        let started = Instant::now();
+        let mut result = self.send_write(sku, cmd).await;
+        if matches!(&result, Err(e) if e.kind() == redis::ErrorKind::NoScriptError) {
+            let mut load = redis::cmd("SCRIPT");
+            load.arg("LOAD").arg(code.source());
+            let slot = crate::keys::slot(&self.keys.sale(sku));
+            bounded(Timeouts::HOT.call, self.conn.on_slot(slot, &load)).await?;
+            result = self.send_write(sku, cmd).await;
+        }
+        metrics::histogram!(flashsale_core::metric_names::SCRIPT_LATENCY, "script" => name)
+            .record(started.elapsed().as_secs_f64());
+        let (reply, acked) = result.map_err(crate::conn::map_err)?;
+        if acked.is_some() {
+            metrics::histogram!(flashsale_core::metric_names::REDIS_WAIT_SECONDS)
+                .record(started.elapsed().as_secs_f64());
+        }
+        Ok((reply, acked))
+    }
+
+    /// One try of [`RedisLedger::run_write`].
+    async fn send_write(&self, sku: SkuId, cmd: &Cmd) -> Result<(Value, Option<i64>), RedisError> {
+        let mut conn = self.conn.clone();
+        let call = async {
+            let Some(want) = self.replication else {
+                let reply: Value = cmd.query_async(&mut conn).await?;
+                return Ok((reply, None));
+            };
+            let mut pipe = redis::pipe();
+            pipe.add_command(cmd.clone())
+                .cmd("INCR")
+                .arg(self.keys.wait_mark(sku))
+                .ignore()
+                .cmd("WAIT")
+                .arg(want.replicas)
+                .arg(want.timeout.as_millis() as u64);
+            let (reply, acked): (Value, i64) = pipe.query_async(&mut conn).await?;
+            Ok((reply, Some(acked)))
+        };
+        match tokio::time::timeout(Timeouts::HOT.call, call).await {
+            Ok(result) => result,
+            Err(_) => Err(RedisError::from((
+                redis::ErrorKind::IoError,
+                "redis did not answer in time",
+            ))),
+        }
     }
 
     /// Pay (`kind` "paid") or cancel ("cancelled"); `name` labels the script's latency.
@@ -224,17 +295,17 @@ impl RedisLedger {
         user: UserId,
     ) -> Result<Resolution, LedgerError> {
         let sku = order_no.sku();
-        let mut inv = self.scripts.resolve.prepare_invoke();
-        self.resolve_keys(&mut inv, sku);
-        inv.arg(order_no.to_string()).arg(user.0).arg(kind);
-        let reply: Vec<Value> = self.run(name, &inv).await?;
+        let mut cmd = evalsha(&self.scripts.resolve, &self.resolve_key_list(sku));
+        cmd.arg(order_no.to_string()).arg(user.0).arg(kind);
+        let (reply, acked) = self.run_write(name, sku, Code::Resolve, &cmd).await?;
+        let reply: Vec<Value> = redis::from_redis_value(&reply).map_err(crate::conn::map_err)?;
         let head = reply.first().and_then(as_string);
         match head.as_deref() {
-            Some(tag @ ("OK" | "R")) => {
+            Some("OK" | "R") => {
                 let encoded = reply.get(1).and_then(as_string).unwrap_or_default();
                 let order =
                     decode_order(&order_no.to_string(), &encoded).map_err(LedgerError::Internal)?;
-                self.confirmed(sku, tag == "R", vec![*order_no]).await?;
+                self.confirmed(acked, vec![*order_no])?;
                 if reply.get(2).and_then(as_int) == Some(1) {
                     self.announce_restock(sku).await;
                 }
@@ -245,72 +316,26 @@ impl RedisLedger {
         }
     }
 
-    /// With [`Replication`] set: confirms that `written` (accepted purchases or a resolved
-    /// order) reached the replicas, or answers [`LedgerError::Unconfirmed`] naming them (the
-    /// loss journal keeps them; the client retries with the same request id). A call that
-    /// wrote nothing (`replay`) first bumps the sale's wait mark: Redis 7.0 moves a
-    /// connection's WAIT offset with every command, but a server that moves it only with the
-    /// connection's own writes would confirm a replay on a fresh connection at once.
-    async fn confirmed(
-        &self,
-        sku: SkuId,
-        replay: bool,
-        written: Vec<OrderNo>,
-    ) -> Result<(), LedgerError> {
-        if self.replication.is_none() {
-            return Ok(());
-        }
-        let mut result = Ok(());
-        if replay {
-            let mut mark = redis::cmd("INCR");
-            mark.arg(self.keys.wait_mark(sku));
-            let slot = crate::keys::slot(&self.keys.sale(sku));
-            result = bounded(Timeouts::HOT.call, self.conn.on_slot(slot, &mark))
-                .await
-                .map(|_| ());
-        }
-        if result.is_ok() {
-            result = self.replicated(sku).await;
-        }
-        result.map_err(|e| match e {
-            LedgerError::Unavailable(why) | LedgerError::Internal(why) => {
-                LedgerError::Unconfirmed { written, why }
-            }
-            e => e,
-        })
-    }
-
-    /// With [`Replication`] set: waits until the sale's writes so far reached that many
-    /// replicas (`WAIT` on the connection that ran them). Fewer within the timeout is
-    /// `Unavailable`.
-    async fn replicated(&self, sku: SkuId) -> Result<(), LedgerError> {
-        let Some(want) = self.replication else {
+    /// With [`Replication`] set (`acked` is the WAIT's count): confirms that `written`
+    /// (accepted purchases or a resolved order) reached the replicas, or answers
+    /// [`LedgerError::Unconfirmed`] naming them: the loss journal keeps them and the client
+    /// retries with the same request id (and gets the first outcome).
+    fn confirmed(&self, acked: Option<i64>, written: Vec<OrderNo>) -> Result<(), LedgerError> {
+        let (Some(want), Some(acked)) = (self.replication, acked) else {
             return Ok(());
         };
-        let mut cmd = redis::cmd("WAIT");
-        cmd.arg(want.replicas).arg(want.timeout.as_millis() as u64);
-        let slot = crate::keys::slot(&self.keys.sale(sku));
-        let started = std::time::Instant::now();
-        // Any error is "not known to be replicated", never a broken ledger: e.g. a slot map not
-        // yet refreshed after a failover sends the WAIT to the old primary, now a replica.
-        let reply = bounded(Timeouts::HOT.call, self.conn.on_slot(slot, &cmd))
-            .await
-            .map_err(|e| match e {
-                LedgerError::Internal(m) => LedgerError::Unavailable(format!("WAIT: {m}")),
-                e => e,
-            })?;
-        metrics::histogram!(flashsale_core::metric_names::REDIS_WAIT_SECONDS)
-            .record(started.elapsed().as_secs_f64());
-        let acked = as_int(&reply).unwrap_or(0);
         if acked >= i64::from(want.replicas) {
             return Ok(());
         }
         metrics::counter!(flashsale_core::metric_names::REDIS_WAIT_TIMEOUTS).increment(1);
-        Err(LedgerError::Unavailable(format!(
-            "written to the primary but acknowledged by {acked} of {} replicas within {:?}; \
-             retry with the same request_id",
-            want.replicas, want.timeout
-        )))
+        Err(LedgerError::Unconfirmed {
+            written,
+            why: format!(
+                "written to the primary but acknowledged by {acked} of {} replicas within {:?}; \
+                 retry with the same request_id",
+                want.replicas, want.timeout
+            ),
+        })
     }
 
     /// `set_state.lua`'s answer: applied or skipped; a fenced copy is `Unavailable` (its
@@ -340,6 +365,29 @@ impl RedisLedger {
             tracing::warn!(%sku, error = %e, "could not publish a restock");
         }
     }
+}
+
+/// The write scripts [`RedisLedger::run_write`] may have to load again.
+#[derive(Debug, Clone, Copy)]
+enum Code {
+    Purchase,
+    Resolve,
+}
+
+impl Code {
+    fn source(self) -> &'static str {
+        match self {
+            Code::Purchase => crate::scripts::PURCHASE,
+            Code::Resolve => crate::scripts::RESOLVE,
+        }
+    }
+}
+
+/// `EVALSHA <script> <numkeys> <keys…>`; the script's arguments follow.
+fn evalsha(script: &redis::Script, keys: &[String]) -> Cmd {
+    let mut cmd = redis::cmd("EVALSHA");
+    cmd.arg(script.get_hash()).arg(keys.len()).arg(keys);
+    cmd
 }
 
 fn code_of(v: Option<&Value>) -> Result<ErrorCode, LedgerError> {
@@ -415,21 +463,26 @@ impl HotLedger for RedisLedger {
                 other.sku_id
             )));
         }
-        let mut inv = self.scripts.purchase.prepare_invoke();
-        inv.key(self.keys.sale(sku))
-            .key(self.keys.buyers(sku))
-            .key(self.keys.requests(sku))
-            .key(self.keys.orders(sku))
-            .key(self.keys.holds(sku))
-            .key(self.keys.events(sku));
-        inv.arg(reqs.len());
+        let keys = [
+            self.keys.sale(sku),
+            self.keys.buyers(sku),
+            self.keys.requests(sku),
+            self.keys.orders(sku),
+            self.keys.holds(sku),
+            self.keys.events(sku),
+        ];
+        let mut cmd = evalsha(&self.scripts.purchase, &keys);
+        cmd.arg(reqs.len());
         for r in reqs {
-            inv.arg(r.user_id.0)
+            cmd.arg(r.user_id.0)
                 .arg(r.request_id.as_str())
                 .arg(r.quantity);
         }
+        let (reply, acked) = self
+            .run_write("purchase", sku, Code::Purchase, &cmd)
+            .await?;
         // One flat array, three fields per request (see purchase.lua).
-        let flat: Vec<String> = self.run("purchase", &inv).await?;
+        let flat: Vec<String> = redis::from_redis_value(&reply).map_err(crate::conn::map_err)?;
         if flat.len() != 3 * reqs.len() {
             return Err(LedgerError::Internal(format!(
                 "{} result fields for {} requests",
@@ -449,16 +502,7 @@ impl HotLedger for RedisLedger {
             })
             .collect();
         if !written.is_empty() {
-            let fresh = outcomes.iter().any(|o| {
-                matches!(
-                    o,
-                    PurchaseOutcome::Accepted {
-                        replayed: false,
-                        ..
-                    }
-                )
-            });
-            self.confirmed(sku, !fresh, written).await?;
+            self.confirmed(acked, written)?;
         }
         Ok(outcomes)
     }

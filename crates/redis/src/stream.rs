@@ -298,6 +298,14 @@ impl StreamReader {
         self.query(&cmd, TIMEOUTS.call).await
     }
 
+    /// The hot copy's operator state and `seq`; None when the sale is not in Redis.
+    pub async fn hot_state(&self, sku: SkuId) -> Result<Option<(String, u64)>, LedgerError> {
+        let mut cmd = redis::cmd("HMGET");
+        cmd.arg(self.keys.sale(sku)).arg("state").arg("seq");
+        let (state, seq): (Option<String>, Option<u64>) = self.query(&cmd, TIMEOUTS.call).await?;
+        Ok(state.zip(seq))
+    }
+
     /// The hot copy's `seq` (the sale hash's); None when the sale is not in Redis.
     pub async fn hot_seq(&self, sku: SkuId) -> Result<Option<u64>, LedgerError> {
         let mut cmd = redis::cmd("HGET");

@@ -135,8 +135,15 @@ async fn with_wait_an_accepted_purchase_is_answered_once_a_replica_has_it() {
         .unwrap()
         .with_replication(wait)
         .unwrap();
-    let sale = live_sale(SaleMode::Reserve, 10, 1);
+    let mut sale = live_sale(SaleMode::Reserve, 10, 1);
+    sale.payment_timeout_ms = 60_000;
     let sku = warm(&ledger, &sale).await;
+    // A script the primary forgot (restart, SCRIPT FLUSH) is loaded again, WAIT and all.
+    let _: () = redis::cmd("SCRIPT")
+        .arg("FLUSH")
+        .query_async(&mut raw(&primary).await)
+        .await
+        .unwrap();
     let order = buy_ok(&ledger, sku, 1, "a", 1).await;
 
     // The replica stops: the purchase is written on the primary but not answered "accepted".

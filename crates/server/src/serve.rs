@@ -230,11 +230,11 @@ impl Workers {
         };
         tasks.spawn_probes(listener, crate::routes::health::router(probes));
         let journal = Arc::new(crate::reconcile::Journal::default());
-        let reconciler = Reconciler::new(ledger.clone(), store.clone(), journal);
+        let reconciler = Reconciler::new(ledger.clone(), store.clone(), journal.clone());
         if let Some(worker) = ReconcileWorker::boxed(reconciler, config.reconcile, None) {
             tasks.spawn_worker(worker);
         }
-        for worker in workers(config, ledger, store) {
+        for worker in workers(config, ledger, store, journal) {
             tasks.spawn_worker(worker);
         }
         tracing::info!(%addr, "flashsale worker: /healthz, /readyz and /metrics");
@@ -294,7 +294,7 @@ impl Server {
         for feed in ledger.restock_feeds() {
             tasks.spawn_worker(Box::new(RestockWorker::new(feed)));
         }
-        for worker in workers(&config, ledger, store) {
+        for worker in workers(&config, ledger, store, state.journal.clone()) {
             tasks.spawn_worker(worker);
         }
         let reconciler = state.reconciler();
@@ -313,14 +313,17 @@ impl Server {
     }
 }
 
+/// The workers every process runs; `journal` is the one its reconciler settles sales in.
 fn workers(
     config: &Config,
     ledger: Arc<dyn Ledger>,
     store: Arc<dyn OrderStore>,
+    journal: Arc<crate::reconcile::Journal>,
 ) -> Vec<Box<dyn Worker>> {
     let mut workers: Vec<Box<dyn Worker>> = vec![Box::new(ExpiryWorker {
         ledger,
         store: store.clone(),
+        settled: Arc::new(move |sku| journal.is_settled(sku)),
         interval: EXPIRY_INTERVAL,
         batch_max: EXPIRY_BATCH_MAX,
     })];

@@ -18,10 +18,15 @@ pub trait Worker: Send + 'static {
     async fn run(self: Box<Self>, shutdown: broadcast::Receiver<()>) -> anyhow::Result<()>;
 }
 
-/// Expires due holds of every live reserve-mode sale, in bounded batches.
+/// Whether a sale is settled (ended, no hold left, all applied): nothing to expire.
+pub type Settled = Arc<dyn Fn(flashsale_core::SkuId) -> bool + Send + Sync>;
+
+/// Expires due holds of every live reserve-mode sale, in bounded batches; a sale the
+/// reconciler found settled is skipped.
 pub struct ExpiryWorker {
     pub ledger: Arc<dyn Ledger>,
     pub store: Arc<dyn OrderStore>,
+    pub settled: Settled,
     pub interval: Duration,
     /// Holds expired per ledger call.
     pub batch_max: usize,
@@ -57,9 +62,11 @@ impl ExpiryWorker {
     /// broken hash) is logged and skipped: the holds of every other sale still expire.
     async fn expire_all(&self) -> anyhow::Result<()> {
         let sales = self.store.sales().await?;
-        let reserve = sales
-            .iter()
-            .filter(|s| s.sale.mode == SaleMode::Reserve && s.sale.state != SaleState::Scheduled);
+        let reserve = sales.iter().filter(|s| {
+            s.sale.mode == SaleMode::Reserve
+                && s.sale.state != SaleState::Scheduled
+                && !(self.settled)(s.sale.sku_id)
+        });
         for stored in reserve {
             let sku = stored.sale.sku_id;
             if let Err(e) = self.expire_sale(sku).await {

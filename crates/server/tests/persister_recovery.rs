@@ -175,3 +175,68 @@ async fn a_stream_stopped_by_a_dead_letter_stays_stopped_across_a_restart() {
     stop.send(()).unwrap();
     task.await.unwrap();
 }
+
+/// Whether some persister holds `sku`'s lease right now.
+async fn leased(stack: &Stack, sku: u64) -> bool {
+    let url = stack.config.redis_url.clone().unwrap();
+    let client = redis::Client::open(url).unwrap();
+    let mut conn = client.get_multiplexed_async_connection().await.unwrap();
+    let key = format!("{}:{{{sku}}}:lease", stack.config.redis_prefix);
+    redis::cmd("EXISTS")
+        .arg(key)
+        .query_async::<bool>(&mut conn)
+        .await
+        .unwrap()
+}
+
+/// An ended sale whose stream is applied and that holds no unit retires its persister task
+/// (its lease is given up and never taken again, so no read or renewal goes on); a live sale,
+/// and an ended one with a hold left, keep theirs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_settled_sale_retires_its_persister() {
+    let stack = stack_without_persister().await;
+    stack.live_sale(61, 5, 1).await;
+    stack.live_sale(62, 5, 1).await;
+    stack
+        .live_sale_with(json!({"sku_id": 63, "name": "t", "total_stock": 5,
+            "per_user_limit": 1, "mode": "reserve", "payment_timeout_ms": 600_000}))
+        .await;
+    for sku in [61, 62, 63] {
+        buy(&stack, sku, 1..=2).await;
+    }
+    for sku in [61, 63] {
+        let (s, b) = stack
+            .admin("POST", &format!("/api/v1/sales/{sku}/end"), None)
+            .await;
+        assert_eq!(s, StatusCode::OK, "{b}");
+    }
+    let (stop, task) = start(&stack, "p1");
+    for sku in [61, 62, 63] {
+        stack.drain(sku).await;
+    }
+    let st = &stack;
+    wait::until(
+        "sale 61's persister to retire",
+        Duration::from_secs(20),
+        || async move { (!leased(st, 61).await).then_some(()) },
+    )
+    .await;
+    assert!(leased(&stack, 62).await, "a live sale keeps its persister");
+    assert!(
+        leased(&stack, 63).await,
+        "an ended sale with holds keeps its persister"
+    );
+    // Retired for good: a discovery pass (which picks up the new sale 64) does not start it
+    // again.
+    stack.live_sale(64, 5, 1).await;
+    buy(&stack, 64, 1..=1).await;
+    wait::until(
+        "sale 64's persister",
+        Duration::from_secs(20),
+        || async move { leased(st, 64).await.then_some(()) },
+    )
+    .await;
+    assert!(!leased(&stack, 61).await);
+    let _ = stop.send(());
+    task.await.unwrap();
+}

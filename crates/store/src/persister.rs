@@ -26,7 +26,7 @@
 //! `format_wait_ms_max`, and goes on by itself once the entry is handled (a rollback hands the
 //! sale back) or gone.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -101,15 +101,21 @@ impl Persister {
     }
 
     /// Runs one task per live sale until `shutdown` fires; new sales are picked up as they
-    /// are warmed.
+    /// are warmed. A sale's task retires once the sale is settled (see
+    /// [`SaleWorker::settled`]) and is not started again: an ended sale stops costing a
+    /// connection, a blocking read and lease renewals.
     pub async fn run(self, mut shutdown: broadcast::Receiver<()>) -> Result<(), PersistError> {
         let (stop_tx, stop_rx) = watch::channel(false);
-        let mut tasks: HashMap<SkuId, JoinHandle<()>> = HashMap::new();
+        let mut tasks: HashMap<SkuId, JoinHandle<bool>> = HashMap::new();
+        let mut retired: HashSet<SkuId> = HashSet::new();
         let mut tick = tokio::time::interval(self.config.discover_every);
         loop {
             tokio::select! {
                 _ = shutdown.recv() => break,
-                _ = tick.tick() => self.discover(&mut tasks, &stop_rx).await,
+                _ = tick.tick() => {
+                    reap(&mut tasks, &mut retired).await;
+                    self.discover(&mut tasks, &retired, &stop_rx).await
+                }
             }
         }
         let _ = stop_tx.send(true);
@@ -121,7 +127,8 @@ impl Persister {
 
     async fn discover(
         &self,
-        tasks: &mut HashMap<SkuId, JoinHandle<()>>,
+        tasks: &mut HashMap<SkuId, JoinHandle<bool>>,
+        retired: &HashSet<SkuId>,
         stop: &watch::Receiver<bool>,
     ) {
         let sales = match self.store.sales().await {
@@ -132,15 +139,32 @@ impl Persister {
         };
         for stored in sales
             .into_iter()
-            .filter(|s| s.sale.state != SaleState::Scheduled)
+            .filter(|s| s.sale.state != SaleState::Scheduled && !retired.contains(&s.sale.sku_id))
         {
             let sku = stored.sale.sku_id;
-            if tasks.get(&sku).is_some_and(|t| !t.is_finished()) {
+            // A finished task is reaped first (and started again unless it retired).
+            if tasks.contains_key(&sku) {
                 continue;
             }
             let worker =
                 SaleWorker::new(self.config.clone(), self.store.clone(), sku, stop.clone());
             tasks.insert(sku, tokio::spawn(worker.run()));
+        }
+    }
+}
+
+/// Takes the finished tasks out of `tasks`; those that retired their sale go to `retired`.
+async fn reap(tasks: &mut HashMap<SkuId, JoinHandle<bool>>, retired: &mut HashSet<SkuId>) {
+    let done: Vec<SkuId> = tasks
+        .iter()
+        .filter(|(_, t)| t.is_finished())
+        .map(|(sku, _)| *sku)
+        .collect();
+    for sku in done {
+        if let Some(task) = tasks.remove(&sku) {
+            if task.await.unwrap_or(false) {
+                retired.insert(sku);
+            }
         }
     }
 }
@@ -168,6 +192,10 @@ struct SaleWorker {
     attempts: HashMap<String, u32>,
     /// Tries in a row that stopped on an entry of a newer format (0: not stopped).
     format_waits: u32,
+    /// When [`SaleWorker::settled`] last looked (it reads both stores: not every read).
+    settle_checked: Option<Instant>,
+    /// The sale is settled: the task ends.
+    retired: bool,
 }
 
 type Entry = flashsale_redis::Entry;
@@ -188,10 +216,14 @@ impl SaleWorker {
             backoff_ms: 0,
             attempts: HashMap::new(),
             format_waits: 0,
+            settle_checked: None,
+            retired: false,
         }
     }
 
-    async fn run(mut self) {
+    /// Persists the sale's stream until told to stop or the sale is settled; true when it
+    /// retired the sale.
+    async fn run(mut self) -> bool {
         let sku = self.sku;
         let reader = loop {
             match StreamReader::connect(
@@ -205,17 +237,46 @@ impl SaleWorker {
                 Err(e) => {
                     tracing::warn!(%sku, error = %e, "persister cannot reach Redis; retrying");
                     if self.pause(500).await {
-                        return;
+                        return false;
                     }
                 }
             }
         };
-        while !*self.stop.borrow() {
+        while !*self.stop.borrow() && !self.retired {
             if let Err(e) = self.step(&reader).await {
                 self.fail(&e).await;
             }
         }
         let _ = reader.release_lease(sku, &self.config.consumer).await;
+        if self.retired {
+            tracing::info!(%sku, "sale settled: its persister retires");
+        }
+        self.retired
+    }
+
+    /// Nothing can reach the stream any more and everything in it is applied: ended in the
+    /// database and in the hot copy (which then accepts no purchase), no unit reserved (no
+    /// payment, cancellation or expiry can come), the database at the copy's `seq`, nothing
+    /// pending. Looked at most once per discovery interval, after an empty read.
+    async fn settled(&mut self, reader: &StreamReader) -> Result<bool, PersistError> {
+        if self
+            .settle_checked
+            .is_some_and(|t| t.elapsed() < self.config.discover_every)
+        {
+            return Ok(false);
+        }
+        self.settle_checked = Some(Instant::now());
+        let Some(db) = self.store.sale(self.sku).await? else {
+            return Ok(false);
+        };
+        if db.sale.state != SaleState::Ended || db.counters.reserved > 0 {
+            return Ok(false);
+        }
+        let hot_done = match reader.hot_state(self.sku).await? {
+            Some((state, seq)) => state == SaleState::Ended.as_str() && seq == db.counters.seq,
+            None => reader.backlog(self.sku).await? == 0,
+        };
+        Ok(hot_done && reader.pending_summary(self.sku).await?.count == 0)
     }
 
     /// Sleeps `ms` unless told to stop; true when told to stop.
@@ -271,6 +332,8 @@ impl SaleWorker {
         };
         if !entries.is_empty() {
             self.persist(reader, entries).await?;
+        } else if self.mode == Mode::Tail {
+            self.retired = self.settled(reader).await?;
         }
         self.backoff_ms = 0;
         Ok(())
