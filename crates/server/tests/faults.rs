@@ -150,3 +150,73 @@ async fn a_dead_persisters_entries_are_claimed_and_applied_exactly_once() {
     assert_eq!((n, units, sold), (40, 40, 40));
     let _: Arc<dyn OrderStore> = store;
 }
+
+/// With WAIT 1, a purchase the script accepted while the replica was stopped answers 503;
+/// its retry, once the replica is back, answers 202 (a replay). Redis then loses everything
+/// before any persister saved it: the order answered 202 is reported lost by its number (the
+/// journal keeps replays and unconfirmed writes), never silently dropped.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replay_answered_after_a_503_is_reported_when_redis_loses_it() {
+    let mut primary = RedisServer::spawn().await;
+    let port = primary.port.to_string();
+    let args = [
+        "--save",
+        "",
+        "--appendonly",
+        "no",
+        "--replicaof",
+        "127.0.0.1",
+        &port,
+    ];
+    let replica = RedisServer::spawn_with(&args).await;
+    let db = TestDatabase::create().await;
+    let mut cfg = common::config(Some(primary.url()), db.url.clone());
+    cfg.run_persister = false;
+    cfg.reconcile.interval = Duration::ZERO;
+    cfg.redis_replication = Some(flashsale_redis::Replication {
+        replicas: 1,
+        timeout: Duration::from_millis(100),
+    });
+    let stack = Stack::start(cfg, Some(db), None).await;
+    let st = &stack;
+    stack.live_sale(71, 10, 1).await;
+    wait::until(
+        "the replica to confirm",
+        Duration::from_secs(10),
+        || async move {
+            (st.buy(9, 71, "warm", json!(1)).await.0 == StatusCode::ACCEPTED).then_some(())
+        },
+    )
+    .await;
+
+    replica.pause();
+    let (s, b) = stack.buy(1, 71, "r1", json!(1)).await;
+    assert_eq!(s, StatusCode::SERVICE_UNAVAILABLE, "{b}");
+    replica.resume();
+    let order = wait::until(
+        "the retry to be confirmed",
+        Duration::from_secs(10),
+        || async move {
+            let (s, b) = st.buy(1, 71, "r1", json!(1)).await;
+            (s == StatusCode::ACCEPTED).then(|| (b["order_no"].as_str().unwrap().to_owned(), b))
+        },
+    )
+    .await;
+    assert_eq!(order.1["replayed"], json!(true), "{}", order.1);
+
+    primary.kill();
+    primary.start().await;
+    let reconciler = stack.server.as_ref().unwrap().state.reconciler();
+    let reconciler = &reconciler;
+    // The first runs may meet the connection the restart broke: run until one goes through.
+    let report = wait::until("a reconcile run", Duration::from_secs(20), || async move {
+        let trigger = flashsale_server::reconcile::Trigger::Cli;
+        reconciler.run_sale(SkuId(71), true, trigger).await.ok()
+    })
+    .await;
+    assert!(
+        report.lost_orders.contains(&order.0),
+        "{} is reported lost: {report:?}",
+        order.0
+    );
+}
