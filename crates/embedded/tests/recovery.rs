@@ -108,8 +108,11 @@ async fn a_reopened_ledger_remembers_everything() {
     assert_eq!(o(cancelled.order_no).await, OrderStatus::Cancelled);
     assert_eq!(o(held.order_no).await, OrderStatus::Reserved);
     buy_ok(&ledger, r, 3, "c2", 2).await;
+    // A retried pay answers the paid order again (its first outcome); a cancel conflicts.
+    let again = ledger.pay(&paid.order_no, UserId(2)).await.unwrap();
+    assert_eq!(again.map(|o| o.status), Ok(OrderStatus::Paid));
     assert_eq!(
-        ledger.pay(&paid.order_no, UserId(2)).await.unwrap(),
+        ledger.cancel(&paid.order_no, UserId(2)).await.unwrap(),
         Err(ErrorCode::AlreadyResolved)
     );
     // The recovered hold (and the new one) expire when due.
