@@ -242,15 +242,22 @@ impl RedisLedger {
         let started = Instant::now();
         let mut result = self.send_write(sku, cmd).await;
         if matches!(&result, Err(e) if e.kind() == redis::ErrorKind::NoScriptError) {
+            // To every primary (the cluster client's routing of SCRIPT LOAD): a slot map that
+            // is a failover behind would send a load for one slot to a node that is no longer
+            // its primary.
             let mut load = redis::cmd("SCRIPT");
             load.arg("LOAD").arg(code.source());
-            let slot = crate::keys::slot(&self.keys.sale(sku));
-            bounded(Timeouts::HOT.call, self.conn.on_slot(slot, &load)).await?;
+            let mut conn = self.conn.clone();
+            bounded::<String>(Timeouts::HOT.call, load.query_async(&mut conn)).await?;
             result = self.send_write(sku, cmd).await;
         }
         metrics::histogram!(flashsale_core::metric_names::SCRIPT_LATENCY, "script" => name)
             .record(started.elapsed().as_secs_f64());
-        let (reply, acked) = result.map_err(crate::conn::map_err)?;
+        // Still NOSCRIPT after a load: the slot moved meanwhile (a failover); retry later.
+        let (reply, acked) = result.map_err(|e| match e.kind() {
+            redis::ErrorKind::NoScriptError => LedgerError::Unavailable(e.to_string()),
+            _ => crate::conn::map_err(e),
+        })?;
         if acked.is_some() {
             metrics::histogram!(flashsale_core::metric_names::REDIS_WAIT_SECONDS)
                 .record(started.elapsed().as_secs_f64());
