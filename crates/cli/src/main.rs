@@ -137,6 +137,7 @@ pub fn server_config(settings: &Settings, run_persister: bool) -> anyhow::Result
     let (jwt_secret, admin_token) = settings.secrets()?;
     let mut tunables = Tunables::default();
     settings.gateway.apply(&mut tunables)?;
+    settings.risk.apply(&mut tunables)?;
     Ok(Config {
         listen: settings.listen,
         redis_url: settings.redis_url.clone(),

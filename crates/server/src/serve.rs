@@ -218,6 +218,7 @@ impl Workers {
 impl Server {
     /// Binds, builds the backends and starts serving and the workers.
     pub async fn start(config: Config) -> anyhow::Result<Server> {
+        crate::risk::RiskCheck::validate(&config.tunables.risk).map_err(anyhow::Error::msg)?;
         let listener = TcpListener::bind(config.listen)
             .await
             .with_context(|| format!("bind {}", config.listen))?;
