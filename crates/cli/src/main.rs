@@ -11,6 +11,7 @@
 //! depends on it.
 
 mod bench;
+mod bench_risk;
 mod demo;
 mod reconcile;
 mod settings;
