@@ -433,6 +433,12 @@ async fn a_risk_service_that_dies_mid_spike_does_not_stop_the_sale() {
         assert!(*took < ANSWER_BOUND, "user {user} waited {took:?}");
     }
     assert!(breaker_open(&stack).await, "failures opened the breaker");
+    let (_, dash) = stack.admin("GET", "/api/v1/admin/dashboard", None).await;
+    assert_eq!(
+        dash["risk_breaker_open"],
+        json!(true),
+        "the dashboard shows it"
+    );
     stack.drain(331).await;
     assert_eq!(buyers(&stack, 331).await.len(), 120);
     common::assert_invariants(stack.store().as_ref(), 331).await;
