@@ -243,7 +243,8 @@ async fn http(args: HttpArgs) -> anyhow::Result<()> {
 fn metric_sum(text: &str, name: &str) -> f64 {
     let series = text.lines().filter(|l| l.starts_with(name));
     let values = series.filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok());
-    values.sum()
+    // + 0.0: the empty sum is -0.0, which prints as "-0".
+    values.sum::<f64>() + 0.0
 }
 
 /// The port of a `redis://` / `mysql://` URL, to tell the machine's server from others.
