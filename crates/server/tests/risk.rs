@@ -3,7 +3,8 @@
 //! be killed like a process): denied users never hold stock, a slow or dead service does not
 //! stop the sale (the fallback rule decides within the timeout), the breaker opens and closes,
 //! the sold-out path never calls it, a retry gets its first outcome without a new call, and a
-//! spike with the check on sells exactly the stock (invariants from the database).
+//! spike with the check on sells exactly the stock (invariants from the database); the
+//! allowlist and the sales' own rules are kept where the blacklist is.
 
 #[macro_use]
 mod common;
@@ -587,5 +588,64 @@ mod a_spike_with_the_risk_check_sells_exactly_the_stock {
         let service = RiskService::start();
         let stack = super::redis_mysql(service.config(Fallback::Deny, PATIENT)).await;
         a_spike_with_the_risk_check_sells_exactly_the_stock(&stack, &service.shop).await;
+    }
+}
+
+/// The allowlist and a sale's own rule are kept where the deployment keeps the blacklist
+/// (Redis sets and hash, or SQLite), read back by the admin view, and decide while the
+/// service is slow.
+async fn the_fallback_lists_are_stored_with_the_blacklist(stack: &Stack, shop: &Shop) {
+    shop.slow.store(true, Ordering::Relaxed);
+    stack.live_sale(371, 10, 1).await;
+    let rule = json!({"fallback": "allowlist"});
+    let put = stack.admin("PUT", "/api/v1/admin/sales/371/risk-fallback", Some(rule));
+    assert_eq!(put.await.0, StatusCode::OK);
+    let allow = stack.admin("PUT", "/api/v1/admin/risk/allowlist/users/5", None);
+    assert_eq!(allow.await.0, StatusCode::OK);
+    let (_, view) = stack.admin("GET", "/api/v1/admin/risk", None).await;
+    assert_eq!(view["allowlist"], json!([5]), "{view}");
+    let own = json!([{"sku_id": 371, "fallback": "allowlist", "own": true}]);
+    assert_eq!(view["sales"], own, "{view}");
+    assert_eq!(
+        stack.buy(5, 371, "r", json!(1)).await.0,
+        StatusCode::ACCEPTED
+    );
+    let (s, b) = stack.buy(6, 371, "r", json!(1)).await;
+    assert_eq!((s, code(&b)), (StatusCode::FORBIDDEN, "RISK_DENIED"), "{b}");
+    if let Some(url) = &stack.config.redis_url {
+        let client = redis::Client::open(url.as_str()).unwrap();
+        let mut conn = client.get_multiplexed_async_connection().await.unwrap();
+        let prefix = &stack.config.redis_prefix;
+        let users: Vec<String> = redis::cmd("SMEMBERS")
+            .arg(format!("{prefix}:risk_allow"))
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        assert_eq!(users, ["5"]);
+        let rule: Option<String> = redis::cmd("HGET")
+            .arg(format!("{prefix}:risk_fallback"))
+            .arg(371)
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        assert_eq!(rule.as_deref(), Some("allowlist"));
+    }
+}
+
+mod the_fallback_lists_are_stored_with_the_blacklist {
+    use super::*;
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn embedded() {
+        let service = RiskService::start();
+        let stack = super::embedded(service.config(Fallback::Allow, TIMEOUT)).await;
+        the_fallback_lists_are_stored_with_the_blacklist(&stack, &service.shop).await;
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn redis_mysql() {
+        let service = RiskService::start();
+        let stack = super::redis_mysql(service.config(Fallback::Allow, TIMEOUT)).await;
+        the_fallback_lists_are_stored_with_the_blacklist(&stack, &service.shop).await;
     }
 }
