@@ -2,7 +2,8 @@
 //! one run and writes JSON under `<data dir>/reports/`.
 //!
 //! - `bench http`: /healthz vs the purchase success path vs the sold-out path, same driver, same
-//!   concurrency, same server.
+//!   concurrency, same server; `--risk` puts a risk service of its own in the purchase path
+//!   (`bench_risk`).
 //! - `bench ledger`: the embedded ledger in-process (no HTTP): purchases committed per second.
 
 use std::path::PathBuf;
@@ -90,6 +91,10 @@ pub struct HttpArgs {
     /// Timeout of that WAIT, ms.
     #[arg(long, default_value_t = 100)]
     pub redis_wait_timeout_ms: u64,
+    /// A risk service in the purchase path: off, instant, <N>ms (answers after N ms) or down
+    /// (nothing listens). The bench starts it; the server uses the risk defaults.
+    #[arg(long, default_value = "off")]
+    pub risk: String,
 }
 
 #[derive(Debug, Clone, Args)]
@@ -124,6 +129,9 @@ const BENCH_USERS: u64 = 2_000;
 const USER_LIMIT: u32 = 1_000;
 
 async fn http(args: HttpArgs) -> anyhow::Result<()> {
+    let risk =
+        crate::bench_risk::RiskServer::start(crate::bench_risk::RiskMode::parse(&args.risk)?)
+            .await?;
     let tmp = tempfile_dir(&args.data_dir)?;
     let database_url = match (&args.database_url, &args.redis_url) {
         (Some(u), _) => u.clone(),
@@ -139,6 +147,10 @@ async fn http(args: HttpArgs) -> anyhow::Result<()> {
         admin_token: secret(),
         tunables: Tunables {
             queue_cap: 65_536,
+            risk: flashsale_server::risk::RiskConfig {
+                url: risk.as_ref().map(|r| r.url.clone()),
+                ..Default::default()
+            },
             ..Tunables::default()
         },
         run_persister: true,
@@ -164,9 +176,10 @@ async fn http(args: HttpArgs) -> anyhow::Result<()> {
     let d = Duration::from_secs(args.seconds);
     let c = args.concurrency;
     println!(
-        "bench http: {} ledger, {c} clients, {} s per endpoint",
+        "bench http: {} ledger, {c} clients, {} s per endpoint, risk service {}",
         server.state.ledger.kind(),
-        args.seconds
+        args.seconds,
+        args.risk
     );
 
     let meter = Meter::new(procs::path_processes(
@@ -203,6 +216,15 @@ async fn http(args: HttpArgs) -> anyhow::Result<()> {
     )
     .await?;
     let sold_out_cpu = meter.phase(&before, &meter.sample(), sold_out.ok, sold_out.seconds);
+    if let Some(risk) = &risk {
+        let metrics = server.state.metrics.render();
+        println!(
+            "risk service answered {} calls; fallbacks {}; breaker open at the end: {}",
+            risk.calls(),
+            metric_sum(&metrics, flashsale_core::metric_names::RISK_FALLBACKS),
+            server.state.risk.breaker_open()
+        );
+    }
     server.shutdown().await?;
     let _ = std::fs::remove_dir_all(&tmp);
     println!(
@@ -215,6 +237,14 @@ async fn http(args: HttpArgs) -> anyhow::Result<()> {
         &[healthz, success, sold_out],
         &[healthz_cpu, success_cpu, sold_out_cpu],
     )
+}
+
+/// The sum of a counter's series in Prometheus text.
+fn metric_sum(text: &str, name: &str) -> f64 {
+    let series = text.lines().filter(|l| l.starts_with(name));
+    let values = series.filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok());
+    // + 0.0: the empty sum is -0.0, which prints as "-0".
+    values.sum::<f64>() + 0.0
 }
 
 /// The port of a `redis://` / `mysql://` URL, to tell the machine's server from others.
@@ -338,7 +368,7 @@ fn report_http(args: &HttpArgs, rates: &[Rate], cpu: &[PhaseCpu]) -> anyhow::Res
     std::fs::write(
         &path,
         serde_json::to_vec_pretty(
-            &json!({"concurrency": args.concurrency, "seconds": args.seconds, "rates": rates, "cpu_us_per_answer": cpu}),
+            &json!({"concurrency": args.concurrency, "seconds": args.seconds, "risk": args.risk, "rates": rates, "cpu_us_per_answer": cpu}),
         )?,
     )?;
     println!("json: {}", path.display());

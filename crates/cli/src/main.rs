@@ -11,6 +11,7 @@
 //! depends on it.
 
 mod bench;
+mod bench_risk;
 mod demo;
 mod reconcile;
 mod settings;
@@ -149,6 +150,7 @@ pub fn server_config(settings: &Settings, run_persister: bool) -> anyhow::Result
     let (jwt_secret, admin_token) = settings.secrets()?;
     let mut tunables = Tunables::default();
     settings.gateway.apply(&mut tunables)?;
+    settings.risk.apply(&mut tunables)?;
     Ok(Config {
         listen: settings.listen,
         redis_url: settings.redis_url.clone(),

@@ -10,6 +10,7 @@ use anyhow::Context;
 use clap::Args;
 use flashsale_server::gateway::{GatewayConfig, TokenRate};
 use flashsale_server::reconcile::WorkerSettings;
+use flashsale_server::risk::{Fallback, RiskCheck, RiskConfig};
 use flashsale_server::Tunables;
 use rand::distr::{Alphanumeric, SampleString};
 
@@ -55,6 +56,8 @@ pub struct Settings {
     pub reconcile_repair: bool,
     #[command(flatten)]
     pub gateway: GatewaySettings,
+    #[command(flatten)]
+    pub risk: RiskSettings,
 }
 
 impl Settings {
@@ -170,6 +173,48 @@ impl GatewaySettings {
         }
         tunables.request_timeout = Duration::from_millis(self.request_timeout_ms.max(1));
         Ok(())
+    }
+}
+
+/// The shop's risk service in the purchase path; the defaults are `RiskConfig::DEFAULT`'s.
+#[derive(Debug, Clone, Args)]
+pub struct RiskSettings {
+    /// The shop's risk service (`POST` JSON per purchase); unset = no risk check.
+    #[arg(long, env = "FLASHSALE_RISK_URL")]
+    pub risk_url: Option<String>,
+    /// One risk check, connecting included, ms; past it the fallback rule decides.
+    #[arg(long, env = "FLASHSALE_RISK_TIMEOUT_MS", default_value_t = millis(R.timeout),
+          value_parser = clap::value_parser!(u64).range(1..=10_000))]
+    pub risk_timeout_ms: u64,
+    /// Risk checks in flight on this instance; past it the fallback rule decides.
+    #[arg(long, env = "FLASHSALE_RISK_INFLIGHT_MAX", default_value_t = R.inflight_max)]
+    pub risk_inflight_max: usize,
+    /// Who buys while the risk service gives no answer: allow, deny or allowlist.
+    #[arg(long, env = "FLASHSALE_RISK_FALLBACK", default_value_t = R.fallback.to_string(),
+          value_parser = ["allow", "deny", "allowlist"])]
+    pub risk_fallback: String,
+    /// Consecutive risk timeouts or errors that open its breaker.
+    #[arg(long, env = "FLASHSALE_RISK_BREAKER_FAILURES", default_value_t = R.breaker_failures)]
+    pub risk_breaker_failures: u32,
+    /// How long the risk breaker stays open before one probe, ms.
+    #[arg(long, env = "FLASHSALE_RISK_BREAKER_OPEN_MS", default_value_t = millis(R.breaker_open))]
+    pub risk_breaker_open_ms: u64,
+}
+
+/// The defaults of the risk check's flags.
+const R: RiskConfig = RiskConfig::DEFAULT;
+
+impl RiskSettings {
+    /// Writes the settings over `tunables`.
+    pub fn apply(&self, tunables: &mut Tunables) -> anyhow::Result<()> {
+        let r = &mut tunables.risk;
+        r.url = self.risk_url.clone().filter(|u| !u.trim().is_empty());
+        r.timeout = Duration::from_millis(self.risk_timeout_ms);
+        r.inflight_max = self.risk_inflight_max.max(1);
+        r.fallback = Fallback::parse(&self.risk_fallback).map_err(anyhow::Error::msg)?;
+        r.breaker_failures = self.risk_breaker_failures.max(1);
+        r.breaker_open = Duration::from_millis(self.risk_breaker_open_ms.max(1));
+        RiskCheck::validate(r).map_err(anyhow::Error::msg)
     }
 }
 

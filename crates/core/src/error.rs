@@ -10,6 +10,7 @@ pub enum ErrorCode {
     Unauthorized,
     Forbidden,
     Blacklisted,
+    RiskDenied,
     SaleNotFound,
     OrderNotFound,
     RouteNotFound,
@@ -30,11 +31,12 @@ pub enum ErrorCode {
 }
 
 impl ErrorCode {
-    pub const ALL: [ErrorCode; 21] = [
+    pub const ALL: [ErrorCode; 22] = [
         ErrorCode::InvalidRequest,
         ErrorCode::Unauthorized,
         ErrorCode::Forbidden,
         ErrorCode::Blacklisted,
+        ErrorCode::RiskDenied,
         ErrorCode::SaleNotFound,
         ErrorCode::OrderNotFound,
         ErrorCode::RouteNotFound,
@@ -60,6 +62,7 @@ impl ErrorCode {
             ErrorCode::Unauthorized => "UNAUTHORIZED",
             ErrorCode::Forbidden => "FORBIDDEN",
             ErrorCode::Blacklisted => "BLACKLISTED",
+            ErrorCode::RiskDenied => "RISK_DENIED",
             ErrorCode::SaleNotFound => "SALE_NOT_FOUND",
             ErrorCode::OrderNotFound => "ORDER_NOT_FOUND",
             ErrorCode::RouteNotFound => "ROUTE_NOT_FOUND",
@@ -89,7 +92,7 @@ impl ErrorCode {
         match self {
             ErrorCode::InvalidRequest => 400,
             ErrorCode::Unauthorized => 401,
-            ErrorCode::Forbidden | ErrorCode::Blacklisted => 403,
+            ErrorCode::Forbidden | ErrorCode::Blacklisted | ErrorCode::RiskDenied => 403,
             ErrorCode::SaleNotFound | ErrorCode::OrderNotFound | ErrorCode::RouteNotFound => 404,
             ErrorCode::MethodNotAllowed => 405,
             ErrorCode::SaleExists

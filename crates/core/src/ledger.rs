@@ -156,6 +156,15 @@ pub trait SoldOutSupport: Send + Sync + 'static {
         max: usize,
     ) -> Result<Option<Vec<RequestKey>>, LedgerError>;
 
+    /// Whether the sale's copy accepted this request (a purchase of it would be a replay), one
+    /// key's lookup; `false` when the sale has no hot copy. Lets a check in front of the ledger
+    /// (the shop's risk service) give a retry its first outcome instead of a new refusal. The
+    /// default reads every key; backends answer from the one key.
+    async fn is_accepted(&self, sku: SkuId, key: &RequestKey) -> Result<bool, LedgerError> {
+        let keys = self.accepted_keys(sku, usize::MAX).await?;
+        Ok(keys.is_some_and(|keys| keys.contains(key)))
+    }
+
     /// The epoch of a sale's copy and how many accepted requests it remembers (cheap: no
     /// keys), so an instance reloads [`SoldOutSupport::accepted_keys`] only when they changed;
     /// `None` when the sale has no hot copy.

@@ -57,6 +57,19 @@ pub const RECONCILE_HOT_BEHIND: &str = "flashsale_reconcile_hot_behind";
 pub const RATE_LIMITED: &str = "flashsale_rate_limited_total";
 /// Counter: requests refused by the blacklist.
 pub const BLACKLISTED: &str = "flashsale_blacklisted_total";
+/// Counter `{result = allow | deny | timeout | error}`: calls to the shop's risk service.
+pub const RISK_CALLS: &str = "flashsale_risk_calls_total";
+/// Histogram: one call to the risk service, answered or not (bounded by its timeout).
+pub const RISK_LATENCY: &str = "flashsale_risk_latency_seconds";
+/// Counter `{by = service | fallback}`: purchases refused by the risk check (RISK_DENIED).
+pub const RISK_DENIALS: &str = "flashsale_risk_denials_total";
+/// Counter `{reason = timeout | error | breaker | saturated, decision = allow | deny}`:
+/// purchases the fallback rule decided because the risk service gave no answer.
+pub const RISK_FALLBACKS: &str = "flashsale_risk_fallbacks_total";
+/// Counter: retries of accepted purchases that skipped the risk service or overruled its refusal.
+pub const RISK_REPLAYS: &str = "flashsale_risk_replays_total";
+/// Gauge: 1 while the circuit breaker in front of the risk service is open.
+pub const RISK_BREAKER_OPEN: &str = "flashsale_risk_breaker_open";
 /// Gauge `{sku}`: 1 while back-pressure holds.
 pub const BACKPRESSURE: &str = "flashsale_backpressure_engaged";
 /// Counter `{sku, to}`: back-pressure engaging or letting go.

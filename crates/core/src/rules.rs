@@ -59,6 +59,11 @@ impl SaleBook {
         self.orders.get(order_no)
     }
 
+    /// Whether this book accepted the request (a purchase of it would be a replay).
+    pub fn accepted(&self, user: UserId, request_id: &RequestId) -> bool {
+        self.requests.contains_key(&(user, request_id.clone()))
+    }
+
     pub fn units_held(&self, user: UserId) -> u32 {
         self.buyers.get(&user).copied().unwrap_or(0)
     }

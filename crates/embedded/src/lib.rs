@@ -765,6 +765,17 @@ impl SoldOutSupport for EmbeddedLedger {
         .await
     }
 
+    async fn is_accepted(&self, sku: SkuId, key: &RequestKey) -> Result<bool, LedgerError> {
+        let Some(slot) = self.inner.slot(sku) else {
+            return Ok(false);
+        };
+        let key = key.clone();
+        self.with_book(slot, move |_, loaded| {
+            Box::pin(async move { Ok(loaded.book.accepted(key.user, &key.request_id)) })
+        })
+        .await
+    }
+
     async fn accepted_count(&self, sku: SkuId) -> Result<Option<(u64, usize)>, LedgerError> {
         let Some(slot) = self.inner.slot(sku) else {
             return Ok(None);

@@ -705,6 +705,15 @@ impl SoldOutSupport for RedisLedger {
         keys.iter().map(parse).collect::<Result<_, _>>().map(Some)
     }
 
+    async fn is_accepted(&self, sku: SkuId, key: &RequestKey) -> Result<bool, LedgerError> {
+        let mut conn = self.conn.clone();
+        let cmd = redis::cmd("HEXISTS")
+            .arg(self.keys.requests(sku))
+            .arg(key.to_string())
+            .clone();
+        bounded(Timeouts::HOT.call, cmd.query_async(&mut conn)).await
+    }
+
     async fn accepted_count(&self, sku: SkuId) -> Result<Option<(u64, usize)>, LedgerError> {
         let mut conn = self.conn.clone();
         let mut pipe = redis::pipe();

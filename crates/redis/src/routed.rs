@@ -139,6 +139,14 @@ impl SoldOutSupport for RoutedLedger {
         self.route(sku).accepted_keys(sku, max).await
     }
 
+    async fn is_accepted(
+        &self,
+        sku: SkuId,
+        key: &flashsale_core::RequestKey,
+    ) -> Result<bool, LedgerError> {
+        self.route(sku).is_accepted(sku, key).await
+    }
+
     async fn accepted_count(&self, sku: SkuId) -> Result<Option<(u64, usize)>, LedgerError> {
         self.route(sku).accepted_count(sku).await
     }

@@ -11,6 +11,8 @@
 //! - [`gateway`]: protections in front of the handlers (`caps`, `ratelimit`, `blacklist`,
 //!   `pressure`, `scalping`, `listener`), its admin `routes`, its `worker`, its `config`, and
 //!   the hot-sale router (`routing`).
+//! - [`risk`]: the shop's risk service in the purchase path: its client (bounded, with a
+//!   breaker and a fallback rule), the replays that skip it, its admin `routes`.
 //! - [`reconcile`]: the reconciler (`diff`, its `routes` and `worker`), the loss `journal`,
 //!   and the hot copy's lifecycle (`rebuild`).
 //! - [`state`]: `AppState`, what every handler shares; [`tunables`]: the request path's
@@ -43,6 +45,7 @@ pub mod metrics_help;
 pub mod openapi;
 pub mod openapi_extra;
 pub mod reconcile;
+pub mod risk;
 pub mod routes;
 pub mod serve;
 pub mod state;
@@ -115,6 +118,7 @@ fn api() -> OpenApiRouter<AppState> {
         .routes(routes!(reconcile_routes::report_route))
         .routes(routes!(reconcile_routes::repair_route))
         .merge(gateway::routes::router())
+        .merge(risk::routes::router())
 }
 
 /// Counts every answer by route template and status.

@@ -12,7 +12,36 @@ pub fn describe() {
     describe_ledger();
     describe_persister();
     describe_gateway();
+    describe_risk();
     describe_reconciler();
+}
+
+fn describe_risk() {
+    describe_counter!(
+        names::RISK_CALLS,
+        "Calls to the shop's risk service, by result (allow, deny, timeout, error)."
+    );
+    describe_histogram!(
+        names::RISK_LATENCY,
+        Unit::Seconds,
+        "One call to the risk service, answered or not (bounded by FLASHSALE_RISK_TIMEOUT_MS)."
+    );
+    describe_counter!(
+        names::RISK_DENIALS,
+        "Purchases refused with RISK_DENIED, by who refused (service, fallback)."
+    );
+    describe_counter!(
+        names::RISK_FALLBACKS,
+        "Purchases the fallback rule decided, by why the service gave no answer and the decision."
+    );
+    describe_counter!(
+        names::RISK_REPLAYS,
+        "Retries of accepted purchases that skipped the risk service or overruled its refusal."
+    );
+    describe_gauge!(
+        names::RISK_BREAKER_OPEN,
+        "1 while the circuit breaker in front of the risk service is open."
+    );
 }
 
 fn describe_requests() {

@@ -54,6 +54,7 @@ enum ErrorCodeSchema {
     Unauthorized,
     Forbidden,
     Blacklisted,
+    RiskDenied,
     SaleNotFound,
     OrderNotFound,
     RouteNotFound,
@@ -146,6 +147,33 @@ pub struct SaleView {
     seq: u64,
 }
 
+/// What the shop's risk service receives (`POST` to `FLASHSALE_RISK_URL`, JSON) before each
+/// purchase reaches the hot ledger: the contract a shop implements, not an operation of this
+/// API.
+#[derive(ToSchema)]
+#[allow(dead_code)]
+pub struct RiskCheckRequest {
+    sku_id: u64,
+    user_id: u64,
+    #[schema(minimum = 1, maximum = 1_000)]
+    quantity: u32,
+    /// The buyer's request id: the same on every retry of one purchase attempt.
+    request_id: String,
+    /// The buyer's address as the gateway sees it; `null` when unknown.
+    client_ip: Option<String>,
+}
+
+/// What the shop's risk service answers (2xx, JSON, at most 4 KiB). `allow: false` refuses the
+/// purchase with 403 `RISK_DENIED` and the reason. Any other answer, or none within
+/// `FLASHSALE_RISK_TIMEOUT_MS`, leaves the decision to the fallback rule.
+#[derive(ToSchema)]
+#[allow(dead_code)]
+pub struct RiskCheckAnswer {
+    allow: bool,
+    /// Shown to the buyer in the refusal's message (first 200 characters).
+    reason: Option<String>,
+}
+
 /// Body of a purchase.
 #[derive(ToSchema)]
 #[allow(dead_code)]
@@ -196,9 +224,19 @@ pub struct Ready {
 #[openapi(
     info(
         title = "flashsale",
-        description = "Flash-sale inventory service. Errors are `{\"code\",\"message\"}`; 429 and 503 carry `Retry-After`."
+        description = "Flash-sale inventory service. Errors are `{\"code\",\"message\"}`; 429 and 503 carry `Retry-After`. With `FLASHSALE_RISK_URL` set, each purchase is first checked by the shop's risk service: schemas `RiskCheckRequest` (what it receives) and `RiskCheckAnswer` (what it answers)."
     ),
-    components(schemas(Error, CreateSale, SaleView, PurchaseBody, OrderView, Health, Ready,))
+    components(schemas(
+        Error,
+        CreateSale,
+        SaleView,
+        PurchaseBody,
+        OrderView,
+        Health,
+        Ready,
+        RiskCheckRequest,
+        RiskCheckAnswer,
+    ))
 )]
 /// The document's head and the schemas of this module; the paths, and the schemas of the
 /// gateway's answers, come from the routes ([`crate::app`]).
@@ -240,7 +278,7 @@ fn add_errors(op: &mut Operation) {
     let errors = [
         ("400", "invalid request (INVALID_REQUEST)"),
         ("401", "missing or invalid token (UNAUTHORIZED)"),
-        ("403", "not allowed (FORBIDDEN, BLACKLISTED)"),
+        ("403", "not allowed (FORBIDDEN, BLACKLISTED, RISK_DENIED)"),
         ("404", "no such sale, order or route"),
         ("405", "method not allowed"),
         ("409", "refused by the sale's rules or state"),

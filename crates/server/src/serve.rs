@@ -251,6 +251,7 @@ impl Server {
     pub async fn start(config: Config) -> anyhow::Result<Server> {
         let auth =
             Auth::try_new(&config.jwt_secret, &config.admin_token).map_err(anyhow::Error::msg)?;
+        crate::risk::RiskCheck::validate(&config.tunables.risk).map_err(anyhow::Error::msg)?;
         let listener = TcpListener::bind(config.listen)
             .await
             .with_context(|| format!("bind {}", config.listen))?;

@@ -13,6 +13,7 @@ use crate::breaker::Breaker;
 use crate::cache::{SaleCache, SoldOutFlags};
 use crate::gateway::{BlacklistStore, Gateway, MemoryBlacklist};
 use crate::reconcile::{Journal, Reconciler};
+use crate::risk::RiskCheck;
 pub use crate::tunables::Tunables;
 
 /// Consecutive hot-ledger failures that open the breaker, and how long it stays open before
@@ -37,6 +38,8 @@ pub struct Shared {
     pub metrics: PrometheusHandle,
     pub tunables: Tunables,
     pub gateway: Gateway,
+    /// The shop's risk service, asked before the hot ledger.
+    pub risk: RiskCheck,
     /// Promises not yet in the database (accepted purchases: the batcher; resolutions: the
     /// order routes), for the reconciler's loss report.
     pub journal: Arc<Journal>,
@@ -85,6 +88,8 @@ impl AppState {
         let gateway = Gateway::new(tunables.gateway.clone(), auth.secret(), blacklist);
         let journal = Arc::new(Journal::default());
         let sold_out = Arc::new(SoldOutFlags::new(tunables.cache_ttl));
+        // `Server::start` refuses a bad risk URL before building the state.
+        let risk = RiskCheck::new(tunables.risk.clone()).expect("valid risk settings");
         let inner = Arc::new(Shared {
             batcher: Batcher::with_flags(
                 ledger.clone(),
@@ -103,6 +108,7 @@ impl AppState {
             metrics: crate::metrics::handle(),
             tunables,
             gateway,
+            risk,
             journal,
             nudges: Default::default(),
             dashboard: Default::default(),

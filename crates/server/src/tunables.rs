@@ -4,6 +4,7 @@
 use std::time::Duration;
 
 use crate::gateway::GatewayConfig;
+use crate::risk::RiskConfig;
 
 /// Tunables of the request path. Every queue and batch has a bound.
 #[derive(Debug, Clone)]
@@ -18,6 +19,8 @@ pub struct Tunables {
     pub accepted_keys_max: usize,
     /// Rate limits, blacklist, back-pressure, per-sale isolation, anti-scalping, caps.
     pub gateway: GatewayConfig,
+    /// The shop's risk service in the purchase path (off unless its URL is set).
+    pub risk: RiskConfig,
 }
 
 impl Tunables {
@@ -31,6 +34,7 @@ impl Tunables {
         cache_ttl: Duration::from_secs(1),
         accepted_keys_max: 1_000_000,
         gateway: GatewayConfig::DEFAULT,
+        risk: RiskConfig::DEFAULT,
     };
 }
 

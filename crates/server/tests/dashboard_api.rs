@@ -79,6 +79,11 @@ async fn dashboard_counts_a_small_sale(stack: &Stack) {
         .any(Value::is_f64));
     assert_eq!(ops["backpressure"], json!(false));
     assert_eq!(view["breaker_open"], json!(false));
+    assert_eq!(
+        view["risk_breaker_open"],
+        Value::Null,
+        "no risk service here"
+    );
     if view["ledger"] == "redis" {
         let lag_or_scripts = |v: &Value| {
             sale(v, SKU)["stream_lag_events"].is_number()

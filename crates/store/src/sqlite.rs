@@ -19,7 +19,7 @@ use sqlx::{Row, Sqlite, Transaction};
 
 use flashsale_core::{
     ApplyReport, Counters, DeadLetter, Event, EventKind, HotOrder, OrderNo, OrderStatus,
-    OrderStore, ReconcileRun, Sale, SaleAudit, SaleState, SkuId, StoreError, StoredSale,
+    OrderStore, ReconcileRun, Sale, SaleAudit, SaleState, SkuId, StoreError, StoredSale, UserId,
 };
 
 use crate::batch::{self, Head, KnownOrder, Plan, StoredEvent, CHUNK_ROWS};
@@ -216,6 +216,74 @@ impl SqliteStore {
         )
         .bind(i(sku.0))
         .bind(i64::from(on))
+        .execute(&self.writer)
+        .await
+        .map_err(db_error)?;
+        Ok(())
+    }
+
+    /// Users on the risk allowlist (admitted by the fallback rule `allowlist`).
+    pub async fn risk_allowlist(&self) -> Result<Vec<UserId>, StoreError> {
+        let rows = sqlx::query("SELECT user_id FROM risk_allowlist")
+            .fetch_all(&self.reader)
+            .await
+            .map_err(db_error)?;
+        Ok(rows
+            .iter()
+            .map(|r| UserId(r.get::<i64, _>("user_id") as u64))
+            .collect())
+    }
+
+    /// Adds (`on`) or removes a user of the risk allowlist; idempotent.
+    pub async fn set_risk_allowed(
+        &self,
+        user: UserId,
+        on: bool,
+        now_ms: i64,
+    ) -> Result<(), StoreError> {
+        let q = if on {
+            sqlx::query(
+                "INSERT INTO risk_allowlist (user_id, created_at_ms) VALUES (?, ?) \
+                 ON CONFLICT (user_id) DO NOTHING",
+            )
+            .bind(i(user.0))
+            .bind(now_ms)
+        } else {
+            sqlx::query("DELETE FROM risk_allowlist WHERE user_id = ?").bind(i(user.0))
+        };
+        q.execute(&self.writer).await.map_err(db_error)?;
+        Ok(())
+    }
+
+    /// Sales with a fallback rule of their own, as `(sku, rule)`.
+    pub async fn risk_fallbacks(&self) -> Result<Vec<(SkuId, String)>, StoreError> {
+        let rows = sqlx::query(
+            "SELECT sku_id, risk_fallback FROM sale_guards WHERE risk_fallback IS NOT NULL",
+        )
+        .fetch_all(&self.reader)
+        .await
+        .map_err(db_error)?;
+        Ok(rows
+            .iter()
+            .map(|r| {
+                let sku = SkuId(r.get::<i64, _>("sku_id") as u64);
+                (sku, r.get::<String, _>("risk_fallback"))
+            })
+            .collect())
+    }
+
+    /// Sets a sale's own fallback rule (`allow`, `deny`, `allowlist`), or drops it (`None`).
+    pub async fn set_risk_fallback(
+        &self,
+        sku: SkuId,
+        rule: Option<&str>,
+    ) -> Result<(), StoreError> {
+        sqlx::query(
+            "INSERT INTO sale_guards (sku_id, risk_fallback) VALUES (?, ?) \
+             ON CONFLICT (sku_id) DO UPDATE SET risk_fallback = excluded.risk_fallback",
+        )
+        .bind(i(sku.0))
+        .bind(rule)
         .execute(&self.writer)
         .await
         .map_err(db_error)?;

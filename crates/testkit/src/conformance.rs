@@ -481,6 +481,12 @@ pub async fn accepted_keys_list_accepted_requests(ledger: &dyn Ledger) {
     assert_eq!(keys, ["1:a", "1:b", "22:a"]);
     assert_eq!(ledger.accepted_keys(sku, 2).await.unwrap(), None);
     assert_eq!(ledger.accepted_keys(random_sku(), 10).await.unwrap(), None);
+    // One key's lookup agrees: accepted, refused, another user's id, another sale.
+    let key = |k: &str| flashsale_core::RequestKey::parse(k).unwrap();
+    assert!(ledger.is_accepted(sku, &key("22:a")).await.unwrap());
+    assert!(!ledger.is_accepted(sku, &key("1:c")).await.unwrap());
+    assert!(!ledger.is_accepted(sku, &key("3:a")).await.unwrap());
+    assert!(!ledger.is_accepted(random_sku(), &key("1:a")).await.unwrap());
 }
 
 /// A batch above `BATCH_LEN_MAX` is an error, and changes nothing.

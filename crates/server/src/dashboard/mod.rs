@@ -4,7 +4,8 @@
 //!
 //! - `GET /api/v1/dashboard`: public: every sale, its state and stock ([`view::public`]).
 //! - `GET /api/v1/admin/dashboard`: admin: per sale answers per second, latency, stream lag,
-//!   backlog, flags and the last reconciliation; breaker and script latency ([`view::admin`]).
+//!   backlog, flags and the last reconciliation; breakers (the risk service's too, when one is
+//!   configured) and script latency ([`view::admin`]).
 //! - [`live`]: per-sale answers and latency of this instance, fed by the purchase handler.
 //! - [`prom`]: reads back the numbers the process's Prometheus recorder exports.
 //! - [`routes`]: the page and the two JSON routes, computed from the shared state.

@@ -101,6 +101,7 @@ pub async fn admin(st: &AppState) -> Result<AdminView, AppError> {
         at_ms: now_ms(),
         ledger: st.ledger.kind(),
         breaker_open: st.breaker.any_open(),
+        risk_breaker_open: st.risk.enabled().then(|| st.risk.breaker_open()),
         open_connections: prom::value(&samples, "flashsale_open_connections", "", ""),
         scripts: st.dashboard.scripts.latency(&samples),
         sales,

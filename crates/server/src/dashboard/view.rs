@@ -89,6 +89,8 @@ pub struct AdminView {
     pub at_ms: i64,
     pub ledger: &'static str,
     pub breaker_open: bool,
+    /// The risk service's breaker; `None` when this instance calls no risk service.
+    pub risk_breaker_open: Option<bool>,
     pub open_connections: Option<f64>,
     pub scripts: Vec<ScriptLatency>,
     pub sales: Vec<SaleOps>,

@@ -1,8 +1,11 @@
-//! Blacklist of users and client IPs, and the set of sales that require a purchase token.
+//! Blacklist of users and client IPs, the set of sales that require a purchase token, and
+//! the risk check's lists: users the fallback rule `allowlist` admits, and sales with a
+//! fallback rule of their own.
 //!
 //! Stored behind [`BlacklistStore`]: Redis sets for the Redis ledger (`<prefix>:blacklist` holds user
 //! ids, `<prefix>:blacklist:ip` addresses, `<prefix>:token_sales` skus; never touched by a
-//! script), the database for the embedded ledger (`blacklist`, `sale_guards`). Each instance
+//! script; `<prefix>:risk_allow` and the hash `<prefix>:risk_fallback` for the risk check),
+//! the database for the embedded ledger (`blacklist`, `sale_guards`, `risk_allowlist`). Each instance
 //! keeps a copy ([`Blacklist`]), reloaded in the background every `blacklist_refresh` and at once
 //! after an admin change here, so a request checks it without any I/O.
 
@@ -17,6 +20,8 @@ use flashsale_core::{SkuId, UserId};
 use flashsale_redis::conn::{Conn, Timeouts};
 use flashsale_store::SqliteStore;
 
+use crate::risk::Fallback;
+
 /// Most entries of each set loaded into the cache.
 pub const ENTRIES_MAX: usize = 1_000_000;
 
@@ -26,6 +31,10 @@ pub struct BlacklistSnapshot {
     pub users: HashSet<u64>,
     pub ips: HashSet<IpAddr>,
     pub token_sales: HashSet<u64>,
+    /// Users the risk fallback rule `allowlist` admits.
+    pub risk_allow: HashSet<u64>,
+    /// Sales with a risk fallback rule of their own.
+    pub risk_fallback: HashMap<u64, Fallback>,
 }
 
 /// Where the blacklist and the token-sale flags live, and who remembers used purchase tokens.
@@ -35,6 +44,10 @@ pub trait BlacklistStore: Send + Sync + 'static {
     async fn set_user(&self, user: UserId, blocked: bool) -> Result<(), String>;
     async fn set_ip(&self, ip: IpAddr, blocked: bool) -> Result<(), String>;
     async fn set_token_sale(&self, sku: SkuId, on: bool) -> Result<(), String>;
+    /// Puts a user on the risk allowlist (`on`) or takes it off.
+    async fn set_risk_allowed(&self, user: UserId, on: bool) -> Result<(), String>;
+    /// Sets a sale's own risk fallback rule, or drops it (`None`: the instance's rule).
+    async fn set_risk_fallback(&self, sku: SkuId, rule: Option<Fallback>) -> Result<(), String>;
     /// Marks a purchase token used by `request_key`; true when it was unused, or used by
     /// this same request (a retry). Remembered for `ttl` (the token's remaining life).
     async fn consume_token(
@@ -101,6 +114,19 @@ impl BlacklistStore for MemoryBlacklist {
         toggle(&mut s.token_sales, sku.0, on);
         Ok(())
     }
+    async fn set_risk_allowed(&self, user: UserId, on: bool) -> Result<(), String> {
+        let mut s = self.snapshot.lock().expect("blacklist lock");
+        toggle(&mut s.risk_allow, user.0, on);
+        Ok(())
+    }
+    async fn set_risk_fallback(&self, sku: SkuId, rule: Option<Fallback>) -> Result<(), String> {
+        let mut s = self.snapshot.lock().expect("blacklist lock");
+        match rule {
+            Some(rule) => s.risk_fallback.insert(sku.0, rule),
+            None => s.risk_fallback.remove(&sku.0),
+        };
+        Ok(())
+    }
     async fn consume_token(
         &self,
         jti: &str,
@@ -155,6 +181,24 @@ impl BlacklistStore for SqliteBlacklist {
         for sku in self.store.token_sales().await.map_err(|e| e.to_string())? {
             s.token_sales.insert(sku.0);
         }
+        for user in self
+            .store
+            .risk_allowlist()
+            .await
+            .map_err(|e| e.to_string())?
+        {
+            s.risk_allow.insert(user.0);
+        }
+        for (sku, rule) in self
+            .store
+            .risk_fallbacks()
+            .await
+            .map_err(|e| e.to_string())?
+        {
+            if let Ok(rule) = Fallback::parse(&rule) {
+                s.risk_fallback.insert(sku.0, rule);
+            }
+        }
         Ok(s)
     }
     async fn set_user(&self, user: UserId, blocked: bool) -> Result<(), String> {
@@ -172,6 +216,18 @@ impl BlacklistStore for SqliteBlacklist {
     async fn set_token_sale(&self, sku: SkuId, on: bool) -> Result<(), String> {
         self.store
             .set_token_sale(sku, on)
+            .await
+            .map_err(|e| e.to_string())
+    }
+    async fn set_risk_allowed(&self, user: UserId, on: bool) -> Result<(), String> {
+        self.store
+            .set_risk_allowed(user, on, now_ms())
+            .await
+            .map_err(|e| e.to_string())
+    }
+    async fn set_risk_fallback(&self, sku: SkuId, rule: Option<Fallback>) -> Result<(), String> {
+        self.store
+            .set_risk_fallback(sku, rule.map(Fallback::as_str))
             .await
             .map_err(|e| e.to_string())
     }
@@ -213,6 +269,35 @@ impl RedisBlacklist {
     fn token_sales_key(&self) -> String {
         format!("{}:token_sales", self.prefix)
     }
+    fn risk_allow_key(&self) -> String {
+        format!("{}:risk_allow", self.prefix)
+    }
+    fn risk_fallback_key(&self) -> String {
+        format!("{}:risk_fallback", self.prefix)
+    }
+
+    /// The sales' own risk fallback rules (a hash sku → rule), bounded like the sets.
+    async fn risk_fallbacks(&self) -> Result<HashMap<u64, Fallback>, String> {
+        let key = self.risk_fallback_key();
+        let mut conn = self.conn.clone();
+        let n: usize = redis::cmd("HLEN")
+            .arg(&key)
+            .query_async(&mut conn)
+            .await
+            .map_err(|e| e.to_string())?;
+        if n > ENTRIES_MAX {
+            return Err(format!("{key} holds {n} entries, more than {ENTRIES_MAX}"));
+        }
+        let all: HashMap<String, String> = redis::cmd("HGETALL")
+            .arg(&key)
+            .query_async(&mut conn)
+            .await
+            .map_err(|e| e.to_string())?;
+        Ok(all
+            .iter()
+            .filter_map(|(sku, rule)| Some((sku.parse().ok()?, Fallback::parse(rule).ok()?)))
+            .collect())
+    }
 
     async fn members(&self, key: String) -> Result<Vec<String>, String> {
         let mut conn = self.conn.clone();
@@ -249,10 +334,13 @@ impl BlacklistStore for RedisBlacklist {
         let users = self.members(self.users_key()).await?;
         let ips = self.members(self.ips_key()).await?;
         let skus = self.members(self.token_sales_key()).await?;
+        let risk_allow = self.members(self.risk_allow_key()).await?;
         Ok(BlacklistSnapshot {
             users: users.iter().filter_map(|u| u.parse().ok()).collect(),
             ips: ips.iter().filter_map(|u| u.parse().ok()).collect(),
             token_sales: skus.iter().filter_map(|u| u.parse().ok()).collect(),
+            risk_allow: risk_allow.iter().filter_map(|u| u.parse().ok()).collect(),
+            risk_fallback: self.risk_fallbacks().await?,
         })
     }
     async fn set_user(&self, user: UserId, blocked: bool) -> Result<(), String> {
@@ -265,6 +353,29 @@ impl BlacklistStore for RedisBlacklist {
     async fn set_token_sale(&self, sku: SkuId, on: bool) -> Result<(), String> {
         self.toggle(self.token_sales_key(), sku.0.to_string(), on)
             .await
+    }
+    async fn set_risk_allowed(&self, user: UserId, on: bool) -> Result<(), String> {
+        self.toggle(self.risk_allow_key(), user.0.to_string(), on)
+            .await
+    }
+    async fn set_risk_fallback(&self, sku: SkuId, rule: Option<Fallback>) -> Result<(), String> {
+        let cmd = match rule {
+            Some(rule) => redis::cmd("HSET")
+                .arg(self.risk_fallback_key())
+                .arg(sku.0)
+                .arg(rule.as_str())
+                .clone(),
+            None => redis::cmd("HDEL")
+                .arg(self.risk_fallback_key())
+                .arg(sku.0)
+                .clone(),
+        };
+        let mut conn = self.conn.clone();
+        let _: i64 = cmd
+            .query_async(&mut conn)
+            .await
+            .map_err(|e| e.to_string())?;
+        Ok(())
     }
     async fn consume_token(
         &self,
@@ -331,6 +442,18 @@ impl Blacklist {
             .expect("blacklist lock")
             .ips
             .contains(&ip)
+    }
+
+    /// Whether a user is on the risk allowlist.
+    pub fn risk_allowed(&self, user: UserId) -> bool {
+        let snapshot = self.snapshot.read().expect("blacklist lock");
+        snapshot.risk_allow.contains(&user.0)
+    }
+
+    /// A sale's own risk fallback rule, if an admin set one.
+    pub fn risk_fallback(&self, sku: SkuId) -> Option<Fallback> {
+        let snapshot = self.snapshot.read().expect("blacklist lock");
+        snapshot.risk_fallback.get(&sku.0).copied()
     }
 
     pub fn token_required(&self, sku: SkuId) -> bool {

@@ -89,6 +89,20 @@ impl FromRequestParts<AppState> for User {
     }
 }
 
+/// The client's address as the gateway sees it (`None` without a connection, in tests).
+pub struct ClientIp(pub Option<std::net::IpAddr>);
+
+impl FromRequestParts<AppState> for ClientIp {
+    type Rejection = std::convert::Infallible;
+
+    async fn from_request_parts(
+        parts: &mut Parts,
+        state: &AppState,
+    ) -> Result<ClientIp, Self::Rejection> {
+        Ok(ClientIp(state.gateway.client_ip(parts)))
+    }
+}
+
 impl FromRequestParts<AppState> for Admin {
     type Rejection = AppError;
 

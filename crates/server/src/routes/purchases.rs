@@ -1,5 +1,6 @@
 //! `POST /api/v1/sales/{sku}/purchases`: the hot path.
 
+use std::net::IpAddr;
 use std::time::Instant;
 
 use axum::extract::rejection::JsonRejection;
@@ -12,11 +13,13 @@ use flashsale_core::{
 };
 use serde::Deserialize;
 
-use super::{ApiPath, OrderView};
+use super::{ApiPath, ClientIp, OrderView};
 use crate::auth::User;
 use crate::error::AppError;
 use crate::metrics::{PURCHASE_LATENCY, SOLD_OUT_LOCAL};
+use crate::risk::{Fallback, RiskQuery, Verdict};
 use crate::state::AppState;
+use flashsale_core::metric_names::{RISK_DENIALS, RISK_FALLBACKS, RISK_REPLAYS};
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -59,10 +62,12 @@ impl PurchaseBody {
 
 #[utoipa::path(post, path = "/sales/{sku_id}/purchases", tag = "purchases", operation_id = "purchase", security(("bearer" = [])),
     params(("sku_id" = u64, Path, minimum = 0)), request_body = crate::openapi::PurchaseBody,
-    responses((status = 202, description = "accepted (or the replay of the first outcome)", body = crate::openapi::OrderView)))]
+    responses((status = 202, description = "accepted (or the replay of the first outcome)", body = crate::openapi::OrderView),
+        (status = 403, description = "RISK_DENIED: refused by the shop's risk service (schemas RiskCheckRequest, RiskCheckAnswer), or by the fallback rule while it gives no answer; BLACKLISTED; FORBIDDEN (purchase token)", body = crate::openapi::Error)))]
 pub async fn purchase(
     State(st): State<AppState>,
     User(user): User,
+    ClientIp(ip): ClientIp,
     ApiPath(p): ApiPath<u64>,
     body: Result<Json<PurchaseBody>, JsonRejection>,
 ) -> Result<(StatusCode, Json<OrderView>), AppError> {
@@ -76,7 +81,7 @@ pub async fn purchase(
         .gateway
         .admit_purchase(sku, user, &key, body.purchase_token.as_deref())
         .await?;
-    let result = decide(&st, req, stored.sale.state).await;
+    let result = decide(&st, req, stored.sale.state, ip).await;
     let label = match &result {
         Ok(view) if view.replayed == Some(true) => "replayed",
         Ok(_) => "accepted",
@@ -105,6 +110,7 @@ async fn decide(
     st: &AppState,
     req: PurchaseRequest,
     state: SaleState,
+    ip: Option<IpAddr>,
 ) -> Result<OrderView, AppError> {
     if st.batcher.sold_out_here(&req) {
         metrics::counter!(SOLD_OUT_LOCAL).increment(1);
@@ -117,8 +123,15 @@ async fn decide(
             "hot ledger unavailable; retry shortly",
         ));
     }
+    // After the sold-out flag and the ledger's breaker: a sale known sold out, or a ledger
+    // known down, answers without asking the shop.
+    risk_check(st, &req, ip).await?;
+    let key = req.key();
     // A SOLD_OUT answer sets the sale's local flag inside the batcher.
     let outcome = st.batcher.purchase(req).await;
+    if matches!(outcome, Ok(PurchaseOutcome::Accepted { .. })) && st.risk.enabled() {
+        st.risk.replays.remember(sku, &key);
+    }
     // The breaker counts the ledger's own faults: a missing copy is not one (Redis answered).
     match &outcome {
         Err(e) if e.is_unavailable() => st.breaker.failure(sku),
@@ -147,5 +160,75 @@ async fn decide(
             Ok(view)
         }
         PurchaseOutcome::Rejected(code) => Err(AppError::from_code(code)),
+    }
+}
+
+/// The shop's risk check of one purchase: `Ok` goes on to the ledger, else 403 RISK_DENIED.
+/// A retry of a purchase accepted here skips the service; a refusal (by the service or the
+/// fallback rule) of a purchase the ledger already accepted yields to it, so a retry always
+/// gets its first outcome. A denial is not remembered: the next attempt is asked again.
+async fn risk_check(
+    st: &AppState,
+    req: &PurchaseRequest,
+    ip: Option<IpAddr>,
+) -> Result<(), AppError> {
+    if !st.risk.enabled() {
+        return Ok(());
+    }
+    let (sku, key) = (req.sku_id, req.key());
+    if st.risk.replays.contains(sku, &key) {
+        metrics::counter!(RISK_REPLAYS).increment(1);
+        return Ok(());
+    }
+    let denial = match st.risk.ask(&RiskQuery::new(req, ip)).await {
+        Verdict::Allow => return Ok(()),
+        Verdict::Deny(reason) => Denial::Service(reason),
+        Verdict::NoAnswer(why) => {
+            let rule = fallback_rule(st, req);
+            let admitted = rule.admits(st.gateway.blacklist.risk_allowed(req.user_id));
+            let decision = if admitted { "allow" } else { "deny" };
+            metrics::counter!(RISK_FALLBACKS, "reason" => why.as_str(), "decision" => decision)
+                .increment(1);
+            if admitted {
+                return Ok(());
+            }
+            Denial::Fallback(rule, why.as_str())
+        }
+    };
+    if st.ledger.is_accepted(sku, &key).await? {
+        metrics::counter!(RISK_REPLAYS).increment(1);
+        return Ok(());
+    }
+    Err(denial.into_error())
+}
+
+/// The sale's own fallback rule, else this instance's.
+fn fallback_rule(st: &AppState, req: &PurchaseRequest) -> Fallback {
+    let own = st.gateway.blacklist.risk_fallback(req.sku_id);
+    own.unwrap_or(st.risk.config().fallback)
+}
+
+/// Why the risk check refused a purchase.
+enum Denial {
+    Service(String),
+    Fallback(Fallback, &'static str),
+}
+
+impl Denial {
+    fn into_error(self) -> AppError {
+        const REFUSED: &str = "refused by the shop's risk check";
+        let (by, message) = match self {
+            Denial::Service(reason) if reason.is_empty() => ("service", REFUSED.to_owned()),
+            Denial::Service(reason) => ("service", format!("{REFUSED}: {reason}")),
+            Denial::Fallback(rule, why) => {
+                let message = format!(
+                    "the risk check gave no answer ({why}); the sale's fallback rule \
+                     ({rule}) refuses this user"
+                );
+                ("fallback", message)
+            }
+        };
+        metrics::counter!(RISK_DENIALS, "by" => by).increment(1);
+        AppError::new(ErrorCode::RiskDenied, message)
     }
 }

@@ -78,6 +78,11 @@ function renderService(view) {
   const b = $('#svc-breaker');
   b.textContent = 'breaker ' + (view.breaker_open ? 'OPEN' : 'closed');
   b.className = 'chip ' + (view.breaker_open ? 'on-bad' : 'on-ok');
+  // The risk service's breaker, when this instance calls one: open means the fallback decides.
+  const r = $('#svc-risk');
+  r.hidden = view.risk_breaker_open == null;
+  r.textContent = 'risk breaker ' + (view.risk_breaker_open ? 'OPEN (fallback decides)' : 'closed');
+  r.className = 'chip ' + (view.risk_breaker_open ? 'on-warn' : 'on-ok');
   $('#svc-conns').textContent = 'connections: ' + fmt(view.open_connections);
   const scripts = view.scripts.map(s => s.script + ' p50 ' + ms(s.p50_ms) + ' / p99 ' + ms(s.p99_ms) + ' ms');
   $('#svc-scripts').textContent = 'Lua scripts: ' + (scripts.length ? scripts.join(' · ') : 'none (embedded ledger)');

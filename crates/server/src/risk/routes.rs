@@ -1,0 +1,184 @@
+//! Admin API of the risk check: the allowlist the fallback rule `allowlist` admits, and a
+//! sale's own fallback rule. Both are stored with the blacklist (`gateway::blacklist`), so
+//! every instance sees a change within its refresh, the one that made it at once.
+
+use axum::extract::rejection::JsonRejection;
+use axum::extract::State;
+use axum::Json;
+use flashsale_core::{ErrorCode, SkuId, UserId};
+use serde::{Deserialize, Serialize};
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
+
+use super::Fallback;
+use crate::auth::Admin;
+use crate::error::AppError;
+use crate::routes::ApiPath;
+use crate::state::AppState;
+
+/// Routes to nest under `/api/v1`, with their OpenAPI.
+pub fn router() -> OpenApiRouter<AppState> {
+    OpenApiRouter::new()
+        .routes(routes!(view))
+        .routes(routes!(allow_user, disallow_user))
+        .routes(routes!(set_sale_fallback, drop_sale_fallback))
+}
+
+fn unavailable(e: String) -> AppError {
+    AppError::new(ErrorCode::Unavailable, format!("risk store: {e}"))
+}
+
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub struct RiskView {
+    /// Whether this instance calls a risk service (`FLASHSALE_RISK_URL` set).
+    pub enabled: bool,
+    pub timeout_ms: u64,
+    pub inflight_max: usize,
+    /// This instance's fallback rule.
+    pub fallback: Fallback,
+    pub breaker_open: bool,
+    /// Users the fallback rule `allowlist` admits.
+    pub allowlist: Vec<u64>,
+    /// Sales with a fallback rule of their own.
+    pub sales: Vec<SaleFallbackView>,
+}
+
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub struct AllowlistEntry {
+    pub user_id: u64,
+    pub allowlisted: bool,
+}
+
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub struct SaleFallbackView {
+    pub sku_id: u64,
+    /// The rule in force for the sale: its own, else this instance's.
+    pub fallback: Fallback,
+    /// Whether the sale has a rule of its own.
+    pub own: bool,
+}
+
+/// `{"fallback": "allow" | "deny" | "allowlist"}`
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct SaleFallbackBody {
+    pub fallback: Fallback,
+}
+
+#[utoipa::path(get, path = "/admin/risk", tag = "admin", operation_id = "risk_view", security(("bearer" = [])),
+    responses((status = 200, description = "the risk check of this instance, the allowlist and the sales' own fallback rules", body = RiskView)))]
+pub async fn view(State(st): State<AppState>, _: Admin) -> Result<Json<RiskView>, AppError> {
+    let s = st
+        .gateway
+        .blacklist
+        .store
+        .load()
+        .await
+        .map_err(unavailable)?;
+    let mut allowlist: Vec<u64> = s.risk_allow.into_iter().collect();
+    allowlist.sort_unstable();
+    let mut sales: Vec<SaleFallbackView> = s
+        .risk_fallback
+        .into_iter()
+        .map(|(sku_id, fallback)| SaleFallbackView {
+            sku_id,
+            fallback,
+            own: true,
+        })
+        .collect();
+    sales.sort_unstable_by_key(|v| v.sku_id);
+    let config = st.risk.config();
+    Ok(Json(RiskView {
+        enabled: st.risk.enabled(),
+        timeout_ms: config.timeout.as_millis() as u64,
+        inflight_max: config.inflight_max,
+        fallback: config.fallback,
+        breaker_open: st.risk.breaker_open(),
+        allowlist,
+        sales,
+    }))
+}
+
+fn user_id(p: u64) -> Result<UserId, AppError> {
+    match p {
+        0 => Err(AppError::invalid("user_id must be positive")),
+        u => Ok(UserId(u)),
+    }
+}
+
+async fn set_allowed(st: &AppState, p: u64, on: bool) -> Result<Json<AllowlistEntry>, AppError> {
+    let user = user_id(p)?;
+    let blacklist = &st.gateway.blacklist;
+    let stored = blacklist.store.set_risk_allowed(user, on).await;
+    stored.map_err(unavailable)?;
+    blacklist.refresh().await.map_err(unavailable)?;
+    Ok(Json(AllowlistEntry {
+        user_id: user.0,
+        allowlisted: on,
+    }))
+}
+
+#[utoipa::path(put, path = "/admin/risk/allowlist/users/{user_id}", tag = "admin", operation_id = "risk_allow_user", security(("bearer" = [])),
+    params(("user_id" = u64, Path, minimum = 1)), responses((status = 200, description = "on the allowlist", body = AllowlistEntry)))]
+pub async fn allow_user(
+    State(st): State<AppState>,
+    _: Admin,
+    ApiPath(p): ApiPath<u64>,
+) -> Result<Json<AllowlistEntry>, AppError> {
+    set_allowed(&st, p, true).await
+}
+
+#[utoipa::path(delete, path = "/admin/risk/allowlist/users/{user_id}", tag = "admin", operation_id = "risk_disallow_user", security(("bearer" = [])),
+    params(("user_id" = u64, Path, minimum = 1)), responses((status = 200, description = "off the allowlist", body = AllowlistEntry)))]
+pub async fn disallow_user(
+    State(st): State<AppState>,
+    _: Admin,
+    ApiPath(p): ApiPath<u64>,
+) -> Result<Json<AllowlistEntry>, AppError> {
+    set_allowed(&st, p, false).await
+}
+
+async fn set_fallback(
+    st: &AppState,
+    p: u64,
+    rule: Option<Fallback>,
+) -> Result<Json<SaleFallbackView>, AppError> {
+    let sku = SkuId(p);
+    st.store
+        .sale(sku)
+        .await?
+        .ok_or_else(|| AppError::from_code(ErrorCode::SaleNotFound))?;
+    let blacklist = &st.gateway.blacklist;
+    let stored = blacklist.store.set_risk_fallback(sku, rule).await;
+    stored.map_err(unavailable)?;
+    blacklist.refresh().await.map_err(unavailable)?;
+    Ok(Json(SaleFallbackView {
+        sku_id: sku.0,
+        fallback: rule.unwrap_or(st.risk.config().fallback),
+        own: rule.is_some(),
+    }))
+}
+
+#[utoipa::path(put, path = "/admin/sales/{sku_id}/risk-fallback", tag = "admin", operation_id = "set_risk_fallback", security(("bearer" = [])),
+    params(("sku_id" = u64, Path, minimum = 0)), request_body = SaleFallbackBody,
+    responses((status = 200, description = "the sale's own fallback rule", body = SaleFallbackView)))]
+pub async fn set_sale_fallback(
+    State(st): State<AppState>,
+    _: Admin,
+    ApiPath(p): ApiPath<u64>,
+    body: Result<Json<SaleFallbackBody>, JsonRejection>,
+) -> Result<Json<SaleFallbackView>, AppError> {
+    let Json(body) = body?;
+    set_fallback(&st, p, Some(body.fallback)).await
+}
+
+#[utoipa::path(delete, path = "/admin/sales/{sku_id}/risk-fallback", tag = "admin", operation_id = "drop_risk_fallback", security(("bearer" = [])),
+    params(("sku_id" = u64, Path, minimum = 0)),
+    responses((status = 200, description = "the sale follows this instance's rule again", body = SaleFallbackView)))]
+pub async fn drop_sale_fallback(
+    State(st): State<AppState>,
+    _: Admin,
+    ApiPath(p): ApiPath<u64>,
+) -> Result<Json<SaleFallbackView>, AppError> {
+    set_fallback(&st, p, None).await
+}
