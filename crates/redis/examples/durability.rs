@@ -67,19 +67,7 @@ async fn main() {
     for (name, args) in settings {
         let server = RedisServer::spawn_with(args).await;
         let replica = if name.contains("WAIT") {
-            let port = server.port.to_string();
-            Some(
-                RedisServer::spawn_with(&[
-                    "--save",
-                    "",
-                    "--appendonly",
-                    "no",
-                    "--replicaof",
-                    "127.0.0.1",
-                    &port,
-                ])
-                .await,
-            )
+            Some(RedisServer::spawn_replica_of(&server).await)
         } else {
             None
         };

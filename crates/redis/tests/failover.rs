@@ -20,17 +20,7 @@ async fn raw(server: &RedisServer) -> redis::aio::MultiplexedConnection {
 /// A primary and a replica of it, in sync.
 async fn primary_and_replica() -> (RedisServer, RedisServer) {
     let primary = RedisServer::spawn().await;
-    let port = primary.port.to_string();
-    let replica = RedisServer::spawn_with(&[
-        "--save",
-        "",
-        "--appendonly",
-        "no",
-        "--replicaof",
-        "127.0.0.1",
-        &port,
-    ])
-    .await;
+    let replica = RedisServer::spawn_replica_of(&primary).await;
     (primary, replica)
 }
 
@@ -242,17 +232,7 @@ async fn a_replica_attached_after_warm_up_is_no_failover() {
     let ledger = RedisLedger::connect(&primary.url(), "fs").await.unwrap();
     let sku = warm(&ledger, &live_sale(SaleMode::Direct, 10, 1)).await;
     buy_ok(&ledger, sku, 1, "a", 1).await;
-    let port = primary.port.to_string();
-    let args = [
-        "--save",
-        "",
-        "--appendonly",
-        "no",
-        "--replicaof",
-        "127.0.0.1",
-        &port,
-    ];
-    let _replica = RedisServer::spawn_with(&args).await;
+    let _replica = RedisServer::spawn_replica_of(&primary).await;
     in_sync(&primary).await;
     buy_ok(&ledger, sku, 2, "b", 1).await;
 }

@@ -158,17 +158,7 @@ async fn a_dead_persisters_entries_are_claimed_and_applied_exactly_once() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_replay_answered_after_a_503_is_reported_when_redis_loses_it() {
     let mut primary = RedisServer::spawn().await;
-    let port = primary.port.to_string();
-    let args = [
-        "--save",
-        "",
-        "--appendonly",
-        "no",
-        "--replicaof",
-        "127.0.0.1",
-        &port,
-    ];
-    let replica = RedisServer::spawn_with(&args).await;
+    let replica = RedisServer::spawn_replica_of(&primary).await;
     let db = TestDatabase::create().await;
     let mut cfg = common::config(Some(primary.url()), db.url.clone());
     cfg.run_persister = false;

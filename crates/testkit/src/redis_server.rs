@@ -45,6 +45,21 @@ impl RedisServer {
         server
     }
 
+    /// Starts a replica of `primary` (no persistence of its own).
+    pub async fn spawn_replica_of(primary: &RedisServer) -> RedisServer {
+        let port = primary.port.to_string();
+        let args = [
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+            "--replicaof",
+            "127.0.0.1",
+            &port,
+        ];
+        RedisServer::spawn_with(&args).await
+    }
+
     pub fn url(&self) -> String {
         format!("redis://127.0.0.1:{}", self.port)
     }
