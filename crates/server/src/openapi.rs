@@ -36,12 +36,29 @@ pub fn finish(mut doc: utoipa::openapi::OpenApi) -> utoipa::openapi::OpenApi {
     doc
 }
 
-/// `{"code": "...", "message": "..."}`: every error answer.
+/// Every error answer: RFC 9457 Problem Details (`application/problem+json`), with the
+/// extension members `code` and `message` of the API's first error shape.
 #[derive(ToSchema)]
 #[allow(dead_code)]
 pub struct Error {
-    #[schema(example = "INVALID_REQUEST")]
+    /// A stable URI per code: `https://flashsale.dev/problems/<code in kebab case>`.
+    #[schema(
+        rename = "type",
+        format = "uri",
+        example = "https://flashsale.dev/problems/sold-out"
+    )]
+    kind: String,
+    /// A short summary of the problem type; the same for every answer of a code.
+    #[schema(example = "Sold out")]
+    title: String,
+    /// The answer's HTTP status.
+    #[schema(minimum = 400, maximum = 599, example = 409)]
+    status: u16,
+    /// What went wrong with this request.
+    detail: String,
+    #[schema(example = "SOLD_OUT")]
     code: ErrorCodeSchema,
+    /// The same text as `detail`.
     message: String,
 }
 
@@ -196,7 +213,7 @@ pub struct Ready {
 #[openapi(
     info(
         title = "flashsale",
-        description = "Flash-sale inventory service. Errors are `{\"code\",\"message\"}`; 429 and 503 carry `Retry-After`."
+        description = "Flash-sale inventory service. Errors are RFC 9457 Problem Details (`application/problem+json`: `type`, `title`, `status`, `detail`, plus `code` and `message`); 429 and 503 carry `Retry-After`."
     ),
     components(schemas(Error, CreateSale, SaleView, PurchaseBody, OrderView, Health, Ready,))
 )]
@@ -260,7 +277,7 @@ fn add_errors(op: &mut Operation) {
                     ResponseBuilder::new()
                         .description(description)
                         .content(
-                            "application/json",
+                            crate::error::PROBLEM_JSON,
                             utoipa::openapi::ContentBuilder::new()
                                 .schema(Some(RefOr::Ref(utoipa::openapi::Ref::from_schema_name(
                                     "Error",

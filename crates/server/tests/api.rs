@@ -354,3 +354,86 @@ async fn health_ready_and_metrics(stack: &Stack) {
         "histograms have buckets"
     );
 }
+
+/// Sends a request and gives the status, the content type and the JSON body.
+async fn raw_call(req: reqwest::RequestBuilder) -> (StatusCode, String, Value) {
+    let resp = req.send().await.unwrap();
+    let status = resp.status();
+    let content_type = resp
+        .headers()
+        .get("content-type")
+        .map(|v| v.to_str().unwrap().to_owned())
+        .unwrap_or_default();
+    (
+        status,
+        content_type,
+        resp.json().await.unwrap_or(Value::Null),
+    )
+}
+
+/// Every kind of error (a rule's refusal, a rejected extraction, auth, an unknown route, a
+/// body too large) answers RFC 9457 Problem Details, with `code` and `message` kept.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn errors_are_problem_details() {
+    let stack = Stack::embedded().await;
+    stack.live_sale(19, 1, 1).await;
+    assert_eq!(
+        stack.buy(1, 19, "a", json!(1)).await.0,
+        StatusCode::ACCEPTED
+    );
+    let buy = |token: Option<String>, body: String| {
+        let mut req = stack
+            .http
+            .post(format!("{}/api/v1/sales/19/purchases", stack.base))
+            .header("content-type", "application/json")
+            .body(body);
+        if let Some(t) = token {
+            req = req.bearer_auth(t);
+        }
+        req
+    };
+    let good = r#"{"request_id":"b","quantity":1}"#.to_owned();
+    let cases = [
+        (
+            buy(Some(stack.token(2)), good.clone()),
+            409,
+            "SOLD_OUT",
+            "sold-out",
+        ),
+        (
+            buy(Some(stack.token(2)), "{not json".into()),
+            400,
+            "INVALID_REQUEST",
+            "invalid-request",
+        ),
+        (buy(None, good.clone()), 401, "UNAUTHORIZED", "unauthorized"),
+        (
+            buy(Some(stack.token(2)), "x".repeat(10_000)),
+            413,
+            "PAYLOAD_TOO_LARGE",
+            "payload-too-large",
+        ),
+        (
+            stack.http.get(format!("{}/api/v1/nothing", stack.base)),
+            404,
+            "ROUTE_NOT_FOUND",
+            "route-not-found",
+        ),
+        (
+            stack.http.get(format!("{}/api/v1/sales/x", stack.base)),
+            400,
+            "INVALID_REQUEST",
+            "invalid-request",
+        ),
+    ];
+    for (req, status, code_, slug) in cases {
+        let (s, content_type, b) = raw_call(req).await;
+        assert_eq!((s.as_u16(), code(&b)), (status, code_), "{b}");
+        assert_eq!(content_type, "application/problem+json", "{b}");
+        assert_eq!(b["type"], format!("https://flashsale.dev/problems/{slug}"));
+        assert_eq!(b["status"], status, "{b}");
+        assert!(b["title"].as_str().is_some_and(|t| !t.is_empty()), "{b}");
+        assert!(b["detail"].as_str().is_some_and(|t| !t.is_empty()), "{b}");
+        assert_eq!(b["message"], b["detail"], "{b}");
+    }
+}
