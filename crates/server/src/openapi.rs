@@ -75,6 +75,7 @@ enum ErrorCodeSchema {
     OrderNotFound,
     RouteNotFound,
     MethodNotAllowed,
+    IdempotencyKeyReused,
     SaleExists,
     SoldOut,
     LimitExceeded,
@@ -169,9 +170,10 @@ pub struct SaleView {
 #[derive(serde::Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct PurchaseBody {
-    /// Chosen by the client, one per attempt, reused on retry.
+    /// Chosen by the client, one per attempt, reused on retry. Required unless the
+    /// `Idempotency-Key` header carries it (both: they must be equal).
     #[schema(min_length = 1, max_length = 64, pattern = "^[A-Za-z0-9_-]{1,64}$")]
-    request_id: String,
+    request_id: Option<String>,
     #[schema(minimum = 1, maximum = 1_000)]
     quantity: i64,
     /// Required when the sale requires purchase tokens (anti-scalping).
