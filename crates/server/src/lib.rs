@@ -83,6 +83,10 @@ pub fn app(state: AppState) -> Router {
                 "method not allowed on this route",
             )
         })
+        .layer(middleware::from_fn_with_state(
+            state.clone(),
+            gateway::ratelimit::headers,
+        ))
         .layer(DefaultBodyLimit::max(state.tunables.body_bytes_max))
         .layer(middleware::from_fn_with_state(
             state.clone(),
