@@ -126,6 +126,7 @@ fn demo_config(args: &DemoArgs) -> anyhow::Result<Config> {
         instance_id: format!("demo-{}", std::process::id()),
         reconcile: Default::default(),
         redis_replication: None,
+        identity: None,
     })
 }
 

@@ -164,6 +164,7 @@ pub fn server_config(settings: &Settings, run_persister: bool) -> anyhow::Result
             repair: settings.reconcile_repair,
         },
         redis_replication: settings.replication(),
+        identity: settings.identity.config()?,
     })
 }
 

@@ -9,6 +9,7 @@ use std::time::Duration;
 use anyhow::Context;
 use clap::Args;
 use flashsale_server::gateway::{GatewayConfig, TokenRate};
+use flashsale_server::identity::{IdentityConfig, JwksSource};
 use flashsale_server::reconcile::WorkerSettings;
 use flashsale_server::Tunables;
 use rand::distr::{Alphanumeric, SampleString};
@@ -55,6 +56,59 @@ pub struct Settings {
     pub reconcile_repair: bool,
     #[command(flatten)]
     pub gateway: GatewaySettings,
+    #[command(flatten)]
+    pub identity: IdentitySettings,
+}
+
+/// An external identity provider (OIDC-style JWKS): its RS256, ES256 and EdDSA user tokens
+/// are accepted besides our own HS256 ones. Off unless a key set is named.
+#[derive(Debug, Clone, Args)]
+pub struct IdentitySettings {
+    /// URL of the provider's JWK set (e.g. `https://idp.example/.well-known/jwks.json`).
+    #[arg(long, env = "FLASHSALE_JWKS_URL", conflicts_with = "jwks_file")]
+    pub jwks_url: Option<String>,
+    /// A JWK set in a file, instead of a URL (read again at each refresh).
+    #[arg(long, env = "FLASHSALE_JWKS_FILE")]
+    pub jwks_file: Option<PathBuf>,
+    /// The `iss` the provider's tokens must carry (required with a key set).
+    #[arg(long, env = "FLASHSALE_JWT_ISSUER")]
+    pub jwt_issuer: Option<String>,
+    /// The `aud` the provider's tokens must carry (required with a key set).
+    #[arg(long, env = "FLASHSALE_JWT_AUDIENCE")]
+    pub jwt_audience: Option<String>,
+    /// The claim that holds the user id (a positive integer).
+    #[arg(long, env = "FLASHSALE_JWT_USER_CLAIM", default_value = "sub")]
+    pub jwt_user_claim: String,
+    /// Least time between two key set fetches caused by an unknown `kid`, ms.
+    #[arg(long, env = "FLASHSALE_JWKS_REFETCH_COOLDOWN_MS",
+          default_value_t = millis(IdentityConfig::REFETCH_COOLDOWN))]
+    pub jwks_refetch_cooldown_ms: u64,
+    /// Refresh of the key set, ms.
+    #[arg(long, env = "FLASHSALE_JWKS_REFRESH_MS",
+          default_value_t = millis(IdentityConfig::REFRESH_INTERVAL))]
+    pub jwks_refresh_ms: u64,
+}
+
+impl IdentitySettings {
+    /// The provider's settings, `None` when no key set is named. Issuer and audience are
+    /// required with one: without them a token the provider made for another service passes.
+    pub fn config(&self) -> anyhow::Result<Option<IdentityConfig>> {
+        let source = match (&self.jwks_url, &self.jwks_file) {
+            (Some(url), _) => JwksSource::Url(url.clone()),
+            (None, Some(path)) => JwksSource::File(path.clone()),
+            (None, None) => return Ok(None),
+        };
+        let (Some(issuer), Some(audience)) = (&self.jwt_issuer, &self.jwt_audience) else {
+            anyhow::bail!(
+                "FLASHSALE_JWKS_URL/FILE needs FLASHSALE_JWT_ISSUER and FLASHSALE_JWT_AUDIENCE"
+            );
+        };
+        let mut c = IdentityConfig::new(source, issuer, audience);
+        c.user_claim = self.jwt_user_claim.clone();
+        c.refetch_cooldown = Duration::from_millis(self.jwks_refetch_cooldown_ms);
+        c.refresh_interval = Duration::from_millis(self.jwks_refresh_ms.max(1_000));
+        Ok(Some(c))
+    }
 }
 
 impl Settings {
