@@ -4,7 +4,8 @@
 //! file unless `--redis-url` is given), creates and warms a sale over HTTP, signs a token per
 //! buyer, fires every buyer at it within `--ramp-ms` over real HTTP (timeouts retried with the
 //! same request id), then counts from the database, checks I1–I7 and the reconciliation, and
-//! writes a JSON and an HTML report.
+//! writes a JSON and an HTML report. In reserve mode the holds are then paid, cancelled or
+//! left to expire, and the units that come back are sold to later buyers (`demo_reserve`).
 
 use std::collections::{BTreeMap, HashSet};
 use std::path::PathBuf;
@@ -39,6 +40,16 @@ pub struct DemoArgs {
     pub limit: u32,
     #[arg(long, value_enum, default_value_t = DemoMode::Direct)]
     pub mode: DemoMode,
+    /// Reserve mode: a hold's payment time, ms (short, so the expiries happen in the demo).
+    #[arg(long, default_value_t = 3_000,
+          value_parser = clap::value_parser!(u64).range(100..=600_000))]
+    pub hold_ms: u64,
+    /// Reserve mode: percent of the holds the demo pays.
+    #[arg(long, default_value_t = 60, value_parser = clap::value_parser!(u8).range(0..=100))]
+    pub pay_percent: u8,
+    /// Reserve mode: percent of the holds the demo cancels (the rest expire).
+    #[arg(long, default_value_t = 20, value_parser = clap::value_parser!(u8).range(0..=100))]
+    pub cancel_percent: u8,
     /// Every buyer arrives within this many milliseconds.
     #[arg(long, default_value_t = 1_000)]
     pub ramp_ms: u64,
@@ -61,6 +72,8 @@ pub enum DemoMode {
 /// Everything the demo measured, for the report.
 struct Outcome {
     records: Vec<load::Record>,
+    /// Reserve mode: what became of the holds.
+    resolutions: Option<crate::demo_reserve::Resolutions>,
     counters_hot: Option<Counters>,
     database_url: String,
     sku: u64,
@@ -70,6 +83,10 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<()> {
     anyhow::ensure!(
         args.stock > 0 && args.users > 0 && args.concurrency > 0,
         "--stock, --users and --concurrency must be positive"
+    );
+    anyhow::ensure!(
+        args.pay_percent + args.cancel_percent <= 100,
+        "--pay-percent and --cancel-percent add up to more than 100"
     );
     let config = demo_config(&args)?;
     let server = Server::start(config.clone()).await?;
@@ -85,12 +102,20 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<()> {
     );
     open_sale(&base, &config.admin_token, sku, &args).await?;
     let records = spike(&base, &auth, sku, &args).await?;
+    let resolutions = match args.mode {
+        DemoMode::Reserve => {
+            let r = crate::demo_reserve::run(&server, &base, &auth, sku, &args, &records).await?;
+            Some(r)
+        }
+        DemoMode::Direct => None,
+    };
     if config.redis_url.is_some() {
         wait_for_drain(&server, sku).await?;
     }
     let counters_hot = server.state.ledger.counters(SkuId(sku)).await?;
     let outcome = Outcome {
         records,
+        resolutions,
         counters_hot,
         database_url: config.database_url.clone(),
         sku,
@@ -155,8 +180,11 @@ async fn open_sale(base: &str, admin: &str, sku: u64, args: &DemoArgs) -> anyhow
         DemoMode::Direct => SaleMode::Direct,
         DemoMode::Reserve => SaleMode::Reserve,
     };
-    let body = json!({"sku_id": sku, "name": "demo phone", "total_stock": args.stock,
+    let mut body = json!({"sku_id": sku, "name": "demo phone", "total_stock": args.stock,
         "per_user_limit": args.limit, "mode": mode});
+    if mode == SaleMode::Reserve {
+        body["payment_timeout_ms"] = json!(args.hold_ms);
+    }
     crate::bench::create_and_warm(base, admin, &body).await
 }
 
@@ -243,6 +271,8 @@ async fn build_report(server: &Server, args: &DemoArgs, run: Outcome) -> anyhow:
         OrderStatus::Created,
         OrderStatus::Reserved,
         OrderStatus::Paid,
+        OrderStatus::Cancelled,
+        OrderStatus::Expired,
         OrderStatus::Pending,
         OrderStatus::Rejected,
     ] {
@@ -329,6 +359,10 @@ async fn build_report(server: &Server, args: &DemoArgs, run: Outcome) -> anyhow:
         invariants.held("I7"),
         detail("I7"),
     ));
+    let lifecycle = run.resolutions.as_ref().map(|done| {
+        checks.extend(crate::demo_reserve::checks(done, &orders));
+        crate::demo_reserve::lifecycle(&events, args.users)
+    });
 
     let mut setup = BTreeMap::new();
     setup.insert("ledger".into(), server.state.ledger.kind().to_owned());
@@ -353,6 +387,7 @@ async fn build_report(server: &Server, args: &DemoArgs, run: Outcome) -> anyhow:
         database,
         checks,
         reconciliation_diff: diff,
+        lifecycle,
     })
 }
 
@@ -385,6 +420,12 @@ fn print_report(r: &Report) {
     }
     for (k, v) in &r.database {
         println!("  {k:<22} {v}");
+    }
+    if let Some(l) = &r.lifecycle {
+        println!("holds (units, from the database's events):");
+        for (k, v) in &l.totals {
+            println!("  {k:<22} {v}");
+        }
     }
     println!("checks:");
     for c in &r.checks {

@@ -12,6 +12,7 @@
 
 mod bench;
 mod demo;
+mod demo_reserve;
 mod reconcile;
 mod settings;
 mod spike;

@@ -288,6 +288,7 @@ async fn build(
         database,
         checks,
         reconciliation_diff: BTreeMap::new(),
+        lifecycle: None,
     })
 }
 
