@@ -297,18 +297,30 @@ fn user_of(claims: &Map<String, Value>, claim: &str) -> Result<UserId, AppError>
     }
 }
 
+/// An error with its causes (reqwest's own text leaves out why a request failed).
+fn chain(e: &dyn std::error::Error) -> String {
+    let mut text = e.to_string();
+    let mut cause = e.source();
+    while let Some(c) = cause {
+        text = format!("{text}: {c}");
+        cause = c.source();
+    }
+    text
+}
+
 async fn fetch_bounded(http: &reqwest::Client, url: &str) -> Result<Vec<u8>, String> {
+    let failed = |e: reqwest::Error| format!("GET {url}: {}", chain(&e));
     let mut resp = http
         .get(url)
         .header("accept", "application/json")
         .send()
         .await
-        .map_err(|e| format!("GET {url}: {e}"))?;
+        .map_err(failed)?;
     if !resp.status().is_success() {
         return Err(format!("GET {url}: {}", resp.status()));
     }
     let mut body = Vec::new();
-    while let Some(chunk) = resp.chunk().await.map_err(|e| format!("GET {url}: {e}"))? {
+    while let Some(chunk) = resp.chunk().await.map_err(failed)? {
         if body.len() + chunk.len() > JWKS_BYTES_MAX {
             return Err(format!("GET {url}: key set over {JWKS_BYTES_MAX} bytes"));
         }
@@ -409,6 +421,19 @@ mod tests {
             vec!["{}"; JWKS_KEYS_MAX + 1].join(",")
         );
         assert!(parse_jwks(many.as_bytes()).is_err());
+    }
+
+    /// Providers publish over https: a fetch of an https URL gets as far as connecting (here
+    /// to a port nobody listens on), rather than failing for want of TLS support.
+    #[tokio::test]
+    async fn https_urls_are_fetched() {
+        let url = "https://127.0.0.1:9/jwks.json".to_owned();
+        let c = IdentityConfig::new(JwksSource::Url(url), "https://idp", "aud");
+        let identity = Identity::start(c).await.unwrap();
+        let e = identity.refresh().await.unwrap_err();
+        assert!(e.contains("error sending request"), "{e}");
+        assert!(!e.contains("builder error") && !e.contains("scheme"), "{e}");
+        assert!(identity.is_stale());
     }
 
     #[test]
