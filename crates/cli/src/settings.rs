@@ -382,3 +382,39 @@ fn sync_dir(dir: &Path) -> anyhow::Result<()> {
         .with_context(|| format!("sync {}", dir.display()))?;
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        identity: IdentitySettings,
+    }
+
+    fn identity(args: &[&str]) -> anyhow::Result<Option<IdentityConfig>> {
+        let mut argv = vec!["flashsale"];
+        argv.extend_from_slice(args);
+        Cli::try_parse_from(argv)?.identity.config()
+    }
+
+    #[test]
+    fn a_key_set_needs_issuer_and_audience() {
+        assert!(
+            identity(&[]).unwrap().is_none(),
+            "off unless a key set is named"
+        );
+        let url = ["--jwks-url", "https://idp/jwks.json"];
+        assert!(identity(&url).is_err());
+        assert!(identity(&[&url[..], &["--jwt-issuer", "i"]].concat()).is_err());
+        let full = [&url[..], &["--jwt-issuer", "i", "--jwt-audience", "a"]].concat();
+        let c = identity(&full).unwrap().unwrap();
+        assert_eq!(c.source, JwksSource::Url("https://idp/jwks.json".into()));
+        assert_eq!((c.issuer.as_str(), c.audience.as_str()), ("i", "a"));
+        assert_eq!(c.user_claim, "sub");
+        let both = [&full[..], &["--jwks-file", "/k.json"]].concat();
+        assert!(identity(&both).is_err(), "a URL or a file, not both");
+    }
+}
