@@ -9,6 +9,7 @@
 
 use std::collections::{BTreeMap, HashSet};
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use anyhow::Context;
@@ -23,6 +24,8 @@ use flashsale_server::{Config, Server, Tunables};
 use indicatif::{ProgressBar, ProgressStyle};
 use rand::distr::{Alphanumeric, SampleString};
 use serde_json::json;
+
+use crate::demo_reserve::Resolver;
 
 #[derive(Debug, Clone, Args)]
 pub struct DemoArgs {
@@ -91,7 +94,7 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<()> {
     let config = demo_config(&args)?;
     let server = Server::start(config.clone()).await?;
     let base = format!("http://{}", server.addr);
-    let auth = Auth::new(&config.jwt_secret, &config.admin_token);
+    let auth = Arc::new(Auth::new(&config.jwt_secret, &config.admin_token));
     let sku = pick_sku(&args);
     println!(
         "flashsale demo: {} ledger at {base}, sale {sku}: {} units, {} buyers, {} clients",
@@ -101,13 +104,16 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<()> {
         args.concurrency
     );
     open_sale(&base, &config.admin_token, sku, &args).await?;
-    let records = spike(&base, &auth, sku, &args).await?;
-    let resolutions = match args.mode {
+    let (records, resolutions) = match args.mode {
+        DemoMode::Direct => (spike(&base, &auth, sku, &args, |_| {}).await?, None),
         DemoMode::Reserve => {
-            let r = crate::demo_reserve::run(&server, &base, &auth, sku, &args, &records).await?;
-            Some(r)
+            // Each buyer acts on its hold as soon as it is answered, as a real buyer would.
+            let resolver = Resolver::start(&base, auth.clone(), &args);
+            let records = spike(&base, &auth, sku, &args, resolver.on_answer()).await?;
+            let done = resolver.finish().await?;
+            let done = crate::demo_reserve::after_spike(&server, &base, &auth, sku, &args, done);
+            (records, Some(done.await?))
         }
-        DemoMode::Direct => None,
     };
     if config.redis_url.is_some() {
         wait_for_drain(&server, sku).await?;
@@ -193,6 +199,7 @@ async fn spike(
     auth: &Auth,
     sku: u64,
     args: &DemoArgs,
+    on_answer: impl Fn(&load::Record) + Send + Sync + 'static,
 ) -> anyhow::Result<Vec<load::Record>> {
     let buyers: Vec<Buyer> = (1..=args.users)
         .map(|u| Buyer {
@@ -217,7 +224,11 @@ async fn spike(
         retries_max: 3,
     };
     let tick = bar.clone();
-    let records = load::run(plan, move || tick.inc(1)).await?;
+    let records = load::run(plan, move |r| {
+        tick.inc(1);
+        on_answer(r);
+    })
+    .await?;
     bar.finish();
     Ok(records)
 }

@@ -1,10 +1,12 @@
-//! `flashsale demo --mode reserve`: what happens to the holds after the spike. The demo pays
-//! a share of them and cancels a share over HTTP (each buyer with its own token), leaves the
-//! rest to the expiry worker, waits until no hold is left, then lets later buyers reserve the
-//! units that came back and pay for them. The report counts every step from the database's
-//! events ([`flashsale_bench::lifecycle`]) and checks that the answers and the rows agree.
+//! `flashsale demo --mode reserve`: what happens to the holds. Each buyer of the spike acts
+//! on its hold as soon as it is answered (a [`Resolver`]): a share pay, a share cancel (over
+//! HTTP, each with its own token), the rest walk away and their holds expire. Once no hold is
+//! left, later buyers reserve the units that came back and pay for them. The report counts
+//! every step from the database's events ([`flashsale_bench::lifecycle`]) and checks that the
+//! answers and the rows agree.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use flashsale_bench::lifecycle::{Lifecycle, Step};
@@ -14,6 +16,7 @@ use flashsale_core::{Event, EventKind, HotOrder, OrderStatus, SkuId, UserId};
 use flashsale_server::auth::Auth;
 use flashsale_server::Server;
 use futures::StreamExt;
+use tokio::sync::mpsc;
 
 use crate::demo::DemoArgs;
 
@@ -34,7 +37,7 @@ pub struct Resolutions {
     pub resold: u64,
 }
 
-/// What the demo does with a hold.
+/// What a buyer does with its hold.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Fate {
     Pay,
@@ -42,44 +45,74 @@ enum Fate {
     Expire,
 }
 
-/// The `i`-th of `n` holds: the first `pay_percent` paid, the next `cancel_percent` cancelled,
-/// the rest left to expire (spread by position, so each share is exact to one hold).
-fn fate(i: usize, n: usize, args: &DemoArgs) -> Fate {
-    let pay = n * usize::from(args.pay_percent) / 100;
-    let cancel = n * usize::from(args.cancel_percent) / 100;
-    match i {
-        i if i < pay => Fate::Pay,
-        i if i < pay + cancel => Fate::Cancel,
+/// The fate of the `i`-th hold answered: of every 100, the first `pay_percent` pay, the next
+/// `cancel_percent` cancel, the rest walk away (the shares are exact per hundred holds).
+fn fate(i: usize, args: &DemoArgs) -> Fate {
+    let (pay, cancel) = (
+        usize::from(args.pay_percent),
+        usize::from(args.cancel_percent),
+    );
+    match i % 100 {
+        k if k < pay => Fate::Pay,
+        k if k < pay + cancel => Fate::Cancel,
         _ => Fate::Expire,
     }
 }
 
-/// Resolves the first spike's holds, waits for the expiries, sells the returned units again.
-pub async fn run(
+/// A hold: its buyer and order number.
+type Hold = (u64, String);
+
+/// Resolves the spike's holds while the spike goes on: the load generator hands it each
+/// answer ([`Resolver::on_answer`]); [`Resolver::finish`] waits for the last resolution.
+pub struct Resolver {
+    holds: mpsc::UnboundedSender<Hold>,
+    task: tokio::task::JoinHandle<Resolutions>,
+}
+
+impl Resolver {
+    pub fn start(base: &str, auth: Arc<Auth>, args: &DemoArgs) -> Resolver {
+        // Unbounded, yet at most one message per buyer of the spike.
+        let (holds, rx) = mpsc::unbounded_channel::<Hold>();
+        let stream = futures::stream::unfold(rx, |mut rx| async { Some((rx.recv().await?, rx)) });
+        let concurrency = args.concurrency;
+        let (base, args) = (base.to_owned(), args.clone());
+        let asks = stream
+            .enumerate()
+            .map(move |(i, (u, no))| (u, no, fate(i, &args)));
+        let task = tokio::spawn(async move {
+            let mut done = Resolutions::default();
+            done.holds = resolve(&base, &auth, asks, concurrency, &mut done).await;
+            done
+        });
+        Resolver { holds, task }
+    }
+
+    /// The load generator's callback: every accepted purchase is a hold to act on.
+    pub fn on_answer(&self) -> impl Fn(&load::Record) + Send + Sync + 'static {
+        let holds = self.holds.clone();
+        move |r| {
+            if let (202, Some(no)) = (r.status, &r.order_no) {
+                let _ = holds.send((r.user_id, no.clone()));
+            }
+        }
+    }
+
+    /// Waits until every hold handed over is resolved (or left to expire).
+    pub async fn finish(self) -> anyhow::Result<Resolutions> {
+        drop(self.holds);
+        Ok(self.task.await?)
+    }
+}
+
+/// After the spike: waits for the expiries, then sells the returned units again.
+pub async fn after_spike(
     server: &Server,
     base: &str,
     auth: &Auth,
     sku: u64,
     args: &DemoArgs,
-    first: &[load::Record],
+    mut done: Resolutions,
 ) -> anyhow::Result<Resolutions> {
-    let holds: Vec<(u64, String)> = first
-        .iter()
-        .filter(|r| r.status == 202)
-        .filter_map(|r| Some((r.user_id, r.order_no.clone()?)))
-        .collect();
-    let mut done = Resolutions {
-        holds: holds.len() as u64,
-        ..Resolutions::default()
-    };
-    let n = holds.len();
-    let asks: Vec<(u64, String, Fate)> = holds
-        .into_iter()
-        .enumerate()
-        .map(|(i, (user, no))| (user, no, fate(i, n, args)))
-        .filter(|(_, _, f)| *f != Fate::Expire)
-        .collect();
-    resolve(base, auth, asks, args.concurrency, &mut done).await?;
     wait_for_no_holds(server, sku, args.hold_ms).await?;
     let counters = server.state.ledger.counters(SkuId(sku)).await?;
     done.returned = counters.map_or(0, |c| c.available);
@@ -87,33 +120,40 @@ pub async fn run(
     Ok(done)
 }
 
-/// Pays or cancels each hold as its buyer, `concurrency` at a time.
+/// Pays or cancels each hold as its buyer, `concurrency` at a time; the number of holds.
 async fn resolve(
     base: &str,
     auth: &Auth,
-    asks: Vec<(u64, String, Fate)>,
+    asks: impl futures::Stream<Item = (u64, String, Fate)>,
     concurrency: usize,
     done: &mut Resolutions,
-) -> anyhow::Result<()> {
+) -> u64 {
     let http = reqwest::Client::new();
-    let answers: Vec<(Fate, Result<(), String>)> = futures::stream::iter(asks)
+    let answers: Vec<(Fate, Result<(), String>)> = asks
         .map(|(user, no, fate)| {
             let (http, token) = (http.clone(), auth.sign(UserId(user), 600));
             let verb = if fate == Fate::Pay { "pay" } else { "cancel" };
             let url = format!("{base}/api/v1/orders/{no}/{verb}");
-            async move { (fate, answer(http.post(url).bearer_auth(token)).await) }
+            async move {
+                match fate {
+                    Fate::Expire => (fate, Ok(())),
+                    _ => (fate, answer(http.post(url).bearer_auth(token)).await),
+                }
+            }
         })
         .buffer_unordered(concurrency.max(1))
         .collect()
         .await;
+    let holds = answers.len() as u64;
     for (fate, answer) in answers {
         match (answer, fate) {
+            (_, Fate::Expire) => {}
             (Ok(()), Fate::Pay) => done.paid += 1,
             (Ok(()), _) => done.cancelled += 1,
             (Err(code), _) => *done.refused.entry(code).or_default() += 1,
         }
     }
-    Ok(())
+    holds
 }
 
 /// `Ok` for a 200, else the answer's error code (or the transport error).
@@ -170,14 +210,25 @@ async fn resell(
         timeout: Duration::from_secs(5),
         retries_max: 3,
     };
-    let records = load::run(plan, || {}).await?;
+    let records = load::run(plan, |_| {}).await?;
     let asks: Vec<(u64, String, Fate)> = records
         .iter()
         .filter(|r| r.status == 202)
         .filter_map(|r| Some((r.user_id, r.order_no.clone()?, Fate::Pay)))
         .collect();
     done.resold = asks.len() as u64;
-    resolve(base, auth, asks, args.concurrency, done).await
+    // The resale's holds are all paid; they are not first-spike holds.
+    let first_wave = done.holds;
+    resolve(
+        base,
+        auth,
+        futures::stream::iter(asks),
+        args.concurrency,
+        done,
+    )
+    .await;
+    done.holds = first_wave;
+    Ok(())
 }
 
 /// The steps of the sale's events: a deduction by a later buyer is a resale.
@@ -243,10 +294,13 @@ mod tests {
     }
 
     #[test]
-    fn shares_are_exact_to_one_hold() {
+    fn shares_are_exact_per_hundred_holds() {
         let args = Cli::parse_from(["x", "--pay-percent", "60", "--cancel-percent", "25"]).demo;
-        let fates: Vec<Fate> = (0..20).map(|i| fate(i, 20, &args)).collect();
+        let fates: Vec<Fate> = (0..300).map(|i| fate(i, &args)).collect();
         let n = |f| fates.iter().filter(|x| **x == f).count();
-        assert_eq!((n(Fate::Pay), n(Fate::Cancel), n(Fate::Expire)), (12, 5, 3));
+        assert_eq!(
+            (n(Fate::Pay), n(Fate::Cancel), n(Fate::Expire)),
+            (180, 75, 45)
+        );
     }
 }
