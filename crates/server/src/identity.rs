@@ -90,6 +90,8 @@ pub struct Identity {
     fetching: tokio::sync::Mutex<Option<Instant>>,
     /// The last fetch failed: the cached set is served stale.
     stale: AtomicBool,
+    /// The claims' checks, one per provider algorithm, built once.
+    validations: HashMap<Algorithm, Validation>,
     http: reqwest::Client,
 }
 
@@ -116,8 +118,13 @@ impl Identity {
             .timeout(config.fetch_timeout)
             .connect_timeout(config.fetch_timeout)
             .build()?;
+        let validations = [Algorithm::RS256, Algorithm::ES256, Algorithm::EdDSA]
+            .into_iter()
+            .map(|alg| (alg, validation(&config, alg)))
+            .collect();
         let identity = Arc::new(Identity {
             config,
+            validations,
             keys: RwLock::new(Arc::new(Keys::new())),
             fetching: tokio::sync::Mutex::new(None),
             stale: AtomicBool::new(false),
@@ -172,23 +179,13 @@ impl Identity {
                 key.alg, header.alg
             )));
         }
-        let data = jsonwebtoken::decode::<Map<String, Value>>(
-            token,
-            &key.decoding,
-            &self.validation(key.alg),
-        )
-        .map_err(|e| unauthorized(format!("invalid token: {e}")))?;
+        let validation = self
+            .validations
+            .get(&key.alg)
+            .ok_or_else(|| unauthorized(format!("{:?} is not a provider algorithm", key.alg)))?;
+        let data = jsonwebtoken::decode::<Map<String, Value>>(token, &key.decoding, validation)
+            .map_err(|e| unauthorized(format!("invalid token: {e}")))?;
         user_of(&data.claims, &self.config.user_claim)
-    }
-
-    fn validation(&self, alg: Algorithm) -> Validation {
-        let mut v = Validation::new(alg);
-        v.set_required_spec_claims(&["exp", "iss", "aud"]);
-        v.set_issuer(&[&self.config.issuer]);
-        v.set_audience(&[&self.config.audience]);
-        v.validate_nbf = true;
-        v.leeway = 5;
-        v
     }
 
     /// The key named `kid`: cached, or after one fetch when the cooldown allows it.
@@ -246,6 +243,17 @@ impl Identity {
         };
         parse_jwks(&bytes)
     }
+}
+
+/// The checks of a provider token signed with `alg`: issuer, audience, expiry, not-before.
+fn validation(config: &IdentityConfig, alg: Algorithm) -> Validation {
+    let mut v = Validation::new(alg);
+    v.set_required_spec_claims(&["exp", "iss", "aud"]);
+    v.set_issuer(&[&config.issuer]);
+    v.set_audience(&[&config.audience]);
+    v.validate_nbf = true;
+    v.leeway = 5;
+    v
 }
 
 /// Refreshes the key set every `refresh_interval`, so keys a provider publishes ahead of
