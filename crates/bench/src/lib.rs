@@ -8,12 +8,15 @@
 //! - [`summary`]: outcomes, latency percentiles (hdrhistogram) and a timeline from the records.
 //! - [`series`]: answers by outcome and latency percentiles over time, a latency histogram.
 //! - [`procs`]: CPU time per process (`/proc/<pid>/stat`) for µs per answer per process.
+//! - [`lifecycle`]: a reserve-mode sale's holds over time (reserved, paid, cancelled,
+//!   expired, resold), from the database's events.
 //! - [`report`]: the JSON and the self-contained HTML of a run; [`charts`]: its inline SVG.
 //!
 //! Depends on core (for ids) and client libraries; never on a server crate.
 
 pub mod charts;
 pub mod closed;
+pub mod lifecycle;
 pub mod load;
 pub mod procs;
 pub mod report;

@@ -71,10 +71,11 @@ impl Record {
     }
 }
 
-/// Fires the plan; `on_done` is called once per finished buyer (a progress bar).
+/// Fires the plan; `on_done` is called once per finished buyer with its record (a progress
+/// bar; the reserve demo, whose buyers act on their holds at once).
 pub async fn run(
     plan: Plan,
-    on_done: impl Fn() + Send + Sync + 'static,
+    on_done: impl Fn(&Record) + Send + Sync + 'static,
 ) -> anyhow::Result<Vec<Record>> {
     anyhow::ensure!(
         !plan.targets.is_empty() && plan.concurrency > 0,
@@ -113,7 +114,7 @@ async fn client_loop(
     client: reqwest::Client,
     next: Arc<AtomicUsize>,
     start: Instant,
-    on_done: Arc<dyn Fn() + Send + Sync>,
+    on_done: Arc<dyn Fn(&Record) + Send + Sync>,
 ) -> Vec<Record> {
     let mut records = Vec::new();
     loop {
@@ -129,8 +130,8 @@ async fn client_loop(
         let mut record = buy(&client, &plan, target, buyer, i).await;
         record.due_us = due.as_micros() as u64;
         record.latency_us = (start.elapsed().saturating_sub(due)).as_micros() as u64;
+        on_done(&record);
         records.push(record);
-        on_done();
     }
     records
 }

@@ -29,6 +29,9 @@ pub struct Report {
     pub checks: Vec<Check>,
     /// Hot ledger minus database, per counter (0 everywhere when they agree).
     pub reconciliation_diff: BTreeMap<String, i64>,
+    /// Reserve mode: what became of the holds, over time.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub lifecycle: Option<crate::lifecycle::Lifecycle>,
 }
 
 impl Report {
@@ -102,6 +105,11 @@ impl Report {
                 .iter()
                 .map(|(k, v)| (k.clone(), v.to_string())),
         ));
+        if let Some(l) = &self.lifecycle {
+            let rows = l.totals.iter().map(|(k, v)| (k.clone(), v.to_string()));
+            page.push_str(&table("Holds (units)", rows));
+            page.push_str(&l.chart());
+        }
         page.push_str(&charts_html(s));
         page.push_str("</body></html>");
         page

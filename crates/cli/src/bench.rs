@@ -160,6 +160,7 @@ async fn http(args: HttpArgs) -> anyhow::Result<()> {
             replicas: args.redis_wait_replicas,
             timeout: std::time::Duration::from_millis(args.redis_wait_timeout_ms),
         }),
+        identity: None,
     };
     let server = Server::start(config.clone()).await?;
     let base = format!("http://{}", server.addr);

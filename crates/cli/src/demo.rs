@@ -4,10 +4,12 @@
 //! file unless `--redis-url` is given), creates and warms a sale over HTTP, signs a token per
 //! buyer, fires every buyer at it within `--ramp-ms` over real HTTP (timeouts retried with the
 //! same request id), then counts from the database, checks I1–I7 and the reconciliation, and
-//! writes a JSON and an HTML report.
+//! writes a JSON and an HTML report. In reserve mode the holds are then paid, cancelled or
+//! left to expire, and the units that come back are sold to later buyers (`demo_reserve`).
 
 use std::collections::{BTreeMap, HashSet};
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use anyhow::Context;
@@ -22,6 +24,8 @@ use flashsale_server::{Config, Server, Tunables};
 use indicatif::{ProgressBar, ProgressStyle};
 use rand::distr::{Alphanumeric, SampleString};
 use serde_json::json;
+
+use crate::demo_reserve::Resolver;
 
 #[derive(Debug, Clone, Args)]
 pub struct DemoArgs {
@@ -39,6 +43,16 @@ pub struct DemoArgs {
     pub limit: u32,
     #[arg(long, value_enum, default_value_t = DemoMode::Direct)]
     pub mode: DemoMode,
+    /// Reserve mode: a hold's payment time, ms (short, so the expiries happen in the demo).
+    #[arg(long, default_value_t = 3_000,
+          value_parser = clap::value_parser!(u64).range(100..=600_000))]
+    pub hold_ms: u64,
+    /// Reserve mode: percent of the holds the demo pays.
+    #[arg(long, default_value_t = 60, value_parser = clap::value_parser!(u8).range(0..=100))]
+    pub pay_percent: u8,
+    /// Reserve mode: percent of the holds the demo cancels (the rest expire).
+    #[arg(long, default_value_t = 20, value_parser = clap::value_parser!(u8).range(0..=100))]
+    pub cancel_percent: u8,
     /// Every buyer arrives within this many milliseconds.
     #[arg(long, default_value_t = 1_000)]
     pub ramp_ms: u64,
@@ -61,6 +75,8 @@ pub enum DemoMode {
 /// Everything the demo measured, for the report.
 struct Outcome {
     records: Vec<load::Record>,
+    /// Reserve mode: what became of the holds.
+    resolutions: Option<crate::demo_reserve::Resolutions>,
     counters_hot: Option<Counters>,
     database_url: String,
     sku: u64,
@@ -71,10 +87,14 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<()> {
         args.stock > 0 && args.users > 0 && args.concurrency > 0,
         "--stock, --users and --concurrency must be positive"
     );
+    anyhow::ensure!(
+        args.pay_percent + args.cancel_percent <= 100,
+        "--pay-percent and --cancel-percent add up to more than 100"
+    );
     let config = demo_config(&args)?;
     let server = Server::start(config.clone()).await?;
     let base = format!("http://{}", server.addr);
-    let auth = Auth::new(&config.jwt_secret, &config.admin_token);
+    let auth = Arc::new(Auth::new(&config.jwt_secret, &config.admin_token));
     let sku = pick_sku(&args);
     println!(
         "flashsale demo: {} ledger at {base}, sale {sku}: {} units, {} buyers, {} clients",
@@ -84,13 +104,24 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<()> {
         args.concurrency
     );
     open_sale(&base, &config.admin_token, sku, &args).await?;
-    let records = spike(&base, &auth, sku, &args).await?;
+    let (records, resolutions) = match args.mode {
+        DemoMode::Direct => (spike(&base, &auth, sku, &args, |_| {}).await?, None),
+        DemoMode::Reserve => {
+            // Each buyer acts on its hold as soon as it is answered, as a real buyer would.
+            let resolver = Resolver::start(&base, auth.clone(), &args);
+            let records = spike(&base, &auth, sku, &args, resolver.on_answer()).await?;
+            let done = resolver.finish().await?;
+            let done = crate::demo_reserve::after_spike(&server, &base, &auth, sku, &args, done);
+            (records, Some(done.await?))
+        }
+    };
     if config.redis_url.is_some() {
         wait_for_drain(&server, sku).await?;
     }
     let counters_hot = server.state.ledger.counters(SkuId(sku)).await?;
     let outcome = Outcome {
         records,
+        resolutions,
         counters_hot,
         database_url: config.database_url.clone(),
         sku,
@@ -126,6 +157,7 @@ fn demo_config(args: &DemoArgs) -> anyhow::Result<Config> {
         instance_id: format!("demo-{}", std::process::id()),
         reconcile: Default::default(),
         redis_replication: None,
+        identity: None,
     })
 }
 
@@ -154,8 +186,11 @@ async fn open_sale(base: &str, admin: &str, sku: u64, args: &DemoArgs) -> anyhow
         DemoMode::Direct => SaleMode::Direct,
         DemoMode::Reserve => SaleMode::Reserve,
     };
-    let body = json!({"sku_id": sku, "name": "demo phone", "total_stock": args.stock,
+    let mut body = json!({"sku_id": sku, "name": "demo phone", "total_stock": args.stock,
         "per_user_limit": args.limit, "mode": mode});
+    if mode == SaleMode::Reserve {
+        body["payment_timeout_ms"] = json!(args.hold_ms);
+    }
     crate::bench::create_and_warm(base, admin, &body).await
 }
 
@@ -164,6 +199,7 @@ async fn spike(
     auth: &Auth,
     sku: u64,
     args: &DemoArgs,
+    on_answer: impl Fn(&load::Record) + Send + Sync + 'static,
 ) -> anyhow::Result<Vec<load::Record>> {
     let buyers: Vec<Buyer> = (1..=args.users)
         .map(|u| Buyer {
@@ -188,7 +224,11 @@ async fn spike(
         retries_max: 3,
     };
     let tick = bar.clone();
-    let records = load::run(plan, move || tick.inc(1)).await?;
+    let records = load::run(plan, move |r| {
+        tick.inc(1);
+        on_answer(r);
+    })
+    .await?;
     bar.finish();
     Ok(records)
 }
@@ -242,6 +282,8 @@ async fn build_report(server: &Server, args: &DemoArgs, run: Outcome) -> anyhow:
         OrderStatus::Created,
         OrderStatus::Reserved,
         OrderStatus::Paid,
+        OrderStatus::Cancelled,
+        OrderStatus::Expired,
         OrderStatus::Pending,
         OrderStatus::Rejected,
     ] {
@@ -328,6 +370,10 @@ async fn build_report(server: &Server, args: &DemoArgs, run: Outcome) -> anyhow:
         invariants.held("I7"),
         detail("I7"),
     ));
+    let lifecycle = run.resolutions.as_ref().map(|done| {
+        checks.extend(crate::demo_reserve::checks(done, &orders));
+        crate::demo_reserve::lifecycle(&events, args.users)
+    });
 
     let mut setup = BTreeMap::new();
     setup.insert("ledger".into(), server.state.ledger.kind().to_owned());
@@ -352,6 +398,7 @@ async fn build_report(server: &Server, args: &DemoArgs, run: Outcome) -> anyhow:
         database,
         checks,
         reconciliation_diff: diff,
+        lifecycle,
     })
 }
 
@@ -384,6 +431,12 @@ fn print_report(r: &Report) {
     }
     for (k, v) in &r.database {
         println!("  {k:<22} {v}");
+    }
+    if let Some(l) = &r.lifecycle {
+        println!("holds (units, from the database's events):");
+        for (k, v) in &l.totals {
+            println!("  {k:<22} {v}");
+        }
     }
     println!("checks:");
     for c in &r.checks {

@@ -13,6 +13,7 @@
 mod bench;
 mod bench_risk;
 mod demo;
+mod demo_reserve;
 mod reconcile;
 mod settings;
 mod spike;
@@ -166,6 +167,7 @@ pub fn server_config(settings: &Settings, run_persister: bool) -> anyhow::Result
             repair: settings.reconcile_repair,
         },
         redis_replication: settings.replication(),
+        identity: settings.identity.config()?,
     })
 }
 

@@ -9,6 +9,7 @@ use std::time::Duration;
 use anyhow::Context;
 use clap::Args;
 use flashsale_server::gateway::{GatewayConfig, TokenRate};
+use flashsale_server::identity::{IdentityConfig, JwksSource};
 use flashsale_server::reconcile::WorkerSettings;
 use flashsale_server::risk::{Fallback, RiskCheck, RiskConfig};
 use flashsale_server::Tunables;
@@ -58,6 +59,59 @@ pub struct Settings {
     pub gateway: GatewaySettings,
     #[command(flatten)]
     pub risk: RiskSettings,
+    #[command(flatten)]
+    pub identity: IdentitySettings,
+}
+
+/// An external identity provider (OIDC-style JWKS): its RS256, ES256 and EdDSA user tokens
+/// are accepted besides our own HS256 ones. Off unless a key set is named.
+#[derive(Debug, Clone, Args)]
+pub struct IdentitySettings {
+    /// URL of the provider's JWK set (e.g. `https://idp.example/.well-known/jwks.json`).
+    #[arg(long, env = "FLASHSALE_JWKS_URL", conflicts_with = "jwks_file")]
+    pub jwks_url: Option<String>,
+    /// A JWK set in a file, instead of a URL (read again at each refresh).
+    #[arg(long, env = "FLASHSALE_JWKS_FILE")]
+    pub jwks_file: Option<PathBuf>,
+    /// The `iss` the provider's tokens must carry (required with a key set).
+    #[arg(long, env = "FLASHSALE_JWT_ISSUER")]
+    pub jwt_issuer: Option<String>,
+    /// The `aud` the provider's tokens must carry (required with a key set).
+    #[arg(long, env = "FLASHSALE_JWT_AUDIENCE")]
+    pub jwt_audience: Option<String>,
+    /// The claim that holds the user id (a positive integer).
+    #[arg(long, env = "FLASHSALE_JWT_USER_CLAIM", default_value = "sub")]
+    pub jwt_user_claim: String,
+    /// Least time between two key set fetches caused by an unknown `kid`, ms.
+    #[arg(long, env = "FLASHSALE_JWKS_REFETCH_COOLDOWN_MS",
+          default_value_t = millis(IdentityConfig::REFETCH_COOLDOWN))]
+    pub jwks_refetch_cooldown_ms: u64,
+    /// Refresh of the key set, ms.
+    #[arg(long, env = "FLASHSALE_JWKS_REFRESH_MS",
+          default_value_t = millis(IdentityConfig::REFRESH_INTERVAL))]
+    pub jwks_refresh_ms: u64,
+}
+
+impl IdentitySettings {
+    /// The provider's settings, `None` when no key set is named. Issuer and audience are
+    /// required with one: without them a token the provider made for another service passes.
+    pub fn config(&self) -> anyhow::Result<Option<IdentityConfig>> {
+        let source = match (&self.jwks_url, &self.jwks_file) {
+            (Some(url), _) => JwksSource::Url(url.clone()),
+            (None, Some(path)) => JwksSource::File(path.clone()),
+            (None, None) => return Ok(None),
+        };
+        let (Some(issuer), Some(audience)) = (&self.jwt_issuer, &self.jwt_audience) else {
+            anyhow::bail!(
+                "FLASHSALE_JWKS_URL/FILE needs FLASHSALE_JWT_ISSUER and FLASHSALE_JWT_AUDIENCE"
+            );
+        };
+        let mut c = IdentityConfig::new(source, issuer, audience);
+        c.user_claim = self.jwt_user_claim.clone();
+        c.refetch_cooldown = Duration::from_millis(self.jwks_refetch_cooldown_ms);
+        c.refresh_interval = Duration::from_millis(self.jwks_refresh_ms.max(1_000));
+        Ok(Some(c))
+    }
 }
 
 impl Settings {
@@ -372,4 +426,40 @@ fn sync_dir(dir: &Path) -> anyhow::Result<()> {
         .and_then(|d| d.sync_all())
         .with_context(|| format!("sync {}", dir.display()))?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        identity: IdentitySettings,
+    }
+
+    fn identity(args: &[&str]) -> anyhow::Result<Option<IdentityConfig>> {
+        let mut argv = vec!["flashsale"];
+        argv.extend_from_slice(args);
+        Cli::try_parse_from(argv)?.identity.config()
+    }
+
+    #[test]
+    fn a_key_set_needs_issuer_and_audience() {
+        assert!(
+            identity(&[]).unwrap().is_none(),
+            "off unless a key set is named"
+        );
+        let url = ["--jwks-url", "https://idp/jwks.json"];
+        assert!(identity(&url).is_err());
+        assert!(identity(&[&url[..], &["--jwt-issuer", "i"]].concat()).is_err());
+        let full = [&url[..], &["--jwt-issuer", "i", "--jwt-audience", "a"]].concat();
+        let c = identity(&full).unwrap().unwrap();
+        assert_eq!(c.source, JwksSource::Url("https://idp/jwks.json".into()));
+        assert_eq!((c.issuer.as_str(), c.audience.as_str()), ("i", "a"));
+        assert_eq!(c.user_claim, "sub");
+        let both = [&full[..], &["--jwks-file", "/k.json"]].concat();
+        assert!(identity(&both).is_err(), "a URL or a file, not both");
+    }
 }

@@ -93,7 +93,7 @@ pub async fn run(args: SpikeArgs) -> anyhow::Result<()> {
     let before = sampler.usec().await;
     let bar = ProgressBar::new(args.users);
     let tick = bar.clone();
-    let records = load::run(plan, move || tick.inc(1)).await?;
+    let records = load::run(plan, move |_| tick.inc(1)).await?;
     bar.finish();
     let after = sampler.usec().await;
     let backlog = sampler.stop();
@@ -288,6 +288,7 @@ async fn build(
         database,
         checks,
         reconciliation_diff: BTreeMap::new(),
+        lifecycle: None,
     })
 }
 

@@ -77,3 +77,79 @@ async fn demo_sells_exactly_the_stock_and_its_report_matches_the_database() {
         .get("sold");
     assert_eq!(sold, 300);
 }
+
+/// `flashsale demo --mode reserve`: holds are paid, cancelled or left to expire, the units
+/// that come back are sold to later buyers, and the report's counts over time agree with
+/// the events and orders SQL counts in the demo's SQLite file.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reserve_demo_resolves_every_hold_and_resells_what_comes_back() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_flashsale"))
+        .args([
+            "demo", "--mode", "reserve", "--stock", "100", "--users", "1000",
+        ])
+        .args([
+            "--concurrency",
+            "32",
+            "--ramp-ms",
+            "200",
+            "--hold-ms",
+            "2000",
+        ])
+        .arg("--data-dir")
+        .arg(dir.path())
+        .env_remove("FLASHSALE_REDIS_URL")
+        .output()
+        .expect("run flashsale demo");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "demo failed:\n{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let json = std::fs::read_dir(dir.path().join("reports"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| p.extension().is_some_and(|e| e == "json"))
+        .expect("a JSON report");
+    let report: serde_json::Value = serde_json::from_slice(&std::fs::read(json).unwrap()).unwrap();
+    let checks = report["checks"].as_array().unwrap();
+    assert!(checks.iter().all(|c| c["held"] == true), "{checks:?}");
+    for name in [
+        "I7 one resolution",
+        "resolutions as answered",
+        "returned units resold",
+    ] {
+        assert!(checks.iter().any(|c| c["name"] == name), "{name} checked");
+    }
+    let totals = &report["lifecycle"]["totals"];
+    let url = format!("sqlite://{}/demo.db", dir.path().display());
+    let mut db = SqliteConnection::connect(&url).await.unwrap();
+    let events = |kind: &'static str| {
+        let sql = "SELECT COALESCE(SUM(quantity), 0) AS n FROM stock_events WHERE kind = ?";
+        sqlx::query(sql).bind(kind)
+    };
+    for (kind, total) in [
+        ("paid", "payments"),
+        ("cancelled", "cancellations"),
+        ("expired", "expiries"),
+    ] {
+        let n: i64 = events(kind).fetch_one(&mut db).await.unwrap().get("n");
+        assert_eq!(totals[total], n, "{total} in the report vs SQL");
+        assert!(n > 0, "the demo had {total}");
+    }
+    let deducted: i64 = events("deducted")
+        .fetch_one(&mut db)
+        .await
+        .unwrap()
+        .get("n");
+    let (reserved, resold) = (totals["reservations"].as_i64(), totals["resales"].as_i64());
+    assert_eq!(reserved.unwrap() + resold.unwrap(), deducted);
+    assert!(resold.unwrap() > 0, "returned units were resold");
+    let row = sqlx::query("SELECT sold, reserved, available FROM sales WHERE sku_id = 1")
+        .fetch_one(&mut db)
+        .await
+        .unwrap();
+    let counters: (i64, i64, i64) = (row.get("sold"), row.get("reserved"), row.get("available"));
+    assert_eq!(counters, (100, 0, 0), "every unit ends paid");
+}

@@ -29,6 +29,7 @@ async fn api(redis_url: &str, prefix: &str, db: &TestDatabase) -> Server {
         instance_id: flashsale_testkit::unique_name("api"),
         reconcile: Default::default(),
         redis_replication: None,
+        identity: None,
     };
     Server::start(config).await.expect("api starts")
 }

@@ -15,6 +15,8 @@ pub enum ErrorCode {
     OrderNotFound,
     RouteNotFound,
     MethodNotAllowed,
+    /// An idempotency key (request id) sent again with another quantity or sale.
+    IdempotencyKeyReused,
     SaleExists,
     SoldOut,
     LimitExceeded,
@@ -31,7 +33,7 @@ pub enum ErrorCode {
 }
 
 impl ErrorCode {
-    pub const ALL: [ErrorCode; 22] = [
+    pub const ALL: [ErrorCode; 23] = [
         ErrorCode::InvalidRequest,
         ErrorCode::Unauthorized,
         ErrorCode::Forbidden,
@@ -41,6 +43,7 @@ impl ErrorCode {
         ErrorCode::OrderNotFound,
         ErrorCode::RouteNotFound,
         ErrorCode::MethodNotAllowed,
+        ErrorCode::IdempotencyKeyReused,
         ErrorCode::SaleExists,
         ErrorCode::SoldOut,
         ErrorCode::LimitExceeded,
@@ -67,6 +70,7 @@ impl ErrorCode {
             ErrorCode::OrderNotFound => "ORDER_NOT_FOUND",
             ErrorCode::RouteNotFound => "ROUTE_NOT_FOUND",
             ErrorCode::MethodNotAllowed => "METHOD_NOT_ALLOWED",
+            ErrorCode::IdempotencyKeyReused => "IDEMPOTENCY_KEY_REUSED",
             ErrorCode::SaleExists => "SALE_EXISTS",
             ErrorCode::SoldOut => "SOLD_OUT",
             ErrorCode::LimitExceeded => "LIMIT_EXCEEDED",
@@ -95,6 +99,7 @@ impl ErrorCode {
             ErrorCode::Forbidden | ErrorCode::Blacklisted | ErrorCode::RiskDenied => 403,
             ErrorCode::SaleNotFound | ErrorCode::OrderNotFound | ErrorCode::RouteNotFound => 404,
             ErrorCode::MethodNotAllowed => 405,
+            ErrorCode::IdempotencyKeyReused => 422,
             ErrorCode::SaleExists
             | ErrorCode::SoldOut
             | ErrorCode::LimitExceeded

@@ -82,3 +82,10 @@ pub const OPEN_CONNECTIONS: &str = "flashsale_open_connections";
 pub const TIMEOUTS: &str = "flashsale_request_timeouts_total";
 /// Counter: requests shed by the in-flight cap.
 pub const SHED: &str = "flashsale_requests_shed_total";
+
+/// Fetches of the identity provider's key set, by result (`ok`, `error`).
+pub const JWKS_FETCHES: &str = "flashsale_jwks_fetches_total";
+/// 1 while the cached key set is served stale (the last fetch failed), else 0.
+pub const JWKS_STALE: &str = "flashsale_jwks_stale";
+/// Tokens naming a `kid` the cached key set lacks (rotations, and forged kids).
+pub const JWKS_UNKNOWN_KID: &str = "flashsale_jwks_unknown_kid_total";

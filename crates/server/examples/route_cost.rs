@@ -54,6 +54,7 @@ async fn main() -> anyhow::Result<()> {
         instance_id: "rc".into(),
         reconcile: Default::default(),
         redis_replication: None,
+        identity: None,
     };
     let server = Server::start(config.clone()).await?;
     let base = format!("http://{}", server.addr);

@@ -1,5 +1,10 @@
-//! Who is asking: HS256 user tokens (`sub` = user id) and the admin bearer token.
+//! Who is asking: user tokens and the admin bearer token. A user token is HS256 under the
+//! configured secret (`sub` = user id; `flashsale token`), or, with an external identity
+//! provider configured, RS256, ES256 or EdDSA under one of its keys ([`crate::identity`]).
+//! The token's header picks the way; an HS256 token is only ever checked with our secret,
+//! never with a provider's key (no algorithm confusion), and `alg: none` parses as nothing.
 
+use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use axum::http::header::AUTHORIZATION;
@@ -9,6 +14,7 @@ use jsonwebtoken::{Algorithm, DecodingKey, EncodingKey, Header, Validation};
 use serde::{Deserialize, Serialize};
 
 use crate::error::AppError;
+use crate::identity::{is_provider_alg, Identity};
 
 /// Longest bearer token accepted, in bytes (a limit on everything).
 const TOKEN_LEN_MAX: usize = 2_048;
@@ -21,6 +27,8 @@ pub struct Auth {
     admin_token: String,
     /// Kept to derive the purchase-token key (gateway::scalping).
     secret: String,
+    /// The external identity provider, when one is configured.
+    identity: Option<Arc<Identity>>,
 }
 
 #[derive(Debug, Serialize, Deserialize)]
@@ -54,7 +62,36 @@ impl Auth {
             validation,
             admin_token: admin_token.to_owned(),
             secret: jwt_secret.to_owned(),
+            identity: None,
         })
+    }
+
+    /// Also accepts the provider's RS256, ES256 and EdDSA tokens.
+    pub fn with_identity(mut self, identity: Arc<Identity>) -> Auth {
+        self.identity = Some(identity);
+        self
+    }
+
+    pub fn identity(&self) -> Option<&Arc<Identity>> {
+        self.identity.as_ref()
+    }
+
+    /// A user token of either kind, by its header's algorithm.
+    pub async fn verify(&self, token: &str) -> Result<UserId, AppError> {
+        // Without a provider there is one way; skip reading the header twice.
+        if self.identity.is_none() {
+            return self.verify_user(token);
+        }
+        let header = jsonwebtoken::decode_header(token)
+            .map_err(|e| AppError::new(ErrorCode::Unauthorized, format!("invalid token: {e}")))?;
+        match (&self.identity, header.alg) {
+            (_, Algorithm::HS256) => self.verify_user(token),
+            (Some(identity), alg) if is_provider_alg(alg) => identity.verify(token, &header).await,
+            (_, alg) => Err(AppError::new(
+                ErrorCode::Unauthorized,
+                format!("tokens signed with {alg:?} are not accepted here"),
+            )),
+        }
     }
 
     /// A user token valid for `ttl_s` seconds.
@@ -67,6 +104,7 @@ impl Auth {
             .expect("HS256 signing cannot fail")
     }
 
+    /// An HS256 token under the configured secret.
     pub fn verify_user(&self, token: &str) -> Result<UserId, AppError> {
         let data = jsonwebtoken::decode::<Claims>(token, &self.decoding, &self.validation)
             .map_err(|e| AppError::new(ErrorCode::Unauthorized, format!("invalid token: {e}")))?;

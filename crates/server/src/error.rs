@@ -1,11 +1,19 @@
-//! `AppError`: every error answer, as `{"code": "...", "message": "..."}` with the code's status.
+//! `AppError`: every error answer, an RFC 9457 Problem Details object
+//! (`application/problem+json`): `type` (a stable URI per code, [`problem_type`]), `title`,
+//! `status`, `detail`, and the extension members `code` and `message` that clients read
+//! before Problem Details (the same strings as `title`'s code and `detail`).
 
 use axum::extract::rejection::{JsonRejection, PathRejection, QueryRejection};
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
-use axum::Json;
 use flashsale_core::{ErrorCode, LedgerError, StoreError};
 use serde::Serialize;
+
+/// The media type of every error answer (RFC 9457 §3).
+pub const PROBLEM_JSON: &str = "application/problem+json";
+
+/// Where the problem types live: `<base><code in kebab case>`, e.g. `…/problems/sold-out`.
+pub const PROBLEM_BASE: &str = "https://flashsale.dev/problems/";
 
 /// An error answer. Built from a code; 5xx only for `UNAVAILABLE` and true internal faults.
 #[derive(Debug)]
@@ -16,10 +24,76 @@ pub struct AppError {
     pub retry_after_s: Option<u32>,
 }
 
+/// The Problem Details body. `code` and `message` are extension members (RFC 9457 §3.2) kept
+/// so that clients written against `{"code","message"}` keep working.
 #[derive(Serialize)]
-struct Body<'a> {
+struct Problem<'a> {
+    #[serde(rename = "type")]
+    kind: &'static str,
+    title: &'static str,
+    status: u16,
+    detail: &'a str,
     code: &'a str,
     message: &'a str,
+}
+
+/// The problem type URI of a code: stable, one per code (the list is in docs/DESIGN.md).
+/// Literals rather than a format at each answer: a sold-out spike answers it 90,000 times.
+pub fn problem_type(code: ErrorCode) -> &'static str {
+    match code {
+        ErrorCode::InvalidRequest => "https://flashsale.dev/problems/invalid-request",
+        ErrorCode::Unauthorized => "https://flashsale.dev/problems/unauthorized",
+        ErrorCode::Forbidden => "https://flashsale.dev/problems/forbidden",
+        ErrorCode::Blacklisted => "https://flashsale.dev/problems/blacklisted",
+        ErrorCode::RiskDenied => "https://flashsale.dev/problems/risk-denied",
+        ErrorCode::SaleNotFound => "https://flashsale.dev/problems/sale-not-found",
+        ErrorCode::OrderNotFound => "https://flashsale.dev/problems/order-not-found",
+        ErrorCode::RouteNotFound => "https://flashsale.dev/problems/route-not-found",
+        ErrorCode::MethodNotAllowed => "https://flashsale.dev/problems/method-not-allowed",
+        ErrorCode::IdempotencyKeyReused => "https://flashsale.dev/problems/idempotency-key-reused",
+        ErrorCode::SaleExists => "https://flashsale.dev/problems/sale-exists",
+        ErrorCode::SoldOut => "https://flashsale.dev/problems/sold-out",
+        ErrorCode::LimitExceeded => "https://flashsale.dev/problems/limit-exceeded",
+        ErrorCode::NotStarted => "https://flashsale.dev/problems/not-started",
+        ErrorCode::Ended => "https://flashsale.dev/problems/ended",
+        ErrorCode::Paused => "https://flashsale.dev/problems/paused",
+        ErrorCode::HoldExpired => "https://flashsale.dev/problems/hold-expired",
+        ErrorCode::AlreadyResolved => "https://flashsale.dev/problems/already-resolved",
+        ErrorCode::PayloadTooLarge => "https://flashsale.dev/problems/payload-too-large",
+        ErrorCode::RateLimited => "https://flashsale.dev/problems/rate-limited",
+        ErrorCode::Busy => "https://flashsale.dev/problems/busy",
+        ErrorCode::Unavailable => "https://flashsale.dev/problems/unavailable",
+        ErrorCode::Internal => "https://flashsale.dev/problems/internal",
+    }
+}
+
+/// The short, occurrence-independent summary of a code (RFC 9457 `title`).
+pub fn problem_title(code: ErrorCode) -> &'static str {
+    match code {
+        ErrorCode::InvalidRequest => "Invalid request",
+        ErrorCode::Unauthorized => "Unauthorized",
+        ErrorCode::Forbidden => "Forbidden",
+        ErrorCode::Blacklisted => "Blacklisted",
+        ErrorCode::RiskDenied => "Refused by the risk check",
+        ErrorCode::SaleNotFound => "Sale not found",
+        ErrorCode::OrderNotFound => "Order not found",
+        ErrorCode::RouteNotFound => "Route not found",
+        ErrorCode::MethodNotAllowed => "Method not allowed",
+        ErrorCode::IdempotencyKeyReused => "Idempotency key reused",
+        ErrorCode::SaleExists => "Sale exists",
+        ErrorCode::SoldOut => "Sold out",
+        ErrorCode::LimitExceeded => "Per-user limit exceeded",
+        ErrorCode::NotStarted => "Sale not started",
+        ErrorCode::Ended => "Sale ended",
+        ErrorCode::Paused => "Sale paused",
+        ErrorCode::HoldExpired => "Hold expired",
+        ErrorCode::AlreadyResolved => "Order already resolved",
+        ErrorCode::PayloadTooLarge => "Payload too large",
+        ErrorCode::RateLimited => "Rate limited",
+        ErrorCode::Busy => "Busy",
+        ErrorCode::Unavailable => "Unavailable",
+        ErrorCode::Internal => "Internal error",
+    }
 }
 
 impl AppError {
@@ -62,15 +136,21 @@ impl IntoResponse for AppError {
     fn into_response(self) -> Response {
         let status = StatusCode::from_u16(self.code.http_status())
             .unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-        let body = Body {
+        let body = Problem {
+            kind: problem_type(self.code),
+            title: problem_title(self.code),
+            status: status.as_u16(),
+            detail: &self.message,
             code: self.code.as_str(),
             message: &self.message,
         };
-        let mut response = (status, Json(body)).into_response();
+        // Plain strings and numbers: serializing cannot fail.
+        let bytes = serde_json::to_vec(&body).unwrap_or_default();
+        let mut response = (status, bytes).into_response();
+        let headers = response.headers_mut();
+        headers.insert(header::CONTENT_TYPE, HeaderValue::from_static(PROBLEM_JSON));
         if let Some(s) = self.retry_after_s {
-            response
-                .headers_mut()
-                .insert(header::RETRY_AFTER, HeaderValue::from(s));
+            headers.insert(header::RETRY_AFTER, HeaderValue::from(s));
         }
         response
     }
@@ -133,5 +213,49 @@ impl From<PathRejection> for AppError {
 impl From<QueryRejection> for AppError {
     fn from(r: QueryRejection) -> AppError {
         AppError::invalid(r.body_text())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Each code has its own type URI, `<base><code in kebab case>`, and a title.
+    #[test]
+    fn every_code_has_its_own_problem_type() {
+        let mut seen = std::collections::HashSet::new();
+        for code in ErrorCode::ALL {
+            let slug = code.as_str().to_lowercase().replace('_', "-");
+            assert_eq!(problem_type(code), format!("{PROBLEM_BASE}{slug}"));
+            assert!(seen.insert(problem_type(code)));
+            assert!(!problem_title(code).is_empty());
+        }
+    }
+
+    /// docs/DESIGN.md lists every problem type, so the list cannot fall behind the codes.
+    #[test]
+    fn the_design_doc_lists_every_problem_type() {
+        let doc = include_str!("../../../docs/DESIGN.md");
+        for code in ErrorCode::ALL {
+            let slug = &problem_type(code)[PROBLEM_BASE.len()..];
+            assert!(doc.contains(&format!("`{slug}`")), "{slug} missing");
+        }
+    }
+
+    #[tokio::test]
+    async fn an_error_is_problem_json_with_code_and_message() {
+        let response = AppError::from_code(ErrorCode::SoldOut).into_response();
+        assert_eq!(response.status(), StatusCode::CONFLICT);
+        assert_eq!(response.headers()[header::CONTENT_TYPE], PROBLEM_JSON);
+        let bytes = axum::body::to_bytes(response.into_body(), 4_096)
+            .await
+            .unwrap();
+        let v: serde_json::Value = serde_json::from_slice(&bytes).unwrap();
+        assert_eq!(v["type"], "https://flashsale.dev/problems/sold-out");
+        assert_eq!(v["title"], "Sold out");
+        assert_eq!(v["status"], 409);
+        assert_eq!(v["code"], "SOLD_OUT");
+        assert_eq!(v["detail"], "the sale is sold out");
+        assert_eq!(v["message"], v["detail"]);
     }
 }

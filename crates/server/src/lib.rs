@@ -4,7 +4,8 @@
 //!   declared once, by its handler's `#[utoipa::path]`, and routed with `utoipa-axum`.
 //! - [`routes`]: handlers (`sales`, `purchases`, `orders`, `health`) and the API's
 //!   extractors (`ApiPath`, `User`, `Admin`).
-//! - [`auth`]: user tokens and the admin token.
+//! - [`auth`]: user tokens and the admin token; [`identity`]: an external identity
+//!   provider's key set (JWKS) and the RS256, ES256 and EdDSA tokens it signs.
 //! - [`batcher`]: the purchase hot path: the local sold-out flag, then natural batching per sale.
 //! - [`cache`]: sale cache and sold-out flags; [`breaker`]: fast failure when Redis is down.
 //! - [`error`]: `AppError`, the one error answer.
@@ -40,6 +41,7 @@ pub mod cache;
 pub mod dashboard;
 pub mod error;
 pub mod gateway;
+pub mod identity;
 pub mod metrics;
 pub mod metrics_help;
 pub mod openapi;
@@ -86,6 +88,10 @@ pub fn app(state: AppState) -> Router {
                 "method not allowed on this route",
             )
         })
+        .layer(middleware::from_fn_with_state(
+            state.clone(),
+            gateway::ratelimit::headers,
+        ))
         .layer(DefaultBodyLimit::max(state.tunables.body_bytes_max))
         .layer(middleware::from_fn_with_state(
             state.clone(),

@@ -14,6 +14,22 @@ pub fn describe() {
     describe_gateway();
     describe_risk();
     describe_reconciler();
+    describe_identity();
+}
+
+fn describe_identity() {
+    describe_counter!(
+        names::JWKS_FETCHES,
+        "Fetches of the identity provider's key set, by result (ok, error)."
+    );
+    describe_gauge!(
+        names::JWKS_STALE,
+        "1 while the cached key set is served because the last fetch failed."
+    );
+    describe_counter!(
+        names::JWKS_UNKNOWN_KID,
+        "Tokens naming a kid the cached key set lacks (a rotation, or forged)."
+    );
 }
 
 fn describe_risk() {

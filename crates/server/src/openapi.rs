@@ -36,12 +36,29 @@ pub fn finish(mut doc: utoipa::openapi::OpenApi) -> utoipa::openapi::OpenApi {
     doc
 }
 
-/// `{"code": "...", "message": "..."}`: every error answer.
+/// Every error answer: RFC 9457 Problem Details (`application/problem+json`), with the
+/// extension members `code` and `message` of the API's first error shape.
 #[derive(ToSchema)]
 #[allow(dead_code)]
 pub struct Error {
-    #[schema(example = "INVALID_REQUEST")]
+    /// A stable URI per code: `https://flashsale.dev/problems/<code in kebab case>`.
+    #[schema(
+        rename = "type",
+        format = "uri",
+        example = "https://flashsale.dev/problems/sold-out"
+    )]
+    kind: String,
+    /// A short summary of the problem type; the same for every answer of a code.
+    #[schema(example = "Sold out")]
+    title: String,
+    /// The answer's HTTP status.
+    #[schema(minimum = 400, maximum = 599, example = 409)]
+    status: u16,
+    /// What went wrong with this request.
+    detail: String,
+    #[schema(example = "SOLD_OUT")]
     code: ErrorCodeSchema,
+    /// The same text as `detail`.
     message: String,
 }
 
@@ -59,6 +76,7 @@ enum ErrorCodeSchema {
     OrderNotFound,
     RouteNotFound,
     MethodNotAllowed,
+    IdempotencyKeyReused,
     SaleExists,
     SoldOut,
     LimitExceeded,
@@ -180,9 +198,10 @@ pub struct RiskCheckAnswer {
 #[derive(serde::Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct PurchaseBody {
-    /// Chosen by the client, one per attempt, reused on retry.
+    /// Chosen by the client, one per attempt, reused on retry. Required unless the
+    /// `Idempotency-Key` header carries it (both: they must be equal).
     #[schema(min_length = 1, max_length = 64, pattern = "^[A-Za-z0-9_-]{1,64}$")]
-    request_id: String,
+    request_id: Option<String>,
     #[schema(minimum = 1, maximum = 1_000)]
     quantity: i64,
     /// Required when the sale requires purchase tokens (anti-scalping).
@@ -224,7 +243,7 @@ pub struct Ready {
 #[openapi(
     info(
         title = "flashsale",
-        description = "Flash-sale inventory service. Errors are `{\"code\",\"message\"}`; 429 and 503 carry `Retry-After`. With `FLASHSALE_RISK_URL` set, each purchase is first checked by the shop's risk service: schemas `RiskCheckRequest` (what it receives) and `RiskCheckAnswer` (what it answers)."
+        description = "Flash-sale inventory service. Errors are RFC 9457 Problem Details (`application/problem+json`: `type`, `title`, `status`, `detail`, plus `code` and `message`); 429 and 503 carry `Retry-After`. With `FLASHSALE_RISK_URL` set, each purchase is first checked by the shop's risk service: schemas `RiskCheckRequest` (what it receives) and `RiskCheckAnswer` (what it answers)."
     ),
     components(schemas(
         Error,
@@ -298,7 +317,7 @@ fn add_errors(op: &mut Operation) {
                     ResponseBuilder::new()
                         .description(description)
                         .content(
-                            "application/json",
+                            crate::error::PROBLEM_JSON,
                             utoipa::openapi::ContentBuilder::new()
                                 .schema(Some(RefOr::Ref(utoipa::openapi::Ref::from_schema_name(
                                     "Error",

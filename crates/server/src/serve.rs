@@ -44,6 +44,8 @@ pub struct Config {
     pub reconcile: crate::reconcile::WorkerSettings,
     /// Redis ledger: answer writes only once replicas have them (`WAIT`); `None` = off.
     pub redis_replication: Option<flashsale_redis::Replication>,
+    /// An external identity provider whose RS256/ES256/EdDSA tokens are accepted too.
+    pub identity: Option<crate::identity::IdentityConfig>,
 }
 
 /// A running service.
@@ -249,9 +251,12 @@ impl Workers {
 impl Server {
     /// Binds, builds the backends and starts serving and the workers.
     pub async fn start(config: Config) -> anyhow::Result<Server> {
-        let auth =
+        let mut auth =
             Auth::try_new(&config.jwt_secret, &config.admin_token).map_err(anyhow::Error::msg)?;
         crate::risk::RiskCheck::validate(&config.tunables.risk).map_err(anyhow::Error::msg)?;
+        if let Some(identity) = &config.identity {
+            auth = auth.with_identity(crate::identity::Identity::start(identity.clone()).await?);
+        }
         let listener = TcpListener::bind(config.listen)
             .await
             .with_context(|| format!("bind {}", config.listen))?;
@@ -292,6 +297,10 @@ impl Server {
         // The listener first: on shutdown it drains in-flight requests before workers stop.
         tasks.handles.push(("http", tokio::spawn(serve)));
         tasks.spawn_worker(Box::new(crate::gateway::worker::GatewayWorker::new(&state)));
+        if let Some(identity) = state.auth.identity() {
+            let identity = identity.clone();
+            tasks.spawn_worker(Box::new(crate::identity::RefreshWorker { identity }));
+        }
         for feed in ledger.restock_feeds() {
             tasks.spawn_worker(Box::new(RestockWorker::new(feed)));
         }

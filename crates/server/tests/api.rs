@@ -354,3 +354,180 @@ async fn health_ready_and_metrics(stack: &Stack) {
         "histograms have buckets"
     );
 }
+
+/// Sends a request and gives the status, the content type and the JSON body.
+async fn raw_call(req: reqwest::RequestBuilder) -> (StatusCode, String, Value) {
+    let resp = req.send().await.unwrap();
+    let status = resp.status();
+    let content_type = resp
+        .headers()
+        .get("content-type")
+        .map(|v| v.to_str().unwrap().to_owned())
+        .unwrap_or_default();
+    (
+        status,
+        content_type,
+        resp.json().await.unwrap_or(Value::Null),
+    )
+}
+
+/// Every kind of error (a rule's refusal, a rejected extraction, auth, an unknown route, a
+/// body too large) answers RFC 9457 Problem Details, with `code` and `message` kept.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn errors_are_problem_details() {
+    let stack = Stack::embedded().await;
+    stack.live_sale(19, 1, 1).await;
+    assert_eq!(
+        stack.buy(1, 19, "a", json!(1)).await.0,
+        StatusCode::ACCEPTED
+    );
+    let buy = |token: Option<String>, body: String| {
+        let mut req = stack
+            .http
+            .post(format!("{}/api/v1/sales/19/purchases", stack.base))
+            .header("content-type", "application/json")
+            .body(body);
+        if let Some(t) = token {
+            req = req.bearer_auth(t);
+        }
+        req
+    };
+    let good = r#"{"request_id":"b","quantity":1}"#.to_owned();
+    let cases = [
+        (
+            buy(Some(stack.token(2)), good.clone()),
+            409,
+            "SOLD_OUT",
+            "sold-out",
+        ),
+        (
+            buy(Some(stack.token(2)), "{not json".into()),
+            400,
+            "INVALID_REQUEST",
+            "invalid-request",
+        ),
+        (buy(None, good.clone()), 401, "UNAUTHORIZED", "unauthorized"),
+        (
+            buy(Some(stack.token(2)), "x".repeat(10_000)),
+            413,
+            "PAYLOAD_TOO_LARGE",
+            "payload-too-large",
+        ),
+        (
+            stack.http.get(format!("{}/api/v1/nothing", stack.base)),
+            404,
+            "ROUTE_NOT_FOUND",
+            "route-not-found",
+        ),
+        (
+            stack.http.get(format!("{}/api/v1/sales/x", stack.base)),
+            400,
+            "INVALID_REQUEST",
+            "invalid-request",
+        ),
+    ];
+    for (req, status, code_, slug) in cases {
+        let (s, content_type, b) = raw_call(req).await;
+        assert_eq!((s.as_u16(), code(&b)), (status, code_), "{b}");
+        assert_eq!(content_type, "application/problem+json", "{b}");
+        assert_eq!(b["type"], format!("https://flashsale.dev/problems/{slug}"));
+        assert_eq!(b["status"], status, "{b}");
+        assert!(b["title"].as_str().is_some_and(|t| !t.is_empty()), "{b}");
+        assert!(b["detail"].as_str().is_some_and(|t| !t.is_empty()), "{b}");
+        assert_eq!(b["message"], b["detail"], "{b}");
+    }
+}
+
+/// A purchase with these `Idempotency-Key` header lines and this body.
+async fn buy_keyed(
+    stack: &Stack,
+    user: u64,
+    sku: u64,
+    keys: &[&str],
+    body: Value,
+) -> (StatusCode, Value) {
+    let mut req = stack
+        .http
+        .post(format!("{}/api/v1/sales/{sku}/purchases", stack.base))
+        .bearer_auth(stack.token(user))
+        .json(&body);
+    for k in keys {
+        req = req.header("idempotency-key", *k);
+    }
+    let resp = req.send().await.unwrap();
+    let status = resp.status();
+    (status, resp.json().await.unwrap_or(Value::Null))
+}
+
+both_ledgers!(idempotency_key_names_the_attempt);
+async fn idempotency_key_names_the_attempt(stack: &Stack) {
+    stack.live_sale(17, 10, 5).await;
+    stack.live_sale(18, 10, 5).await;
+    let (s, first) = buy_keyed(stack, 1, 17, &["k-1"], json!({"quantity": 2})).await;
+    assert_eq!(s, StatusCode::ACCEPTED, "{first}");
+    assert_eq!(first["request_id"], "k-1");
+    // The same attempt, however it names the key: header, quoted header, header and body.
+    for (keys, body) in [
+        (vec!["k-1"], json!({"quantity": 2})),
+        (vec!["\"k-1\""], json!({"quantity": 2})),
+        (vec!["k-1"], json!({"request_id": "k-1", "quantity": 2})),
+        (vec![], json!({"request_id": "k-1", "quantity": 2})),
+    ] {
+        let (s, again) = buy_keyed(stack, 1, 17, &keys, body).await;
+        assert_eq!(
+            (s, &again["order_no"]),
+            (StatusCode::ACCEPTED, &first["order_no"])
+        );
+        assert_eq!(again["replayed"], json!(true));
+    }
+    // Malformed: header and body disagree, neither given, a bad or doubled header.
+    for (keys, body) in [
+        (vec!["k-2"], json!({"request_id": "k-3", "quantity": 1})),
+        (vec![], json!({"quantity": 1})),
+        (vec!["sp ace"], json!({"quantity": 1})),
+        (vec!["\"\""], json!({"quantity": 1})),
+        (vec!["x".repeat(65).leak() as &str], json!({"quantity": 1})),
+        (vec!["k-2", "k-2"], json!({"quantity": 1})),
+    ] {
+        let (s, b) = buy_keyed(stack, 1, 17, &keys, body.clone()).await;
+        assert_eq!(
+            (s, code(&b)),
+            (StatusCode::BAD_REQUEST, "INVALID_REQUEST"),
+            "{keys:?} {body} → {b}"
+        );
+    }
+    // Reused with another quantity (header or body) or, as a header key, on another sale.
+    for (sku, keys, body) in [
+        (17, vec!["k-1"], json!({"quantity": 1})),
+        (17, vec![], json!({"request_id": "k-1", "quantity": 3})),
+        (18, vec!["k-1"], json!({"quantity": 2})),
+    ] {
+        let (s, b) = buy_keyed(stack, 1, sku, &keys, body.clone()).await;
+        assert_eq!(
+            (s.as_u16(), code(&b)),
+            (422, "IDEMPOTENCY_KEY_REUSED"),
+            "{sku} {keys:?} {body} → {b}"
+        );
+        assert!(b.get("order_no").is_none(), "never the first outcome: {b}");
+    }
+    // A body request_id stays scoped to its sale (the contract): a new attempt there.
+    let (s, b) = buy_keyed(
+        stack,
+        1,
+        18,
+        &[],
+        json!({"request_id": "k-1", "quantity": 1}),
+    )
+    .await;
+    assert_eq!(s, StatusCode::ACCEPTED, "{b}");
+    stack.drain(17).await;
+    stack.drain(18).await;
+    let view = sale_view(stack, 17).await;
+    assert_eq!(
+        view["available"].as_u64(),
+        Some(8),
+        "one order of 2 units: {view}"
+    );
+    assert_eq!(sale_view(stack, 18).await["available"].as_u64(), Some(9));
+    common::assert_invariants(stack.store().as_ref(), 17).await;
+}

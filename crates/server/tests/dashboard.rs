@@ -232,11 +232,16 @@ async fn wait_for_page(browser: &Client, done: impl Fn(&Value) -> bool) -> Resul
 }
 
 async fn unlock_admin(browser: &Client) {
+    unlock_admin_with(browser, ADMIN).await;
+}
+
+async fn unlock_admin_with(browser: &Client, token: &str) {
     let input = browser
         .find(Locator::Css("#admin-token"))
         .await
         .expect("token input");
-    input.send_keys(ADMIN).await.unwrap();
+    input.clear().await.unwrap();
+    input.send_keys(token).await.unwrap();
     browser
         .find(Locator::Css("#admin-unlock"))
         .await
@@ -267,6 +272,15 @@ async fn the_dashboard_shows_a_spike_selling_out() {
     .await;
     screenshot(&browser, "dashboard-public.png").await;
     assert!(public.is_ok(), "the public page shows the sale: {public:?}");
+    // A wrong token: the page says why, from the error's Problem Details, and stays public.
+    unlock_admin_with(&browser, "not-the-admin-token").await;
+    let refused = wait_for_page(&browser, |p| {
+        p["status"].as_str().is_some_and(|s| {
+            s.contains("answered 401 Unauthorized: invalid token") && s.contains("showing public")
+        })
+    })
+    .await;
+    assert!(refused.is_ok(), "a refused token is explained: {refused:?}");
     unlock_admin(&browser).await;
 
     let statuses = spike(&stack).await;

@@ -714,3 +714,87 @@ async fn forwarded_for_is_read_from_the_right() {
         assert_eq!(s, StatusCode::ACCEPTED, "{lines:?}: {b}");
     }
 }
+
+/// One header's value as text ("" when absent).
+fn header(resp: &reqwest::Response, name: &str) -> String {
+    resp.headers()
+        .get(name)
+        .map(|v| v.to_str().unwrap().to_owned())
+        .unwrap_or_default()
+}
+
+/// `r` of a `RateLimit` value such as `"user";r=3;t=1`.
+fn remaining(value: &str) -> u64 {
+    let r = value.split(';').find_map(|p| p.strip_prefix("r=")).unwrap();
+    r.parse().unwrap()
+}
+
+/// Rate-limited routes answer `RateLimit-Policy` (the route's policies) and `RateLimit` (the
+/// tightest one's remaining quota and reset), 429 included; public and admin routes do not.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rate_limited_answers_carry_ratelimit_headers() {
+    let stack = embedded_with(|c| {
+        c.tunables.gateway.rate_user = TokenRate::new(1, 4);
+        c.tunables.gateway.rate_sale = TokenRate::new(1_000, 1_000);
+        c.tunables.gateway.rate_instance = TokenRate::OFF;
+        c.tunables.gateway.rate_ip = TokenRate::OFF;
+    })
+    .await;
+    stack.live_sale(59, 100, 10).await;
+    let user = stack.token(1);
+    let order = stack
+        .http
+        .get(format!("{}/api/v1/orders/59-1-1", stack.base))
+        .bearer_auth(&user);
+    let resp = order.try_clone().unwrap().send().await.unwrap();
+    assert_eq!(resp.status(), StatusCode::NOT_FOUND);
+    assert_eq!(header(&resp, "ratelimit-policy"), "\"user\";q=4;w=4");
+    assert_eq!(header(&resp, "ratelimit"), "\"user\";r=3;t=1");
+    let buy = |rid: &str| {
+        stack
+            .http
+            .post(format!("{}/api/v1/sales/59/purchases", stack.base))
+            .bearer_auth(&user)
+            .json(&json!({"request_id": rid, "quantity": 1}))
+    };
+    let resp = buy("a").send().await.unwrap();
+    assert_eq!(resp.status(), StatusCode::ACCEPTED);
+    assert_eq!(
+        header(&resp, "ratelimit-policy"),
+        "\"user\";q=4;w=4, \"sale\";q=1000;w=1"
+    );
+    let left = remaining(&header(&resp, "ratelimit"));
+    assert!(left <= 2, "{left}");
+    // Spend the rest: the refusal says 0 left and when to come back, as Retry-After does.
+    let refused = loop {
+        let resp = order.try_clone().unwrap().send().await.unwrap();
+        if resp.status() == StatusCode::TOO_MANY_REQUESTS {
+            break resp;
+        }
+    };
+    let retry = header(&refused, "retry-after");
+    assert_eq!(
+        header(&refused, "ratelimit"),
+        format!("\"user\";r=0;t={retry}")
+    );
+    assert_eq!(header(&refused, "ratelimit-policy"), "\"user\";q=4;w=4");
+    // Public reads and admin calls are not rate limited, and say nothing of it.
+    let public = stack
+        .http
+        .get(format!("{}/api/v1/sales/59", stack.base))
+        .send()
+        .await
+        .unwrap();
+    let admin = stack
+        .http
+        .get(format!("{}/api/v1/admin/blacklist", stack.base))
+        .bearer_auth(common::ADMIN)
+        .send()
+        .await
+        .unwrap();
+    for resp in [public, admin] {
+        assert_eq!(resp.status(), StatusCode::OK);
+        assert!(resp.headers().get("ratelimit").is_none());
+        assert!(resp.headers().get("ratelimit-policy").is_none());
+    }
+}

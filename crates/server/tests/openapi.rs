@@ -101,6 +101,18 @@ async fn the_document_matches_the_router() {
     let purchase = &doc["components"]["schemas"]["PurchaseBody"];
     assert_eq!(purchase["properties"]["quantity"]["maximum"], 1000);
     assert_eq!(purchase["additionalProperties"], false);
+    // Error answers are documented as Problem Details.
+    let error = &doc["components"]["schemas"]["Error"]["properties"];
+    for field in ["type", "title", "status", "detail", "code", "message"] {
+        assert!(error.get(field).is_some(), "Error schema lacks {field}");
+    }
+    let sold_out = &doc["paths"]["/api/v1/sales/{sku_id}/purchases"]["post"]["responses"]["409"];
+    assert!(
+        sold_out["content"]
+            .get("application/problem+json")
+            .is_some(),
+        "{sold_out}"
+    );
 }
 
 /// The error-code schema is a mirror (core may not depend on utoipa): it must list exactly

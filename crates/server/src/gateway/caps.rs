@@ -1,5 +1,5 @@
 //! A limit on everything a request can make us hold: header count and size, requests in
-//! flight, and time. Each answer is in our error shape (`{"code","message"}`), never an empty
+//! flight, and time. Each answer is in our error shape (Problem Details, `AppError`), never an empty
 //! body. Body size is axum's `DefaultBodyLimit` (413 PAYLOAD_TOO_LARGE); quantities and id
 //! lengths are checked by the handlers.
 

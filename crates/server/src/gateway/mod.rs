@@ -6,6 +6,7 @@
 //!   (Redis sets or the SQLite database), cached per instance and refreshed in the background.
 //! - [`pressure`]: per-sale in-flight limit (hot-sale isolation) and back-pressure (BUSY).
 //! - [`scalping`]: single-use purchase tokens, HMAC-bound to user, sale and expiry.
+//! - [`idempotency`]: an `Idempotency-Key` stays on the sale it was first used on.
 //! - [`listener`]: a connection cap, and the peer address of each request.
 //! - [`caps`]: the outermost middleware: header caps, in-flight cap and the request timeout,
 //!   all in our error shape.
@@ -16,11 +17,13 @@
 //!   (named hot sales on a dedicated Redis).
 //!
 //! Per request the gateway does O(1) work and no I/O, except the single-use check of a
-//! purchase token (one Redis `SET NX` on the Redis deployment, only for token-only sales).
+//! purchase token (one Redis `SET NX` on the Redis deployment, only for token-only sales) and
+//! the binding of an `Idempotency-Key` to its sale (likewise, only for requests with one).
 
 pub mod blacklist;
 pub mod caps;
 pub mod config;
+pub mod idempotency;
 pub mod listener;
 pub mod pressure;
 pub mod ratelimit;

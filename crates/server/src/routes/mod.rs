@@ -83,7 +83,7 @@ impl FromRequestParts<AppState> for User {
                 "the admin token is not a user",
             ));
         }
-        let user = state.auth.verify_user(token)?;
+        let user = state.auth.verify(token).await?;
         state.gateway.check_user(parts, user)?;
         Ok(User(user))
     }
@@ -112,7 +112,7 @@ impl FromRequestParts<AppState> for Admin {
             return Ok(Admin);
         }
         // A valid user token is known but not allowed; anything else is not known at all.
-        state.auth.verify_user(token)?;
+        state.auth.verify(token).await?;
         Err(AppError::new(ErrorCode::Forbidden, "admin only"))
     }
 }

@@ -1,11 +1,16 @@
 //! `POST /api/v1/sales/{sku}/purchases`: the hot path.
+//!
+//! The attempt's request id comes from the `Idempotency-Key` header or the body's
+//! `request_id` (both: they must agree). A replay whose stored order has another quantity,
+//! or a header key already bound to another sale ([`crate::gateway::idempotency`]), answers
+//! 422 `IDEMPOTENCY_KEY_REUSED`, never the first outcome.
 
 use std::net::IpAddr;
 use std::time::Instant;
 
 use axum::extract::rejection::JsonRejection;
 use axum::extract::State;
-use axum::http::StatusCode;
+use axum::http::{HeaderMap, StatusCode};
 use axum::Json;
 use flashsale_core::limits::PER_USER_LIMIT_MAX;
 use flashsale_core::{
@@ -21,10 +26,17 @@ use crate::risk::{Fallback, RiskQuery, Verdict};
 use crate::state::AppState;
 use flashsale_core::metric_names::{RISK_DENIALS, RISK_FALLBACKS, RISK_REPLAYS};
 
+/// The header that may carry the request id (IETF httpapi `Idempotency-Key`).
+pub const IDEMPOTENCY_KEY: &str = "idempotency-key";
+
+const REQUEST_ID_RULE: &str = "request_id must be 1..=64 of [A-Za-z0-9_-]";
+
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct PurchaseBody {
-    pub request_id: String,
+    /// Optional only when the `Idempotency-Key` header names the attempt.
+    #[serde(default)]
+    pub request_id: Option<String>,
     /// Units. Signed so that a negative number gets our message, not a parse error's.
     pub quantity: i64,
     /// Anti-scalping token (`POST /sales/{sku}/purchase-token`), for sales that require one.
@@ -32,10 +44,65 @@ pub struct PurchaseBody {
     pub purchase_token: Option<String>,
 }
 
+/// Where a purchase's request id came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum KeySource {
+    Body,
+    /// The `Idempotency-Key` header (alone, or equal to the body's).
+    Header,
+}
+
+/// The `Idempotency-Key` header's value: one line, as a Structured Field string (`"abc"`,
+/// what the draft specifies) or bare (`abc`, what most clients send). `None` when absent.
+pub fn idempotency_header(headers: &HeaderMap) -> Result<Option<&str>, AppError> {
+    let mut values = headers.get_all(IDEMPOTENCY_KEY).iter();
+    let Some(value) = values.next() else {
+        return Ok(None);
+    };
+    if values.next().is_some() {
+        return Err(AppError::invalid("Idempotency-Key is given more than once"));
+    }
+    let text = value
+        .to_str()
+        .map_err(|_| AppError::invalid("Idempotency-Key must be 1..=64 of [A-Za-z0-9_-]"))?;
+    let unquoted = text
+        .strip_prefix('"')
+        .and_then(|t| t.strip_suffix('"'))
+        .unwrap_or(text);
+    Ok(Some(unquoted))
+}
+
+/// The attempt's request id from the header and the body: either, or both when equal.
+pub fn request_id(
+    header: Option<&str>,
+    body: Option<&str>,
+) -> Result<(RequestId, KeySource), AppError> {
+    let (text, source) = match (header, body) {
+        (Some(h), Some(b)) if h != b => {
+            return Err(AppError::invalid(
+                "Idempotency-Key and request_id differ: send one, or the same value in both",
+            ))
+        }
+        (Some(h), _) => (h, KeySource::Header),
+        (None, Some(b)) => (b, KeySource::Body),
+        (None, None) => {
+            return Err(AppError::invalid(
+                "request_id is required unless the Idempotency-Key header is given",
+            ))
+        }
+    };
+    let id = RequestId::parse(text).ok_or_else(|| AppError::invalid(REQUEST_ID_RULE))?;
+    Ok((id, source))
+}
+
 impl PurchaseBody {
-    pub fn validate(&self, sku: SkuId, user: UserId) -> Result<PurchaseRequest, AppError> {
-        let request_id = RequestId::parse(&self.request_id)
-            .ok_or_else(|| AppError::invalid("request_id must be 1..=64 of [A-Za-z0-9_-]"))?;
+    /// The purchase this body asks for, under `request_id` (from [`request_id`]).
+    pub fn validate(
+        &self,
+        sku: SkuId,
+        user: UserId,
+        request_id: RequestId,
+    ) -> Result<PurchaseRequest, AppError> {
         let token_len_max = crate::gateway::scalping::TOKEN_LEN_MAX;
         if self
             .purchase_token
@@ -61,22 +128,35 @@ impl PurchaseBody {
 }
 
 #[utoipa::path(post, path = "/sales/{sku_id}/purchases", tag = "purchases", operation_id = "purchase", security(("bearer" = [])),
-    params(("sku_id" = u64, Path, minimum = 0)), request_body = crate::openapi::PurchaseBody,
+    params(("sku_id" = u64, Path, minimum = 0),
+        ("Idempotency-Key" = Option<String>, Header, pattern = "^\"?[A-Za-z0-9_-]{1,64}\"?$",
+         description = "The attempt's request id (IETF httpapi Idempotency-Key; quoted or bare), \
+            instead of or equal to the body's `request_id`. Reused with another quantity or sale: 422.")),
+    request_body = crate::openapi::PurchaseBody,
     responses((status = 202, description = "accepted (or the replay of the first outcome)", body = crate::openapi::OrderView),
-        (status = 403, description = "RISK_DENIED: refused by the shop's risk service (schemas RiskCheckRequest, RiskCheckAnswer), or by the fallback rule while it gives no answer; BLACKLISTED; FORBIDDEN (purchase token)", body = crate::openapi::Error)))]
+        (status = 403, description = "RISK_DENIED: refused by the shop's risk service (schemas RiskCheckRequest, RiskCheckAnswer), or by the fallback rule while it gives no answer; BLACKLISTED; FORBIDDEN (purchase token)", body = crate::openapi::Error, content_type = "application/problem+json"),
+        (status = 422, description = "IDEMPOTENCY_KEY_REUSED: the request id was sent before with another quantity, or (header key) on another sale",
+         body = crate::openapi::Error, content_type = "application/problem+json")))]
 pub async fn purchase(
     State(st): State<AppState>,
     User(user): User,
     ClientIp(ip): ClientIp,
     ApiPath(p): ApiPath<u64>,
+    headers: HeaderMap,
     body: Result<Json<PurchaseBody>, JsonRejection>,
 ) -> Result<(StatusCode, Json<OrderView>), AppError> {
     let started = Instant::now();
     let sku = SkuId(p);
     let Json(body) = body?;
-    let req = body.validate(sku, user)?;
+    let (request_id, source) =
+        request_id(idempotency_header(&headers)?, body.request_id.as_deref())?;
+    let req = body.validate(sku, user, request_id)?;
     let stored = super::sale(&st, sku).await?;
     let key = req.key().to_string();
+    if source == KeySource::Header {
+        let store = st.gateway.blacklist.store.as_ref();
+        crate::gateway::idempotency::bind(store, &key, sku).await?;
+    }
     let _permit = st
         .gateway
         .admit_purchase(sku, user, &key, body.purchase_token.as_deref())
@@ -116,7 +196,7 @@ async fn decide(
         metrics::counter!(SOLD_OUT_LOCAL).increment(1);
         return Err(AppError::from_code(ErrorCode::SoldOut));
     }
-    let sku = req.sku_id;
+    let (sku, quantity) = (req.sku_id, req.quantity);
     if !st.breaker.allows(sku) {
         return Err(AppError::new(
             ErrorCode::Unavailable,
@@ -153,6 +233,17 @@ async fn decide(
         other => other,
     };
     match outcome? {
+        // A retry must ask for what the first request asked for: the replayed order is the
+        // first request's, quantity included (both ledgers keep it with the replay).
+        PurchaseOutcome::Accepted { order, replayed } if replayed && order.quantity != quantity => {
+            Err(AppError::new(
+                ErrorCode::IdempotencyKeyReused,
+                format!(
+                    "this request id was first sent with quantity {}; a new attempt needs a new id",
+                    order.quantity
+                ),
+            ))
+        }
         PurchaseOutcome::Accepted { order, replayed } => {
             let status = st.ledger.durability().as_answered(order.status);
             let mut view = OrderView::new(&order, status);

@@ -60,6 +60,7 @@ pub fn config(redis_url: Option<String>, database_url: String) -> Config {
         instance_id: flashsale_testkit::unique_name("inst"),
         reconcile: Default::default(),
         redis_replication: None,
+        identity: None,
     }
 }
 

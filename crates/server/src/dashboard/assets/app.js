@@ -23,19 +23,29 @@ function setStatus(text, bad) {
   s.classList.toggle('err', !!bad);
 }
 
+// An error answer in words: its Problem Details title and detail when it has them.
+async function problem(what, r) {
+  let text = what + ' answered ' + r.status;
+  if ((r.headers.get('content-type') || '').startsWith('application/problem+json')) {
+    const p = await r.json().catch(() => ({}));
+    if (p.title) text += ' ' + p.title + (p.detail ? ': ' + p.detail : '');
+  }
+  return new Error(text);
+}
+
 async function fetchView() {
   if (token) {
     const r = await fetch('/api/v1/admin/dashboard', {headers: {Authorization: 'Bearer ' + token}});
     if (r.ok) return {view: await r.json(), admin: true};
     if (r.status === 401 || r.status === 403) {
       forgetToken();
-      setStatus('the admin token was refused; showing public data', true);
+      setStatus((await problem('admin dashboard', r)).message + '; showing public data', true);
     } else {
-      throw new Error('admin dashboard answered ' + r.status);
+      throw await problem('admin dashboard', r);
     }
   }
   const r = await fetch('/api/v1/dashboard');
-  if (!r.ok) throw new Error('dashboard answered ' + r.status);
+  if (!r.ok) throw await problem('dashboard', r);
   return {view: await r.json(), admin: false};
 }
 

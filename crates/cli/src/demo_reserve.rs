@@ -1,0 +1,306 @@
+//! `flashsale demo --mode reserve`: what happens to the holds. Each buyer of the spike acts
+//! on its hold as soon as it is answered (a [`Resolver`]): a share pay, a share cancel (over
+//! HTTP, each with its own token), the rest walk away and their holds expire. Once no hold is
+//! left, later buyers reserve the units that came back and pay for them. The report counts
+//! every step from the database's events ([`flashsale_bench::lifecycle`]) and checks that the
+//! answers and the rows agree.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use flashsale_bench::lifecycle::{Lifecycle, Step};
+use flashsale_bench::load::{self, Arrival, Buyer, Plan};
+use flashsale_bench::report::Check;
+use flashsale_core::{Event, EventKind, HotOrder, OrderStatus, SkuId, UserId};
+use flashsale_server::auth::Auth;
+use flashsale_server::Server;
+use futures::StreamExt;
+use tokio::sync::mpsc;
+
+use crate::demo::DemoArgs;
+
+/// What the demo did with the holds, as the service answered it.
+#[derive(Debug, Default)]
+pub struct Resolutions {
+    /// Holds the first spike got.
+    pub holds: u64,
+    /// Payments and cancellations answered 200, over both waves.
+    pub paid: u64,
+    pub cancelled: u64,
+    /// Payments or cancellations refused, by error code (a pay that lost to its expiry).
+    pub refused: BTreeMap<String, u64>,
+    /// Units back on sale once every first-wave hold was resolved.
+    pub returned: u64,
+    pub later_buyers: u64,
+    /// Holds the later buyers got (each then paid).
+    pub resold: u64,
+}
+
+/// What a buyer does with its hold.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Fate {
+    Pay,
+    Cancel,
+    Expire,
+}
+
+/// The fate of the `i`-th hold answered: of every 100, the first `pay_percent` pay, the next
+/// `cancel_percent` cancel, the rest walk away (the shares are exact per hundred holds).
+fn fate(i: usize, args: &DemoArgs) -> Fate {
+    let (pay, cancel) = (
+        usize::from(args.pay_percent),
+        usize::from(args.cancel_percent),
+    );
+    match i % 100 {
+        k if k < pay => Fate::Pay,
+        k if k < pay + cancel => Fate::Cancel,
+        _ => Fate::Expire,
+    }
+}
+
+/// A hold: its buyer and order number.
+type Hold = (u64, String);
+
+/// Resolves the spike's holds while the spike goes on: the load generator hands it each
+/// answer ([`Resolver::on_answer`]); [`Resolver::finish`] waits for the last resolution.
+pub struct Resolver {
+    holds: mpsc::UnboundedSender<Hold>,
+    task: tokio::task::JoinHandle<Resolutions>,
+}
+
+impl Resolver {
+    pub fn start(base: &str, auth: Arc<Auth>, args: &DemoArgs) -> Resolver {
+        // Unbounded, yet at most one message per buyer of the spike.
+        let (holds, rx) = mpsc::unbounded_channel::<Hold>();
+        let stream = futures::stream::unfold(rx, |mut rx| async { Some((rx.recv().await?, rx)) });
+        let concurrency = args.concurrency;
+        let (base, args) = (base.to_owned(), args.clone());
+        let asks = stream
+            .enumerate()
+            .map(move |(i, (u, no))| (u, no, fate(i, &args)));
+        let task = tokio::spawn(async move {
+            let mut done = Resolutions::default();
+            done.holds = resolve(&base, &auth, asks, concurrency, &mut done).await;
+            done
+        });
+        Resolver { holds, task }
+    }
+
+    /// The load generator's callback: every accepted purchase is a hold to act on.
+    pub fn on_answer(&self) -> impl Fn(&load::Record) + Send + Sync + 'static {
+        let holds = self.holds.clone();
+        move |r| {
+            if let (202, Some(no)) = (r.status, &r.order_no) {
+                let _ = holds.send((r.user_id, no.clone()));
+            }
+        }
+    }
+
+    /// Waits until every hold handed over is resolved (or left to expire).
+    pub async fn finish(self) -> anyhow::Result<Resolutions> {
+        drop(self.holds);
+        Ok(self.task.await?)
+    }
+}
+
+/// After the spike: waits for the expiries, then sells the returned units again.
+pub async fn after_spike(
+    server: &Server,
+    base: &str,
+    auth: &Auth,
+    sku: u64,
+    args: &DemoArgs,
+    mut done: Resolutions,
+) -> anyhow::Result<Resolutions> {
+    wait_for_no_holds(server, sku, args.hold_ms).await?;
+    let counters = server.state.ledger.counters(SkuId(sku)).await?;
+    done.returned = counters.map_or(0, |c| c.available);
+    resell(base, auth, sku, args, &mut done).await?;
+    Ok(done)
+}
+
+/// Pays or cancels each hold as its buyer, `concurrency` at a time; the number of holds.
+async fn resolve(
+    base: &str,
+    auth: &Auth,
+    asks: impl futures::Stream<Item = (u64, String, Fate)>,
+    concurrency: usize,
+    done: &mut Resolutions,
+) -> u64 {
+    let http = reqwest::Client::new();
+    let answers: Vec<(Fate, Result<(), String>)> = asks
+        .map(|(user, no, fate)| {
+            let (http, token) = (http.clone(), auth.sign(UserId(user), 600));
+            let verb = if fate == Fate::Pay { "pay" } else { "cancel" };
+            let url = format!("{base}/api/v1/orders/{no}/{verb}");
+            async move {
+                match fate {
+                    Fate::Expire => (fate, Ok(())),
+                    _ => (fate, answer(http.post(url).bearer_auth(token)).await),
+                }
+            }
+        })
+        .buffer_unordered(concurrency.max(1))
+        .collect()
+        .await;
+    let holds = answers.len() as u64;
+    for (fate, answer) in answers {
+        match (answer, fate) {
+            (_, Fate::Expire) => {}
+            (Ok(()), Fate::Pay) => done.paid += 1,
+            (Ok(()), _) => done.cancelled += 1,
+            (Err(code), _) => *done.refused.entry(code).or_default() += 1,
+        }
+    }
+    holds
+}
+
+/// `Ok` for a 200, else the answer's error code (or the transport error).
+async fn answer(req: reqwest::RequestBuilder) -> Result<(), String> {
+    let resp = req.send().await.map_err(|e| format!("transport: {e}"))?;
+    if resp.status().as_u16() == 200 {
+        return Ok(());
+    }
+    let body: serde_json::Value = resp.json().await.unwrap_or_default();
+    Err(body["code"].as_str().unwrap_or("UNKNOWN").to_owned())
+}
+
+/// Polls the hot ledger until no unit is reserved (the expiry worker has expired the rest).
+async fn wait_for_no_holds(server: &Server, sku: u64, hold_ms: u64) -> anyhow::Result<()> {
+    let deadline = Instant::now() + Duration::from_millis(hold_ms) + Duration::from_secs(30);
+    loop {
+        let counters = server.state.ledger.counters(SkuId(sku)).await?;
+        if counters.is_none_or(|c| c.reserved == 0) {
+            return Ok(());
+        }
+        anyhow::ensure!(
+            Instant::now() < deadline,
+            "holds still reserved 30 s past their deadline"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// Later buyers, twice as many as the units that came back, reserve them and pay.
+async fn resell(
+    base: &str,
+    auth: &Auth,
+    sku: u64,
+    args: &DemoArgs,
+    done: &mut Resolutions,
+) -> anyhow::Result<()> {
+    done.later_buyers = done.returned * 2;
+    if done.later_buyers == 0 {
+        return Ok(());
+    }
+    let buyers: Vec<Buyer> = (args.users + 1..=args.users + done.later_buyers)
+        .map(|u| Buyer {
+            user_id: u,
+            token: auth.sign(UserId(u), 600),
+        })
+        .collect();
+    let plan = Plan {
+        targets: vec![base.to_owned()],
+        sku_id: sku,
+        buyers,
+        quantity: 1,
+        concurrency: args.concurrency,
+        arrival: Arrival::Spike { ramp_ms: 200 },
+        timeout: Duration::from_secs(5),
+        retries_max: 3,
+    };
+    let records = load::run(plan, |_| {}).await?;
+    let asks: Vec<(u64, String, Fate)> = records
+        .iter()
+        .filter(|r| r.status == 202)
+        .filter_map(|r| Some((r.user_id, r.order_no.clone()?, Fate::Pay)))
+        .collect();
+    done.resold = asks.len() as u64;
+    // The resale's holds are all paid; they are not first-spike holds.
+    let first_wave = done.holds;
+    resolve(
+        base,
+        auth,
+        futures::stream::iter(asks),
+        args.concurrency,
+        done,
+    )
+    .await;
+    done.holds = first_wave;
+    Ok(())
+}
+
+/// The steps of the sale's events: a deduction by a later buyer is a resale.
+pub fn lifecycle(events: &[Event], first_wave_users: u64) -> Lifecycle {
+    let steps: Vec<(i64, Step, u64)> = events
+        .iter()
+        .map(|e| {
+            let step = match e.kind {
+                EventKind::Deducted if e.user_id.0 > first_wave_users => Step::Resale,
+                EventKind::Deducted => Step::Reservation,
+                EventKind::Paid => Step::Payment,
+                EventKind::Cancelled => Step::Cancellation,
+                EventKind::Expired => Step::Expiry,
+            };
+            (e.at_ms, step, u64::from(e.quantity))
+        })
+        .collect();
+    Lifecycle::from_steps(&steps)
+}
+
+/// Whether the database's orders are what the service answered: every payment and
+/// cancellation answered 200 is a PAID or CANCELLED order, every other hold EXPIRED, and the
+/// later buyers took every unit that came back.
+pub fn checks(done: &Resolutions, orders: &[HotOrder]) -> Vec<Check> {
+    let count = |s: OrderStatus| orders.iter().filter(|o| o.status == s).count() as u64;
+    let (paid, cancelled, expired) = (
+        count(OrderStatus::Paid),
+        count(OrderStatus::Cancelled),
+        count(OrderStatus::Expired),
+    );
+    let holds = done.holds + done.resold;
+    let expected_expired = holds.saturating_sub(done.paid + done.cancelled);
+    vec![
+        Check {
+            name: "resolutions as answered".into(),
+            held: (paid, cancelled, expired) == (done.paid, done.cancelled, expected_expired),
+            detail: format!(
+                "database PAID {paid}, CANCELLED {cancelled}, EXPIRED {expired}; answered: paid \
+                 {}, cancelled {}, left to expire {expected_expired}, refused {:?}",
+                done.paid, done.cancelled, done.refused
+            ),
+        },
+        Check {
+            name: "returned units resold".into(),
+            held: done.resold == done.returned.min(done.later_buyers),
+            detail: format!(
+                "{} units came back, {} later buyers reserved {}",
+                done.returned, done.later_buyers, done.resold
+            ),
+        },
+    ]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        demo: DemoArgs,
+    }
+
+    #[test]
+    fn shares_are_exact_per_hundred_holds() {
+        let args = Cli::parse_from(["x", "--pay-percent", "60", "--cancel-percent", "25"]).demo;
+        let fates: Vec<Fate> = (0..300).map(|i| fate(i, &args)).collect();
+        let n = |f| fates.iter().filter(|x| **x == f).count();
+        assert_eq!(
+            (n(Fate::Pay), n(Fate::Cancel), n(Fate::Expire)),
+            (180, 75, 45)
+        );
+    }
+}
