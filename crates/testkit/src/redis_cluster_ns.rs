@@ -348,6 +348,10 @@ async fn spawn_node(net: &Net, host: &Host, node_timeout_ms: u64) -> RedisServer
         "0",
         "--protected-mode",
         "no",
+        // A full sync starts at once (the default waits 5 s for more replicas to share it):
+        // replicas attach, and a demoted primary resyncs, within the test's bounds.
+        "--repl-diskless-sync-delay",
+        "0",
     ];
     RedisServer::spawn_wrapped(net.exec_prefix(host), &addr, PORT, &args).await
 }
