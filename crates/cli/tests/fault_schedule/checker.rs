@@ -522,4 +522,29 @@ mod tests {
         let v = verdict(&[pay], &two_orders(), false, &Timeline::default());
         assert_eq!(v.failed_checks(), ["paid-kept"], "{:?}", v.failures);
     }
+
+    #[test]
+    fn a_lost_cancellation_is_caught_unless_reported_where_a_hot_copy_was_lost() {
+        let mut cancel = answer(0, 7, "a", "1-1-1");
+        (cancel.op, cancel.status, cancel.order_status) =
+            (Op::Cancel, 200, Some("CANCELLED".into()));
+        let v = verdict(
+            &[cancel.clone()],
+            &two_orders(),
+            false,
+            &Timeline::default(),
+        );
+        assert_eq!(v.failed_checks(), ["cancel-kept"], "{:?}", v.failures);
+        let mut reported = two_orders();
+        reported.lost_resolutions.insert("1-1-1 cancelled".into());
+        let v = verdict(&[cancel.clone()], &reported, true, &Timeline::default());
+        assert!(v.failures.is_empty(), "{:?}", v.failures);
+        let v = verdict(&[cancel], &reported, false, &Timeline::default());
+        assert_eq!(
+            v.failed_checks(),
+            ["cancel-kept"],
+            "WAIT on: {:?}",
+            v.failures
+        );
+    }
 }

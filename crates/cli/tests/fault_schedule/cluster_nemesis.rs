@@ -214,7 +214,11 @@ impl Nemesis<'_> {
         // would hand its replica an empty data set (the documented way to lose everything).
         self.stack.redis.restart(p).await;
         self.t.downs.push((from, Timeline::now(self.start)));
-        self.note(format!("node {p} back (empty; rejoins as a replica)"));
+        let role = match promoted {
+            true => "rejoins as a replica",
+            false => "still the primary: the shard's data is gone",
+        };
+        self.note(format!("node {p} back, empty ({role})"));
     }
 
     async fn restart_serve(&mut self, instance: usize, down_ms: u64) {
