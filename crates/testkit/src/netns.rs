@@ -227,6 +227,12 @@ fn remove_leftovers() {
             .and_then(|rest| rest.split('-').next())
             .and_then(|p| p.parse().ok());
         if pid.is_some_and(|p| !alive(p)) {
+            // A run killed with SIGKILL left its servers running in there (no drop ran):
+            // they belong to that run, and would hold the namespace alive after its name goes.
+            let pids = try_ip(&["netns", "pids", ns]).unwrap_or_default();
+            for pid in String::from_utf8_lossy(&pids).split_whitespace() {
+                let _ = Command::new("kill").args(["-9", pid]).status();
+            }
             let _ = try_ip(&["netns", "del", ns]);
         }
     }

@@ -179,20 +179,30 @@ impl NsRedisCluster {
     /// The primary serving `slot` as the majority of live nodes sees it (a node cut off may
     /// still believe itself primary), `None` when no view is held by most.
     pub async fn primary_of_slot(&self, slot: u16) -> Option<usize> {
-        let mut votes = [0usize; 6];
+        self.primaries_of(&[slot]).await[0]
+    }
+
+    /// [`NsRedisCluster::primary_of_slot`] of each slot, asking every node once.
+    pub async fn primaries_of(&self, slots: &[u16]) -> Vec<Option<usize>> {
+        let mut votes = vec![[0usize; 6]; slots.len()];
         for i in 0..6 {
             let Some(topology) = self.topology_of(i).await else {
                 continue;
             };
-            let serving = topology.iter().find(|n| {
-                n.primary && !n.failed && n.slots.iter().any(|&(a, b)| a <= slot && slot <= b)
-            });
-            if let Some(p) = serving.and_then(|n| self.index_of(&n.ip)) {
-                votes[p] += 1;
+            for (k, &slot) in slots.iter().enumerate() {
+                let serving = topology.iter().find(|n| {
+                    n.primary && !n.failed && n.slots.iter().any(|&(a, b)| a <= slot && slot <= b)
+                });
+                if let Some(p) = serving.and_then(|n| self.index_of(&n.ip)) {
+                    votes[k][p] += 1;
+                }
             }
         }
-        let (best, n) = votes.iter().enumerate().max_by_key(|(_, n)| **n)?;
-        (*n >= 3).then_some(best)
+        let majority = |v: &[usize; 6]| {
+            let (best, n) = v.iter().enumerate().max_by_key(|(_, n)| **n)?;
+            (*n >= 3).then_some(best)
+        };
+        votes.iter().map(majority).collect()
     }
 
     /// A replica of node `primary`, as node `primary` sees it (any replica, failed or not).

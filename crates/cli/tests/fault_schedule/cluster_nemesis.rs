@@ -62,11 +62,7 @@ pub async fn run(plan: &ClusterPlan, stack: &mut NsStack, start: Instant) -> (Ti
 
 /// The primary node of each shard, as most nodes see it.
 async fn primaries(stack: &NsStack) -> Vec<Option<usize>> {
-    let mut all = Vec::new();
-    for s in SHARD_SLOTS {
-        all.push(stack.redis.primary_of_slot(s).await);
-    }
-    all
+    stack.redis.primaries_of(&SHARD_SLOTS).await
 }
 
 struct Nemesis<'a> {
