@@ -103,6 +103,11 @@ impl NsRedisCluster {
             link_up(&self.nodes[replica].url()).await.then_some(())
         })
         .await;
+        // The primary learns of its new replica by gossip, a moment after the replica knows.
+        wait::until("the primary to know its replica", SETTLE_MAX, || async {
+            (self.replica_of(primary).await == Some(replica)).then_some(())
+        })
+        .await;
     }
 
     /// The seed list a client is given: every node, comma-separated.

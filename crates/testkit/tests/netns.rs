@@ -63,3 +63,14 @@ async fn a_namespaced_cluster_forms_partitions_heal_and_nothing_is_left() {
     assert!(!listing(&["link", "show"]).contains(&link), "a link left");
     assert!(!listing(&["route", "show", "type", "blackhole"]).contains("198.1"));
 }
+
+#[test]
+fn a_new_net_removes_what_a_dead_run_left() {
+    // A pid above any the kernel hands out (pid_max is at most 2^22): its run is gone.
+    let dead = (1u32 << 22) + 7;
+    let ns = format!("fsnet-{dead}-0-r0");
+    let made = Command::new("ip").args(["netns", "add", &ns]).status();
+    assert!(made.expect("run ip").success());
+    drop(Net::new());
+    assert!(!listing(&["netns", "list"]).contains(&ns), "{ns} left");
+}
