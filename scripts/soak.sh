@@ -43,7 +43,7 @@ limit=$(grep -E "^($test seed [0-9]+: PASS|notes: )" "$log" | once \
     | grep -oE '[0-9]+ lost unreported with their instance' | sum_first || true)
 echo "documented limit: ${limit:-0} orders/payments lost unreported with their instance's journal"
 if [[ $test == fault_schedule_cluster ]]; then
-    # Each cluster run prints what it drew: `partitions P, failovers F (primaries moved M),
+    # Each cluster run prints what it drew: `WAIT on|off, partitions P, failovers F (primaries moved M),
     # losses reported: O orders, R resolutions`; their totals.
     total() { grep -oE "$1" <<<"$verdicts" | grep -oE '[0-9]+' | sum_first; }
     echo "drawn: $(total 'partitions [0-9]+') partitions, $(total 'failovers [0-9]+') failovers" \

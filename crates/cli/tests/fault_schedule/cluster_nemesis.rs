@@ -76,61 +76,68 @@ impl Nemesis<'_> {
     async fn apply(&mut self, fault: Fault) {
         match fault {
             Fault::InstancePrimary { instance, sku, ms } => {
-                let Some(p) = self.primary(sku).await else {
-                    return;
-                };
-                let a = self.stack.instance_addr(instance);
-                self.cut_for(
-                    &[(a, self.stack.redis.addr(p))],
-                    ms,
-                    &format!("serve{instance} ↔ primary node {p} (sale {sku})"),
-                )
-                .await;
+                self.instance_primary(instance, sku, ms).await
             }
-            Fault::PrimaryReplica { sku, ms } => {
-                let Some((p, r)) = self.pair(sku).await else {
-                    return;
-                };
-                let pair = (self.stack.redis.addr(p), self.stack.redis.addr(r));
-                self.cut_for(
-                    &[pair],
-                    ms,
-                    &format!("primary node {p} ↔ its replica node {r} (sale {sku})"),
-                )
-                .await;
-            }
+            Fault::PrimaryReplica { sku, ms } => self.primary_replica(sku, ms).await,
             Fault::MinorityPrimary { sku, instance, ms } => self.minority(sku, instance, ms).await,
-            Fault::BusCut { ms } => {
-                let nodes: Vec<Ipv4Addr> = (0..6).map(|i| self.stack.redis.addr(i)).collect();
-                let pairs: Vec<_> = (0..6)
-                    .flat_map(|a| (a + 1..6).map(move |b| (a, b)))
-                    .map(|(a, b)| (nodes[a], nodes[b]))
-                    .collect();
-                self.cut_for(&pairs, ms, "every node ↔ every node (the cluster bus)")
-                    .await;
-            }
+            Fault::BusCut { ms } => self.bus_cut(ms).await,
             Fault::KillPrimary { sku } => self.kill_primary(sku).await,
-            Fault::Failover { sku } => {
-                let Some((p, r)) = self.pair(sku).await else {
-                    return;
-                };
-                let result = self.stack.redis.failover(r).await;
-                self.note(format!(
-                    "CLUSTER FAILOVER on node {r} (replica of node {p}, sale {sku}): {result:?}"
-                ));
-            }
-            Fault::AttachReplica => {
-                let node = self.plan.late_replica.expect("a late replica in the plan");
-                self.stack.redis.attach_replica(node, node - 3).await;
-                self.note(format!(
-                    "late replica node {node} attached to node {}, in sync",
-                    node - 3
-                ));
-            }
+            Fault::Failover { sku } => self.failover(sku).await,
+            Fault::AttachReplica => self.attach_late_replica().await,
             Fault::RestartServe { instance, down_ms } => {
                 self.restart_serve(instance, down_ms).await
             }
         }
+    }
+
+    async fn instance_primary(&mut self, instance: usize, sku: u64, ms: u64) {
+        let Some(p) = self.primary(sku).await else {
+            return;
+        };
+        let pair = (self.stack.instance_addr(instance), self.stack.redis.addr(p));
+        let what = format!("serve{instance} ↔ primary node {p} (sale {sku})");
+        self.cut_for(&[pair], ms, &what).await;
+    }
+
+    async fn primary_replica(&mut self, sku: u64, ms: u64) {
+        let Some((p, r)) = self.pair(sku).await else {
+            return;
+        };
+        let pair = (self.stack.redis.addr(p), self.stack.redis.addr(r));
+        let what = format!("primary node {p} ↔ its replica node {r} (sale {sku})");
+        self.cut_for(&[pair], ms, &what).await;
+    }
+
+    /// Every node-to-node pair cut: the bus (and replication) gone, clients still connected.
+    async fn bus_cut(&mut self, ms: u64) {
+        let nodes: Vec<Ipv4Addr> = (0..6).map(|i| self.stack.redis.addr(i)).collect();
+        let pairs: Vec<_> = (0..6)
+            .flat_map(|a| (a + 1..6).map(move |b| (a, b)))
+            .map(|(a, b)| (nodes[a], nodes[b]))
+            .collect();
+        self.cut_for(&pairs, ms, "every node ↔ every node (the cluster bus)")
+            .await;
+    }
+
+    async fn failover(&mut self, sku: u64) {
+        let Some((p, r)) = self.pair(sku).await else {
+            return;
+        };
+        let result = self.stack.redis.failover(r).await;
+        self.note(format!(
+            "CLUSTER FAILOVER on node {r} (replica of node {p}, sale {sku}): {result:?}"
+        ));
+    }
+
+    /// The late replica joins the shard it was meant for: its original primary, which kept
+    /// the shard (with no replica it could not be failed over).
+    async fn attach_late_replica(&mut self) {
+        let node = self.plan.late_replica.expect("a late replica in the plan");
+        self.stack.redis.attach_replica(node, node - 3).await;
+        let primary = node - 3;
+        self.note(format!(
+            "late replica node {node} attached to node {primary}, in sync"
+        ));
     }
 
     /// The sale's primary now, or `None` (noted) when no majority names one.

@@ -22,7 +22,7 @@ pub struct Outcome {
     pub timeline: Timeline,
     pub verdict: Verdict,
     pub answers: usize,
-    /// `partitions P, failovers F (primaries moved M), losses L`: what the run drew and met.
+    /// `WAIT on|off, partitions P, failovers F (primaries moved M), losses …`: drawn and met.
     pub drawn: String,
 }
 
@@ -101,11 +101,16 @@ async fn sell_under_faults(plan: &ClusterPlan, stack: &mut NsStack) -> Sold {
     }
 }
 
-/// What the run drew and what it met: partitions, failovers (planned or provoked) and how
+/// What the run drew and what it met: WAIT, partitions, failovers (planned or provoked) and how
 /// many primaries really moved, losses reported by the reconcilers.
 fn drawn(plan: &ClusterPlan, seen: &Seen, stored: &Stored) -> String {
+    let wait = if plan.wait_timeout_ms.is_some() {
+        "on"
+    } else {
+        "off"
+    };
     format!(
-        "partitions {}, failovers {} (primaries moved {}), losses reported: {} orders, {} resolutions",
+        "WAIT {wait}, partitions {}, failovers {} (primaries moved {}), losses reported: {} orders, {} resolutions",
         plan.partitions(),
         plan.failovers(),
         seen.primary_changes,
