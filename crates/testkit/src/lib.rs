@@ -4,6 +4,9 @@
 //!   kill, restart or reconfigure Redis), and a unique key prefix on the shared one.
 //! - [`redis_cluster`]: a throwaway six-node Redis Cluster (three primaries, three replicas);
 //!   killing, restarting and failing over nodes.
+//! - [`netns`]: network namespaces on a bridge (198.18.0.0/15), partitions between two
+//!   addresses, everything removed on drop.
+//! - [`redis_cluster_ns`]: the six-node cluster with each node in a namespace of its own.
 //! - [`mariadb`]: a throwaway `mariadbd` in a temp dir, and a fresh database of its own on the
 //!   shared server.
 //! - [`conformance`]: the one suite both hot ledgers must pass.
@@ -15,8 +18,10 @@
 
 pub mod conformance;
 pub mod mariadb;
+pub mod netns;
 pub mod process;
 pub mod redis_cluster;
+pub mod redis_cluster_ns;
 pub mod redis_server;
 pub mod wait;
 

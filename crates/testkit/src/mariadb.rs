@@ -69,16 +69,25 @@ impl Drop for TestDatabase {
 /// A `mariadbd` of this test's own (for tests that stop or kill the database).
 pub struct MariaDbServer {
     pub port: u16,
+    /// The address it listens on.
+    pub bind: String,
     dir: TempDir,
     child: Option<Child>,
 }
 
 impl MariaDbServer {
     pub async fn spawn() -> MariaDbServer {
+        MariaDbServer::spawn_on("127.0.0.1").await
+    }
+
+    /// A server listening on `bind` (e.g. the root namespace's address on a
+    /// [`crate::netns::Net`], so that hosts in namespaces reach it).
+    pub async fn spawn_on(bind: &str) -> MariaDbServer {
         let dir = tempfile::tempdir().expect("temp dir");
         install_db(dir.path());
         let mut server = MariaDbServer {
             port: crate::free_port(),
+            bind: bind.to_owned(),
             dir,
             child: None,
         };
@@ -88,7 +97,7 @@ impl MariaDbServer {
 
     /// Server URL without a database, as root with no password.
     pub fn url(&self) -> String {
-        format!("mysql://root@127.0.0.1:{}", self.port)
+        format!("mysql://root@{}:{}", self.bind, self.port)
     }
 
     fn data_dir(&self) -> PathBuf {
@@ -104,11 +113,8 @@ impl MariaDbServer {
             .arg(format!("--socket={}", dir.join("mysqld.sock").display()))
             .arg(format!("--pid-file={}", dir.join("mysqld.pid").display()))
             .arg(format!("--port={}", self.port))
-            .args([
-                "--bind-address=127.0.0.1",
-                "--skip-grant-tables",
-                "--user=root",
-            ])
+            .arg(format!("--bind-address={}", self.bind))
+            .args(["--skip-grant-tables", "--user=root"])
             .args([
                 "--innodb-buffer-pool-size=32M",
                 "--innodb-log-file-size=16M",

@@ -21,6 +21,9 @@ const SETTLE_MAX: Duration = Duration::from_secs(30);
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct NodeInfo {
     pub id: String,
+    /// The address the node announces (`127.0.0.1` here; its namespace's in a
+    /// [`crate::redis_cluster_ns::NsRedisCluster`]).
+    pub ip: String,
     pub port: u16,
     pub primary: bool,
     pub failed: bool,
@@ -324,7 +327,7 @@ pub async fn spawn_node(node_timeout_ms: u64) -> RedisServer {
     .await
 }
 
-async fn connect(url: &str) -> Option<MultiplexedConnection> {
+pub(crate) async fn connect(url: &str) -> Option<MultiplexedConnection> {
     let client = redis::Client::open(url).ok()?;
     tokio::time::timeout(
         Duration::from_secs(1),
@@ -336,13 +339,14 @@ async fn connect(url: &str) -> Option<MultiplexedConnection> {
 }
 
 /// `<id> <ip:port@cport[,hostname]> <flags> <primary> <ping> <pong> <epoch> <link> <slot>...`
-fn parse_node_line(line: &str) -> Option<NodeInfo> {
+pub(crate) fn parse_node_line(line: &str) -> Option<NodeInfo> {
     let parts: Vec<&str> = line.split_whitespace().collect();
     if parts.len() < 8 {
         return None;
     }
     let addr = parts[1].split('@').next()?;
-    let port = addr.rsplit(':').next()?.parse().ok()?;
+    let (ip, port) = addr.rsplit_once(':')?;
+    let port = port.parse().ok()?;
     let flags: Vec<&str> = parts[2].split(',').collect();
     let slots = parts[8..]
         .iter()
@@ -354,6 +358,7 @@ fn parse_node_line(line: &str) -> Option<NodeInfo> {
         .collect();
     Some(NodeInfo {
         id: parts[0].to_owned(),
+        ip: ip.to_owned(),
         port,
         primary: flags.contains(&"master"),
         failed: flags.contains(&"fail") || flags.contains(&"fail?"),

@@ -22,6 +22,10 @@ pub struct RedisServer {
     dir: TempDir,
     child: Option<Child>,
     args: Vec<String>,
+    /// The address it binds to and announces.
+    pub bind: String,
+    /// A program and leading arguments that run it elsewhere (`ip netns exec <ns>`).
+    wrapper: Option<(String, Vec<String>)>,
 }
 
 impl RedisServer {
@@ -40,6 +44,28 @@ impl RedisServer {
             dir,
             child: None,
             args,
+            bind: "127.0.0.1".into(),
+            wrapper: None,
+        };
+        server.start().await;
+        server
+    }
+
+    /// Starts a server run through `wrapper` (a program and its leading arguments, e.g.
+    /// `ip netns exec <ns>` from [`crate::netns::Net::exec_prefix`]) on `bind:port`.
+    pub async fn spawn_wrapped(
+        wrapper: (String, Vec<String>),
+        bind: &str,
+        port: u16,
+        extra: &[&str],
+    ) -> RedisServer {
+        let mut server = RedisServer {
+            port,
+            dir: tempfile::tempdir().expect("temp dir"),
+            child: None,
+            args: extra.iter().map(|s| s.to_string()).collect(),
+            bind: bind.to_owned(),
+            wrapper: Some(wrapper),
         };
         server.start().await;
         server
@@ -61,7 +87,7 @@ impl RedisServer {
     }
 
     pub fn url(&self) -> String {
-        format!("redis://127.0.0.1:{}", self.port)
+        format!("redis://{}:{}", self.bind, self.port)
     }
 
     pub fn dir(&self) -> PathBuf {
@@ -71,8 +97,16 @@ impl RedisServer {
     /// Starts (again) on the same port and directory.
     pub async fn start(&mut self) {
         assert!(self.child.is_none(), "already running");
-        let child = Command::new(redis_binary())
-            .args(["--port", &self.port.to_string(), "--bind", "127.0.0.1"])
+        let mut cmd = match &self.wrapper {
+            Some((program, args)) => {
+                let mut cmd = Command::new(program);
+                cmd.args(args).arg(redis_binary());
+                cmd
+            }
+            None => Command::new(redis_binary()),
+        };
+        let child = cmd
+            .args(["--port", &self.port.to_string(), "--bind", &self.bind])
             .args(["--dir", self.dir.path().to_str().expect("utf-8 path")])
             .args(&self.args)
             .stdout(Stdio::null())

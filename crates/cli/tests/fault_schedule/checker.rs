@@ -66,6 +66,7 @@ pub fn check(f: &Facts) -> Verdict {
     order_numbers_once(f, &mut v);
     no_acked_loss(f, &mut v);
     paid_kept(f, &mut v);
+    cancelled_kept(f, &mut v);
     invariants(f, &mut v);
     retries_get_first_outcome(f, &mut v);
     one_owner(f, &mut v);
@@ -206,7 +207,16 @@ fn no_acked_loss(f: &Facts, v: &mut Verdict) {
 /// Every pay answered 200 PAID is PAID in `orders` or reported as a lost resolution (only
 /// where a hot copy was lost).
 fn paid_kept(f: &Facts, v: &mut Verdict) {
-    const CHECK: &str = "paid-kept";
+    resolutions_kept(f, v, Op::Pay, OrderStatus::Paid, "paid-kept");
+}
+
+/// Every cancel answered 200 CANCELLED is CANCELLED in `orders` or reported as a lost
+/// resolution (only where a hot copy was lost): a cancellation is a promise too.
+fn cancelled_kept(f: &Facts, v: &mut Verdict) {
+    resolutions_kept(f, v, Op::Cancel, OrderStatus::Cancelled, "cancel-kept");
+}
+
+fn resolutions_kept(f: &Facts, v: &mut Verdict, op: Op, to: OrderStatus, check: &'static str) {
     let status: HashMap<String, OrderStatus> = f
         .stored
         .orders
@@ -214,29 +224,34 @@ fn paid_kept(f: &Facts, v: &mut Verdict) {
         .map(|o| (o.order_no.to_string(), o.status))
         .collect();
     let (mut kept, mut reported, mut died) = (0, 0, 0);
-    let paid = f.answers.iter().filter(|a| {
-        a.op == Op::Pay && a.status == 200 && a.order_status.as_deref() == Some("PAID")
+    let word = to.as_str().to_ascii_lowercase();
+    let answered = f.answers.iter().filter(|a| {
+        a.op == op && a.status == 200 && a.order_status.as_deref() == Some(to.as_str())
     });
-    for a in paid {
+    for a in answered {
         let no = a.order_no.as_deref().unwrap_or_default();
-        if status.get(no) == Some(&OrderStatus::Paid) {
+        if status.get(no) == Some(&to) {
             kept += 1;
-        } else if f.stored.lost_resolutions.contains(&format!("{no} paid")) {
+        } else if f.stored.lost_resolutions.contains(&format!("{no} {word}")) {
             reported += 1;
             if !f.hot_copy_lost {
                 v.fail(
-                    CHECK,
-                    format!("payment of {no} reported lost, but no hot copy was lost"),
+                    check,
+                    format!("{word} of {no} reported lost, but no hot copy was lost"),
                 );
             }
         } else if journal_died(f, &[(a.instance, a.sent_ms)]) {
             died += 1;
         } else {
             let now = status.get(no).map_or("absent", |s| s.as_str());
-            v.fail(CHECK, format!("pay of {no} answered 200 PAID by instance {} at {} ms; the database says {now} and no run reported it", a.instance, a.at_ms));
+            v.fail(check, format!("{:?} of {no} answered 200 {} by instance {} at {} ms; the database says {now} and no run reported it", a.op, to.as_str(), a.instance, a.at_ms));
         }
     }
-    v.notes.push(format!("payments answered PAID: {kept} stored, {reported} reported lost, {died} lost unreported with their instance's journal (documented limit)"));
+    let what = match op {
+        Op::Pay => "payments answered PAID",
+        _ => "cancellations answered CANCELLED",
+    };
+    v.notes.push(format!("{what}: {kept} stored, {reported} reported lost, {died} lost unreported with their instance's journal (documented limit)"));
 }
 
 /// I1–I7 per sale from the stored rows (drained), and no event refused by the guard.
@@ -506,5 +521,30 @@ mod tests {
         (pay.op, pay.status, pay.order_status) = (Op::Pay, 200, Some("PAID".into()));
         let v = verdict(&[pay], &two_orders(), false, &Timeline::default());
         assert_eq!(v.failed_checks(), ["paid-kept"], "{:?}", v.failures);
+    }
+
+    #[test]
+    fn a_lost_cancellation_is_caught_unless_reported_where_a_hot_copy_was_lost() {
+        let mut cancel = answer(0, 7, "a", "1-1-1");
+        (cancel.op, cancel.status, cancel.order_status) =
+            (Op::Cancel, 200, Some("CANCELLED".into()));
+        let v = verdict(
+            &[cancel.clone()],
+            &two_orders(),
+            false,
+            &Timeline::default(),
+        );
+        assert_eq!(v.failed_checks(), ["cancel-kept"], "{:?}", v.failures);
+        let mut reported = two_orders();
+        reported.lost_resolutions.insert("1-1-1 cancelled".into());
+        let v = verdict(&[cancel.clone()], &reported, true, &Timeline::default());
+        assert!(v.failures.is_empty(), "{:?}", v.failures);
+        let v = verdict(&[cancel], &reported, false, &Timeline::default());
+        assert_eq!(
+            v.failed_checks(),
+            ["cancel-kept"],
+            "WAIT on: {:?}",
+            v.failures
+        );
     }
 }

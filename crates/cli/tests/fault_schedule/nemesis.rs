@@ -7,7 +7,7 @@ use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use super::plan::{Fault, Plan, RedisKeeps, Target};
-use super::procs::{Cluster, ADMIN};
+use super::procs::{Cluster, Stack, ADMIN};
 
 /// How long after a loss (and every outage around it) the running reconcilers get to rebuild
 /// the sale and name what was lost: a few 500 ms reconcile intervals.
@@ -26,7 +26,7 @@ pub struct Timeline {
 }
 
 impl Timeline {
-    fn note(&mut self, start: Instant, what: String) {
+    pub fn note(&mut self, start: Instant, what: String) {
         let at = start.elapsed().as_millis();
         self.lines.push(format!("  at {at:>5} ms: {what}"));
     }
@@ -47,7 +47,7 @@ impl Timeline {
             .any(|&(i, t)| i == instance && (sent_ms..=deadline).contains(&t))
     }
 
-    fn now(start: Instant) -> u64 {
+    pub fn now(start: Instant) -> u64 {
         start.elapsed().as_millis() as u64
     }
 }
@@ -243,8 +243,8 @@ async fn apply(fault: Fault, cluster: &mut Cluster, start: Instant, down: &Down,
 }
 
 /// An admin POST; 0 when no answer came.
-pub async fn admin_post(cluster: &Cluster, url: &str) -> u16 {
-    match cluster.http.post(url).bearer_auth(ADMIN).send().await {
+pub async fn admin_post(cluster: &impl Stack, url: &str) -> u16 {
+    match cluster.http().post(url).bearer_auth(ADMIN).send().await {
         Ok(resp) => resp.status().as_u16(),
         Err(_) => 0,
     }

@@ -125,6 +125,30 @@ async fn cli(env: &Env, args: &[&str]) -> CliRun {
     }
 }
 
+/// What the run's shared steps (creating sales, quiescing, probing) need of a deployment,
+/// whether on loopback ([`Cluster`]) or in network namespaces.
+pub trait Stack {
+    /// `http://…` of serve instance `instance`.
+    fn base(&self, instance: usize) -> String;
+    fn http(&self) -> &reqwest::Client;
+    /// One `flashsale <args>` on this run's Redis and MariaDB.
+    fn cli(&self, args: &[&str]) -> impl std::future::Future<Output = CliRun> + Send;
+}
+
+impl Stack for Cluster {
+    fn base(&self, instance: usize) -> String {
+        Cluster::base(self, instance)
+    }
+
+    fn http(&self) -> &reqwest::Client {
+        &self.http
+    }
+
+    fn cli(&self, args: &[&str]) -> impl std::future::Future<Output = CliRun> + Send {
+        cli(&self.env, args)
+    }
+}
+
 /// What a one-shot CLI run did: exit status (None: killed at its bound) and stdout.
 pub struct CliRun {
     pub code: Option<i32>,
@@ -248,7 +272,7 @@ async fn redis_server(keeps: RedisKeeps) -> RedisServer {
     }
 }
 
-fn http_client() -> reqwest::Client {
+pub fn http_client() -> reqwest::Client {
     reqwest::Client::builder()
         .timeout(Duration::from_secs(3))
         .connect_timeout(Duration::from_secs(1))
@@ -257,7 +281,7 @@ fn http_client() -> reqwest::Client {
         .expect("http client")
 }
 
-async fn create_database(server_url: &str) {
+pub async fn create_database(server_url: &str) {
     let mut conn = MySqlConnection::connect(server_url)
         .await
         .expect("connect to the throwaway MariaDB");

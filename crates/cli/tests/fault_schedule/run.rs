@@ -9,7 +9,7 @@ use serde_json::{json, Value};
 use super::checker::{self, Facts, Failure, Verdict};
 use super::nemesis::{self, Timeline};
 use super::plan::Plan;
-use super::procs::{Cluster, ADMIN};
+use super::procs::{Cluster, Stack, ADMIN};
 use super::{db, probe, workload};
 
 /// How long the running reconcilers get to bring every sale to diff 0 after the workload.
@@ -97,7 +97,7 @@ async fn sell_under_faults(plan: &Plan, cluster: &mut Cluster) -> Sold {
 }
 
 /// `requests: N; 202 x, 409 SOLD_OUT y, …, none z`: what the workload met.
-fn answer_counts(answers: &[workload::Answer]) -> String {
+pub fn answer_counts(answers: &[workload::Answer]) -> String {
     let mut counts: std::collections::BTreeMap<String, usize> = Default::default();
     for a in answers {
         let label = match (a.status, &a.code) {
@@ -111,7 +111,7 @@ fn answer_counts(answers: &[workload::Answer]) -> String {
     format!("requests: {} ({})", answers.len(), parts.join(", "))
 }
 
-async fn create_sales(cluster: &Cluster, plan: &Plan) {
+pub async fn create_sales(cluster: &impl Stack, plan: &Plan) {
     let base = cluster.base(0);
     for s in &plan.sales {
         let mut body = json!({"sku_id": s.sku, "name": format!("sale{}", s.sku),
@@ -121,7 +121,7 @@ async fn create_sales(cluster: &Cluster, plan: &Plan) {
             body["payment_timeout_ms"] = json!(t);
         }
         let created = cluster
-            .http
+            .http()
             .post(format!("{base}/api/v1/sales"))
             .bearer_auth(ADMIN)
             .json(&body)
@@ -143,7 +143,7 @@ async fn create_sales(cluster: &Cluster, plan: &Plan) {
 /// nothing in flight for every sale. When the running reconcilers do not get there, the
 /// harness runs `reconcile --repair` itself (so the other checks see a settled database) and
 /// still reports that they did not.
-async fn quiesce(cluster: &Cluster, plan: &Plan) -> Result<(), String> {
+pub async fn quiesce(cluster: &impl Stack, plan: &Plan) -> Result<(), String> {
     if settled(cluster, plan, SETTLE_LIMIT).await.is_ok() {
         return Ok(());
     }
@@ -163,7 +163,7 @@ async fn quiesce(cluster: &Cluster, plan: &Plan) -> Result<(), String> {
 
 /// Polls until every sale reconciles drained, as `flashsale reconcile` sees it and as a serving
 /// instance sees it (`GET /admin/reconcile`: its ledger routes hot sales), or says why not.
-async fn settled(cluster: &Cluster, plan: &Plan, limit: Duration) -> Result<(), String> {
+async fn settled(cluster: &impl Stack, plan: &Plan, limit: Duration) -> Result<(), String> {
     let last = Mutex::new(String::new());
     let ok = flashsale_testkit::wait::within_every(limit, Duration::from_millis(200), || async {
         let verdict = match cli_reconciled(cluster, plan).await {
@@ -182,7 +182,7 @@ async fn settled(cluster: &Cluster, plan: &Plan, limit: Duration) -> Result<(), 
     ok.ok_or_else(|| last.into_inner().unwrap())
 }
 
-async fn cli_reconciled(cluster: &Cluster, plan: &Plan) -> Result<(), String> {
+async fn cli_reconciled(cluster: &impl Stack, plan: &Plan) -> Result<(), String> {
     let run = cluster.cli(&["reconcile"]).await;
     let verdict = drained(&run.stdout, plan.sales.len());
     match (verdict, run.code) {
@@ -194,9 +194,9 @@ async fn cli_reconciled(cluster: &Cluster, plan: &Plan) -> Result<(), String> {
     }
 }
 
-async fn instance_reconciled(cluster: &Cluster, plan: &Plan) -> Result<(), String> {
+async fn instance_reconciled(cluster: &impl Stack, plan: &Plan) -> Result<(), String> {
     let url = format!("{}/api/v1/admin/reconcile", cluster.base(0));
-    let resp = cluster.http.get(&url).bearer_auth(ADMIN).send().await;
+    let resp = cluster.http().get(&url).bearer_auth(ADMIN).send().await;
     let body = match resp {
         Ok(r) => r.text().await.unwrap_or_default(),
         Err(e) => return Err(format!("GET /admin/reconcile on instance 0: {e}")),
