@@ -420,8 +420,14 @@ async fn auto_pause_never_reopens_a_sale_an_operator_ended() {
     })
     .await;
     stack.live_sale(51, 100, 1).await;
+    // Past the bound of 3 the 50 ms ticker may engage back-pressure before the last buy
+    // (429 BUSY): that is the state this test wants, not a failure.
     for user in 1..=5 {
-        buy_ok(&stack, user, 51, "a").await;
+        let (s, b) = stack.buy(user, 51, "a", json!(1)).await;
+        if s == StatusCode::TOO_MANY_REQUESTS && code(&b) == "BUSY" && user > 3 {
+            break;
+        }
+        assert_eq!(s, StatusCode::ACCEPTED, "{b}");
     }
     let conn = redis::Client::open(redis_server::shared_url())
         .unwrap()
