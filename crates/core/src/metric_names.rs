@@ -10,7 +10,8 @@ pub const PURCHASE_LATENCY: &str = "flashsale_purchase_latency_seconds";
 pub const PURCHASES: &str = "flashsale_purchases_total";
 /// Histogram `{script}`: one Redis script call.
 pub const SCRIPT_LATENCY: &str = "flashsale_script_latency_seconds";
-/// Histogram: one `WAIT` for replicas after a write (with `FLASHSALE_REDIS_WAIT_REPLICAS`).
+/// Histogram: one write confirmed by replicas (with `FLASHSALE_REDIS_WAIT_REPLICAS`): the
+/// script and its `WAIT` go in one pipeline, so this is their round trip together.
 pub const REDIS_WAIT_SECONDS: &str = "flashsale_redis_wait_seconds";
 /// Counter: writes answered 503 because too few replicas acknowledged them in time.
 pub const REDIS_WAIT_TIMEOUTS: &str = "flashsale_redis_wait_timeouts_total";

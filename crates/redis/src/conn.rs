@@ -9,7 +9,7 @@ use flashsale_core::LedgerError;
 use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
 use redis::cluster::ClusterClientBuilder;
 use redis::cluster_async::ClusterConnection;
-use redis::cluster_routing::{Route, RoutingInfo, SingleNodeRoutingInfo, SlotAddr};
+use redis::cluster_routing::{RoutingInfo, SingleNodeRoutingInfo};
 use redis::{Cmd, ErrorKind, Pipeline, RedisError, RedisFuture, Value};
 use tokio::sync::OnceCell;
 
@@ -74,20 +74,6 @@ impl Conn {
     /// once connected).
     pub fn is_cluster(&self) -> bool {
         self.nodes.len() > 1 || matches!(self.link.get(), Some(Link::Cluster(_)))
-    }
-
-    /// Sends `cmd` to the primary that serves `slot` (a command without keys, such as SCRIPT
-    /// LOAD, for the node a sale's scripts run on). On a single node, to that node. Not for
-    /// WAIT: once a primary dies the cluster client may send this to a random node.
-    pub async fn on_slot(&self, slot: u16, cmd: &Cmd) -> Result<Value, RedisError> {
-        match self.link().await? {
-            Link::Single(mut c) => c.req_packed_command(cmd).await,
-            Link::Cluster(mut c) => {
-                let route = Route::new(slot, SlotAddr::Master);
-                let to = RoutingInfo::SingleNode(SingleNodeRoutingInfo::SpecificNode(route));
-                c.route_command(cmd, to).await
-            }
-        }
     }
 
     /// Whether the ledger can serve: a single node answers PING; a cluster node (any) answers

@@ -230,13 +230,13 @@ impl RedisLedger {
     /// WAIT waits for). A WAIT sent apart may reach another node: once a primary dies, the
     /// cluster client sends a command whose node it has no connection to over a random
     /// one, whose replicas would then confirm a write they never saw. Returns the script's
-    /// reply and, with replication, how many replicas acknowledged. Reloads the script once
-    /// on NOSCRIPT (a restart, a failover, SCRIPT FLUSH).
+    /// reply and, with replication, how many replicas acknowledged. Loads `source` (the
+    /// script's text) once on NOSCRIPT (a restart, a failover, SCRIPT FLUSH) and tries again.
     async fn run_write(
         &self,
         name: &'static str,
         sku: SkuId,
-        code: Code,
+        source: &'static str,
         cmd: &Cmd,
     ) -> Result<(Value, Option<i64>), LedgerError> {
         let started = Instant::now();
@@ -246,21 +246,21 @@ impl RedisLedger {
             // is a failover behind would send a load for one slot to a node that is no longer
             // its primary.
             let mut load = redis::cmd("SCRIPT");
-            load.arg("LOAD").arg(code.source());
+            load.arg("LOAD").arg(source);
             let mut conn = self.conn.clone();
             bounded::<String>(Timeouts::HOT.call, load.query_async(&mut conn)).await?;
             result = self.send_write(sku, cmd).await;
         }
+        let elapsed_s = started.elapsed().as_secs_f64();
         metrics::histogram!(flashsale_core::metric_names::SCRIPT_LATENCY, "script" => name)
-            .record(started.elapsed().as_secs_f64());
+            .record(elapsed_s);
         // Still NOSCRIPT after a load: the slot moved meanwhile (a failover); retry later.
         let (reply, acked) = result.map_err(|e| match e.kind() {
             redis::ErrorKind::NoScriptError => LedgerError::Unavailable(e.to_string()),
             _ => crate::conn::map_err(e),
         })?;
         if acked.is_some() {
-            metrics::histogram!(flashsale_core::metric_names::REDIS_WAIT_SECONDS)
-                .record(started.elapsed().as_secs_f64());
+            metrics::histogram!(flashsale_core::metric_names::REDIS_WAIT_SECONDS).record(elapsed_s);
         }
         Ok((reply, acked))
     }
@@ -304,7 +304,9 @@ impl RedisLedger {
         let sku = order_no.sku();
         let mut cmd = evalsha(&self.scripts.resolve, &self.resolve_key_list(sku));
         cmd.arg(order_no.to_string()).arg(user.0).arg(kind);
-        let (reply, acked) = self.run_write(name, sku, Code::Resolve, &cmd).await?;
+        let (reply, acked) = self
+            .run_write(name, sku, crate::scripts::RESOLVE, &cmd)
+            .await?;
         let reply: Vec<Value> = redis::from_redis_value(&reply).map_err(crate::conn::map_err)?;
         let head = reply.first().and_then(as_string);
         match head.as_deref() {
@@ -370,22 +372,6 @@ impl RedisLedger {
         let sent: Result<i64, _> = bounded(Timeouts::HOT.call, cmd.query_async(&mut conn)).await;
         if let Err(e) = sent {
             tracing::warn!(%sku, error = %e, "could not publish a restock");
-        }
-    }
-}
-
-/// The write scripts [`RedisLedger::run_write`] may have to load again.
-#[derive(Debug, Clone, Copy)]
-enum Code {
-    Purchase,
-    Resolve,
-}
-
-impl Code {
-    fn source(self) -> &'static str {
-        match self {
-            Code::Purchase => crate::scripts::PURCHASE,
-            Code::Resolve => crate::scripts::RESOLVE,
         }
     }
 }
@@ -486,7 +472,7 @@ impl HotLedger for RedisLedger {
                 .arg(r.quantity);
         }
         let (reply, acked) = self
-            .run_write("purchase", sku, Code::Purchase, &cmd)
+            .run_write("purchase", sku, crate::scripts::PURCHASE, &cmd)
             .await?;
         // One flat array, three fields per request (see purchase.lua).
         let flat: Vec<String> = redis::from_redis_value(&reply).map_err(crate::conn::map_err)?;

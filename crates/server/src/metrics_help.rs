@@ -94,7 +94,7 @@ fn describe_ledger() {
     describe_histogram!(
         names::REDIS_WAIT_SECONDS,
         Unit::Seconds,
-        "WAIT for replicas after a write (FLASHSALE_REDIS_WAIT_REPLICAS set)."
+        "A write script and its WAIT for replicas, one pipeline (FLASHSALE_REDIS_WAIT_REPLICAS set)."
     );
     describe_counter!(
         names::REDIS_WAIT_TIMEOUTS,
