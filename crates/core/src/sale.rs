@@ -152,6 +152,17 @@ pub struct Counters {
     pub seq: u64,
 }
 
+/// Whether nothing can change a sale any more. `end` is final: a sale ended in the database
+/// (`state`, `db`) and in its hot copy (`hot`: the copy's state and seq; its scripts then
+/// accept no purchase) with no unit reserved (no payment, cancellation or expiry can come)
+/// changes no more, once the database is at the copy's seq. With no hot copy (`None`) nothing
+/// can write either. The caller adds that nothing is in flight in the stream.
+pub fn settled(state: SaleState, db: &Counters, hot: Option<(SaleState, u64)>) -> bool {
+    state == SaleState::Ended
+        && db.reserved == 0
+        && hot.is_none_or(|(hot_state, seq)| hot_state == SaleState::Ended && seq == db.seq)
+}
+
 impl Counters {
     /// I2: conservation.
     pub fn conserved(&self) -> bool {
@@ -277,5 +288,37 @@ mod tests {
             sold: 11,
         };
         assert_eq!(c.apply(too_much), None);
+    }
+
+    #[test]
+    fn a_sale_is_settled_once_ended_everywhere_with_nothing_reserved_and_all_applied() {
+        let ended = SaleState::Ended;
+        let db = Counters {
+            total: 10,
+            available: 7,
+            reserved: 0,
+            sold: 3,
+            seq: 3,
+        };
+        assert!(settled(ended, &db, Some((ended, 3))));
+        assert!(settled(ended, &db, None), "no copy: nothing can write");
+        assert!(!settled(SaleState::Live, &db, Some((ended, 3))));
+        assert!(
+            !settled(ended, &db, Some((SaleState::Live, 3))),
+            "the copy still sells"
+        );
+        assert!(
+            !settled(ended, &db, Some((ended, 4))),
+            "an event not applied yet"
+        );
+        let holding = Counters {
+            available: 6,
+            reserved: 1,
+            ..db
+        };
+        assert!(
+            !settled(ended, &holding, Some((ended, 3))),
+            "a hold may still resolve"
+        );
     }
 }

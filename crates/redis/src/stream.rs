@@ -9,7 +9,7 @@
 
 use std::time::Duration;
 
-use flashsale_core::{LedgerError, SkuId};
+use flashsale_core::{LedgerError, SaleState, SkuId};
 use redis::{Cmd, FromRedisValue, Script, Value};
 
 use crate::codec::{as_int, as_string, parse_entries, unexpected, Entry};
@@ -299,11 +299,16 @@ impl StreamReader {
     }
 
     /// The hot copy's operator state and `seq`; None when the sale is not in Redis.
-    pub async fn hot_state(&self, sku: SkuId) -> Result<Option<(String, u64)>, LedgerError> {
+    pub async fn hot_state(&self, sku: SkuId) -> Result<Option<(SaleState, u64)>, LedgerError> {
         let mut cmd = redis::cmd("HMGET");
         cmd.arg(self.keys.sale(sku)).arg("state").arg("seq");
         let (state, seq): (Option<String>, Option<u64>) = self.query(&cmd, TIMEOUTS.call).await?;
-        Ok(state.zip(seq))
+        let Some((state, seq)) = state.zip(seq) else {
+            return Ok(None);
+        };
+        let state = SaleState::parse(&state)
+            .ok_or_else(|| LedgerError::Internal(format!("sale {sku}: bad state {state:?}")))?;
+        Ok(Some((state, seq)))
     }
 
     /// The hot copy's `seq` (the sale hash's); None when the sale is not in Redis.

@@ -269,14 +269,13 @@ impl SaleWorker {
         let Some(db) = self.store.sale(self.sku).await? else {
             return Ok(false);
         };
-        if db.sale.state != SaleState::Ended || db.counters.reserved > 0 {
+        let hot = reader.hot_state(self.sku).await?;
+        if !flashsale_core::sale::settled(db.sale.state, &db.counters, hot) {
             return Ok(false);
         }
-        let hot_done = match reader.hot_state(self.sku).await? {
-            Some((state, seq)) => state == SaleState::Ended.as_str() && seq == db.counters.seq,
-            None => reader.backlog(self.sku).await? == 0,
-        };
-        Ok(hot_done && reader.pending_summary(self.sku).await?.count == 0)
+        // With no hot copy, its stream must be gone too (or fully trimmed).
+        let stream_empty = hot.is_some() || reader.backlog(self.sku).await? == 0;
+        Ok(stream_empty && reader.pending_summary(self.sku).await?.count == 0)
     }
 
     /// Sleeps `ms` unless told to stop; true when told to stop.

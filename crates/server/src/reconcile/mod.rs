@@ -189,13 +189,14 @@ impl SaleReport {
     /// passes skip a settled sale (its persister retires too); `flashsale reconcile --sku`
     /// and the admin API still run it.
     pub fn settled(&self) -> bool {
-        let ended = SaleState::Ended.as_str();
+        let hot_state = self.hot_state.as_deref().and_then(SaleState::parse);
+        let (Some(state), Some(hot)) = (SaleState::parse(&self.state), hot_state.zip(self.hot))
+        else {
+            return false;
+        };
         self.ok
-            && self.state == ended
-            && self.hot_state.as_deref() == Some(ended)
-            && self.db.reserved == 0
             && self.in_flight == 0
-            && self.hot.is_some_and(|h| h.seq == self.db.seq)
+            && flashsale_core::sale::settled(state, &self.db, Some((hot.0, hot.1.seq)))
     }
 }
 
