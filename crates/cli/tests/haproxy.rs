@@ -2,7 +2,7 @@
 //! /readyz), on a six-node Redis Cluster and MariaDB: a spike through the load balancer sells
 //! exactly the stock with answers spread over the instances and every event persisted once;
 //! an instance killed with SIGKILL mid-spike loses no accepted purchase and the others carry
-//! on. `scripts/haproxy-deps.sh` checks the config with Debian's haproxy (installed by the test
+//! on. `scripts/haproxy-check.sh` checks the config with Debian's haproxy (installed by the test
 //! command before any test runs: scripts/test-deps.sh).
 
 use std::collections::{HashMap, HashSet};
@@ -26,15 +26,15 @@ fn repo_root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
 }
 
-/// Runs `scripts/haproxy-deps.sh`; returns haproxy's path.
+/// Runs `scripts/haproxy-check.sh`; returns haproxy's path.
 fn haproxy_binary() -> String {
     let out = std::process::Command::new("bash")
-        .arg(repo_root().join("scripts/haproxy-deps.sh"))
+        .arg(repo_root().join("scripts/haproxy-check.sh"))
         .output()
-        .expect("run scripts/haproxy-deps.sh");
+        .expect("run scripts/haproxy-check.sh");
     assert!(
         out.status.success(),
-        "scripts/haproxy-deps.sh failed: {}",
+        "scripts/haproxy-check.sh failed: {}",
         String::from_utf8_lossy(&out.stderr)
     );
     String::from_utf8(out.stdout).unwrap().trim().to_owned()

@@ -4,7 +4,7 @@
 //! the charts drawn with data and the reconciliation verdict. Screenshots (public, admin,
 //! admin at phone width) go to `target/test-output/`.
 //!
-//! `scripts/browser-deps.sh` checks that chromium and chromium-driver are there (the test
+//! `scripts/browser-check.sh` checks that chromium and chromium-driver are there (the test
 //! command installs them before any test runs: scripts/test-deps.sh).
 
 mod common;
@@ -58,16 +58,16 @@ fn output_dir() -> PathBuf {
     dir
 }
 
-/// Runs `scripts/browser-deps.sh`; returns (chromium, chromedriver).
+/// Runs `scripts/browser-check.sh`; returns (chromium, chromedriver).
 fn browser_paths() -> (String, String) {
     let out = Command::new("bash")
-        .arg(repo_root().join("scripts/browser-deps.sh"))
+        .arg(repo_root().join("scripts/browser-check.sh"))
         .stderr(Stdio::inherit())
         .output()
-        .expect("scripts/browser-deps.sh runs");
+        .expect("scripts/browser-check.sh runs");
     assert!(
         out.status.success(),
-        "scripts/browser-deps.sh failed: chromium and chromium-driver are needed"
+        "scripts/browser-check.sh failed: chromium and chromium-driver are needed"
     );
     let text = String::from_utf8(out.stdout).unwrap();
     let mut lines = text.lines().map(str::to_owned);

@@ -9,7 +9,7 @@ cd "$(dirname "$0")/.."
 have() { command -v chromium >/dev/null 2>&1 && command -v chromedriver >/dev/null 2>&1; }
 
 have || {
-    echo "browser-deps: chromium or chromedriver is missing: run scripts/test-deps.sh (the test command does)" >&2
+    echo "browser-check: chromium or chromedriver is missing: run scripts/test-deps.sh (the test command does)" >&2
     exit 1
 }
 command -v chromium

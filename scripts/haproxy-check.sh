@@ -7,7 +7,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 command -v haproxy >/dev/null 2>&1 || {
-    echo "haproxy-deps: haproxy is missing: run scripts/test-deps.sh (the test command does)" >&2
+    echo "haproxy-check: haproxy is missing: run scripts/test-deps.sh (the test command does)" >&2
     exit 1
 }
 FLASHSALE_LB_BIND=127.0.0.1:1 FLASHSALE_S1=127.0.0.1:2 FLASHSALE_S2=127.0.0.1:3 \
