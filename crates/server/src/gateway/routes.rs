@@ -12,7 +12,7 @@ use utoipa_axum::routes;
 
 use crate::auth::{Admin, User};
 use crate::error::AppError;
-use crate::routes::ApiPath;
+use crate::routes::{gateway_store_error, gateway_write, stored_sale, user_id, ApiPath};
 use crate::state::AppState;
 
 /// Routes to nest under `/api/v1`, with their OpenAPI.
@@ -23,10 +23,6 @@ pub fn router() -> OpenApiRouter<AppState> {
         .routes(routes!(block_ip, unblock_ip))
         .routes(routes!(require_token, drop_token))
         .routes(routes!(issue_token))
-}
-
-fn unavailable(e: String) -> AppError {
-    AppError::new(ErrorCode::Unavailable, format!("gateway store: {e}"))
 }
 
 #[derive(Debug, Serialize, utoipa::ToSchema)]
@@ -65,19 +61,12 @@ pub async fn list(State(st): State<AppState>, _: Admin) -> Result<Json<Blacklist
         .store
         .load()
         .await
-        .map_err(unavailable)?;
+        .map_err(gateway_store_error)?;
     let mut users: Vec<u64> = s.users.into_iter().collect();
     users.sort_unstable();
     let mut ips: Vec<String> = s.ips.into_iter().map(|i| i.to_string()).collect();
     ips.sort();
     Ok(Json(BlacklistView { users, ips }))
-}
-
-fn user_id(p: u64) -> Result<UserId, AppError> {
-    match p {
-        0 => Err(AppError::invalid("user_id must be positive")),
-        u => Ok(UserId(u)),
-    }
 }
 
 fn ip(p: String) -> Result<IpAddr, AppError> {
@@ -90,13 +79,7 @@ fn ip(p: String) -> Result<IpAddr, AppError> {
 }
 
 async fn set_user(st: &AppState, user: UserId, on: bool) -> Result<Json<BlacklistEntry>, AppError> {
-    st.gateway
-        .blacklist
-        .store
-        .set_user(user, on)
-        .await
-        .map_err(unavailable)?;
-    st.gateway.blacklist.refresh().await.map_err(unavailable)?;
+    gateway_write(st, st.gateway.blacklist.store.set_user(user, on)).await?;
     Ok(Json(BlacklistEntry {
         kind: "user".into(),
         value: user.0.to_string(),
@@ -105,13 +88,7 @@ async fn set_user(st: &AppState, user: UserId, on: bool) -> Result<Json<Blacklis
 }
 
 async fn set_ip(st: &AppState, ip: IpAddr, on: bool) -> Result<Json<BlacklistEntry>, AppError> {
-    st.gateway
-        .blacklist
-        .store
-        .set_ip(ip, on)
-        .await
-        .map_err(unavailable)?;
-    st.gateway.blacklist.refresh().await.map_err(unavailable)?;
+    gateway_write(st, st.gateway.blacklist.store.set_ip(ip, on)).await?;
     Ok(Json(BlacklistEntry {
         kind: "ip".into(),
         value: ip.to_string(),
@@ -161,17 +138,8 @@ pub async fn unblock_ip(
 
 async fn set_token_sale(st: &AppState, p: u64, on: bool) -> Result<Json<TokenSaleView>, AppError> {
     let sku = SkuId(p);
-    st.store
-        .sale(sku)
-        .await?
-        .ok_or_else(|| AppError::from_code(ErrorCode::SaleNotFound))?;
-    st.gateway
-        .blacklist
-        .store
-        .set_token_sale(sku, on)
-        .await
-        .map_err(unavailable)?;
-    st.gateway.blacklist.refresh().await.map_err(unavailable)?;
+    stored_sale(st, sku).await?;
+    gateway_write(st, st.gateway.blacklist.store.set_token_sale(sku, on)).await?;
     Ok(Json(TokenSaleView {
         sku_id: sku.0,
         purchase_token: on,

@@ -5,7 +5,7 @@
 use axum::extract::rejection::JsonRejection;
 use axum::extract::State;
 use axum::Json;
-use flashsale_core::{ErrorCode, SkuId, UserId};
+use flashsale_core::SkuId;
 use serde::{Deserialize, Serialize};
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
@@ -13,7 +13,7 @@ use utoipa_axum::routes;
 use super::Fallback;
 use crate::auth::Admin;
 use crate::error::AppError;
-use crate::routes::ApiPath;
+use crate::routes::{gateway_store_error, gateway_write, stored_sale, user_id, ApiPath};
 use crate::state::AppState;
 
 /// Routes to nest under `/api/v1`, with their OpenAPI.
@@ -22,10 +22,6 @@ pub fn router() -> OpenApiRouter<AppState> {
         .routes(routes!(view))
         .routes(routes!(allow_user, disallow_user))
         .routes(routes!(set_sale_fallback, drop_sale_fallback))
-}
-
-fn unavailable(e: String) -> AppError {
-    AppError::new(ErrorCode::Unavailable, format!("risk store: {e}"))
 }
 
 #[derive(Debug, Serialize, utoipa::ToSchema)]
@@ -74,7 +70,7 @@ pub async fn view(State(st): State<AppState>, _: Admin) -> Result<Json<RiskView>
         .store
         .load()
         .await
-        .map_err(unavailable)?;
+        .map_err(gateway_store_error)?;
     let mut allowlist: Vec<u64> = s.risk_allow.into_iter().collect();
     allowlist.sort_unstable();
     let mut sales: Vec<SaleFallbackView> = s
@@ -99,19 +95,9 @@ pub async fn view(State(st): State<AppState>, _: Admin) -> Result<Json<RiskView>
     }))
 }
 
-fn user_id(p: u64) -> Result<UserId, AppError> {
-    match p {
-        0 => Err(AppError::invalid("user_id must be positive")),
-        u => Ok(UserId(u)),
-    }
-}
-
 async fn set_allowed(st: &AppState, p: u64, on: bool) -> Result<Json<AllowlistEntry>, AppError> {
     let user = user_id(p)?;
-    let blacklist = &st.gateway.blacklist;
-    let stored = blacklist.store.set_risk_allowed(user, on).await;
-    stored.map_err(unavailable)?;
-    blacklist.refresh().await.map_err(unavailable)?;
+    gateway_write(st, st.gateway.blacklist.store.set_risk_allowed(user, on)).await?;
     Ok(Json(AllowlistEntry {
         user_id: user.0,
         allowlisted: on,
@@ -144,14 +130,8 @@ async fn set_fallback(
     rule: Option<Fallback>,
 ) -> Result<Json<SaleFallbackView>, AppError> {
     let sku = SkuId(p);
-    st.store
-        .sale(sku)
-        .await?
-        .ok_or_else(|| AppError::from_code(ErrorCode::SaleNotFound))?;
-    let blacklist = &st.gateway.blacklist;
-    let stored = blacklist.store.set_risk_fallback(sku, rule).await;
-    stored.map_err(unavailable)?;
-    blacklist.refresh().await.map_err(unavailable)?;
+    stored_sale(st, sku).await?;
+    gateway_write(st, st.gateway.blacklist.store.set_risk_fallback(sku, rule)).await?;
     Ok(Json(SaleFallbackView {
         sku_id: sku.0,
         fallback: rule.unwrap_or(st.risk.config().fallback),

@@ -12,7 +12,7 @@ use std::sync::Arc;
 use axum::extract::FromRequestParts;
 use axum::http::request::Parts;
 use flashsale_core::ledger::StoredSale;
-use flashsale_core::{ErrorCode, HotOrder, OrderStatus, SkuId};
+use flashsale_core::{ErrorCode, HotOrder, OrderStatus, SkuId, UserId};
 use serde::Serialize;
 
 use crate::auth::{bearer, Admin, User};
@@ -23,6 +23,42 @@ use crate::state::AppState;
 #[derive(axum::extract::FromRequestParts)]
 #[from_request(via(axum::extract::Path), rejection(AppError))]
 pub struct ApiPath<T>(pub T);
+
+/// The sale as the database has it now (no cache): what an admin change reads first.
+pub async fn stored_sale(st: &AppState, sku: SkuId) -> Result<StoredSale, AppError> {
+    st.store
+        .sale(sku)
+        .await?
+        .ok_or_else(|| AppError::from_code(ErrorCode::SaleNotFound))
+}
+
+/// A user id in a path: positive.
+pub fn user_id(p: u64) -> Result<UserId, AppError> {
+    match p {
+        0 => Err(AppError::invalid("user_id must be positive")),
+        u => Ok(UserId(u)),
+    }
+}
+
+/// The gateway's store (blacklist, purchase-token sales, the risk allowlist and rules) did
+/// not answer.
+pub fn gateway_store_error(e: String) -> AppError {
+    AppError::new(ErrorCode::Unavailable, format!("gateway store: {e}"))
+}
+
+/// Writes through the gateway's store, then reloads this instance's copy, so the change
+/// holds here at once (other instances see it within their refresh).
+pub async fn gateway_write(
+    st: &AppState,
+    write: impl std::future::Future<Output = Result<(), String>>,
+) -> Result<(), AppError> {
+    write.await.map_err(gateway_store_error)?;
+    st.gateway
+        .blacklist
+        .refresh()
+        .await
+        .map_err(gateway_store_error)
+}
 
 /// The sale from the instance cache, or the database (a stale cached copy when the database
 /// does not answer): what every handler that names a sale reads first.

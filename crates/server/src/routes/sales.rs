@@ -8,7 +8,7 @@ use flashsale_core::ledger::StoredSale;
 use flashsale_core::{Counters, ErrorCode, LedgerError, Sale, SaleMode, SaleState, SkuId};
 use serde::{Deserialize, Serialize};
 
-use super::ApiPath;
+use super::{stored_sale, ApiPath};
 use crate::auth::Admin;
 use crate::error::AppError;
 use crate::state::AppState;
@@ -194,13 +194,6 @@ pub async fn warm(
     )))
 }
 
-async fn stored_sale(st: &AppState, sku: SkuId) -> Result<StoredSale, AppError> {
-    st.store
-        .sale(sku)
-        .await?
-        .ok_or_else(|| AppError::from_code(ErrorCode::SaleNotFound))
-}
-
 fn rebuild_error(e: crate::reconcile::RebuildError) -> AppError {
     use crate::reconcile::RebuildError;
     match e {
@@ -215,11 +208,7 @@ fn rebuild_error(e: crate::reconcile::RebuildError) -> AppError {
 
 async fn set_state(st: AppState, p: u64, state: SaleState) -> Result<Json<SaleView>, AppError> {
     let sku = SkuId(p);
-    let stored = st
-        .store
-        .sale(sku)
-        .await?
-        .ok_or_else(|| AppError::from_code(ErrorCode::SaleNotFound))?;
+    let stored = stored_sale(&st, sku).await?;
     if stored.sale.state == SaleState::Ended {
         return Err(AppError::from_code(ErrorCode::Ended));
     }
