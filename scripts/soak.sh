@@ -1,19 +1,19 @@
 #!/usr/bin/env bash
-# Soak the seeded fault schedule: runs many seeds of crates/cli/tests/fault_schedule.rs in one
+# Soak the seeded fault schedule: runs many seeds of crates/cli/tests/testsuite/fault_schedule/loopback.rs in one
 # `cargo test` invocation, prints each seed's verdict and time, then "N passed, M failed".
 #
 #   scripts/soak.sh 50            seeds 1..=50
 #   scripts/soak.sh 7,19,100..=120  a list and/or ranges (a..b excludes b, a..=b includes it)
 #   scripts/soak.sh --cluster 20  the same seeds of the partitioned Redis Cluster schedule
-#                                 (crates/cli/tests/fault_schedule_cluster.rs; root, iproute2)
+#                                 (crates/cli/tests/testsuite/fault_schedule/cluster.rs; root, iproute2)
 #
 # Exits non-zero when any seed fails. Each failing seed prints its schedule, what broke and
 # the command that replays it. The whole output is kept in target/soak-<test>.log.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-test=fault_schedule seeds_var=FLASHSALE_SEEDS filter=seeded_fault_schedules
+test=fault_schedule seeds_var=FLASHSALE_SEEDS filter=fault_schedule::loopback::
 if [[ "${1:-}" == --cluster ]]; then
-    test=fault_schedule_cluster seeds_var=FLASHSALE_CLUSTER_SEEDS filter=seeded_cluster_fault_schedules
+    test=fault_schedule_cluster seeds_var=FLASHSALE_CLUSTER_SEEDS filter=fault_schedule::cluster::
     shift
 fi
 spec="${1:?usage: scripts/soak.sh [--cluster] N | SEED-LIST (e.g. 1,5..=9)}"
@@ -24,7 +24,7 @@ log=target/soak-$test.log
 mkdir -p target
 started=$(date +%s)
 set +e
-env "$seeds_var=$spec" cargo test -p flashsale --test "$test" \
+env "$seeds_var=$spec" cargo test -p flashsale --test testsuite \
     -- "$filter" --nocapture >"$log" 2>&1
 status=$?
 set -e

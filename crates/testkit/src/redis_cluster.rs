@@ -218,12 +218,7 @@ impl RedisCluster {
     /// Waits until replica `i` has everything its primary `p` wrote so far.
     pub async fn wait_replicated(&self, p: usize, i: usize) {
         let offset = |url: String| async move {
-            let mut conn = connect(&url).await?;
-            let info: String = redis::cmd("INFO")
-                .arg("replication")
-                .query_async(&mut conn)
-                .await
-                .ok()?;
+            let info = info(&url, "replication").await?;
             info.lines()
                 .find_map(|l| l.strip_prefix("master_repl_offset:"))
                 .and_then(|v| v.trim().parse::<u64>().ok())
@@ -248,21 +243,7 @@ impl RedisCluster {
             .map(|n| n.url())
             .collect();
         wait::until("every node to say cluster_state:ok", SETTLE_MAX, || {
-            let urls = urls.clone();
-            async move {
-                for url in &urls {
-                    let mut conn = connect(url).await?;
-                    let info: String = redis::cmd("CLUSTER")
-                        .arg("INFO")
-                        .query_async(&mut conn)
-                        .await
-                        .ok()?;
-                    if !info.contains("cluster_state:ok") {
-                        return None;
-                    }
-                }
-                Some(())
-            }
+            all_say_ok(&urls)
         })
         .await;
     }
@@ -284,13 +265,8 @@ impl RedisCluster {
                 let replica = topology
                     .iter()
                     .find(|n| !n.failed && n.primary_id.as_deref() == Some(&p.id))?;
-                let mut conn = connect(&format!("redis://127.0.0.1:{}", replica.port)).await?;
-                let info: String = redis::cmd("INFO")
-                    .arg("replication")
-                    .query_async(&mut conn)
-                    .await
-                    .ok()?;
-                if !info.contains("master_link_status:up") {
+                let url = format!("redis://127.0.0.1:{}", replica.port);
+                if !link_up(&url).await {
                     return None;
                 }
             }
@@ -325,6 +301,34 @@ pub async fn spawn_node(node_timeout_ms: u64) -> RedisServer {
         "0",
     ])
     .await
+}
+
+/// `INFO <section>` of the node at `url`, `None` when it does not answer.
+pub(crate) async fn info(url: &str, section: &str) -> Option<String> {
+    let mut conn = connect(url).await?;
+    let cmd = if section == "cluster" {
+        redis::cmd("CLUSTER").arg("INFO").clone()
+    } else {
+        redis::cmd("INFO").arg(section).clone()
+    };
+    cmd.query_async(&mut conn).await.ok()
+}
+
+/// `Some` when every node at `urls` answers `cluster_state:ok`.
+pub(crate) async fn all_say_ok(urls: &[String]) -> Option<()> {
+    for url in urls {
+        info(url, "cluster")
+            .await
+            .filter(|i| i.contains("cluster_state:ok"))?;
+    }
+    Some(())
+}
+
+/// Whether the replica at `url` says `master_link_status:up`.
+pub(crate) async fn link_up(url: &str) -> bool {
+    info(url, "replication")
+        .await
+        .is_some_and(|i| i.contains("master_link_status:up"))
 }
 
 pub(crate) async fn connect(url: &str) -> Option<MultiplexedConnection> {

@@ -12,7 +12,7 @@ use std::net::Ipv4Addr;
 use std::time::Duration;
 
 use crate::netns::{Host, Net};
-use crate::redis_cluster::{connect, parse_node_line, NodeInfo};
+use crate::redis_cluster::{all_say_ok, connect, link_up, parse_node_line, NodeInfo};
 use crate::redis_server::RedisServer;
 use crate::wait;
 
@@ -257,21 +257,7 @@ impl NsRedisCluster {
             .filter(|n| n.is_running())
             .map(|n| n.url())
             .collect();
-        let ok = wait::within(limit, || async {
-            for url in &urls {
-                let mut conn = connect(url).await?;
-                let info: String = redis::cmd("CLUSTER")
-                    .arg("INFO")
-                    .query_async(&mut conn)
-                    .await
-                    .ok()?;
-                if !info.contains("cluster_state:ok") {
-                    return None;
-                }
-            }
-            Some(())
-        })
-        .await;
+        let ok = wait::within(limit, || all_say_ok(&urls)).await;
         ok.is_some()
     }
 
@@ -369,16 +355,4 @@ async fn spawn_node(net: &Net, host: &Host, node_timeout_ms: u64) -> RedisServer
         "0",
     ];
     RedisServer::spawn_wrapped(net.exec_prefix(host), &addr, PORT, &args).await
-}
-
-/// Whether the replica at `url` says `master_link_status:up`.
-async fn link_up(url: &str) -> bool {
-    let Some(mut conn) = connect(url).await else {
-        return false;
-    };
-    let info: Result<String, _> = redis::cmd("INFO")
-        .arg("replication")
-        .query_async(&mut conn)
-        .await;
-    info.is_ok_and(|i| i.contains("master_link_status:up"))
 }

@@ -1,10 +1,8 @@
 //! The stream API of the persister: group, reads, pending, claim, ack, trim, lease.
 
-mod common;
-
 use std::time::{Duration, Instant};
 
-use common::{raw, TestLedger};
+use crate::common::{raw, TestLedger};
 use flashsale_core::{EventKind, HotLedger, SaleMode, SkuId, UserId};
 use flashsale_redis::StreamReader;
 use flashsale_testkit::conformance::{buy_ok, live_sale, warm};

@@ -1,9 +1,7 @@
 //! Differential test: random operations on the Redis ledger and on core's `SaleBook` (the
 //! reference rules) give the same outcomes, order numbers and counters.
 
-mod common;
-
-use common::TestLedger;
+use crate::common::TestLedger;
 use flashsale_core::{
     HotCopies, HotLedger, HotOrder, OrderNo, OrderStatus, PurchaseOutcome, PurchaseRequest, Sale,
     SaleBook, SaleMode, SaleState, UserId,

@@ -20,27 +20,14 @@
 //!
 //! The same seed draws the same schedule (printed up front). Seeds: `FLASHSALE_SEEDS` (a
 //! comma list and/or ranges `a..b`, `a..=b`), else a few CI seeds. Replay one:
-//! `FLASHSALE_SEEDS=<seed> cargo test -p flashsale --test fault_schedule -- --nocapture`;
+//! `FLASHSALE_SEEDS=<seed> cargo test -p flashsale --test testsuite fault_schedule::loopback -- --nocapture`;
 //! soak many: `scripts/soak.sh N`.
-
-/// The harness, one module per concern, under `tests/fault_schedule/`.
-mod fault_schedule {
-    pub mod checker;
-    pub mod db;
-    pub mod nemesis;
-    pub mod plan;
-    pub mod probe;
-    pub mod procs;
-    pub mod run;
-    pub mod seeds;
-    pub mod workload;
-}
 
 use std::time::Instant;
 
-use fault_schedule::checker::Verdict;
-use fault_schedule::run::{clip, Outcome};
-use fault_schedule::{plan, run, seeds};
+use super::checker::Verdict;
+use super::run::{clip, Outcome};
+use super::{plan, run, seeds};
 
 /// Failure lines shown per check: a broken run must not print a million lines.
 const LINES_PER_CHECK: usize = 6;
@@ -92,7 +79,7 @@ async fn run_one(seed: u64) -> Option<String> {
 }
 
 fn replay(seed: u64) -> String {
-    format!("replay: FLASHSALE_SEEDS={seed} cargo test -p flashsale --test fault_schedule -- --nocapture")
+    format!("replay: FLASHSALE_SEEDS={seed} cargo test -p flashsale --test testsuite fault_schedule::loopback -- --nocapture")
 }
 
 fn notes(v: &Verdict) -> String {

@@ -69,7 +69,7 @@ async fn accepted_purchases_survive_kill_9() {
     let mut child = Command::new(std::env::current_exe().unwrap())
         .args([
             "--exact",
-            "kill9_child",
+            "kill9::kill9_child",
             "--ignored",
             "--nocapture",
             "--test-threads=1",

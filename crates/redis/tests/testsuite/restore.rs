@@ -2,9 +2,7 @@
 //! from the system of record, open. Replays, limits and holds survive; a copy that is not
 //! the fenced one of the epoch takes no restore.
 
-mod common;
-
-use common::TestLedger;
+use crate::common::TestLedger;
 use flashsale_core::{
     Counters, ErrorCode, HotCopies, HotLedger, OrderStatus, PurchaseOutcome, SaleMode, SaleState,
     UserId,

@@ -2,9 +2,7 @@
 //! batch entry, expanded into one event per change, and one-event entries (resolutions, and
 //! every deduction written before batch entries) read as before, in one stream.
 
-mod common;
-
-use common::{raw, TestLedger};
+use crate::common::{raw, TestLedger};
 use flashsale_core::{EventKind, HotCopies, HotLedger, OrderNo, PurchaseOutcome, SaleMode};
 use flashsale_redis::StreamReader;
 use flashsale_testkit::conformance::{live_sale, req, warm};

@@ -1,8 +1,6 @@
 //! The ledger conformance suite (flashsale-testkit) against the real, shared Redis.
 
-mod common;
-
-use common::TestLedger;
+use crate::common::TestLedger;
 use flashsale_testkit::conformance;
 
 macro_rules! conformance_test {

@@ -28,7 +28,8 @@ pub struct NsStack {
     pub serves: Vec<Proc>,
     pub worker: Proc,
     pub redis: NsRedisCluster,
-    pub db: MariaDbServer,
+    /// Held for its lifetime: the stack's MariaDB stops when the stack is dropped.
+    _db: MariaDbServer,
     pub db_url: String,
     pub http: reqwest::Client,
     /// serve0, serve1, worker.
@@ -57,7 +58,7 @@ impl NsStack {
             serves,
             worker,
             redis,
-            db,
+            _db: db,
             db_url,
             http: procs::http_client(),
             hosts,

@@ -1,8 +1,6 @@
 //! The scripts validate their own arguments: a malformed call or request changes nothing.
 
-mod common;
-
-use common::{raw, TestLedger};
+use crate::common::{raw, TestLedger};
 use flashsale_core::{HotLedger, SaleMode, SkuId};
 use flashsale_redis::{scripts, Keys};
 use flashsale_testkit::conformance::{live_sale, stock, warm};

@@ -2,7 +2,7 @@
 //! replicas, two `flashsale serve` and one `flashsale worker`, each in a network namespace of
 //! its own on one bridge (`flashsale_testkit::netns`; addresses from 198.18.0.0/15; MariaDB
 //! in the root namespace on the bridge's root address). The same seed draws the same sales
-//! and workload as `fault_schedule.rs`, plus WAIT on or off, maybe a replica attached late,
+//! and workload as the loopback schedule (`loopback.rs`), plus WAIT on or off, maybe a replica attached late,
 //! and one fault at a time: a partition between an instance and a primary, between a primary
 //! and its replica, a primary on the minority side with one instance (it acknowledges until
 //! it notices), the cluster bus cut, kill -9 of a primary, a planned `CLUSTER FAILOVER`, the
@@ -19,32 +19,12 @@
 //! fault_schedule_cluster -- --nocapture`; soak many: `scripts/soak.sh --cluster N`. Needs
 //! root (network namespaces) and iproute2.
 
-/// The harness of `fault_schedule.rs` (this binary uses its workload, probes, checker and
-/// database reader, not its loopback processes and nemesis: hence dead code here) and the
-/// cluster's own plan, processes, nemesis and run.
-#[allow(dead_code)]
-mod fault_schedule {
-    pub mod checker;
-    pub mod cluster_nemesis;
-    pub mod cluster_plan;
-    pub mod cluster_procs;
-    pub mod cluster_run;
-    pub mod db;
-    pub mod nemesis;
-    pub mod plan;
-    pub mod probe;
-    pub mod procs;
-    pub mod run;
-    pub mod seeds;
-    pub mod workload;
-}
-
 use std::time::Instant;
 
-use fault_schedule::cluster_plan::ClusterPlan;
-use fault_schedule::cluster_run::{self, Outcome};
-use fault_schedule::run::clip;
-use fault_schedule::seeds;
+use super::cluster_plan::ClusterPlan;
+use super::cluster_run::{self, Outcome};
+use super::run::clip;
+use super::seeds;
 
 /// Seeds CI runs when `FLASHSALE_CLUSTER_SEEDS` is unset (about 20 s each), chosen so that
 /// together they land every kind of fault with WAIT on and off: 1 (WAIT off) leaves a primary
@@ -113,7 +93,7 @@ async fn run_one(seed: u64) -> Option<String> {
 }
 
 fn replay(seed: u64) -> String {
-    format!("replay: FLASHSALE_CLUSTER_SEEDS={seed} cargo test -p flashsale --test fault_schedule_cluster -- --nocapture")
+    format!("replay: FLASHSALE_CLUSTER_SEEDS={seed} cargo test -p flashsale --test testsuite fault_schedule::cluster -- --nocapture")
 }
 
 /// The seed, what it drew, what broke (bounded), the schedule as planned and as it happened.

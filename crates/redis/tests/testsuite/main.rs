@@ -1,0 +1,13 @@
+//! The crate's integration tests, one binary (each former test file is a module).
+
+mod cluster;
+mod common;
+mod conformance;
+mod failover;
+mod faults;
+mod model;
+mod restock;
+mod restore;
+mod scripts;
+mod stream;
+mod stream_format;
