@@ -9,6 +9,7 @@
 //! - [`redis_cluster_ns`]: the six-node cluster with each node in a namespace of its own.
 //! - [`mariadb`]: a throwaway `mariadbd` in a temp dir, and a fresh database of its own on the
 //!   shared server.
+//! - [`postgres`]: a fresh database of its own on the shared PostgreSQL server.
 //! - [`conformance`]: the one suite both hot ledgers must pass.
 //! - [`wait`]: polling with a deadline, the only way tests wait (`until` panics at the
 //!   deadline; `within` gives up with `None`).
@@ -19,6 +20,7 @@
 pub mod conformance;
 pub mod mariadb;
 pub mod netns;
+pub mod postgres;
 pub mod process;
 pub mod redis_cluster;
 pub mod redis_cluster_ns;
