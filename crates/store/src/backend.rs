@@ -104,6 +104,15 @@ pub trait Backend: sqlx::Database {
     }
 }
 
+/// A database server that many instances share (MySQL, PostgreSQL), as opposed to SQLite's
+/// file of one process: `Store::connect` opens a pool to it by URL and migrates it under the
+/// database's own lock, so instances that start together migrate it once between them.
+pub trait Server: Backend {
+    /// Takes the migration lock on `conn` (waiting a bounded time), runs
+    /// `compat::run_migrations` and releases the lock.
+    fn migrate_locked(conn: &mut Self::Connection) -> BoxFuture<'_, Result<(), StoreError>>;
+}
+
 /// The `run` and `fetch` of a backend over sqlx: `$bind` binds one [`Arg`] to a query,
 /// `$text` turns the crate's `?` text into the backend's.
 macro_rules! sqlx_steps {

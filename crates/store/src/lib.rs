@@ -35,7 +35,7 @@ pub mod sql;
 pub mod sqlite;
 pub mod store;
 
-pub use backend::Backend;
+pub use backend::{Backend, Server};
 pub use mysql::MySqlStore;
 pub use postgres::PgStore;
 pub use sqlite::SqliteStore;

@@ -2,19 +2,17 @@
 //!
 //! The backend of [`Store`]: its dialect (`sql::mysql`), unsigned integer binds, text read
 //! unchecked (BINARY-flagged `ascii_bin` columns), `last_insert_id`, and a migration lock of
-//! its own. `apply_events` locks the sale row (`SELECT ... FOR UPDATE`), so concurrent
+//! its own ([`Server`]). `apply_events` locks the sale row (`SELECT ... FOR UPDATE`), so concurrent
 //! writers of one sale serialize on it; the guarded counter update is the last word either way.
 
-use std::time::Duration;
-
 use sqlx::migrate::Migrator;
-use sqlx::mysql::{MySqlArguments, MySqlConnection, MySqlPoolOptions, MySqlRow};
+use sqlx::mysql::{MySqlArguments, MySqlConnection, MySqlRow};
 use sqlx::query::Query;
 use sqlx::{MySql, Row};
 
 use flashsale_core::StoreError;
 
-use crate::backend::{as_is, sqlx_steps, Arg, Backend, BoxFuture, Columns};
+use crate::backend::{as_is, sqlx_steps, Arg, Backend, BoxFuture, Columns, Server};
 use crate::rows::db_error;
 use crate::sql::{self, Dialect};
 use crate::store::Store;
@@ -77,49 +75,29 @@ impl Backend for MySql {
     }
 }
 
-impl Store<MySql> {
-    /// Connects a pool of 16 to `url` (`mysql://user:pass@host:port/db`) and runs the
-    /// migrations.
-    pub async fn connect(url: &str) -> Result<MySqlStore, StoreError> {
-        MySqlStore::connect_with(url, 16).await
-    }
-
-    /// Like [`MySqlStore::connect`] with a pool of `max_connections`.
-    pub async fn connect_with(url: &str, max_connections: u32) -> Result<MySqlStore, StoreError> {
-        let pool = MySqlPoolOptions::new()
-            .max_connections(max_connections.max(1))
-            .acquire_timeout(Duration::from_secs(5))
-            .connect(url)
+/// Instances that start together take turns under a named lock of the database's own:
+/// sqlx's migration lock asks MariaDB for `GET_LOCK(name, -1)`, which MariaDB answers NULL
+/// without locking, so two instances would both apply the first migration.
+impl Server for MySql {
+    fn migrate_locked(conn: &mut MySqlConnection) -> BoxFuture<'_, Result<(), StoreError>> {
+        Box::pin(async move {
+            let locked: Option<i64> = sqlx::query_scalar(
+                "SELECT GET_LOCK(CONCAT('flashsale_migrate_', SHA1(DATABASE())), ?)",
+            )
+            .bind(MIGRATE_LOCK_WAIT_S)
+            .fetch_one(&mut *conn)
             .await
-            .map_err(|e| StoreError::Unavailable(e.to_string()))?;
-        let store = Store::new(pool.clone(), pool);
-        store.migrate().await?;
-        Ok(store)
-    }
-
-    /// Runs the pending migrations (idempotent). Instances that start together take turns
-    /// under a named lock of the database's own: sqlx's migration lock asks MariaDB for
-    /// `GET_LOCK(name, -1)`, which MariaDB answers NULL without locking, so two instances would
-    /// both apply the first migration.
-    pub async fn migrate(&self) -> Result<(), StoreError> {
-        let mut conn = self.writer.acquire().await.map_err(db_error)?;
-        let locked: Option<i64> = sqlx::query_scalar(
-            "SELECT GET_LOCK(CONCAT('flashsale_migrate_', SHA1(DATABASE())), ?)",
-        )
-        .bind(MIGRATE_LOCK_WAIT_S)
-        .fetch_one(&mut *conn)
-        .await
-        .map_err(db_error)?;
-        if locked != Some(1) {
-            return Err(StoreError::Unavailable(format!(
-                "another instance held the migration lock for {MIGRATE_LOCK_WAIT_S} s"
-            )));
-        }
-        let ran = crate::compat::run_migrations::<MySql>(&mut conn).await;
-        let _ = sqlx::query("SELECT RELEASE_LOCK(CONCAT('flashsale_migrate_', SHA1(DATABASE())))")
-            .execute(&mut *conn)
-            .await;
-        ran
+            .map_err(db_error)?;
+            if locked != Some(1) {
+                return Err(StoreError::Unavailable(format!(
+                    "another instance held the migration lock for {MIGRATE_LOCK_WAIT_S} s"
+                )));
+            }
+            let ran = crate::compat::run_migrations::<MySql>(conn).await;
+            let release = "SELECT RELEASE_LOCK(CONCAT('flashsale_migrate_', SHA1(DATABASE())))";
+            let _ = sqlx::query(release).execute(&mut *conn).await;
+            ran
+        })
     }
 }
 

@@ -3,21 +3,20 @@
 //! The backend of [`Store`]: its dialect (`sql::postgres`, `$n` placeholders numbered from
 //! the crate's `?` text), `BIGINT` columns for every integer (PostgreSQL has no unsigned
 //! ones: an id or count above `i64::MAX` is refused when bound, a negative one when read),
-//! `REPEATABLE READ` for the audit's one snapshot, and an advisory lock around migrations.
+//! `REPEATABLE READ` for the audit's one snapshot, and an advisory lock around migrations
+//! ([`Server`]).
 //! `apply_events` locks the sale row (`SELECT ... FOR UPDATE`), as on MySQL; under READ
 //! COMMITTED a writer that waited for the lock reads the row, and every later statement,
 //! as the previous writer committed them.
 
-use std::time::Duration;
-
 use sqlx::migrate::Migrator;
-use sqlx::postgres::{PgArguments, PgConnection, PgPoolOptions, PgRow};
+use sqlx::postgres::{PgArguments, PgConnection, PgRow};
 use sqlx::query::Query;
 use sqlx::{Postgres, Row};
 
 use flashsale_core::StoreError;
 
-use crate::backend::{signed, sqlx_steps, unsigned, Arg, Backend, Columns};
+use crate::backend::{signed, sqlx_steps, unsigned, Arg, Backend, BoxFuture, Columns, Server};
 use crate::rows::db_error;
 use crate::sql::postgres::numbered;
 use crate::sql::{self, Dialect};
@@ -67,50 +66,30 @@ impl Backend for Postgres {
     sqlx_steps!(bind, numbered);
 }
 
-impl Store<Postgres> {
-    /// Connects a pool of 16 to `url` (`postgres://user:pass@host:port/db`, or
-    /// `postgresql://…`) and runs the migrations.
-    pub async fn connect(url: &str) -> Result<PgStore, StoreError> {
-        PgStore::connect_with(url, 16).await
-    }
-
-    /// Like [`PgStore::connect`] with a pool of `max_connections`.
-    pub async fn connect_with(url: &str, max_connections: u32) -> Result<PgStore, StoreError> {
-        let pool = PgPoolOptions::new()
-            .max_connections(max_connections.max(1))
-            .acquire_timeout(Duration::from_secs(5))
-            .connect(url)
-            .await
-            .map_err(|e| StoreError::Unavailable(e.to_string()))?;
-        let store = Store::new(pool.clone(), pool);
-        store.migrate().await?;
-        Ok(store)
-    }
-
-    /// Runs the pending migrations (idempotent). Instances that start together take turns
-    /// under an advisory lock of the database's, held around the compatibility check too
-    /// (sqlx's own lock covers only the migrations).
-    pub async fn migrate(&self) -> Result<(), StoreError> {
-        let mut conn = self.writer.acquire().await.map_err(db_error)?;
-        let lock = "hashtext('flashsale_migrate_' || current_database())";
-        sqlx::query(&format!("SET lock_timeout = '{MIGRATE_LOCK_WAIT}'"))
-            .execute(&mut *conn)
-            .await
-            .map_err(db_error)?;
-        let locked = sqlx::query(&format!("SELECT pg_advisory_lock({lock})"))
-            .execute(&mut *conn)
-            .await;
-        let _ = sqlx::query("RESET lock_timeout").execute(&mut *conn).await;
-        if let Err(e) = locked {
-            return Err(StoreError::Unavailable(format!(
-                "another instance held the migration lock for {MIGRATE_LOCK_WAIT}: {e}"
-            )));
-        }
-        let ran = crate::compat::run_migrations::<Postgres>(&mut conn).await;
-        let _ = sqlx::query(&format!("SELECT pg_advisory_unlock({lock})"))
-            .execute(&mut *conn)
-            .await;
-        ran
+/// An advisory lock of the database's, held around the compatibility check too (sqlx's own
+/// lock covers only the migrations).
+impl Server for Postgres {
+    fn migrate_locked(conn: &mut PgConnection) -> BoxFuture<'_, Result<(), StoreError>> {
+        Box::pin(async move {
+            let lock = "hashtext('flashsale_migrate_' || current_database())";
+            sqlx::query(&format!("SET lock_timeout = '{MIGRATE_LOCK_WAIT}'"))
+                .execute(&mut *conn)
+                .await
+                .map_err(db_error)?;
+            let locked = sqlx::query(&format!("SELECT pg_advisory_lock({lock})"))
+                .execute(&mut *conn)
+                .await;
+            let _ = sqlx::query("RESET lock_timeout").execute(&mut *conn).await;
+            if let Err(e) = locked {
+                return Err(StoreError::Unavailable(format!(
+                    "another instance held the migration lock for {MIGRATE_LOCK_WAIT}: {e}"
+                )));
+            }
+            let ran = crate::compat::run_migrations::<Postgres>(conn).await;
+            let unlock = format!("SELECT pg_advisory_unlock({lock})");
+            let _ = sqlx::query(&unlock).execute(&mut *conn).await;
+            ran
+        })
     }
 }
 

@@ -13,7 +13,7 @@ use flashsale_core::{
     SaleAudit, SaleState, SkuId, StoreError, StoredSale,
 };
 
-use crate::backend::{signed, Arg, Backend};
+use crate::backend::{signed, Arg, Backend, Server};
 use crate::batch::{self, Head, KnownOrder, Plan, Split, StoredEvent, CHUNK_ROWS};
 use crate::rows::{self, db_error, SaleRow};
 use crate::sql::{self, list_placeholders, values_placeholders};
@@ -183,6 +183,33 @@ impl<B: Backend> Store<B> {
         tx.commit().await.map_err(db_error)?;
         batch::alert(sku, &report);
         Ok(Some(report))
+    }
+}
+
+impl<B: Server> Store<B> {
+    /// Connects a pool of 16 to `url` (`mysql://user:pass@host:port/db`,
+    /// `postgres://user:pass@host:port/db`) and runs the migrations.
+    pub async fn connect(url: &str) -> Result<Store<B>, StoreError> {
+        Store::connect_with(url, 16).await
+    }
+
+    /// Like [`Store::connect`] with a pool of `max_connections`.
+    pub async fn connect_with(url: &str, max_connections: u32) -> Result<Store<B>, StoreError> {
+        let pool = sqlx::pool::PoolOptions::<B>::new()
+            .max_connections(max_connections.max(1))
+            .acquire_timeout(std::time::Duration::from_secs(5))
+            .connect(url)
+            .await
+            .map_err(|e| StoreError::Unavailable(e.to_string()))?;
+        let store = Store::new(pool.clone(), pool);
+        store.migrate().await?;
+        Ok(store)
+    }
+
+    /// Runs the pending migrations (idempotent), under the database's migration lock.
+    pub async fn migrate(&self) -> Result<(), StoreError> {
+        let mut conn = self.writer.acquire().await.map_err(db_error)?;
+        B::migrate_locked(&mut conn).await
     }
 }
 

@@ -41,3 +41,17 @@ pub fn unique_name(prefix: &str) -> String {
     let n: u64 = rand::rng().random();
     format!("{prefix}_{n:016x}")
 }
+
+/// Runs `work` to the end on a thread of its own with a runtime of its own: what a `Drop`
+/// that must talk to a server does, since it may run inside a runtime or outside any.
+pub(crate) fn block_on_thread(work: impl std::future::Future<Output = ()> + Send + 'static) {
+    let _ = std::thread::spawn(move || {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build();
+        if let Ok(rt) = rt {
+            rt.block_on(work);
+        }
+    })
+    .join();
+}

@@ -48,24 +48,12 @@ impl TestDatabase {
 impl Drop for TestDatabase {
     fn drop(&mut self) {
         let (admin, name) = (admin_url(&self.server_url), self.name.clone());
-        // Drop runs outside any runtime guarantee; use a small thread with its own runtime.
         // FORCE ends the connections a test's pool still holds.
-        let _ = std::thread::spawn(move || {
-            let rt = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build();
-            if let Ok(rt) = rt {
-                rt.block_on(async {
-                    if let Ok(mut conn) = PgConnection::connect(&admin).await {
-                        let _ = conn
-                            .execute(
-                                format!("DROP DATABASE IF EXISTS \"{name}\" WITH (FORCE)").as_str(),
-                            )
-                            .await;
-                    }
-                });
+        crate::block_on_thread(async move {
+            if let Ok(mut conn) = PgConnection::connect(&admin).await {
+                let drop = format!("DROP DATABASE IF EXISTS \"{name}\" WITH (FORCE)");
+                let _ = conn.execute(drop.as_str()).await;
             }
-        })
-        .join();
+        });
     }
 }
