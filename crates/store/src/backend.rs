@@ -14,10 +14,8 @@
 use std::future::Future;
 use std::pin::Pin;
 
-use flashsale_core::StoreError;
-use sqlx::migrate::{Migrate, Migrator};
-
 use crate::sql::Dialect;
+use flashsale_core::StoreError;
 
 /// A boxed future, as a backend's steps return them (`Send`: the store is shared).
 pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
@@ -66,13 +64,6 @@ pub trait Backend: sqlx::Database {
 
     /// A row of a result.
     type Record: Columns + Send;
-    /// The connection as sqlx's migrator sees it (the backend's connection itself).
-    type Migrating: Migrate + Send;
-
-    /// The backend's migrations (`migrations/<backend>`).
-    fn migrator() -> Migrator;
-
-    fn migrating(conn: &mut Self::Connection) -> &mut Self::Migrating;
 
     /// Runs a statement; answers the rows it matched.
     fn run<'a>(
@@ -150,6 +141,16 @@ macro_rules! sqlx_steps {
     };
 }
 pub(crate) use sqlx_steps;
+
+/// `Columns` methods that decode a column straight into the domain's type (`name: type`).
+macro_rules! decoded_columns {
+    ($($name:ident: $t:ty),* $(,)?) => {$(
+        fn $name(&self, col: &str) -> Result<$t, flashsale_core::StoreError> {
+            sqlx::Row::try_get(self, col).map_err($crate::rows::db_error)
+        }
+    )*};
+}
+pub(crate) use decoded_columns;
 
 /// The crate's `?` text as it is (MySQL, SQLite).
 pub(crate) fn as_is(sql: &str) -> std::borrow::Cow<'_, str> {

@@ -83,12 +83,18 @@ pub(crate) fn prepare(
     Ok(migrator)
 }
 
-/// Runs `B`'s migrations on `conn` (a connection the caller holds: under its lock, or the
-/// single writer's), past a newer schema only when it declares this binary compatible.
-pub(crate) async fn run_migrations<B: Backend>(conn: &mut B::Connection) -> Result<(), StoreError> {
-    let migrator = B::migrator();
+/// Runs `B`'s `migrator` (its `migrations/<backend>`) on `conn`, a connection the caller
+/// holds (under its lock, or the single writer's), past a newer schema only when it declares
+/// this binary compatible.
+pub(crate) async fn run_migrations<B: Backend>(
+    conn: &mut B::Connection,
+    migrator: Migrator,
+) -> Result<(), StoreError>
+where
+    B::Connection: Migrate,
+{
     let binary = binary_version(&migrator);
-    let database = database_version(B::migrating(conn)).await?;
+    let database = database_version(conn).await?;
     let min_binary = match database {
         Some(d) if d > binary => match B::fetch(conn, MIN_BINARY_SQL, &[]).await?.first() {
             Some(row) => Some(row.int("min_binary_version")?),
@@ -97,10 +103,7 @@ pub(crate) async fn run_migrations<B: Backend>(conn: &mut B::Connection) -> Resu
         _ => None,
     };
     let migrator = prepare(migrator, binary, database, min_binary)?;
-    migrator
-        .run_direct(B::migrating(conn))
-        .await
-        .map_err(migrate_error)
+    migrator.run_direct(conn).await.map_err(migrate_error)
 }
 
 /// A migration error as a store error.

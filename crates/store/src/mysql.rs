@@ -5,14 +5,15 @@
 //! its own ([`Server`]). `apply_events` locks the sale row (`SELECT ... FOR UPDATE`), so concurrent
 //! writers of one sale serialize on it; the guarded counter update is the last word either way.
 
-use sqlx::migrate::Migrator;
 use sqlx::mysql::{MySqlArguments, MySqlConnection, MySqlRow};
 use sqlx::query::Query;
 use sqlx::{MySql, Row};
 
 use flashsale_core::StoreError;
 
-use crate::backend::{as_is, sqlx_steps, Arg, Backend, BoxFuture, Columns, Server};
+use crate::backend::{
+    as_is, decoded_columns, sqlx_steps, Arg, Backend, BoxFuture, Columns, Server,
+};
 use crate::rows::db_error;
 use crate::sql::{self, Dialect};
 use crate::store::Store;
@@ -47,15 +48,6 @@ impl Backend for MySql {
     const SHORT_WAY: bool = true;
 
     type Record = MySqlRow;
-    type Migrating = MySqlConnection;
-
-    fn migrator() -> Migrator {
-        sqlx::migrate!("./migrations/mysql")
-    }
-
-    fn migrating(conn: &mut MySqlConnection) -> &mut MySqlConnection {
-        conn
-    }
 
     sqlx_steps!(bind, as_is);
 
@@ -93,7 +85,9 @@ impl Server for MySql {
                     "another instance held the migration lock for {MIGRATE_LOCK_WAIT_S} s"
                 )));
             }
-            let ran = crate::compat::run_migrations::<MySql>(conn).await;
+            let ran =
+                crate::compat::run_migrations::<MySql>(conn, sqlx::migrate!("./migrations/mysql"))
+                    .await;
             let release = "SELECT RELEASE_LOCK(CONCAT('flashsale_migrate_', SHA1(DATABASE())))";
             let _ = sqlx::query(release).execute(&mut *conn).await;
             ran
@@ -107,19 +101,5 @@ impl Columns for MySqlRow {
     fn text(&self, col: &str) -> Result<String, StoreError> {
         self.try_get_unchecked::<String, _>(col).map_err(db_error)
     }
-    fn uint(&self, col: &str) -> Result<u64, StoreError> {
-        self.try_get(col).map_err(db_error)
-    }
-    fn opt_uint(&self, col: &str) -> Result<Option<u64>, StoreError> {
-        self.try_get(col).map_err(db_error)
-    }
-    fn int(&self, col: &str) -> Result<i64, StoreError> {
-        self.try_get(col).map_err(db_error)
-    }
-    fn small(&self, col: &str) -> Result<u32, StoreError> {
-        self.try_get(col).map_err(db_error)
-    }
-    fn flag(&self, col: &str) -> Result<bool, StoreError> {
-        self.try_get(col).map_err(db_error)
-    }
+    decoded_columns!(uint: u64, opt_uint: Option<u64>, int: i64, small: u32, flag: bool);
 }

@@ -9,14 +9,15 @@
 //! COMMITTED a writer that waited for the lock reads the row, and every later statement,
 //! as the previous writer committed them.
 
-use sqlx::migrate::Migrator;
 use sqlx::postgres::{PgArguments, PgConnection, PgRow};
 use sqlx::query::Query;
 use sqlx::{Postgres, Row};
 
 use flashsale_core::StoreError;
 
-use crate::backend::{signed, sqlx_steps, unsigned, Arg, Backend, BoxFuture, Columns, Server};
+use crate::backend::{
+    decoded_columns, signed, sqlx_steps, unsigned, Arg, Backend, BoxFuture, Columns, Server,
+};
 use crate::rows::db_error;
 use crate::sql::postgres::numbered;
 use crate::sql::{self, Dialect};
@@ -53,15 +54,6 @@ impl Backend for Postgres {
     const SHORT_WAY: bool = true;
 
     type Record = PgRow;
-    type Migrating = PgConnection;
-
-    fn migrator() -> Migrator {
-        sqlx::migrate!("./migrations/postgres")
-    }
-
-    fn migrating(conn: &mut PgConnection) -> &mut PgConnection {
-        conn
-    }
 
     sqlx_steps!(bind, numbered);
 }
@@ -85,7 +77,11 @@ impl Server for Postgres {
                     "another instance held the migration lock for {MIGRATE_LOCK_WAIT}: {e}"
                 )));
             }
-            let ran = crate::compat::run_migrations::<Postgres>(conn).await;
+            let ran = crate::compat::run_migrations::<Postgres>(
+                conn,
+                sqlx::migrate!("./migrations/postgres"),
+            )
+            .await;
             let unlock = format!("SELECT pg_advisory_unlock({lock})");
             let _ = sqlx::query(&unlock).execute(&mut *conn).await;
             ran
@@ -94,9 +90,7 @@ impl Server for Postgres {
 }
 
 impl Columns for PgRow {
-    fn text(&self, col: &str) -> Result<String, StoreError> {
-        self.try_get(col).map_err(db_error)
-    }
+    decoded_columns!(text: String, int: i64, flag: bool);
     fn uint(&self, col: &str) -> Result<u64, StoreError> {
         unsigned(col, self.try_get(col).map_err(db_error)?)
     }
@@ -104,15 +98,9 @@ impl Columns for PgRow {
         let v: Option<i64> = self.try_get(col).map_err(db_error)?;
         v.map(|v| unsigned(col, v)).transpose()
     }
-    fn int(&self, col: &str) -> Result<i64, StoreError> {
-        self.try_get(col).map_err(db_error)
-    }
     fn small(&self, col: &str) -> Result<u32, StoreError> {
         let v: i64 = self.try_get(col).map_err(db_error)?;
         u32::try_from(v)
             .map_err(|_| StoreError::Internal(format!("{col} out of range in the database: {v}")))
-    }
-    fn flag(&self, col: &str) -> Result<bool, StoreError> {
-        self.try_get(col).map_err(db_error)
     }
 }

@@ -14,17 +14,16 @@ use std::path::Path;
 use std::str::FromStr;
 use std::time::Duration;
 
-use sqlx::migrate::Migrator;
 use sqlx::query::Query;
 use sqlx::sqlite::{
-    SqliteArguments, SqliteConnectOptions, SqliteConnection, SqliteJournalMode, SqlitePoolOptions,
-    SqliteRow, SqliteSynchronous,
+    SqliteArguments, SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteRow,
+    SqliteSynchronous,
 };
 use sqlx::{Row, Sqlite};
 
 use flashsale_core::{Counters, Sale, SkuId, StoreError, UserId};
 
-use crate::backend::{as_is, sqlx_steps, Arg, Backend, Columns};
+use crate::backend::{as_is, decoded_columns, sqlx_steps, Arg, Backend, Columns};
 use crate::rows::{self, db_error};
 use crate::sql::{self, Dialect};
 use crate::store::Store;
@@ -70,38 +69,18 @@ impl Backend for Sqlite {
     const SHORT_WAY: bool = false;
 
     type Record = SqliteRow;
-    type Migrating = SqliteConnection;
-
-    fn migrator() -> Migrator {
-        sqlx::migrate!("./migrations/sqlite")
-    }
-
-    fn migrating(conn: &mut SqliteConnection) -> &mut SqliteConnection {
-        conn
-    }
 
     sqlx_steps!(bind, as_is);
 }
 
 impl Columns for SqliteRow {
-    fn text(&self, col: &str) -> Result<String, StoreError> {
-        self.try_get(col).map_err(db_error)
-    }
+    decoded_columns!(text: String, int: i64, small: u32, flag: bool);
     fn uint(&self, col: &str) -> Result<u64, StoreError> {
         self.try_get::<i64, _>(col).map(u).map_err(db_error)
     }
     fn opt_uint(&self, col: &str) -> Result<Option<u64>, StoreError> {
         let v: Option<i64> = self.try_get(col).map_err(db_error)?;
         Ok(v.map(u))
-    }
-    fn int(&self, col: &str) -> Result<i64, StoreError> {
-        self.try_get(col).map_err(db_error)
-    }
-    fn small(&self, col: &str) -> Result<u32, StoreError> {
-        self.try_get(col).map_err(db_error)
-    }
-    fn flag(&self, col: &str) -> Result<bool, StoreError> {
-        self.try_get(col).map_err(db_error)
     }
 }
 
@@ -137,8 +116,11 @@ impl Store<Sqlite> {
             .connect_with(opts.clone())
             .await
             .map_err(|e| StoreError::Unavailable(e.to_string()))?;
-        crate::compat::run_migrations::<Sqlite>(&mut *writer.acquire().await.map_err(db_error)?)
-            .await?;
+        crate::compat::run_migrations::<Sqlite>(
+            &mut *writer.acquire().await.map_err(db_error)?,
+            sqlx::migrate!("./migrations/sqlite"),
+        )
+        .await?;
         let reader = if in_memory {
             writer.clone()
         } else {

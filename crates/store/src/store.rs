@@ -9,8 +9,8 @@ use async_trait::async_trait;
 use sqlx::{Pool, Transaction};
 
 use flashsale_core::{
-    ApplyReport, DeadLetter, Event, EventKind, HotOrder, OrderNo, OrderStore, ReconcileRun, Sale,
-    SaleAudit, SaleState, SkuId, StoreError, StoredSale,
+    ApplyReport, Counters, DeadLetter, Event, EventKind, HotOrder, OrderNo, OrderStore,
+    ReconcileRun, Sale, SaleAudit, SaleState, SkuId, StoreError, StoredSale,
 };
 
 use crate::backend::{signed, Arg, Backend, Server};
@@ -260,17 +260,22 @@ async fn known_orders<B: Backend>(
         found.extend(B::fetch(&mut **tx, &sql, &args).await?);
     }
     for chunk in keys.chunks(CHUNK_ROWS) {
-        let sql = format!(
-            "SELECT {cols} FROM orders WHERE sku_id = ? AND (user_id, request_id) IN ({})",
-            values_placeholders(chunk.len(), 2)
-        );
-        let mut args = vec![Arg::Id(sku.0)];
-        for (user, request_id) in chunk {
-            args.extend([Arg::Id(*user), Arg::Text(request_id)]);
-        }
+        let head = format!("SELECT {cols} FROM orders");
+        let sql = of_pairs(&head, "user_id, request_id", chunk.len());
+        let pairs = chunk.iter().flat_map(|(u, r)| [Arg::Id(*u), Arg::Text(r)]);
+        let args: Vec<Arg<'_>> = std::iter::once(Arg::Id(sku.0)).chain(pairs).collect();
         found.extend(B::fetch(&mut **tx, &sql, &args).await?);
     }
     found.iter().map(rows::known_order).collect()
+}
+
+/// `head` limited to one sale's rows whose `pair` of columns is one of `n` pairs (binds:
+/// sku_id, then the pairs).
+fn of_pairs(head: &str, pair: &str, n: usize) -> String {
+    format!(
+        "{head} WHERE sku_id = ? AND ({pair}) IN ({})",
+        values_placeholders(n, 2)
+    )
 }
 
 /// The stored identity of the applied events at `seqs`.
@@ -388,17 +393,16 @@ async fn write_plan<B: Backend>(
         args.extend(u.order_nos.iter().map(|no| Arg::Text(no)));
         B::run(&mut **tx, &sql, &args).await?;
     }
-    guarded_update::<B>(tx, sku, epoch, head, plan).await
+    guarded_update::<B>(tx, (sku, epoch), head.counters, plan.after).await
 }
 
+/// Moves the counters of the sale `(sku, epoch)` from `old` to `new` (`sql::GUARDED_UPDATE`).
 async fn guarded_update<B: Backend>(
     tx: &mut Tx<B>,
-    sku: SkuId,
-    epoch: u64,
-    head: &Head,
-    plan: &Plan<'_>,
+    (sku, epoch): (SkuId, u64),
+    old: Counters,
+    new: Counters,
 ) -> Result<(), StoreError> {
-    let (old, new) = (head.counters, plan.after);
     let args = [
         Arg::Int(signed(new.available)?),
         Arg::Int(signed(new.reserved)?),
@@ -513,15 +517,11 @@ impl<B: Backend> OrderStore for Store<B> {
         sku: SkuId,
         keys: &[(u64, u64)],
     ) -> Result<(), StoreError> {
+        let head = "UPDATE fenced_events SET reported = TRUE";
         for chunk in keys.chunks(CHUNK_ROWS) {
-            let sql = format!(
-                "UPDATE fenced_events SET reported = TRUE WHERE sku_id = ? AND (epoch, seq) IN ({})",
-                values_placeholders(chunk.len(), 2)
-            );
-            let mut args = vec![Arg::Id(sku.0)];
-            for (epoch, seq) in chunk {
-                args.extend([Arg::Id(*epoch), Arg::Id(*seq)]);
-            }
+            let sql = of_pairs(head, "epoch, seq", chunk.len());
+            let pairs = chunk.iter().flat_map(|(e, s)| [Arg::Id(*e), Arg::Id(*s)]);
+            let args: Vec<Arg<'_>> = std::iter::once(Arg::Id(sku.0)).chain(pairs).collect();
             self.write(&sql, &args).await?;
         }
         Ok(())

@@ -574,20 +574,22 @@ async fn postgres_stream_pause_flag() {
     store.close().await;
 }
 
+/// A dead letter of an entry that does not parse (so it names no seq).
+fn unparseable() -> DeadLetter {
+    DeadLetter {
+        sku_id: SKU,
+        entry_id: "1-0".into(),
+        seq: None,
+        payload: String::new(),
+        error: "unparseable".into(),
+        attempts: 1,
+    }
+}
+
 async fn stream_pause_flag<B: flashsale_store::Backend>(store: &Store<B>) {
     create(store, &sale(10, 1, SaleMode::Direct)).await;
     assert!(!store.stream_paused(SKU).await.unwrap());
-    store
-        .record_dead_letter(&DeadLetter {
-            sku_id: SKU,
-            entry_id: "1-0".into(),
-            seq: None,
-            payload: String::new(),
-            error: "unparseable".into(),
-            attempts: 1,
-        })
-        .await
-        .unwrap();
+    store.record_dead_letter(&unparseable()).await.unwrap();
     assert!(store.stream_paused(SKU).await.unwrap());
     store.set_stream_paused(SKU, false).await.unwrap();
     assert!(!store.stream_paused(SKU).await.unwrap());
@@ -608,17 +610,7 @@ async fn sqlite_stream_pause_flag_and_reopen() {
         let mut b = book(&sale(10, 1, SaleMode::Direct));
         let events = buy(&mut b, &[req(1, "a", 1)]);
         store.apply_events(SKU, &events).await.unwrap();
-        store
-            .record_dead_letter(&DeadLetter {
-                sku_id: SKU,
-                entry_id: "1-0".into(),
-                seq: None,
-                payload: String::new(),
-                error: "unparseable".into(),
-                attempts: 1,
-            })
-            .await
-            .unwrap();
+        store.record_dead_letter(&unparseable()).await.unwrap();
         assert!(store.stream_paused(SKU).await.unwrap());
         store.close().await;
     }

@@ -9,37 +9,29 @@ pub fn shared_server_url() -> String {
         .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432".into())
 }
 
-/// The server's maintenance database, to create and drop others from.
-fn admin_url(server_url: &str) -> String {
-    format!("{}/postgres", server_url.trim_end_matches('/'))
-}
-
-/// A database created for one test and dropped when this guard drops.
+/// A database created for one test on the shared server, dropped when this guard drops.
 pub struct TestDatabase {
     pub url: String,
-    server_url: String,
+    /// The server's maintenance database, to create and drop others from.
+    admin: String,
     name: String,
 }
 
 impl TestDatabase {
     /// Creates a fresh, empty database on the shared server.
     pub async fn create() -> TestDatabase {
-        TestDatabase::create_on(&shared_server_url()).await
-    }
-
-    /// Creates a fresh, empty database on the server at `server_url`.
-    pub async fn create_on(server_url: &str) -> TestDatabase {
-        let name = crate::unique_name("fstest");
-        let mut conn = PgConnection::connect(&admin_url(server_url))
+        let server = shared_server_url().trim_end_matches('/').to_owned();
+        let (admin, name) = (format!("{server}/postgres"), crate::unique_name("fstest"));
+        let mut conn = PgConnection::connect(&admin)
             .await
             .expect("connect to PostgreSQL");
-        conn.execute(format!("CREATE DATABASE \"{name}\"").as_str())
+        let create = format!("CREATE DATABASE \"{name}\"");
+        conn.execute(create.as_str())
             .await
             .expect("create database");
-        let url = format!("{}/{name}", server_url.trim_end_matches('/'));
         TestDatabase {
-            url,
-            server_url: server_url.to_owned(),
+            url: format!("{server}/{name}"),
+            admin,
             name,
         }
     }
@@ -47,7 +39,7 @@ impl TestDatabase {
 
 impl Drop for TestDatabase {
     fn drop(&mut self) {
-        let (admin, name) = (admin_url(&self.server_url), self.name.clone());
+        let (admin, name) = (self.admin.clone(), self.name.clone());
         // FORCE ends the connections a test's pool still holds.
         crate::block_on_thread(async move {
             if let Ok(mut conn) = PgConnection::connect(&admin).await {
