@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Makes sure the servers the tests need are reachable: Redis on 127.0.0.1:6379 and MariaDB on
-# 127.0.0.1:3306 (root, no password). Starts them when installed and stopped; installs them with
-# apt-get when missing and running as root; otherwise stops with a clear message.
+# Makes sure the servers the tests need are reachable: Redis on 127.0.0.1:6379, MariaDB on
+# 127.0.0.1:3306 (root, no password) and PostgreSQL on 127.0.0.1:5432 (role postgres, no
+# password over TCP). Starts them when installed and stopped; installs them with apt-get when
+# missing and running as root; otherwise stops with a clear message.
 # The tests also spawn throwaway redis-server / mariadbd processes of their own, so the binaries
 # must be installed even when the shared servers run elsewhere.
 set -euo pipefail
@@ -9,6 +10,7 @@ cd "$(dirname "$0")/.."
 
 REDIS_PORT=${FLASHSALE_TEST_REDIS_PORT:-6379}
 MYSQL_PORT=${FLASHSALE_TEST_MYSQL_PORT:-3306}
+PG_PORT=${FLASHSALE_TEST_POSTGRES_PORT:-5432}
 
 say() { echo "services: $*" >&2; }
 die() { say "$*"; exit 1; }
@@ -56,6 +58,48 @@ ensure_mariadb() {
     mariadb -uroot -e "ALTER USER 'root'@'localhost' IDENTIFIED VIA mysql_native_password USING PASSWORD(''); FLUSH PRIVILEGES;" 2>/dev/null || true
 }
 
+pg_up() { pg_isready -q -h 127.0.0.1 -p "$PG_PORT"; }
+# The tests' way in: the role postgres over TCP, never asked for a password.
+pg_trusted() { psql -w -h 127.0.0.1 -p "$PG_PORT" -U postgres -d postgres -tAc 'SELECT 1' 2>/dev/null | grep -q 1; }
+as_postgres() { if [ "$(id -u)" = 0 ]; then su postgres -s /bin/sh -c "$*"; else sh -c "$*"; fi; }
+
+# Debian's clusters (pg_lsclusters): the one on PG_PORT, else a new one of the newest version.
+pg_cluster() {
+    local cluster
+    cluster=$(pg_lsclusters -h 2>/dev/null | awk -v port="$PG_PORT" '$3 == port { print $1 " " $2; exit }')
+    if [ -z "$cluster" ]; then
+        local version
+        version=$(ls /usr/lib/postgresql | sort -n | tail -1)
+        say "creating a PostgreSQL $version cluster on $PG_PORT"
+        pg_createcluster "$version" main --port "$PG_PORT" >/dev/null
+        cluster="$version main"
+    fi
+    echo "$cluster"
+}
+
+ensure_postgres() {
+    command -v pg_ctlcluster >/dev/null 2>&1 && command -v psql >/dev/null 2>&1 || apt_install postgresql postgresql-client
+    local cluster
+    if ! pg_up; then
+        cluster=$(pg_cluster)
+        say "starting PostgreSQL $cluster on $PG_PORT"
+        # shellcheck disable=SC2086
+        pg_ctlcluster $cluster start
+        wait_for "postgresql on $PG_PORT" pg_up
+    fi
+    if pg_trusted; then return 0; fi
+    # Running, but asks the tests for a password: trust the role postgres from 127.0.0.1
+    # (a line ahead of the others), then reload; the running server keeps its connections.
+    [ "$(id -u)" = 0 ] || die "postgres on $PG_PORT asks for a password; add 'host all postgres 127.0.0.1/32 trust' to pg_hba.conf"
+    local hba
+    hba=$(as_postgres "psql -w -p $PG_PORT -tAc 'SHOW hba_file'")
+    say "trusting the role postgres over TCP from 127.0.0.1 ($hba)"
+    sed -i '1i host all postgres 127.0.0.1/32 trust' "$hba"
+    as_postgres "psql -w -p $PG_PORT -tAc 'SELECT pg_reload_conf()'" >/dev/null
+    wait_for "postgres to trust the role postgres over TCP" pg_trusted
+}
+
 ensure_redis
 ensure_mariadb
-say "redis on 127.0.0.1:$REDIS_PORT and mariadb on 127.0.0.1:$MYSQL_PORT are up"
+ensure_postgres
+say "redis on 127.0.0.1:$REDIS_PORT, mariadb on 127.0.0.1:$MYSQL_PORT and postgresql on 127.0.0.1:$PG_PORT are up"

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
-# The test command: makes sure Redis and MariaDB are reachable and that the Debian tools the
-# tests call are installed (scripts/test-deps.sh, once, before any test runs), then runs every
-# test of the workspace (unit, integration against real Redis and real MariaDB, HTTP on
-# loopback).
+# The test command: makes sure Redis, MariaDB and PostgreSQL are reachable and that the Debian
+# tools the tests call are installed (scripts/test-deps.sh, once, before any test runs), then
+# runs every test of the workspace (unit, integration against real Redis, MariaDB and
+# PostgreSQL, HTTP on loopback).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/services.sh

@@ -48,6 +48,10 @@ pub struct PersisterArgs {
     pub redis_url: String,
     #[arg(long, default_value = "mysql://root@127.0.0.1:3306")]
     pub mysql_url: String,
+    /// A PostgreSQL server (no database: the bench makes its own), measured beside MariaDB;
+    /// empty: MariaDB only.
+    #[arg(long, default_value = "postgres://postgres@127.0.0.1:5432")]
+    pub postgres_url: String,
 }
 
 #[derive(Debug, Clone, Args)]
@@ -753,17 +757,61 @@ fn print_strategies(rows: &[crate::strategies::StrategyRow]) {
 
 async fn persister(args: PersisterArgs) -> anyhow::Result<()> {
     println!(
-        "bench persister: {} events per run, Redis stream → MariaDB",
+        "bench persister: {} events per run, Redis stream → MariaDB, PostgreSQL",
         args.events
     );
-    let batched = drain_rate(&args, 1_024).await?;
-    let single = drain_rate(&args, 1).await?;
-    println!("batched (1,024 entries of 256 events per read, one transaction each): {batched:>9.0} events/s");
-    println!("one transaction per event:       {single:>9.0} events/s");
-    println!(
-        "batched / per-event = {:.1} (target >= 5)",
-        batched / single
-    );
+    let servers = [
+        ("MariaDB", &args.mysql_url),
+        ("PostgreSQL", &args.postgres_url),
+    ];
+    for (name, server) in servers.into_iter().filter(|(_, url)| !url.is_empty()) {
+        let batched = drain_rate(&args, server, 1_024).await?;
+        let single = drain_rate(&args, server, 1).await?;
+        println!("{name} batched (1,024 entries of 256 events per read, one transaction each): {batched:>9.0} events/s");
+        println!("{name} one transaction per event:       {single:>9.0} events/s");
+        println!(
+            "{name} batched / per-event = {:.1} (target >= 5)",
+            batched / single
+        );
+    }
+    Ok(())
+}
+
+fn is_postgres(url: &str) -> bool {
+    url.starts_with("postgres://") || url.starts_with("postgresql://")
+}
+
+/// A fresh database `name` on the server at `server_url` (MySQL/MariaDB or PostgreSQL),
+/// opened as the system of record.
+async fn fresh_store(
+    server_url: &str,
+    name: &str,
+) -> anyhow::Result<Arc<dyn flashsale_core::OrderStore>> {
+    use sqlx::{Connection, Executor};
+    if !is_postgres(server_url) {
+        let url = crate::strategies::fresh_mysql(server_url, name).await?;
+        return Ok(Arc::new(flashsale_store::MySqlStore::connect(&url).await?));
+    }
+    let server = server_url.trim_end_matches('/');
+    let mut conn = sqlx::PgConnection::connect(&format!("{server}/postgres")).await?;
+    conn.execute(format!("DROP DATABASE IF EXISTS \"{name}\" WITH (FORCE)").as_str())
+        .await?;
+    conn.execute(format!("CREATE DATABASE \"{name}\"").as_str())
+        .await?;
+    let url = format!("{server}/{name}");
+    Ok(Arc::new(flashsale_store::PgStore::connect(&url).await?))
+}
+
+/// Drops a database [`fresh_store`] made.
+async fn drop_store(server_url: &str, name: &str) -> anyhow::Result<()> {
+    use sqlx::{Connection, Executor};
+    if !is_postgres(server_url) {
+        return crate::strategies::drop_mysql(server_url, &[name.to_owned()]).await;
+    }
+    let server = server_url.trim_end_matches('/');
+    let mut conn = sqlx::PgConnection::connect(&format!("{server}/postgres")).await?;
+    conn.execute(format!("DROP DATABASE IF EXISTS \"{name}\" WITH (FORCE)").as_str())
+        .await?;
     Ok(())
 }
 
@@ -779,12 +827,11 @@ async fn load_sale(
 }
 
 /// Fills a sale's stream with `events` accepted purchases (calls of 256, or of one when the
-/// persister reads one entry at a time), then times a persister draining it.
-async fn drain_rate(args: &PersisterArgs, batch_max: usize) -> anyhow::Result<f64> {
-    use flashsale_core::OrderStore as _;
+/// persister reads one entry at a time), then times a persister draining it into a fresh
+/// database on `server`.
+async fn drain_rate(args: &PersisterArgs, server: &str, batch_max: usize) -> anyhow::Result<f64> {
     let prefix = format!("fspers{}b{batch_max}", std::process::id());
-    let url = crate::strategies::fresh_mysql(&args.mysql_url, &prefix).await?;
-    let store = Arc::new(flashsale_store::MySqlStore::connect(&url).await?);
+    let store = fresh_store(server, &prefix).await?;
     let ledger = flashsale_redis::RedisLedger::connect(&args.redis_url, &prefix).await?;
     let sale = crate::strategies::bench_sale(args.events);
     store.create_sale(&sale).await?;
@@ -834,6 +881,6 @@ async fn drain_rate(args: &PersisterArgs, batch_max: usize) -> anyhow::Result<f6
         .await?;
     cleanup_redis(&mut conn, &prefix).await?;
     drop(store);
-    crate::strategies::drop_mysql(&args.mysql_url, &[prefix]).await?;
+    drop_store(server, &prefix).await?;
     Ok(rate)
 }

@@ -1,6 +1,7 @@
 //! The group commit's writer: one thread holding one `rusqlite` connection to the ledger's
 //! SQLite file (WAL, synchronous=FULL), cached prepared statements, multi-row inserts, values
-//! bound straight from the events (no per-value allocation).
+//! bound straight from the events (no per-value allocation). It runs the store's SQL text
+//! (`flashsale_store::sql::sqlite`), so the rows cannot drift from the store's.
 //!
 //! It writes exactly the rows `SqliteStore::apply_events` writes for a group the book has
 //! accepted (events with `rejected = 0`, one order per deduction with its status after the
@@ -9,8 +10,9 @@
 //! applied already, which order numbers and request keys exist. The book guarantees them;
 //! the database still checks them, cheaply:
 //!
-//! - the counter update names the counters, `applied_seq` and `epoch` the book started the
-//!   group from (contiguity, the epoch fence and the final guard in one statement);
+//! - the counter update (the store's own statement, `sql::sqlite::GUARDED_UPDATE`) names the
+//!   counters, `applied_seq` and `epoch` the book started the group from (contiguity, the
+//!   epoch fence and the final guard in one statement);
 //! - the unique indexes refuse a repeated order number or request key;
 //! - a resolution updates only a RESERVED order of the same user and quantity.
 //!
@@ -25,6 +27,9 @@ use std::sync::mpsc;
 use std::time::Duration;
 
 use flashsale_core::{Counters, Event, EventKind, OrderNo, OrderStatus, SaleMode, SkuId};
+use flashsale_store::sql::sqlite::{
+    values_placeholders, EVENT_COLS, GUARDED_UPDATE, INSERT_EVENTS, INSERT_ORDERS, ORDER_COLS,
+};
 use rusqlite::{Connection, OpenFlags, TransactionBehavior};
 use tokio::sync::oneshot;
 
@@ -129,35 +134,24 @@ struct Sql {
     orders: Vec<(usize, String)>,
 }
 
-const INSERT_EVENTS: &str = "INSERT INTO stock_events \
-     (sku_id, epoch, seq, kind, order_no, request_id, user_id, quantity, at_ms, deadline_ms, rejected) \
-     VALUES ";
-const INSERT_ORDERS: &str = "INSERT INTO orders \
-     (order_no, sku_id, user_id, request_id, quantity, status, deadline_ms, created_at_ms, updated_at_ms) \
-     VALUES ";
-/// A stored order resolved: only a RESERVED one of the same user and quantity.
+/// A stored order resolved: only a RESERVED one of the same user and quantity. The writer's
+/// own statement: the store updates resolved orders after its fold has checked them.
 const RESOLVE: &str = "UPDATE orders SET status = ?1, updated_at_ms = ?2 \
      WHERE sku_id = ?3 AND order_no = ?4 AND status = 'RESERVED' AND user_id = ?5 AND quantity = ?6";
-/// Contiguity, the epoch fence and the final guard in one statement.
-const GUARDED_UPDATE: &str = "UPDATE sales SET available = ?1, reserved = ?2, sold = ?3, \
-     applied_seq = ?4 \
-     WHERE sku_id = ?5 AND epoch = ?6 AND applied_seq = ?7 AND available = ?8 AND reserved = ?9 \
-     AND sold = ?10";
 
 impl Sql {
     fn new() -> Sql {
-        let values = |rows: usize, cols: usize| {
-            let row = format!("({})", vec!["?"; cols].join(", "));
-            vec![row; rows].join(", ")
+        let text = |head: &str, n: usize, cols: usize| {
+            (n, format!("{head}{}", values_placeholders(n, cols)))
         };
         Sql {
             events: CHUNKS
                 .iter()
-                .map(|&n| (n, format!("{INSERT_EVENTS}{}", values(n, 11))))
+                .map(|&n| text(INSERT_EVENTS, n, EVENT_COLS))
                 .collect(),
             orders: CHUNKS
                 .iter()
-                .map(|&n| (n, format!("{INSERT_ORDERS}{}", values(n, 9))))
+                .map(|&n| text(INSERT_ORDERS, n, ORDER_COLS))
                 .collect(),
         }
     }
@@ -211,6 +205,9 @@ fn write(conn: &mut Connection, sql: &Sql, buf: &mut Buffers, g: &Group) -> Resu
         }
     }
     let (old, new) = (g.before, after);
+    // The store's guarded update (`sql::GUARDED_UPDATE`): the writer reads no sale row, so
+    // the statement's epoch condition is its fence; the `>= 0` conditions hold for any
+    // counters the book folded (its plan refuses a negative one before any write).
     let changed = tx
         .prepare_cached(GUARDED_UPDATE)
         .and_then(|mut st| {
@@ -225,6 +222,9 @@ fn write(conn: &mut Connection, sql: &Sql, buf: &mut Buffers, g: &Group) -> Resu
                 i(old.available),
                 i(old.reserved),
                 i(old.sold),
+                i(new.available),
+                i(new.reserved),
+                i(new.sold),
             ])
         })
         .map_err(|e| e.to_string())?;

@@ -63,6 +63,12 @@ pub async fn open_store(url: &str) -> anyhow::Result<Arc<dyn OrderStore>> {
                 .await
                 .context("connect to the database")?,
         ))
+    } else if url.starts_with("postgres://") || url.starts_with("postgresql://") {
+        Ok(Arc::new(
+            flashsale_store::PgStore::connect(url)
+                .await
+                .context("connect to the database")?,
+        ))
     } else if url.starts_with("sqlite:") {
         Ok(Arc::new(
             SqliteStore::open(url)
@@ -70,7 +76,7 @@ pub async fn open_store(url: &str) -> anyhow::Result<Arc<dyn OrderStore>> {
                 .context("open the SQLite database")?,
         ))
     } else {
-        bail!("unsupported database URL {url}: use mysql://… or sqlite://…")
+        bail!("unsupported database URL {url}: use mysql://…, postgres://… or sqlite://…")
     }
 }
 

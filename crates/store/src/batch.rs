@@ -1,6 +1,7 @@
-//! The pure part of `apply_events`, shared by both backends: split a batch into duplicates
+//! The pure part of `apply_events`, shared by every backend: split a batch into duplicates
 //! and new events, then fold the new events over the locked counters into a plan of writes.
-//! No I/O here; the backends read what the fold needs, call it, and write the plan.
+//! No I/O here (`store` reads what the fold needs, calls it, and writes the plan; the SQL
+//! text is in `sql`).
 
 use std::collections::{HashMap, HashSet};
 
@@ -369,13 +370,6 @@ pub(crate) fn alert_fenced(sku: SkuId, fenced: &[&Event]) {
     tracing::error!(%sku, refused = fenced.len(), ?first, "events refused by the epoch fence: kept in fenced_events");
 }
 
-/// After `INSERT IGNORE INTO` (MySQL) or `INSERT OR IGNORE INTO` (SQLite): a redelivered
-/// fenced event is kept once.
-pub(crate) const FENCED_INTO: &str = "fenced_events \
-     (sku_id, epoch, seq, kind, order_no, request_id, user_id, quantity, at_ms, deadline_ms) \
-     VALUES ";
-pub(crate) const FENCED_COLS: usize = 10;
-
 /// Logs what the guard refused: must never happen in a healthy system. The caller (the
 /// persister, the embedded ledger) counts it in `flashsale_db_guard_rejections_total`.
 pub(crate) fn alert(sku: SkuId, report: &ApplyReport) {
@@ -388,44 +382,6 @@ pub(crate) fn alert(sku: SkuId, report: &ApplyReport) {
         "the database guard rejected events: hot ledger and system of record disagree"
     );
 }
-
-/// `(?, ?, ...), (?, ?, ...)` for `rows` rows of `cols` placeholders.
-pub(crate) fn values_placeholders(rows: usize, cols: usize) -> String {
-    let row = format!("({})", vec!["?"; cols].join(", "));
-    vec![row; rows].join(", ")
-}
-
-/// `?, ?, ?` for an `IN (...)` list.
-pub(crate) fn list_placeholders(n: usize) -> String {
-    vec!["?"; n].join(", ")
-}
-
-pub(crate) const INSERT_EVENTS: &str = "INSERT INTO stock_events \
-     (sku_id, epoch, seq, kind, order_no, request_id, user_id, quantity, at_ms, deadline_ms, rejected) \
-     VALUES ";
-pub(crate) const EVENT_COLS: usize = 11;
-
-pub(crate) const INSERT_ORDERS: &str = "INSERT INTO orders \
-     (order_no, sku_id, user_id, request_id, quantity, status, deadline_ms, created_at_ms, updated_at_ms) \
-     VALUES ";
-pub(crate) const ORDER_COLS: usize = 9;
-
-pub(crate) const ORDER_COLUMNS: &str =
-    "order_no, sku_id, user_id, request_id, quantity, status, deadline_ms, created_at_ms";
-pub(crate) const EVENT_COLUMNS: &str =
-    "sku_id, epoch, seq, kind, order_no, request_id, user_id, quantity, at_ms, deadline_ms";
-pub(crate) const SALE_COLUMNS: &str = "sku_id, name, total_stock, available, reserved, sold, \
-     applied_seq, epoch, epoch_at_ms, per_user_limit, mode, payment_timeout_ms, starts_at_ms, ends_at_ms, state";
-pub(crate) const DEAD_LETTER_COLUMNS: &str = "sku_id, entry_id, seq, payload, error, attempts";
-
-/// The guarded counter update: the contiguity check (`applied_seq` as read) and the final
-/// guard (the counters are what the fold started from, the new ones conserve the total and
-/// none is negative) in one statement. Binds: available, reserved, sold, applied_seq (new);
-/// sku_id; applied_seq, available, reserved, sold (old); available, reserved, sold (new).
-pub(crate) const GUARDED_UPDATE: &str = "UPDATE sales SET available = ?, reserved = ?, sold = ?, \
-     applied_seq = ? \
-     WHERE sku_id = ? AND applied_seq = ? AND available = ? AND reserved = ? AND sold = ? \
-     AND ? >= 0 AND ? >= 0 AND ? >= 0";
 
 /// Parses the strings of a stored row, naming what was wrong.
 pub(crate) fn parse<T>(

@@ -12,6 +12,8 @@
 use flashsale_core::StoreError;
 use sqlx::migrate::{Migrate, MigrateError, Migrator};
 
+use crate::backend::{Backend, Columns};
+
 /// The declaration's query (one row, written by the migrations).
 pub(crate) const MIN_BINARY_SQL: &str = "SELECT min_binary_version FROM schema_compat WHERE id = 1";
 
@@ -79,6 +81,29 @@ pub(crate) fn prepare(
     }
     migrator.set_ignore_missing(ignore);
     Ok(migrator)
+}
+
+/// Runs `B`'s `migrator` (its `migrations/<backend>`) on `conn`, a connection the caller
+/// holds (under its lock, or the single writer's), past a newer schema only when it declares
+/// this binary compatible.
+pub(crate) async fn run_migrations<B: Backend>(
+    conn: &mut B::Connection,
+    migrator: Migrator,
+) -> Result<(), StoreError>
+where
+    B::Connection: Migrate,
+{
+    let binary = binary_version(&migrator);
+    let database = database_version(conn).await?;
+    let min_binary = match database {
+        Some(d) if d > binary => match B::fetch(conn, MIN_BINARY_SQL, &[]).await?.first() {
+            Some(row) => Some(row.int("min_binary_version")?),
+            None => None,
+        },
+        _ => None,
+    };
+    let migrator = prepare(migrator, binary, database, min_binary)?;
+    migrator.run_direct(conn).await.map_err(migrate_error)
 }
 
 /// A migration error as a store error.

@@ -1,29 +1,42 @@
 //! flashsale-store: the system of record.
 //!
-//! - [`mysql`]: `MySqlStore`, the production `OrderStore` over MySQL/MariaDB.
-//! - [`sqlite`]: `SqliteStore`, the embedded `OrderStore` over SQLite (WAL, synchronous=FULL).
+//! - [`store`]: [`Store`], every `OrderStore` method written once over a [`Backend`]: the
+//!   apply of a batch, audits, fenced events, dead letters, reconcile runs, migrations.
+//! - [`backend`]: the [`Backend`] trait, what a database gives that algorithm (its dialect,
+//!   binds and column types, migrations, the steps that differ), in the manner of sqlx's
+//!   `Migrate`.
+//! - [`sql`]: the SQL text, written once with `?` placeholders, and each dialect's clauses
+//!   (public: the embedded ledger's writer runs the store's statements).
+//! - [`mysql`]: `MySqlStore`, the production backend over MySQL/MariaDB.
+//! - [`postgres`]: `PgStore`, the backend over PostgreSQL.
+//! - [`sqlite`]: `SqliteStore`, the embedded backend over SQLite (WAL, synchronous=FULL).
 //! - [`persister`]: the worker that moves a sale's Redis Stream into an `OrderStore`, one
 //!   writer per sale (lease), one transaction per batch, XACK after commit.
 //!
-//! Migrations live in `migrations/mysql` and `migrations/sqlite` beside this crate (one
-//! logical schema: `sales`, `orders`, `stock_events`, `dead_letters`), numbered alike; they
-//! are expand-then-contract, and `compat` lets a binary run against a newer schema that
-//! declares it compatible (`schema_compat`), so an instance restarted mid-upgrade or rolled
-//! back starts.
+//! Migrations live in `migrations/mysql`, `migrations/postgres` and `migrations/sqlite`
+//! beside this crate (one logical schema: `sales`, `orders`, `stock_events`, `dead_letters`),
+//! numbered alike; they are expand-then-contract, and `compat` lets a binary run against a
+//! newer schema that declares it compatible (`schema_compat`), so an instance restarted
+//! mid-upgrade or rolled back starts.
 //!
-//! Both stores share, in private modules, everything that does not touch a connection:
-//! `batch` (the fold of an `apply_events` batch into a plan of writes, the SQL text) and
-//! `rows` (rows to domain types, error mapping). Each backend only reads, binds and writes
-//! with its own column types (MySQL has unsigned integers, SQLite does not).
+//! Private modules hold what touches no connection: `batch` (the fold of an `apply_events`
+//! batch into a plan of writes) and `rows` (rows to domain types, error mapping).
 //!
 //! May depend on flashsale-core, flashsale-redis (the persister reads streams), sqlx, redis.
 
+pub mod backend;
 mod batch;
 mod compat;
 pub mod mysql;
 pub mod persister;
+pub mod postgres;
 mod rows;
+pub mod sql;
 pub mod sqlite;
+pub mod store;
 
+pub use backend::{Backend, Server};
 pub use mysql::MySqlStore;
+pub use postgres::PgStore;
 pub use sqlite::SqliteStore;
+pub use store::Store;

@@ -1,24 +1,14 @@
-//! Rows as both backends read them, and their conversion to domain types. Each backend only
-//! says how it decodes one column ([`Columns`]: the column types differ, MySQL has unsigned
-//! ints); the mapping of a row is written once, here.
+//! Rows as every backend reads them, and their conversion to domain types. Each backend only
+//! says how it decodes one column ([`Columns`]: the column types differ); the mapping of a
+//! row is written once, here.
 
 use flashsale_core::{
-    Counters, DeadLetter, Event, EventKind, HotOrder, OrderStatus, RequestId, Sale, SaleMode,
-    SaleState, SkuId, StoreError, StoredSale, UserId,
+    Counters, DeadLetter, Event, EventKind, HotOrder, OrderStatus, ReconcileRun, RequestId, Sale,
+    SaleMode, SaleState, SkuId, StoreError, StoredSale, UserId,
 };
 
-use crate::batch::{order_no, parse};
-
-/// One column of a row as a backend decodes it: the read paths of both backends map rows
-/// through this, once ([`SaleRow::read`], [`order`], [`event`]). MySQL reads its
-/// BINARY-flagged text unchecked and has unsigned integers; SQLite keeps every integer as
-/// `i64` (a `u64` bit for bit). A derived `sqlx::FromRow` fits neither difference.
-pub(crate) trait Columns {
-    fn text(&self, col: &str) -> Result<String, StoreError>;
-    fn uint(&self, col: &str) -> Result<u64, StoreError>;
-    fn int(&self, col: &str) -> Result<i64, StoreError>;
-    fn small(&self, col: &str) -> Result<u32, StoreError>;
-}
+use crate::backend::Columns;
+use crate::batch::{order_no, parse, KnownOrder, StoredEvent};
 
 pub(crate) struct SaleRow {
     pub sku_id: u64,
@@ -132,26 +122,55 @@ pub(crate) fn event<R: Columns>(row: &R) -> Result<Event, StoreError> {
     })
 }
 
-pub(crate) struct DeadLetterRow {
-    pub sku_id: u64,
-    pub entry_id: String,
-    pub seq: Option<u64>,
-    pub payload: String,
-    pub error: String,
-    pub attempts: u32,
+/// A row of `dead_letters`.
+pub(crate) fn dead_letter<R: Columns>(row: &R) -> Result<DeadLetter, StoreError> {
+    Ok(DeadLetter {
+        sku_id: SkuId(row.uint("sku_id")?),
+        entry_id: row.text("entry_id")?,
+        seq: row.opt_uint("seq")?,
+        payload: row.text("payload")?,
+        error: row.text("error")?,
+        attempts: row.small("attempts")?,
+    })
 }
 
-impl DeadLetterRow {
-    pub fn into_letter(self) -> DeadLetter {
-        DeadLetter {
-            sku_id: SkuId(self.sku_id),
-            entry_id: self.entry_id,
-            seq: self.seq,
-            payload: self.payload,
-            error: self.error,
-            attempts: self.attempts,
-        }
-    }
+/// A row of `reconcile_runs`.
+pub(crate) fn reconcile_run<R: Columns>(row: &R) -> Result<ReconcileRun, StoreError> {
+    Ok(ReconcileRun {
+        id: row.uint("id")?,
+        sku_id: SkuId(row.uint("sku_id")?),
+        at_ms: row.int("at_ms")?,
+        trigger: row.text("trigger")?,
+        repair: row.flag("repair")?,
+        ok: row.flag("ok")?,
+        violations: row.small("violations")?,
+        repairs: lines(&row.text("repairs")?),
+        lost_orders: lines(&row.text("lost_orders")?),
+        lost_resolutions: lines(&row.text("lost_resolutions")?),
+        report: row.text("report")?,
+    })
+}
+
+/// An order the batch names, as `apply_events` reads it (`sql::KNOWN_ORDER_COLUMNS`).
+pub(crate) fn known_order<R: Columns>(row: &R) -> Result<KnownOrder, StoreError> {
+    Ok(KnownOrder {
+        sku_id: SkuId(row.uint("sku_id")?),
+        order_no: row.text("order_no")?,
+        user_id: row.uint("user_id")?,
+        request_id: row.text("request_id")?,
+        quantity: row.small("quantity")?,
+        status: parse("status", &row.text("status")?, OrderStatus::parse)?,
+    })
+}
+
+/// The stored identity of an applied event (`seq, epoch, kind, order_no`).
+pub(crate) fn stored_event<R: Columns>(row: &R) -> Result<StoredEvent, StoreError> {
+    Ok(StoredEvent {
+        seq: row.uint("seq")?,
+        epoch: row.uint("epoch")?,
+        kind: parse("kind", &row.text("kind")?, EventKind::parse)?,
+        order_no: order_no(&row.text("order_no")?)?,
+    })
 }
 
 /// Checks a sale before it is stored (the service validated it; the store checks again).
@@ -188,15 +207,25 @@ pub(crate) fn db_error(e: sqlx::Error) -> StoreError {
         | E::WorkerCrashed
         | E::Protocol(_) => StoreError::Unavailable(e.to_string()),
         E::Database(db) => {
-            let transient = match db.try_downcast_ref::<sqlx::mysql::MySqlDatabaseError>() {
-                // Server shutdown, connection killed, gone away, lost, lock wait, deadlock.
-                Some(my) => matches!(my.number(), 1053 | 1927 | 2006 | 2013 | 1205 | 1213),
-                // SQLite primary codes: BUSY, LOCKED, IOERR, FULL, CANTOPEN.
-                None => db
-                    .code()
-                    .and_then(|c| c.parse::<i64>().ok())
-                    .is_some_and(|c| matches!(c & 0xff, 5 | 6 | 10 | 13 | 14)),
-            };
+            let transient =
+                if let Some(my) = db.try_downcast_ref::<sqlx::mysql::MySqlDatabaseError>() {
+                    // Server shutdown, connection killed, gone away, lost, lock wait, deadlock.
+                    matches!(my.number(), 1053 | 1927 | 2006 | 2013 | 1205 | 1213)
+                } else if let Some(pg) = db.try_downcast_ref::<sqlx::postgres::PgDatabaseError>() {
+                    // Connection exceptions (class 08), shutdowns and start-ups (57P01-03),
+                    // too many connections, serialization failure, deadlock, lock timeout.
+                    let code = pg.code();
+                    code.starts_with("08")
+                        || matches!(
+                            code,
+                            "57P01" | "57P02" | "57P03" | "53300" | "40001" | "40P01" | "55P03"
+                        )
+                } else {
+                    // SQLite primary codes: BUSY, LOCKED, IOERR, FULL, CANTOPEN.
+                    db.code()
+                        .and_then(|c| c.parse::<i64>().ok())
+                        .is_some_and(|c| matches!(c & 0xff, 5 | 6 | 10 | 13 | 14))
+                };
             if transient {
                 StoreError::Unavailable(e.to_string())
             } else {
@@ -205,10 +234,6 @@ pub(crate) fn db_error(e: sqlx::Error) -> StoreError {
         }
         _ => StoreError::Internal(e.to_string()),
     }
-}
-
-pub(crate) fn is_unique_violation(e: &sqlx::Error) -> bool {
-    matches!(e, sqlx::Error::Database(db) if db.is_unique_violation())
 }
 
 /// Newline-separated lines of a text column (empty text → no lines).

@@ -1,52 +1,30 @@
-//! Rolling upgrades of the schema, on MariaDB and SQLite: a database that a newer binary
-//! migrated past this binary's migrations opens when the newer schema declares this binary
-//! compatible (`schema_compat`), and is refused with a message naming both versions when it
-//! does not.
+//! Rolling upgrades of the schema, on MariaDB, PostgreSQL and SQLite: a database that a newer
+//! binary migrated past this binary's migrations opens when the newer schema declares this
+//! binary compatible (`schema_compat`), and is refused with a message naming both versions
+//! when it does not.
 
 use flashsale_core::OrderStore;
-use flashsale_store::{MySqlStore, SqliteStore};
-use flashsale_testkit::mariadb::TestDatabase;
+use flashsale_store::{MySqlStore, PgStore, SqliteStore};
 use sqlx::mysql::MySqlConnection;
+use sqlx::postgres::PgConnection;
 use sqlx::sqlite::SqliteConnection;
 use sqlx::{Connection, Executor};
 
 const OURS: &str = "SELECT MAX(version) FROM _sqlx_migrations";
 
 /// What a newer binary's migration `ours + 1` leaves behind: a table of its own, its row in
-/// sqlx's table, and its compatibility declaration (the lowest binary schema version that
-/// runs against it).
-fn future_migration(ours: i64, min_binary: i64) -> [String; 3] {
+/// sqlx's table (`checksum`: a one-byte literal in the database's dialect), and its
+/// compatibility declaration (the lowest binary schema version that runs against it).
+fn future_migration(ours: i64, min_binary: i64, checksum: &str) -> [String; 3] {
     [
         "CREATE TABLE tomorrow (id INTEGER NOT NULL PRIMARY KEY)".into(),
         format!(
             "INSERT INTO _sqlx_migrations (version, description, success, checksum, \
-             execution_time) VALUES ({}, 'tomorrow', TRUE, X'00', 1)",
+             execution_time) VALUES ({}, 'tomorrow', TRUE, {checksum}, 1)",
             ours + 1
         ),
         format!("UPDATE schema_compat SET min_binary_version = {min_binary}"),
     ]
-}
-
-/// Applies the future migration to a MariaDB database this binary migrated; returns the
-/// binary's schema version (the highest it applied).
-async fn mariadb_future(url: &str, min_binary: impl Fn(i64) -> i64) -> i64 {
-    let mut conn = MySqlConnection::connect(url).await.expect("connect");
-    let ours: i64 = sqlx::query_scalar(OURS).fetch_one(&mut conn).await.unwrap();
-    for sql in future_migration(ours, min_binary(ours)) {
-        conn.execute(sql.as_str()).await.unwrap();
-    }
-    ours
-}
-
-/// Likewise on SQLite.
-async fn sqlite_future(url: &str, min_binary: impl Fn(i64) -> i64) -> i64 {
-    let mut conn = SqliteConnection::connect(url).await.expect("connect");
-    let ours: i64 = sqlx::query_scalar(OURS).fetch_one(&mut conn).await.unwrap();
-    for sql in future_migration(ours, min_binary(ours)) {
-        conn.execute(sql.as_str()).await.unwrap();
-    }
-    conn.close().await.unwrap();
-    ours
 }
 
 /// The refusal names the database's schema version and this binary's.
@@ -63,46 +41,82 @@ fn assert_refused<T: std::fmt::Debug>(opened: Result<T, flashsale_core::StoreErr
     assert!(err.contains(&format!("needs {future}")), "{err}");
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn mariadb_opens_a_newer_compatible_schema() {
-    let db = TestDatabase::create().await;
-    MySqlStore::connect(&db.url).await.expect("migrate");
-    mariadb_future(&db.url, |ours| ours).await;
-    let store = MySqlStore::connect(&db.url)
-        .await
-        .expect("a compatible newer schema opens");
-    assert!(store.sales().await.unwrap().is_empty());
+/// The four cases on one backend: `$db` makes `(guard, url)`, `$open` opens the store,
+/// `$conn` is the raw connection the future migration is applied through.
+macro_rules! upgrades {
+    ($backend:ident, $db:expr, $open:path, $conn:ty, $checksum:expr) => {
+        mod $backend {
+            use super::*;
+
+            /// Applies the future migration to a database this binary migrated; returns the
+            /// binary's schema version (the highest it applied).
+            async fn future(url: &str, min_binary: impl Fn(i64) -> i64) -> i64 {
+                $open(url).await.expect("migrate").close().await;
+                let mut conn = <$conn>::connect(url).await.expect("connect");
+                let ours: i64 = sqlx::query_scalar(OURS).fetch_one(&mut conn).await.unwrap();
+                for sql in future_migration(ours, min_binary(ours), $checksum) {
+                    conn.execute(sql.as_str()).await.unwrap();
+                }
+                conn.close().await.unwrap();
+                ours
+            }
+
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn opens_a_newer_compatible_schema() {
+                let (_db, url) = $db.await;
+                // Declared compatible from this binary's version on (the boundary).
+                future(&url, |ours| ours).await;
+                let store = $open(&url).await.expect("a compatible newer schema opens");
+                assert!(store.sales().await.unwrap().is_empty());
+                store.close().await;
+            }
+
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn refuses_a_newer_incompatible_schema() {
+                let (_db, url) = $db.await;
+                let ours = future(&url, |ours| ours + 1).await;
+                assert_refused($open(&url).await, ours);
+            }
+        }
+    };
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn mariadb_refuses_a_newer_incompatible_schema() {
-    let db = TestDatabase::create().await;
-    MySqlStore::connect(&db.url).await.expect("migrate");
-    let ours = mariadb_future(&db.url, |ours| ours + 1).await;
-    assert_refused(MySqlStore::connect(&db.url).await, ours);
+async fn mariadb() -> (flashsale_testkit::mariadb::TestDatabase, String) {
+    let db = flashsale_testkit::mariadb::TestDatabase::create().await;
+    let url = db.url.clone();
+    (db, url)
 }
 
-fn sqlite_url(dir: &tempfile::TempDir) -> String {
-    format!("sqlite://{}", dir.path().join("flashsale.db").display())
+async fn postgres() -> (flashsale_testkit::postgres::TestDatabase, String) {
+    let db = flashsale_testkit::postgres::TestDatabase::create().await;
+    let url = db.url.clone();
+    (db, url)
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn sqlite_opens_a_newer_compatible_schema() {
+async fn sqlite() -> (tempfile::TempDir, String) {
     let dir = tempfile::tempdir().unwrap();
-    let url = sqlite_url(&dir);
-    drop(SqliteStore::open(&url).await.expect("migrate"));
-    sqlite_future(&url, |ours| ours - 1).await;
-    let store = SqliteStore::open(&url)
-        .await
-        .expect("a compatible newer schema opens");
-    assert!(store.sales().await.unwrap().is_empty());
+    let url = format!("sqlite://{}", dir.path().join("flashsale.db").display());
+    (dir, url)
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn sqlite_refuses_a_newer_incompatible_schema() {
-    let dir = tempfile::tempdir().unwrap();
-    let url = sqlite_url(&dir);
-    drop(SqliteStore::open(&url).await.expect("migrate"));
-    let ours = sqlite_future(&url, |ours| ours + 1).await;
-    assert_refused(SqliteStore::open(&url).await, ours);
-}
+upgrades!(
+    mariadb_schema,
+    mariadb(),
+    MySqlStore::connect,
+    MySqlConnection,
+    "X'00'"
+);
+upgrades!(
+    postgres_schema,
+    postgres(),
+    PgStore::connect,
+    PgConnection,
+    "'\\x00'::bytea"
+);
+upgrades!(
+    sqlite_schema,
+    sqlite(),
+    SqliteStore::open,
+    SqliteConnection,
+    "X'00'"
+);

@@ -1,4 +1,4 @@
-//! MySQL's short way for a spike's batch (fresh deductions, no look-ups of existing orders):
+//! The short way for a spike's batch (MySQL and PostgreSQL) (fresh deductions, no look-ups of existing orders):
 //! where a look-up would have found something, a unique index refuses the insert, the try is
 //! rolled back whole, and the long way keeps its answer (the event stored as rejected, no
 //! second order), as it always did.
@@ -7,8 +7,7 @@ use flashsale_core::{
     Event, OrderStatus, OrderStore, PurchaseRequest, RequestId, Sale, SaleBook, SaleMode,
     SaleState, SkuId, UserId,
 };
-use flashsale_store::MySqlStore;
-use flashsale_testkit::mariadb::TestDatabase;
+use flashsale_store::{MySqlStore, PgStore};
 
 const SKU: SkuId = SkuId(43);
 const NOW: i64 = 1_700_000_000_000;
@@ -43,9 +42,21 @@ fn buy(book: &mut SaleBook, reqs: &[PurchaseRequest]) -> Vec<Event> {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_repeated_request_key_falls_back_to_the_guard() {
-    let db = TestDatabase::create().await;
+async fn mysql_a_repeated_request_key_falls_back_to_the_guard() {
+    let db = flashsale_testkit::mariadb::TestDatabase::create().await;
     let store = MySqlStore::connect(&db.url).await.expect("connect");
+    a_repeated_request_key_falls_back_to_the_guard(&store).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_a_repeated_request_key_falls_back_to_the_guard() {
+    let db = flashsale_testkit::postgres::TestDatabase::create().await;
+    let store = PgStore::connect(&db.url).await.expect("connect");
+    a_repeated_request_key_falls_back_to_the_guard(&store).await;
+    store.close().await;
+}
+
+async fn a_repeated_request_key_falls_back_to_the_guard(store: &dyn OrderStore) {
     store.create_sale(&sale()).await.unwrap();
     assert_eq!(store.take_epoch(SKU, 0).await.unwrap(), Some(1));
     let mut book = SaleBook::new(sale(), sale().fresh_counters(), 1);

@@ -1,20 +1,21 @@
-//! One set of test bodies (async fns over `&dyn OrderStore`) run on both backends: a MariaDB
-//! database of the test's own on the shared server, and a SQLite file in a temp dir.
-//! Events come from core's `SaleBook`, so they are what a ledger really produces.
+//! One set of test bodies (async fns over `&dyn OrderStore`) run on every backend: a MariaDB
+//! database and a PostgreSQL database of the test's own on the shared servers, and a SQLite
+//! file in a temp dir. Events come from core's `SaleBook`, so they are what a ledger really
+//! produces.
 
 use flashsale_core::invariants::check_sale;
 use flashsale_core::{
     DeadLetter, Event, OrderNo, OrderStatus, OrderStore, PurchaseOutcome, PurchaseRequest,
     RequestId, Sale, SaleBook, SaleMode, SaleState, SkuId, StoreError, UserId,
 };
-use flashsale_store::{MySqlStore, SqliteStore};
+use flashsale_store::{MySqlStore, PgStore, SqliteStore, Store};
 use flashsale_testkit::mariadb::TestDatabase;
 
 const SKU: SkuId = SkuId(42);
 const NOW: i64 = 1_700_000_000_000;
 
-/// Runs `body` against MariaDB and against SQLite, each in a test of its own.
-macro_rules! both {
+/// Runs `body` against MariaDB, PostgreSQL and SQLite, each in a test of its own.
+macro_rules! backends {
     ($($name:ident),* $(,)?) => {$(
         mod $name {
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -22,6 +23,14 @@ macro_rules! both {
                 let db = flashsale_testkit::mariadb::TestDatabase::create().await;
                 let store = super::MySqlStore::connect(&db.url).await.expect("connect");
                 super::$name(&store).await;
+            }
+
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn postgres() {
+                let db = flashsale_testkit::postgres::TestDatabase::create().await;
+                let store = super::PgStore::connect(&db.url).await.expect("connect");
+                super::$name(&store).await;
+                store.close().await;
             }
 
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -37,7 +46,7 @@ macro_rules! both {
     )*};
 }
 
-both!(
+backends!(
     sale_lifecycle,
     batch_applies_orders_events_and_counters,
     redelivery_is_a_no_op,
@@ -554,24 +563,33 @@ async fn dead_letters_are_recorded_once_per_entry(store: &dyn OrderStore) {
 #[tokio::test]
 async fn mysql_stream_pause_flag() {
     let db = TestDatabase::create().await;
-    let store = MySqlStore::connect(&db.url).await.unwrap();
-    stream_pause_flag_mysql(&store).await;
+    stream_pause_flag(&MySqlStore::connect(&db.url).await.unwrap()).await;
 }
 
-async fn stream_pause_flag_mysql(store: &MySqlStore) {
+#[tokio::test]
+async fn postgres_stream_pause_flag() {
+    let db = flashsale_testkit::postgres::TestDatabase::create().await;
+    let store = PgStore::connect(&db.url).await.unwrap();
+    stream_pause_flag(&store).await;
+    store.close().await;
+}
+
+/// A dead letter of an entry that does not parse (so it names no seq).
+fn unparseable() -> DeadLetter {
+    DeadLetter {
+        sku_id: SKU,
+        entry_id: "1-0".into(),
+        seq: None,
+        payload: String::new(),
+        error: "unparseable".into(),
+        attempts: 1,
+    }
+}
+
+async fn stream_pause_flag<B: flashsale_store::Backend>(store: &Store<B>) {
     create(store, &sale(10, 1, SaleMode::Direct)).await;
     assert!(!store.stream_paused(SKU).await.unwrap());
-    store
-        .record_dead_letter(&DeadLetter {
-            sku_id: SKU,
-            entry_id: "1-0".into(),
-            seq: None,
-            payload: String::new(),
-            error: "unparseable".into(),
-            attempts: 1,
-        })
-        .await
-        .unwrap();
+    store.record_dead_letter(&unparseable()).await.unwrap();
     assert!(store.stream_paused(SKU).await.unwrap());
     store.set_stream_paused(SKU, false).await.unwrap();
     assert!(!store.stream_paused(SKU).await.unwrap());
@@ -592,17 +610,7 @@ async fn sqlite_stream_pause_flag_and_reopen() {
         let mut b = book(&sale(10, 1, SaleMode::Direct));
         let events = buy(&mut b, &[req(1, "a", 1)]);
         store.apply_events(SKU, &events).await.unwrap();
-        store
-            .record_dead_letter(&DeadLetter {
-                sku_id: SKU,
-                entry_id: "1-0".into(),
-                seq: None,
-                payload: String::new(),
-                error: "unparseable".into(),
-                attempts: 1,
-            })
-            .await
-            .unwrap();
+        store.record_dead_letter(&unparseable()).await.unwrap();
         assert!(store.stream_paused(SKU).await.unwrap());
         store.close().await;
     }
@@ -632,12 +640,17 @@ async fn sqlite_stream_pause_flag_and_reopen() {
 }
 
 #[tokio::test]
-async fn mysql_unreachable_is_unavailable() {
+async fn unreachable_servers_are_unavailable() {
     let port = flashsale_testkit::free_port();
-    let err = MySqlStore::connect(&format!("mysql://root@127.0.0.1:{port}/x"))
+    let mysql = MySqlStore::connect(&format!("mysql://root@127.0.0.1:{port}/x"))
         .await
         .unwrap_err();
-    assert!(matches!(err, StoreError::Unavailable(_)), "{err:?}");
+    let postgres = PgStore::connect(&format!("postgres://postgres@127.0.0.1:{port}/x"))
+        .await
+        .unwrap_err();
+    for err in [mysql, postgres] {
+        assert!(matches!(err, StoreError::Unavailable(_)), "{err:?}");
+    }
 }
 
 #[tokio::test]
@@ -646,7 +659,7 @@ async fn sqlite_in_memory_works() {
     batch_applies_orders_events_and_counters(&store).await;
 }
 
-/// Concurrent writers of one sale on both backends: every batch applies exactly once.
+/// Concurrent writers of one sale on every backend: every batch applies exactly once.
 async fn concurrent_redeliveries(store: std::sync::Arc<dyn OrderStore>) {
     let s = sale(200, 1, SaleMode::Direct);
     create(store.as_ref(), &s).await;
@@ -689,6 +702,14 @@ async fn mysql_concurrent_writers_apply_once() {
     let db = TestDatabase::create().await;
     let store = MySqlStore::connect(&db.url).await.unwrap();
     concurrent_redeliveries(std::sync::Arc::new(store)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_concurrent_writers_apply_once() {
+    let db = flashsale_testkit::postgres::TestDatabase::create().await;
+    let store = PgStore::connect(&db.url).await.unwrap();
+    concurrent_redeliveries(std::sync::Arc::new(store.clone())).await;
+    store.close().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -757,7 +778,7 @@ async fn random_redeliveries_end_equal_to_the_book(store: &dyn OrderStore) {
     assert_matches_book(store, &b).await;
 }
 
-both!(random_redeliveries_end_equal_to_the_book);
+backends!(random_redeliveries_end_equal_to_the_book);
 
 /// The database dies and comes back: calls fail with `Unavailable` (retry later), never
 /// half-apply, and the same batch applies once the server is back.
@@ -799,17 +820,28 @@ async fn mysql_outage_is_unavailable_and_recoverable() {
     drop(db);
 }
 
-/// Instances that start together on a fresh MariaDB database migrate it once between them.
+/// Instances that start together on a fresh database migrate it once between them.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn instances_starting_together_migrate_once() {
     let db = TestDatabase::create().await;
     let starts: Vec<_> = (0..4)
         .map(|_| {
             let url = db.url.clone();
-            tokio::spawn(async move { MySqlStore::connect_with(&url, 2).await })
+            tokio::spawn(async move { MySqlStore::connect_with(&url, 2).await.map(|_| ()) })
         })
         .collect();
-    for start in starts {
+    let pg = flashsale_testkit::postgres::TestDatabase::create().await;
+    let pg_starts: Vec<_> = (0..4)
+        .map(|_| {
+            let url = pg.url.clone();
+            tokio::spawn(async move {
+                let store = PgStore::connect_with(&url, 2).await?;
+                store.close().await;
+                Ok::<(), StoreError>(())
+            })
+        })
+        .collect();
+    for start in starts.into_iter().chain(pg_starts) {
         start.await.unwrap().expect("every instance starts");
     }
 }

@@ -9,6 +9,7 @@
 //! - [`redis_cluster_ns`]: the six-node cluster with each node in a namespace of its own.
 //! - [`mariadb`]: a throwaway `mariadbd` in a temp dir, and a fresh database of its own on the
 //!   shared server.
+//! - [`postgres`]: a fresh database of its own on the shared PostgreSQL server.
 //! - [`conformance`]: the one suite both hot ledgers must pass.
 //! - [`wait`]: polling with a deadline, the only way tests wait (`until` panics at the
 //!   deadline; `within` gives up with `None`).
@@ -19,6 +20,7 @@
 pub mod conformance;
 pub mod mariadb;
 pub mod netns;
+pub mod postgres;
 pub mod process;
 pub mod redis_cluster;
 pub mod redis_cluster_ns;
@@ -38,4 +40,18 @@ pub fn unique_name(prefix: &str) -> String {
     use rand::Rng;
     let n: u64 = rand::rng().random();
     format!("{prefix}_{n:016x}")
+}
+
+/// Runs `work` to the end on a thread of its own with a runtime of its own: what a `Drop`
+/// that must talk to a server does, since it may run inside a runtime or outside any.
+pub(crate) fn block_on_thread(work: impl std::future::Future<Output = ()> + Send + 'static) {
+    let _ = std::thread::spawn(move || {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build();
+        if let Ok(rt) = rt {
+            rt.block_on(work);
+        }
+    })
+    .join();
 }

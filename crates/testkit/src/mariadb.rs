@@ -47,22 +47,13 @@ impl TestDatabase {
 impl Drop for TestDatabase {
     fn drop(&mut self) {
         let (server_url, name) = (self.server_url.clone(), self.name.clone());
-        // Drop runs outside any runtime guarantee; use a small thread with its own runtime.
-        let _ = std::thread::spawn(move || {
-            let rt = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build();
-            if let Ok(rt) = rt {
-                rt.block_on(async {
-                    if let Ok(mut conn) = MySqlConnection::connect(&server_url).await {
-                        let _ = conn
-                            .execute(format!("DROP DATABASE IF EXISTS `{name}`").as_str())
-                            .await;
-                    }
-                });
+        crate::block_on_thread(async move {
+            if let Ok(mut conn) = MySqlConnection::connect(&server_url).await {
+                let _ = conn
+                    .execute(format!("DROP DATABASE IF EXISTS `{name}`").as_str())
+                    .await;
             }
-        })
-        .join();
+        });
     }
 }
 
