@@ -399,7 +399,7 @@ async fn ledger(args: LedgerArgs) -> anyhow::Result<()> {
         mode: SaleMode::Direct,
         payment_timeout_ms: 0,
         starts_at_ms: 0,
-        ends_at_ms: flashsale_server::routes::sales::now_ms() + 24 * 3_600_000,
+        ends_at_ms: flashsale_engine::now_ms() + 24 * 3_600_000,
         state: SaleState::Live,
     };
     flashsale_core::OrderStore::create_sale(store.as_ref(), &sale).await?;
@@ -629,15 +629,15 @@ async fn ours(
     store.set_state(sale.sku_id, SaleState::Live).await?;
     load_sale(ledger.as_ref(), store.as_ref(), sale.sku_id).await?;
     if let Some((url, prefix)) = persist {
-        let config = flashsale_store::persister::PersisterConfig::new(url, prefix, "bench");
-        let persister = flashsale_store::persister::Persister::new(config, store.clone());
+        let config = flashsale_engine::persister::PersisterConfig::new(url, prefix, "bench");
+        let persister = flashsale_engine::persister::Persister::new(config, store.clone());
         let (tx, rx) = tokio::sync::broadcast::channel(1);
         tokio::spawn(async move {
             let _keep = tx;
             let _ = persister.run(rx).await;
         });
     }
-    let batcher = flashsale_server::batcher::Batcher::new(ledger.clone(), 256, 65_536);
+    let batcher = flashsale_engine::batcher::Batcher::new(ledger.clone(), 256, 65_536);
     Ok(Arc::new(crate::strategies::Ours {
         name,
         ledger,
@@ -774,7 +774,7 @@ async fn load_sale(
     store: &dyn flashsale_core::OrderStore,
     sku: SkuId,
 ) -> anyhow::Result<()> {
-    flashsale_server::reconcile::rebuild(ledger, store, sku).await?;
+    flashsale_engine::reconcile::rebuild(ledger, store, sku).await?;
     Ok(())
 }
 
@@ -805,12 +805,12 @@ async fn drain_rate(args: &PersisterArgs, batch_max: usize) -> anyhow::Result<f6
         ledger.purchase_batch(sale.sku_id, &reqs).await?;
     }
     let mut config =
-        flashsale_store::persister::PersisterConfig::new(&args.redis_url, &prefix, "bench");
+        flashsale_engine::persister::PersisterConfig::new(&args.redis_url, &prefix, "bench");
     config.batch_max = batch_max;
     let (stop, rx) = tokio::sync::broadcast::channel(1);
     let started = Instant::now();
     let task =
-        tokio::spawn(flashsale_store::persister::Persister::new(config, store.clone()).run(rx));
+        tokio::spawn(flashsale_engine::persister::Persister::new(config, store.clone()).run(rx));
     loop {
         let applied = store
             .sale(sale.sku_id)

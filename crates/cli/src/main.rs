@@ -162,7 +162,7 @@ pub fn server_config(settings: &Settings, run_persister: bool) -> anyhow::Result
         tunables,
         run_persister,
         instance_id: instance_id(),
-        reconcile: flashsale_server::reconcile::WorkerSettings {
+        reconcile: flashsale_engine::reconcile::WorkerSettings {
             interval: std::time::Duration::from_millis(settings.reconcile_interval_ms),
             repair: settings.reconcile_repair,
         },

@@ -8,7 +8,7 @@
 use std::sync::Arc;
 
 use flashsale_core::SkuId;
-use flashsale_server::reconcile::{Journal, Reconciler, Trigger};
+use flashsale_engine::reconcile::{Journal, Reconciler, Trigger};
 
 use crate::settings::Settings;
 

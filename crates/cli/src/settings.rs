@@ -8,9 +8,9 @@ use std::time::Duration;
 
 use anyhow::Context;
 use clap::Args;
+use flashsale_engine::reconcile::WorkerSettings;
 use flashsale_server::gateway::{GatewayConfig, TokenRate};
 use flashsale_server::identity::{IdentityConfig, JwksSource};
-use flashsale_server::reconcile::WorkerSettings;
 use flashsale_server::risk::{Fallback, RiskCheck, RiskConfig};
 use flashsale_server::Tunables;
 use rand::distr::{Alphanumeric, SampleString};

@@ -263,7 +263,7 @@ pub struct RefreshWorker {
 }
 
 #[async_trait::async_trait]
-impl crate::workers::Worker for RefreshWorker {
+impl flashsale_engine::workers::Worker for RefreshWorker {
     fn name(&self) -> &'static str {
         "jwks-refresh"
     }

@@ -20,10 +20,10 @@ use tokio::task::JoinHandle;
 use crate::auth::Auth;
 use crate::gateway::blacklist::{RedisBlacklist, SqliteBlacklist};
 use crate::gateway::BlacklistStore;
-use crate::reconcile::{ReconcileWorker, Reconciler};
 use crate::state::AppState;
 use crate::tunables::Tunables;
-use crate::workers::{ExpiryWorker, PersisterWorker, RestockWorker, Worker};
+use flashsale_engine::reconcile::{ReconcileWorker, Reconciler};
+use flashsale_engine::workers::{ExpiryWorker, PersisterWorker, RestockWorker, Worker};
 
 /// Everything the service needs to start. The CLI fills it from flags, env and a file.
 #[derive(Debug, Clone)]
@@ -41,7 +41,7 @@ pub struct Config {
     /// Names this instance as a stream consumer and lease owner.
     pub instance_id: String,
     /// The reconcile worker of this process.
-    pub reconcile: crate::reconcile::WorkerSettings,
+    pub reconcile: flashsale_engine::reconcile::WorkerSettings,
     /// Redis ledger: answer writes only once replicas have them (`WAIT`); `None` = off.
     pub redis_replication: Option<flashsale_redis::Replication>,
     /// An external identity provider whose RS256/ES256/EdDSA tokens are accepted too.
@@ -125,8 +125,11 @@ impl Backends {
             }
         };
         Ok(Backends {
-            ledger: crate::gateway::routing::hot_routed(
-                &config.tunables.gateway,
+            ledger: flashsale_engine::placement::hot_routed(
+                &flashsale_engine::placement::HotSales {
+                    redis_url: config.tunables.gateway.hot_redis_url.clone(),
+                    skus: config.tunables.gateway.hot_skus.clone(),
+                },
                 config.redis_url.as_deref(),
                 &config.redis_prefix,
                 config.redis_replication,
@@ -231,7 +234,7 @@ impl Workers {
             metrics,
         };
         tasks.spawn_probes(listener, crate::routes::health::router(probes));
-        let journal = Arc::new(crate::reconcile::Journal::default());
+        let journal = Arc::new(flashsale_engine::reconcile::Journal::default());
         let reconciler = Reconciler::new(ledger.clone(), store.clone(), journal.clone());
         if let Some(worker) = ReconcileWorker::boxed(reconciler, config.reconcile, None) {
             tasks.spawn_worker(worker);
@@ -328,7 +331,7 @@ fn workers(
     config: &Config,
     ledger: Arc<dyn Ledger>,
     store: Arc<dyn OrderStore>,
-    journal: Arc<crate::reconcile::Journal>,
+    journal: Arc<flashsale_engine::reconcile::Journal>,
 ) -> Vec<Box<dyn Worker>> {
     let mut workers: Vec<Box<dyn Worker>> = vec![Box::new(ExpiryWorker {
         ledger,

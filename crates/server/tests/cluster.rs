@@ -12,8 +12,8 @@ use std::time::{Duration, Instant};
 
 use common::{assert_invariants, Stack};
 use flashsale_core::SkuId;
+use flashsale_engine::reconcile::Trigger;
 use flashsale_redis::{slot, Keys, Replication};
-use flashsale_server::reconcile::Trigger;
 use flashsale_testkit::mariadb::TestDatabase;
 use flashsale_testkit::redis_cluster::RedisCluster;
 use flashsale_testkit::wait;

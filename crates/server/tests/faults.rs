@@ -7,8 +7,8 @@ use std::time::{Duration, Instant};
 
 use common::Stack;
 use flashsale_core::{OrderStore, SkuId};
+use flashsale_engine::persister::{Persister, PersisterConfig};
 use flashsale_redis::StreamReader;
-use flashsale_store::persister::{Persister, PersisterConfig};
 use flashsale_testkit::mariadb::{MariaDbServer, TestDatabase};
 use flashsale_testkit::redis_server::{self, RedisServer};
 use flashsale_testkit::wait;
@@ -200,7 +200,7 @@ async fn a_replay_answered_after_a_503_is_reported_when_redis_loses_it() {
     let reconciler = &reconciler;
     // The first runs may meet the connection the restart broke: run until one goes through.
     let report = wait::until("a reconcile run", Duration::from_secs(20), || async move {
-        let trigger = flashsale_server::reconcile::Trigger::Cli;
+        let trigger = flashsale_engine::reconcile::Trigger::Cli;
         reconciler.run_sale(SkuId(71), true, trigger).await.ok()
     })
     .await;

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use common::Stack;
 use flashsale_core::{SaleState, SkuId};
-use flashsale_server::reconcile::{Journal, ReconcileConfig, Reconciler, Trigger};
+use flashsale_engine::reconcile::{Journal, ReconcileConfig, Reconciler, Trigger};
 use flashsale_server::Config;
 use flashsale_testkit::mariadb::TestDatabase;
 use flashsale_testkit::redis_server::{self, RedisServer};
@@ -325,7 +325,7 @@ async fn serve_starts_while_redis_is_down_and_serves_once_it_is_up() {
 async fn large_skus_and_times_that_validate_also_warm() {
     let stack = quiet_stack(&redis_server::shared_url(), |_| {}).await;
     let sku: u64 = 1_000_000_000_000_000 + 7;
-    let now = flashsale_server::routes::sales::now_ms();
+    let now = flashsale_engine::now_ms();
     stack
         .live_sale_with(json!({"sku_id": sku, "name": "big", "total_stock": 5,
             "per_user_limit": 1, "starts_at_ms": now, "ends_at_ms": 4_000_000_000_000_000i64}))

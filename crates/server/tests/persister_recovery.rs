@@ -8,8 +8,8 @@ use std::time::Duration;
 
 use common::Stack;
 use flashsale_core::{OrderStore, SkuId};
+use flashsale_engine::persister::{Persister, PersisterConfig};
 use flashsale_redis::StreamReader;
-use flashsale_store::persister::{Persister, PersisterConfig};
 use flashsale_store::MySqlStore;
 use flashsale_testkit::mariadb::TestDatabase;
 use flashsale_testkit::redis_server;

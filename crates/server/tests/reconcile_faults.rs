@@ -11,8 +11,8 @@ use std::time::{Duration, Instant};
 
 use common::Stack;
 use flashsale_core::{OrderNo, OrderStatus, OrderStore, SkuId};
+use flashsale_engine::persister::{Persister, PersisterConfig};
 use flashsale_server::gateway::GatewayConfig;
-use flashsale_store::persister::{Persister, PersisterConfig};
 use flashsale_testkit::mariadb::{MariaDbServer, TestDatabase};
 use flashsale_testkit::redis_server::{self, RedisServer};
 use flashsale_testkit::wait;

@@ -2,8 +2,6 @@
 //!
 //! - [`mysql`]: `MySqlStore`, the production `OrderStore` over MySQL/MariaDB.
 //! - [`sqlite`]: `SqliteStore`, the embedded `OrderStore` over SQLite (WAL, synchronous=FULL).
-//! - [`persister`]: the worker that moves a sale's Redis Stream into an `OrderStore`, one
-//!   writer per sale (lease), one transaction per batch, XACK after commit.
 //!
 //! Migrations live in `migrations/mysql` and `migrations/sqlite` beside this crate (one
 //! logical schema: `sales`, `orders`, `stock_events`, `dead_letters`), numbered alike; they
@@ -16,12 +14,11 @@
 //! `rows` (rows to domain types, error mapping). Each backend only reads, binds and writes
 //! with its own column types (MySQL has unsigned integers, SQLite does not).
 //!
-//! May depend on flashsale-core, flashsale-redis (the persister reads streams), sqlx, redis.
+//! May depend on flashsale-core and sqlx.
 
 mod batch;
 mod compat;
 pub mod mysql;
-pub mod persister;
 mod rows;
 pub mod sqlite;
 

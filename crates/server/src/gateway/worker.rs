@@ -8,7 +8,7 @@ use flashsale_core::SkuId;
 
 use super::pressure::{self, Bounds};
 use crate::state::{AppState, Shared};
-use crate::workers::Worker;
+use flashsale_engine::workers::Worker;
 
 /// The gateway's periodic work as one worker, stopped and joined with the others at
 /// shutdown: the blacklist reload, the rate limiters' sweep and the back-pressure monitor.

@@ -2,6 +2,7 @@
 //! instance cache; [`OrderView`]), and the API's extractors: [`ApiPath`], and the callers
 //! [`User`] (a user token, not blacklisted) and [`Admin`] (the admin token).
 
+pub mod admin;
 pub mod health;
 pub mod orders;
 pub mod purchases;

@@ -179,7 +179,7 @@ pub async fn warm(
             st.ledger.set_state(sku, state).await?;
         }
         _ => {
-            crate::reconcile::rebuild(st.ledger.as_ref(), st.store.as_ref(), sku)
+            flashsale_engine::reconcile::rebuild(st.ledger.as_ref(), st.store.as_ref(), sku)
                 .await
                 .map_err(rebuild_error)?;
         }
@@ -194,8 +194,8 @@ pub async fn warm(
     )))
 }
 
-fn rebuild_error(e: crate::reconcile::RebuildError) -> AppError {
-    use crate::reconcile::RebuildError;
+fn rebuild_error(e: flashsale_engine::reconcile::RebuildError) -> AppError {
+    use flashsale_engine::reconcile::RebuildError;
     match e {
         RebuildError::Raced(sku) => AppError::new(
             ErrorCode::Unavailable,

@@ -91,7 +91,7 @@ impl ExpiryWorker {
 
 /// Moves every warm sale's Redis Stream into the system of record.
 pub struct PersisterWorker {
-    persister: flashsale_store::persister::Persister,
+    persister: crate::persister::Persister,
 }
 
 impl PersisterWorker {
@@ -101,9 +101,9 @@ impl PersisterWorker {
         consumer: &str,
         store: Arc<dyn OrderStore>,
     ) -> PersisterWorker {
-        let config = flashsale_store::persister::PersisterConfig::new(redis_url, prefix, consumer);
+        let config = crate::persister::PersisterConfig::new(redis_url, prefix, consumer);
         PersisterWorker {
-            persister: flashsale_store::persister::Persister::new(config, store),
+            persister: crate::persister::Persister::new(config, store),
         }
     }
 }
