@@ -10,8 +10,9 @@
 //!   sale (lease), one transaction per batch, XACK after commit.
 //! - [`reconcile`]: the reconciler (`diff`, its `worker`), the loss `journal`, and the hot
 //!   copy's lifecycle (`rebuild`).
-//! - [`workers`]: the `Worker` trait and the workers of no other module (hold expiry,
-//!   persister, restock subscriptions).
+//! - [`runner`]: the `Worker` contract and the one runner of every worker (loop, shutdown,
+//!   stop deadline, error logging, metrics); [`workers`]: the workers of no other module
+//!   (hold expiry, restock subscriptions).
 //!
 //! May depend on flashsale-core, flashsale-redis, flashsale-store and flashsale-embedded;
 //! never on an HTTP crate (axum, tower, hyper, utoipa). The server and the binary depend on it.
@@ -22,6 +23,7 @@ pub mod cache;
 pub mod persister;
 pub mod placement;
 pub mod reconcile;
+pub mod runner;
 pub mod workers;
 
 /// Milliseconds since the Unix epoch (the clock every timestamp of the service uses).

@@ -15,7 +15,6 @@ use flashsale_redis::RedisLedger;
 use flashsale_store::{MySqlStore, SqliteStore};
 use tokio::net::TcpListener;
 use tokio::sync::broadcast;
-use tokio::task::JoinHandle;
 
 use crate::auth::Auth;
 use crate::gateway::blacklist::{RedisBlacklist, SqliteBlacklist};
@@ -23,7 +22,8 @@ use crate::gateway::BlacklistStore;
 use crate::state::AppState;
 use crate::tunables::Tunables;
 use flashsale_engine::reconcile::{ReconcileWorker, Reconciler};
-use flashsale_engine::workers::{ExpiryWorker, PersisterWorker, RestockWorker, Worker};
+use flashsale_engine::runner::{Runner, Worker};
+use flashsale_engine::workers::{persister, ExpiryWorker, RestockWorker};
 
 /// Everything the service needs to start. The CLI fills it from flags, env and a file.
 #[derive(Debug, Clone)]
@@ -52,7 +52,7 @@ pub struct Config {
 pub struct Server {
     pub addr: SocketAddr,
     pub state: AppState,
-    tasks: Tasks,
+    tasks: Runner,
 }
 
 /// Opens the system of record a URL names (and runs its migrations).
@@ -146,68 +146,23 @@ pub async fn backends(config: &Config) -> anyhow::Result<(Arc<dyn Ledger>, Arc<d
     Ok((b.ledger, b.store))
 }
 
-/// How long a stopping task may take to finish its current work (a persister batch, a drain
-/// of in-flight requests) before shutdown reports it.
-const TASK_STOP_MAX: Duration = Duration::from_secs(30);
 /// Between hold expiry passes, and the most holds one `expire_due` call expires.
 const EXPIRY_INTERVAL: Duration = Duration::from_millis(250);
 const EXPIRY_BATCH_MAX: usize = 256;
 
-/// Tasks stopped together by one broadcast.
-struct Tasks {
-    shutdown: broadcast::Sender<()>,
-    handles: Vec<(&'static str, JoinHandle<anyhow::Result<()>>)>,
-}
-
-impl Tasks {
-    fn new() -> Tasks {
-        Tasks {
-            shutdown: broadcast::channel(1).0,
-            handles: Vec::new(),
-        }
-    }
-
-    fn spawn_worker(&mut self, worker: Box<dyn Worker>) {
-        let name = worker.name();
-        let rx = self.shutdown.subscribe();
-        self.handles.push((name, tokio::spawn(worker.run(rx))));
-    }
-
-    /// Serves `router` on `listener` until the broadcast (the probes of a worker process).
-    fn spawn_probes(&mut self, listener: TcpListener, router: axum::Router) {
-        let mut stop = self.shutdown.subscribe();
-        let serve = async move {
-            let graceful = async move {
-                let _ = stop.recv().await;
-            };
-            axum::serve(listener, router)
-                .with_graceful_shutdown(graceful)
-                .await?;
-            Ok(())
-        };
-        self.handles.push(("probes", tokio::spawn(serve)));
-    }
-
-    /// Fires the broadcast and waits for every task, in the order they were started.
-    async fn stop(mut self) -> anyhow::Result<()> {
-        let _ = self.shutdown.send(());
-        let mut first_error = None;
-        for (name, task) in self.handles.drain(..) {
-            match tokio::time::timeout(TASK_STOP_MAX, task).await {
-                Ok(Ok(Ok(()))) => {}
-                Ok(Ok(Err(e))) => first_error = first_error.or(Some(e.context(name))),
-                Ok(Err(join)) => {
-                    first_error = first_error.or(Some(anyhow::anyhow!("{name} panicked: {join}")))
-                }
-                Err(_) => {
-                    first_error = first_error.or(Some(anyhow::anyhow!(
-                        "{name} did not stop in {TASK_STOP_MAX:?}"
-                    )))
-                }
-            }
-        }
-        first_error.map_or(Ok(()), Err)
-    }
+/// Serves `router` on `listener` until `stop` fires (the probes of a worker process).
+async fn serve_probes(
+    listener: TcpListener,
+    router: axum::Router,
+    mut stop: broadcast::Receiver<()>,
+) -> anyhow::Result<()> {
+    let graceful = async move {
+        let _ = stop.recv().await;
+    };
+    axum::serve(listener, router)
+        .with_graceful_shutdown(graceful)
+        .await?;
+    Ok(())
 }
 
 /// Only the background workers (`flashsale worker`), and `/healthz`, `/readyz` and `/metrics`
@@ -215,7 +170,7 @@ impl Tasks {
 pub struct Workers {
     /// Where the health and metrics routes listen.
     pub addr: SocketAddr,
-    tasks: Tasks,
+    tasks: Runner,
 }
 
 impl Workers {
@@ -227,20 +182,21 @@ impl Workers {
         // Before any worker runs, so the recorder sees their first metrics.
         let metrics = crate::metrics::handle();
         let (ledger, store) = backends(config).await?;
-        let mut tasks = Tasks::new();
+        let mut tasks = Runner::default();
         let probes = crate::routes::health::Probes {
             ledger: ledger.clone(),
             store: store.clone(),
             metrics,
         };
-        tasks.spawn_probes(listener, crate::routes::health::router(probes));
+        let router = crate::routes::health::router(probes);
+        tasks.spawn_task("probes", |stop| serve_probes(listener, router, stop));
         let journal = Arc::new(flashsale_engine::reconcile::Journal::default());
         let reconciler = Reconciler::new(ledger.clone(), store.clone(), journal.clone());
         if let Some(worker) = ReconcileWorker::boxed(reconciler, config.reconcile, None) {
-            tasks.spawn_worker(worker);
+            tasks.spawn(worker);
         }
         for worker in workers(config, ledger, store, journal) {
-            tasks.spawn_worker(worker);
+            tasks.spawn(worker);
         }
         tracing::info!(%addr, "flashsale worker: /healthz, /readyz and /metrics");
         Ok(Workers { addr, tasks })
@@ -279,14 +235,14 @@ impl Server {
         if let Err(e) = state.gateway.blacklist.refresh().await {
             tracing::warn!(error = %e, "could not load the blacklist at start; retrying in the background");
         }
-        let mut tasks = Tasks::new();
-        let mut stop = tasks.shutdown.subscribe();
+        let mut tasks = Runner::default();
         let app = crate::app(state.clone());
         let listener = crate::gateway::listener::CappedListener::new(
             listener,
             config.tunables.gateway.connections_max,
         );
-        let serve = async move {
+        // The listener first: on shutdown it drains in-flight requests before workers stop.
+        tasks.spawn_task("http", |mut stop| async move {
             let graceful = async move {
                 let _ = stop.recv().await;
             };
@@ -296,24 +252,22 @@ impl Server {
                 .with_graceful_shutdown(graceful)
                 .await?;
             Ok(())
-        };
-        // The listener first: on shutdown it drains in-flight requests before workers stop.
-        tasks.handles.push(("http", tokio::spawn(serve)));
-        tasks.spawn_worker(Box::new(crate::gateway::worker::GatewayWorker::new(&state)));
+        });
+        tasks.spawn(Box::new(crate::gateway::worker::GatewayWorker::new(&state)));
         if let Some(identity) = state.auth.identity() {
             let identity = identity.clone();
-            tasks.spawn_worker(Box::new(crate::identity::RefreshWorker { identity }));
+            tasks.spawn(Box::new(crate::identity::RefreshWorker::new(identity)));
         }
         for feed in ledger.restock_feeds() {
-            tasks.spawn_worker(Box::new(RestockWorker::new(feed)));
+            tasks.spawn(Box::new(RestockWorker::new(feed)));
         }
         for worker in workers(&config, ledger, store, state.journal.clone()) {
-            tasks.spawn_worker(worker);
+            tasks.spawn(worker);
         }
         let reconciler = state.reconciler();
         let nudges = state.nudges.take();
         if let Some(worker) = ReconcileWorker::boxed(reconciler, config.reconcile, nudges) {
-            tasks.spawn_worker(worker);
+            tasks.spawn(worker);
         }
         let server = Server { addr, state, tasks };
         tracing::info!(%addr, "flashsale listening");
@@ -333,15 +287,15 @@ fn workers(
     store: Arc<dyn OrderStore>,
     journal: Arc<flashsale_engine::reconcile::Journal>,
 ) -> Vec<Box<dyn Worker>> {
-    let mut workers: Vec<Box<dyn Worker>> = vec![Box::new(ExpiryWorker {
+    let mut workers: Vec<Box<dyn Worker>> = vec![Box::new(ExpiryWorker::new(
         ledger,
-        store: store.clone(),
-        settled: Arc::new(move |sku| journal.is_settled(sku)),
-        interval: EXPIRY_INTERVAL,
-        batch_max: EXPIRY_BATCH_MAX,
-    })];
+        store.clone(),
+        Arc::new(move |sku| journal.is_settled(sku)),
+        EXPIRY_INTERVAL,
+        EXPIRY_BATCH_MAX,
+    ))];
     if let (Some(redis_url), true) = (&config.redis_url, config.run_persister) {
-        workers.push(Box::new(PersisterWorker::new(
+        workers.push(Box::new(persister(
             redis_url,
             &config.redis_prefix,
             &config.instance_id,
@@ -349,7 +303,7 @@ fn workers(
         )));
         // Hot sales on a dedicated Redis: its streams need a persister of their own.
         if let Some(hot_url) = &config.tunables.gateway.hot_redis_url {
-            workers.push(Box::new(PersisterWorker::new(
+            workers.push(Box::new(persister(
                 hot_url,
                 &config.redis_prefix,
                 &format!("{}-hot", config.instance_id),
