@@ -138,11 +138,20 @@ async fn http(args: HttpArgs) -> anyhow::Result<()> {
         (None, Some(_)) => anyhow::bail!("--redis-url needs --database-url"),
         (None, None) => format!("sqlite://{}/bench.db", tmp.display()),
     };
+    let mut engine = flashsale_engine::settings::Settings::new(
+        args.redis_url.clone(),
+        &format!("fsbench{}", std::process::id()),
+        &database_url,
+        &format!("bench-{}", std::process::id()),
+    );
+    engine.ledger.replication =
+        (args.redis_wait_replicas > 0).then(|| flashsale_redis::Replication {
+            replicas: args.redis_wait_replicas,
+            timeout: std::time::Duration::from_millis(args.redis_wait_timeout_ms),
+        });
     let config = Config {
+        engine,
         listen: "127.0.0.1:0".parse()?,
-        redis_url: args.redis_url.clone(),
-        redis_prefix: format!("fsbench{}", std::process::id()),
-        database_url,
         jwt_secret: secret(),
         admin_token: secret(),
         tunables: Tunables {
@@ -153,13 +162,6 @@ async fn http(args: HttpArgs) -> anyhow::Result<()> {
             },
             ..Tunables::default()
         },
-        run_persister: true,
-        instance_id: format!("bench-{}", std::process::id()),
-        reconcile: Default::default(),
-        redis_replication: (args.redis_wait_replicas > 0).then(|| flashsale_redis::Replication {
-            replicas: args.redis_wait_replicas,
-            timeout: std::time::Duration::from_millis(args.redis_wait_timeout_ms),
-        }),
         identity: None,
     };
     let server = Server::start(config.clone()).await?;

@@ -1,5 +1,8 @@
 //! flashsale-engine: everything the service decides and runs that is not HTTP.
 //!
+//! - [`settings`]: the one settings tree (`Settings`: ledger, database, persister, reconcile);
+//!   [`backends`]: the ledger and store it names, opened once, and the workers every process
+//!   runs.
 //! - [`batcher`]: the purchase decision: the local sold-out flag, then natural batching per
 //!   sale into one ledger call.
 //! - [`cache`]: the sale cache and the sold-out flags; [`breaker`]: fast failure while a
@@ -17,6 +20,7 @@
 //! May depend on flashsale-core, flashsale-redis, flashsale-store and flashsale-embedded;
 //! never on an HTTP crate (axum, tower, hyper, utoipa). The server and the binary depend on it.
 
+pub mod backends;
 pub mod batcher;
 pub mod breaker;
 pub mod cache;
@@ -24,6 +28,7 @@ pub mod persister;
 pub mod placement;
 pub mod reconcile;
 pub mod runner;
+pub mod settings;
 pub mod workers;
 
 /// Milliseconds since the Unix epoch (the clock every timestamp of the service uses).

@@ -37,6 +37,7 @@ use tokio::task::JoinHandle;
 use tokio::time::MissedTickBehavior;
 
 use crate::runner::{Pace, Worker, WorkerState};
+use crate::settings::PersisterSettings;
 
 /// Most events one `apply_events` transaction takes. A read of `batch_max` entries may hold
 /// far more events than entries (one purchase call's entry carries all its deductions, up to
@@ -67,19 +68,30 @@ pub struct PersisterConfig {
 }
 
 impl PersisterConfig {
+    /// With the default bounds.
     pub fn new(redis_url: &str, prefix: &str, consumer: &str) -> PersisterConfig {
+        PersisterConfig::with(redis_url, prefix, consumer, &PersisterSettings::DEFAULT)
+    }
+
+    /// With the bounds of `s`.
+    pub fn with(
+        redis_url: &str,
+        prefix: &str,
+        consumer: &str,
+        s: &PersisterSettings,
+    ) -> PersisterConfig {
         PersisterConfig {
             redis_url: redis_url.to_owned(),
             prefix: prefix.to_owned(),
             consumer: consumer.to_owned(),
-            batch_max: 1_024,
-            block_ms: 100,
-            lease_ttl_ms: 3_000,
-            claim_idle_ms: 2_000,
-            attempts_max: 5,
-            backoff_ms_max: 2_000,
-            format_wait_ms_max: 30_000,
-            discover_every: Duration::from_millis(500),
+            batch_max: s.batch_max,
+            block_ms: s.block_ms,
+            lease_ttl_ms: s.lease_ttl_ms,
+            claim_idle_ms: s.claim_idle_ms,
+            attempts_max: s.attempts_max,
+            backoff_ms_max: s.backoff_ms_max,
+            format_wait_ms_max: s.format_wait_ms_max,
+            discover_every: s.discover_every,
         }
     }
 }

@@ -98,17 +98,6 @@ impl ExpiryWorker {
     }
 }
 
-/// The persister of the streams on `redis_url` (see [`crate::persister`]), as `consumer`.
-pub fn persister(
-    redis_url: &str,
-    prefix: &str,
-    consumer: &str,
-    store: Arc<dyn OrderStore>,
-) -> crate::persister::Persister {
-    let config = crate::persister::PersisterConfig::new(redis_url, prefix, consumer);
-    crate::persister::Persister::new(config, store)
-}
-
 /// Hears the restocks of other instances (one of the ledger's
 /// [`flashsale_core::SoldOutSupport::restock_feeds`]) until shutdown.
 pub struct RestockWorker {
