@@ -520,6 +520,38 @@ mod tests {
     struct Cli {
         #[command(flatten)]
         identity: IdentitySettings,
+        #[command(flatten)]
+        persister: PersisterFlags,
+    }
+
+    fn persister(args: &[&str]) -> anyhow::Result<PersisterSettings> {
+        let mut argv = vec!["flashsale"];
+        argv.extend_from_slice(args);
+        Cli::try_parse_from(argv)?.persister.settings(true)
+    }
+
+    #[test]
+    fn the_persister_takes_todays_defaults_and_refuses_a_lease_shorter_than_two_reads() {
+        assert_eq!(persister(&[]).unwrap(), PersisterSettings::DEFAULT);
+        let set = persister(&[
+            "--persister-batch-max",
+            "64",
+            "--persister-discover-ms",
+            "50",
+        ]);
+        let set = set.unwrap();
+        assert_eq!(
+            (set.batch_max, set.discover_every),
+            (64, Duration::from_millis(50))
+        );
+        assert!(persister(&["--persister-batch-max", "0"]).is_err());
+        let short = [
+            "--persister-block-ms",
+            "500",
+            "--persister-lease-ttl-ms",
+            "1000",
+        ];
+        assert!(persister(&short).is_err());
     }
 
     fn identity(args: &[&str]) -> anyhow::Result<Option<IdentityConfig>> {
