@@ -142,11 +142,20 @@ async fn http(args: HttpArgs) -> anyhow::Result<()> {
         (None, Some(_)) => anyhow::bail!("--redis-url needs --database-url"),
         (None, None) => format!("sqlite://{}/bench.db", tmp.display()),
     };
+    let mut engine = flashsale_engine::settings::Settings::new(
+        args.redis_url.clone(),
+        &format!("fsbench{}", std::process::id()),
+        &database_url,
+        &format!("bench-{}", std::process::id()),
+    );
+    engine.ledger.replication =
+        (args.redis_wait_replicas > 0).then(|| flashsale_redis::Replication {
+            replicas: args.redis_wait_replicas,
+            timeout: std::time::Duration::from_millis(args.redis_wait_timeout_ms),
+        });
     let config = Config {
+        engine,
         listen: "127.0.0.1:0".parse()?,
-        redis_url: args.redis_url.clone(),
-        redis_prefix: format!("fsbench{}", std::process::id()),
-        database_url,
         jwt_secret: secret(),
         admin_token: secret(),
         tunables: Tunables {
@@ -157,13 +166,6 @@ async fn http(args: HttpArgs) -> anyhow::Result<()> {
             },
             ..Tunables::default()
         },
-        run_persister: true,
-        instance_id: format!("bench-{}", std::process::id()),
-        reconcile: Default::default(),
-        redis_replication: (args.redis_wait_replicas > 0).then(|| flashsale_redis::Replication {
-            replicas: args.redis_wait_replicas,
-            timeout: std::time::Duration::from_millis(args.redis_wait_timeout_ms),
-        }),
         identity: None,
     };
     let server = Server::start(config.clone()).await?;
@@ -403,7 +405,7 @@ async fn ledger(args: LedgerArgs) -> anyhow::Result<()> {
         mode: SaleMode::Direct,
         payment_timeout_ms: 0,
         starts_at_ms: 0,
-        ends_at_ms: flashsale_server::routes::sales::now_ms() + 24 * 3_600_000,
+        ends_at_ms: flashsale_engine::now_ms() + 24 * 3_600_000,
         state: SaleState::Live,
     };
     flashsale_core::OrderStore::create_sale(store.as_ref(), &sale).await?;
@@ -633,15 +635,15 @@ async fn ours(
     store.set_state(sale.sku_id, SaleState::Live).await?;
     load_sale(ledger.as_ref(), store.as_ref(), sale.sku_id).await?;
     if let Some((url, prefix)) = persist {
-        let config = flashsale_store::persister::PersisterConfig::new(url, prefix, "bench");
-        let persister = flashsale_store::persister::Persister::new(config, store.clone());
+        let config = flashsale_engine::persister::PersisterConfig::new(url, prefix, "bench");
+        let persister = flashsale_engine::persister::Persister::new(config, store.clone());
         let (tx, rx) = tokio::sync::broadcast::channel(1);
         tokio::spawn(async move {
             let _keep = tx;
             let _ = persister.run(rx).await;
         });
     }
-    let batcher = flashsale_server::batcher::Batcher::new(ledger.clone(), 256, 65_536);
+    let batcher = flashsale_engine::batcher::Batcher::new(ledger.clone(), 256, 65_536);
     Ok(Arc::new(crate::strategies::Ours {
         name,
         ledger,
@@ -822,7 +824,7 @@ async fn load_sale(
     store: &dyn flashsale_core::OrderStore,
     sku: SkuId,
 ) -> anyhow::Result<()> {
-    flashsale_server::reconcile::rebuild(ledger, store, sku).await?;
+    flashsale_engine::reconcile::rebuild(ledger, store, sku).await?;
     Ok(())
 }
 
@@ -852,12 +854,12 @@ async fn drain_rate(args: &PersisterArgs, server: &str, batch_max: usize) -> any
         ledger.purchase_batch(sale.sku_id, &reqs).await?;
     }
     let mut config =
-        flashsale_store::persister::PersisterConfig::new(&args.redis_url, &prefix, "bench");
+        flashsale_engine::persister::PersisterConfig::new(&args.redis_url, &prefix, "bench");
     config.batch_max = batch_max;
     let (stop, rx) = tokio::sync::broadcast::channel(1);
     let started = Instant::now();
     let task =
-        tokio::spawn(flashsale_store::persister::Persister::new(config, store.clone()).run(rx));
+        tokio::spawn(flashsale_engine::persister::Persister::new(config, store.clone()).run(rx));
     loop {
         let applied = store
             .sale(sale.sku_id)

@@ -18,8 +18,9 @@ use flashsale_bench::load::{self, Arrival, Buyer, Plan};
 use flashsale_bench::report::{Check, Report};
 use flashsale_bench::summary;
 use flashsale_core::{Counters, OrderStatus, SaleMode, SkuId, UserId};
+use flashsale_engine::reconcile::diff::Diff;
+use flashsale_engine::settings::{LedgerSettings, Settings};
 use flashsale_server::auth::Auth;
-use flashsale_server::reconcile::diff::Diff;
 use flashsale_server::{Config, Server, Tunables};
 use indicatif::{ProgressBar, ProgressStyle};
 use rand::distr::{Alphanumeric, SampleString};
@@ -115,7 +116,7 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<()> {
             (records, Some(done.await?))
         }
     };
-    if config.redis_url.is_some() {
+    if config.engine.ledger.redis_url.is_some() {
         wait_for_drain(&server, sku).await?;
     }
     let counters_hot = server.state.ledger.counters(SkuId(sku)).await?;
@@ -123,7 +124,7 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<()> {
         records,
         resolutions,
         counters_hot,
-        database_url: config.database_url.clone(),
+        database_url: config.engine.database_url.clone(),
         sku,
     };
     let report = build_report(&server, &args, outcome).await?;
@@ -146,17 +147,21 @@ fn demo_config(args: &DemoArgs) -> anyhow::Result<Config> {
     let mut tunables = Tunables::default();
     tunables.queue_cap = tunables.queue_cap.max(args.concurrency * 4);
     Ok(Config {
+        engine: Settings {
+            ledger: LedgerSettings {
+                redis_url: args.redis_url.clone(),
+                redis_prefix: "fsdemo".into(),
+                ..Default::default()
+            },
+            database_url,
+            instance_id: format!("demo-{}", std::process::id()),
+            persister: Default::default(),
+            reconcile: Default::default(),
+        },
         listen: "127.0.0.1:0".parse()?,
-        redis_url: args.redis_url.clone(),
-        redis_prefix: "fsdemo".into(),
-        database_url,
         jwt_secret: secret(),
         admin_token: secret(),
         tunables,
-        run_persister: true,
-        instance_id: format!("demo-{}", std::process::id()),
-        reconcile: Default::default(),
-        redis_replication: None,
         identity: None,
     })
 }

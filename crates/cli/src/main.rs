@@ -139,9 +139,9 @@ async fn run(command: Command) -> anyhow::Result<()> {
             Ok(())
         }
         Command::Migrate { settings } => {
-            let config = server_config(&settings, false)?;
-            flashsale_server::serve::open_store(&config.database_url).await?;
-            println!("schema of {} is current", config.database_url);
+            let url = settings.database_url();
+            flashsale_engine::backends::open_store(&url).await?;
+            println!("schema of {url} is current");
             Ok(())
         }
     }
@@ -153,27 +153,13 @@ pub fn server_config(settings: &Settings, run_persister: bool) -> anyhow::Result
     settings.gateway.apply(&mut tunables)?;
     settings.risk.apply(&mut tunables)?;
     Ok(Config {
+        engine: settings.engine(run_persister)?,
         listen: settings.listen,
-        redis_url: settings.redis_url.clone(),
-        redis_prefix: settings.redis_prefix.clone(),
-        database_url: settings.database_url(),
         jwt_secret,
         admin_token,
         tunables,
-        run_persister,
-        instance_id: instance_id(),
-        reconcile: flashsale_server::reconcile::WorkerSettings {
-            interval: std::time::Duration::from_millis(settings.reconcile_interval_ms),
-            repair: settings.reconcile_repair,
-        },
-        redis_replication: settings.replication(),
         identity: settings.identity.config()?,
     })
-}
-
-fn instance_id() -> String {
-    let host = std::env::var("HOSTNAME").unwrap_or_else(|_| "host".into());
-    format!("{host}-{}", std::process::id())
 }
 
 async fn serve(settings: Settings, run_persister: bool) -> anyhow::Result<()> {
@@ -195,7 +181,7 @@ async fn worker(settings: Settings, listen: std::net::SocketAddr) -> anyhow::Res
         ..server_config(&settings, true)?
     };
     anyhow::ensure!(
-        config.redis_url.is_some(),
+        config.engine.ledger.redis_url.is_some(),
         "`flashsale worker` persists Redis streams: set FLASHSALE_REDIS_URL"
     );
     let workers = flashsale_server::serve::Workers::start(&config)

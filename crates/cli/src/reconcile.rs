@@ -8,7 +8,7 @@
 use std::sync::Arc;
 
 use flashsale_core::SkuId;
-use flashsale_server::reconcile::{Journal, Reconciler, Trigger};
+use flashsale_engine::reconcile::{Journal, Reconciler, Trigger};
 
 use crate::settings::Settings;
 
@@ -26,15 +26,15 @@ pub struct ReconcileArgs {
 }
 
 pub async fn run(args: ReconcileArgs) -> anyhow::Result<()> {
-    let config = crate::server_config(&args.settings, false)?;
+    let settings = args.settings.engine(false)?;
     // The embedded ledger has one writer per data dir: the serving process. A second one here
     // could expire holds behind its back.
     anyhow::ensure!(
-        config.redis_url.is_some() || !args.repair,
+        settings.ledger.redis_url.is_some() || !args.repair,
         "the embedded ledger is repaired by the process that serves it: \
          POST /api/v1/admin/reconcile/{{sku}}/repair"
     );
-    let (ledger, store) = flashsale_server::serve::backends(&config).await?;
+    let (ledger, store) = flashsale_engine::backends::open(&settings).await?;
     let reconciler = Reconciler::new(ledger, store, Arc::new(Journal::default()));
     let reports = reconciler
         .run(args.sku.map(SkuId), args.repair, Trigger::Cli)

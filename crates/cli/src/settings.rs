@@ -8,9 +8,11 @@ use std::time::Duration;
 
 use anyhow::Context;
 use clap::Args;
+use flashsale_engine::placement::HotSales;
+use flashsale_engine::reconcile::WorkerSettings;
+use flashsale_engine::settings::{LedgerSettings, PersisterSettings, Settings as EngineSettings};
 use flashsale_server::gateway::{GatewayConfig, TokenRate};
 use flashsale_server::identity::{IdentityConfig, JwksSource};
-use flashsale_server::reconcile::WorkerSettings;
 use flashsale_server::risk::{Fallback, RiskCheck, RiskConfig};
 use flashsale_server::Tunables;
 use rand::distr::{Alphanumeric, SampleString};
@@ -35,6 +37,12 @@ pub struct Settings {
     /// Key prefix in Redis.
     #[arg(long, env = "FLASHSALE_REDIS_PREFIX", default_value = "fs")]
     pub redis_prefix: String,
+    /// A dedicated Redis for the hot sales named by FLASHSALE_HOT_SKUS.
+    #[arg(long, env = "FLASHSALE_HOT_REDIS_URL")]
+    pub hot_redis_url: Option<String>,
+    /// Skus routed to the hot Redis, comma list.
+    #[arg(long, env = "FLASHSALE_HOT_SKUS", value_delimiter = ',')]
+    pub hot_skus: Vec<u64>,
     /// `mysql://…` or `sqlite://…`; default `sqlite://<data dir>/flashsale.db`.
     #[arg(long, env = "FLASHSALE_DATABASE_URL")]
     pub database_url: Option<String>,
@@ -55,6 +63,8 @@ pub struct Settings {
     #[arg(long, env = "FLASHSALE_RECONCILE_REPAIR", default_value_t = WorkerSettings::default().repair,
           value_parser = clap::builder::BoolishValueParser::new(), action = clap::ArgAction::Set)]
     pub reconcile_repair: bool,
+    #[command(flatten)]
+    pub persister: PersisterFlags,
     #[command(flatten)]
     pub gateway: GatewaySettings,
     #[command(flatten)]
@@ -114,7 +124,86 @@ impl IdentitySettings {
     }
 }
 
+/// The stream persister's bounds; the defaults are `PersisterSettings::DEFAULT`'s.
+#[derive(Debug, Clone, Args)]
+pub struct PersisterFlags {
+    /// Stream entries per read.
+    #[arg(long, env = "FLASHSALE_PERSISTER_BATCH_MAX", default_value_t = P.batch_max,
+          value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=65_536))]
+    pub persister_batch_max: usize,
+    /// How long one read waits for new entries, ms.
+    #[arg(long, env = "FLASHSALE_PERSISTER_BLOCK_MS", default_value_t = P.block_ms)]
+    pub persister_block_ms: u64,
+    /// A sale's lease, ms (more than twice the block time).
+    #[arg(long, env = "FLASHSALE_PERSISTER_LEASE_TTL_MS", default_value_t = P.lease_ttl_ms)]
+    pub persister_lease_ttl_ms: u64,
+    /// Entries pending this long with another consumer are claimed, ms.
+    #[arg(long, env = "FLASHSALE_PERSISTER_CLAIM_IDLE_MS", default_value_t = P.claim_idle_ms)]
+    pub persister_claim_idle_ms: u64,
+    /// Tries of one entry before it is parked as a dead letter.
+    #[arg(long, env = "FLASHSALE_PERSISTER_ATTEMPTS_MAX", default_value_t = P.attempts_max)]
+    pub persister_attempts_max: u32,
+    /// Longest backoff between tries of a failing batch, ms.
+    #[arg(long, env = "FLASHSALE_PERSISTER_BACKOFF_MS_MAX", default_value_t = P.backoff_ms_max)]
+    pub persister_backoff_ms_max: u64,
+    /// Longest wait between tries of a sale stopped on an entry of a newer format, ms.
+    #[arg(long, env = "FLASHSALE_PERSISTER_FORMAT_WAIT_MS_MAX",
+          default_value_t = P.format_wait_ms_max)]
+    pub persister_format_wait_ms_max: u64,
+    /// How often the set of sales is read again, ms.
+    #[arg(long, env = "FLASHSALE_PERSISTER_DISCOVER_MS",
+          default_value_t = millis(P.discover_every))]
+    pub persister_discover_ms: u64,
+}
+
+/// The defaults of the persister's flags.
+const P: PersisterSettings = PersisterSettings::DEFAULT;
+
+impl PersisterFlags {
+    /// The persister's settings; `run`: whether it runs in this process.
+    pub fn settings(&self, run: bool) -> anyhow::Result<PersisterSettings> {
+        let s = PersisterSettings {
+            run,
+            batch_max: self.persister_batch_max,
+            block_ms: self.persister_block_ms,
+            lease_ttl_ms: self.persister_lease_ttl_ms,
+            claim_idle_ms: self.persister_claim_idle_ms,
+            attempts_max: self.persister_attempts_max.max(1),
+            backoff_ms_max: self.persister_backoff_ms_max,
+            format_wait_ms_max: self.persister_format_wait_ms_max,
+            discover_every: Duration::from_millis(self.persister_discover_ms.max(10)),
+        };
+        anyhow::ensure!(
+            s.lease_ttl_ms > s.block_ms * 2,
+            "FLASHSALE_PERSISTER_LEASE_TTL_MS must be more than twice FLASHSALE_PERSISTER_BLOCK_MS"
+        );
+        Ok(s)
+    }
+}
+
 impl Settings {
+    /// The engine's settings tree; `run_persister`: whether this process runs the persister.
+    pub fn engine(&self, run_persister: bool) -> anyhow::Result<EngineSettings> {
+        Ok(EngineSettings {
+            ledger: LedgerSettings {
+                redis_url: self.redis_url.clone(),
+                redis_prefix: self.redis_prefix.clone(),
+                replication: self.replication(),
+                hot_sales: HotSales {
+                    redis_url: self.hot_redis_url.clone(),
+                    skus: self.hot_skus.clone(),
+                },
+            },
+            database_url: self.database_url(),
+            instance_id: instance_id(),
+            persister: self.persister.settings(run_persister)?,
+            reconcile: WorkerSettings {
+                interval: Duration::from_millis(self.reconcile_interval_ms),
+                repair: self.reconcile_repair,
+            },
+        })
+    }
+
     /// The WAIT-for-replicas option of the Redis ledger, when asked for.
     pub fn replication(&self) -> Option<flashsale_redis::Replication> {
         (self.redis_wait_replicas > 0).then(|| flashsale_redis::Replication {
@@ -184,12 +273,6 @@ pub struct GatewaySettings {
     #[arg(long, env = "FLASHSALE_PURCHASE_TOKEN_TTL_S",
           default_value_t = G.purchase_token_ttl.as_secs())]
     pub purchase_token_ttl_s: u64,
-    /// A dedicated Redis for the hot sales named by FLASHSALE_HOT_SKUS.
-    #[arg(long, env = "FLASHSALE_HOT_REDIS_URL")]
-    pub hot_redis_url: Option<String>,
-    /// Skus routed to the hot Redis, comma list.
-    #[arg(long, env = "FLASHSALE_HOT_SKUS", value_delimiter = ',')]
-    pub hot_skus: Vec<u64>,
 }
 
 /// The defaults of the gateway's flags.
@@ -219,12 +302,6 @@ impl GatewaySettings {
         g.inflight_max = self.inflight_max.max(1);
         g.header_bytes_max = self.header_bytes_max;
         g.purchase_token_ttl = Duration::from_secs(self.purchase_token_ttl_s.max(1));
-        if self.hot_redis_url.is_some() {
-            g.hot_redis_url = self.hot_redis_url.clone();
-        }
-        if !self.hot_skus.is_empty() {
-            g.hot_skus = self.hot_skus.clone();
-        }
         tunables.request_timeout = Duration::from_millis(self.request_timeout_ms.max(1));
         Ok(())
     }
@@ -428,6 +505,12 @@ fn sync_dir(dir: &Path) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Names this process as a stream consumer and lease owner.
+fn instance_id() -> String {
+    let host = std::env::var("HOSTNAME").unwrap_or_else(|_| "host".into());
+    format!("{host}-{}", std::process::id())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -437,6 +520,38 @@ mod tests {
     struct Cli {
         #[command(flatten)]
         identity: IdentitySettings,
+        #[command(flatten)]
+        persister: PersisterFlags,
+    }
+
+    fn persister(args: &[&str]) -> anyhow::Result<PersisterSettings> {
+        let mut argv = vec!["flashsale"];
+        argv.extend_from_slice(args);
+        Cli::try_parse_from(argv)?.persister.settings(true)
+    }
+
+    #[test]
+    fn the_persister_takes_todays_defaults_and_refuses_a_lease_shorter_than_two_reads() {
+        assert_eq!(persister(&[]).unwrap(), PersisterSettings::DEFAULT);
+        let set = persister(&[
+            "--persister-batch-max",
+            "64",
+            "--persister-discover-ms",
+            "50",
+        ]);
+        let set = set.unwrap();
+        assert_eq!(
+            (set.batch_max, set.discover_every),
+            (64, Duration::from_millis(50))
+        );
+        assert!(persister(&["--persister-batch-max", "0"]).is_err());
+        let short = [
+            "--persister-block-ms",
+            "500",
+            "--persister-lease-ttl-ms",
+            "1000",
+        ];
+        assert!(persister(&short).is_err());
     }
 
     fn identity(args: &[&str]) -> anyhow::Result<Option<IdentityConfig>> {

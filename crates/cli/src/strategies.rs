@@ -24,7 +24,7 @@ use flashsale_core::{
     Ledger, OrderStore, PurchaseOutcome, PurchaseRequest, RequestId, Sale, SaleMode, SaleState,
     SkuId, UserId,
 };
-use flashsale_server::batcher::Batcher;
+use flashsale_engine::batcher::Batcher;
 use hdrhistogram::Histogram;
 use redis::aio::MultiplexedConnection;
 use serde::Serialize;
@@ -538,7 +538,7 @@ pub fn bench_sale(units: u64) -> Sale {
         payment_timeout_ms: 0,
         starts_at_ms: 0,
         // Within what a Lua number holds exactly (2^53).
-        ends_at_ms: flashsale_server::routes::sales::now_ms() + 24 * 3_600_000,
+        ends_at_ms: flashsale_engine::now_ms() + 24 * 3_600_000,
         state: SaleState::Live,
     }
 }

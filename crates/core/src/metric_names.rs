@@ -40,6 +40,10 @@ pub const DEAD_LETTERS: &str = "flashsale_dead_letters_total";
 pub const STREAM_UNKNOWN_FORMAT: &str = "flashsale_stream_unknown_format";
 /// Counter `{sku}`: hold expiry passes of a sale that failed.
 pub const EXPIRY_FAILURES: &str = "flashsale_expiry_failures_total";
+/// Counter `{worker}`: steps a background worker ran (a pass, a discovery, a refresh).
+pub const WORKER_TICKS: &str = "flashsale_worker_ticks_total";
+/// Counter `{worker}`: steps of a background worker that failed (it retries).
+pub const WORKER_ERRORS: &str = "flashsale_worker_errors_total";
 
 /// Gauge `{sku, field}`: hot minus database counters after a reconciler run.
 pub const RECONCILE_DIFF: &str = "flashsale_reconcile_diff";

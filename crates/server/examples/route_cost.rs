@@ -32,11 +32,10 @@ async fn main() -> anyhow::Result<()> {
     );
     let dir = std::env::temp_dir().join(format!("route-cost-{}", std::process::id()));
     std::fs::create_dir_all(&dir)?;
+    let database_url = format!("sqlite://{}/rc.db", dir.display());
     let config = Config {
+        engine: flashsale_engine::settings::Settings::new(None, "rc", &database_url, "rc"),
         listen: "127.0.0.1:0".parse()?,
-        redis_url: None,
-        redis_prefix: "rc".into(),
-        database_url: format!("sqlite://{}/rc.db", dir.display()),
         jwt_secret: "s3cret-s3cret-s3cret-s3cret-0000".into(),
         admin_token: "admin-admin-admin-admin".into(),
         tunables: Tunables {
@@ -50,10 +49,6 @@ async fn main() -> anyhow::Result<()> {
             },
             ..Tunables::default()
         },
-        run_persister: true,
-        instance_id: "rc".into(),
-        reconcile: Default::default(),
-        redis_replication: None,
         identity: None,
     };
     let server = Server::start(config.clone()).await?;

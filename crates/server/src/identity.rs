@@ -22,6 +22,8 @@ use jsonwebtoken::jwk::{AlgorithmParameters, EllipticCurve, Jwk, KeyAlgorithm, P
 use jsonwebtoken::{Algorithm, DecodingKey, Header, Validation};
 use serde_json::{Map, Value};
 
+use flashsale_engine::runner::{Worker, WorkerState};
+
 use crate::error::AppError;
 
 /// Largest key set document read, in bytes (a limit on everything).
@@ -259,33 +261,40 @@ fn validation(config: &IdentityConfig, alg: Algorithm) -> Validation {
 /// Refreshes the key set every `refresh_interval`, so keys a provider publishes ahead of
 /// their use are known before the first token that names them.
 pub struct RefreshWorker {
-    pub identity: Arc<Identity>,
+    identity: Arc<Identity>,
+    /// The first tick one period after start (the key set was fetched at start).
+    tick: tokio::time::Interval,
+}
+
+impl RefreshWorker {
+    pub fn new(identity: Arc<Identity>) -> RefreshWorker {
+        let period = identity.config.refresh_interval.max(Duration::from_secs(1));
+        let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + period, period);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        RefreshWorker { identity, tick }
+    }
 }
 
 #[async_trait::async_trait]
-impl crate::workers::Worker for RefreshWorker {
+impl Worker for RefreshWorker {
     fn name(&self) -> &'static str {
         "jwks-refresh"
     }
 
-    async fn run(
-        self: Box<Self>,
-        mut shutdown: tokio::sync::broadcast::Receiver<()>,
-    ) -> anyhow::Result<()> {
-        let period = self
-            .identity
-            .config
-            .refresh_interval
-            .max(Duration::from_secs(1));
-        let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + period, period);
-        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        loop {
-            tokio::select! {
-                _ = shutdown.recv() => return Ok(()),
-                // A failure is counted and logged inside; the cached set stays.
-                _ = tick.tick() => { let _ = self.identity.refresh().await; }
-            }
-        }
+    /// The key set was fetched at start: the first refresh is one period later.
+    fn first_state(&self) -> WorkerState {
+        WorkerState::Idle
+    }
+
+    /// A failure is counted and logged inside; the cached set stays.
+    async fn work(&mut self) -> anyhow::Result<WorkerState> {
+        let _ = self.identity.refresh().await;
+        Ok(WorkerState::Idle)
+    }
+
+    async fn wait_for_work(&mut self) -> WorkerState {
+        self.tick.tick().await;
+        WorkerState::Busy
     }
 }
 

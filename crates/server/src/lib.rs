@@ -6,20 +6,13 @@
 //!   extractors (`ApiPath`, `User`, `Admin`).
 //! - [`auth`]: user tokens and the admin token; [`identity`]: an external identity
 //!   provider's key set (JWKS) and the RS256, ES256 and EdDSA tokens it signs.
-//! - [`batcher`]: the purchase hot path: the local sold-out flag, then natural batching per sale.
-//! - [`cache`]: sale cache and sold-out flags; [`breaker`]: fast failure when Redis is down.
 //! - [`error`]: `AppError`, the one error answer.
 //! - [`gateway`]: protections in front of the handlers (`caps`, `ratelimit`, `blacklist`,
-//!   `pressure`, `scalping`, `listener`), its admin `routes`, its `worker`, its `config`, and
-//!   the hot-sale router (`routing`).
+//!   `pressure`, `scalping`, `listener`), its admin `routes`, its `worker`, its `config`.
 //! - [`risk`]: the shop's risk service in the purchase path: its client (bounded, with a
 //!   breaker and a fallback rule), the replays that skip it, its admin `routes`.
-//! - [`reconcile`]: the reconciler (`diff`, its `routes` and `worker`), the loss `journal`,
-//!   and the hot copy's lifecycle (`rebuild`).
 //! - [`state`]: `AppState`, what every handler shares; [`tunables`]: the request path's
 //!   bounds and timings, with their defaults.
-//! - [`workers`]: the `Worker` trait and the workers of no other module (hold expiry,
-//!   persister, restock subscriptions); every worker is joined at shutdown.
 //! - [`serve`]: `Config` → backends (opened once), workers, listener; graceful shutdown.
 //! - [`metrics`]: the Prometheus recorder; [`metrics_help`]: the HELP text of every metric.
 //! - [`dashboard`]: the live page at `/` and the JSON it polls (`routes`, `view`, `live`,
@@ -35,9 +28,6 @@
 //! binary (flashsale) and tests depend on it.
 
 pub mod auth;
-pub mod batcher;
-pub mod breaker;
-pub mod cache;
 pub mod dashboard;
 pub mod error;
 pub mod gateway;
@@ -46,13 +36,11 @@ pub mod metrics;
 pub mod metrics_help;
 pub mod openapi;
 pub mod openapi_extra;
-pub mod reconcile;
 pub mod risk;
 pub mod routes;
 pub mod serve;
 pub mod state;
 pub mod tunables;
-pub mod workers;
 
 use axum::extract::{DefaultBodyLimit, MatchedPath, Request, State};
 use axum::middleware::{self, Next};
@@ -106,7 +94,7 @@ pub fn app(state: AppState) -> Router {
 
 /// The routes under `/api/v1`.
 fn api() -> OpenApiRouter<AppState> {
-    use reconcile::routes as reconcile_routes;
+    use routes::admin::reconcile as reconcile_routes;
     use routes::{orders, purchases, sales};
     OpenApiRouter::new()
         .routes(routes!(sales::create))

@@ -140,6 +140,14 @@ fn describe_persister() {
         names::EXPIRY_FAILURES,
         "Hold expiry passes of one sale that failed (the other sales go on), by sale."
     );
+    describe_counter!(
+        names::WORKER_TICKS,
+        "Steps a background worker ran (a pass, a discovery, a refresh), by worker."
+    );
+    describe_counter!(
+        names::WORKER_ERRORS,
+        "Steps of a background worker that failed (it retries at its next step), by worker."
+    );
 }
 
 fn describe_gateway() {

@@ -6,44 +6,33 @@
 
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::time::Duration;
 
 use anyhow::{bail, Context};
 use flashsale_core::{Ledger, OrderStore};
-use flashsale_embedded::EmbeddedLedger;
-use flashsale_redis::RedisLedger;
-use flashsale_store::{MySqlStore, SqliteStore};
 use tokio::net::TcpListener;
 use tokio::sync::broadcast;
-use tokio::task::JoinHandle;
 
 use crate::auth::Auth;
 use crate::gateway::blacklist::{RedisBlacklist, SqliteBlacklist};
 use crate::gateway::BlacklistStore;
-use crate::reconcile::{ReconcileWorker, Reconciler};
 use crate::state::AppState;
 use crate::tunables::Tunables;
-use crate::workers::{ExpiryWorker, PersisterWorker, RestockWorker, Worker};
+use flashsale_engine::backends::workers;
+use flashsale_engine::reconcile::{ReconcileWorker, Reconciler};
+use flashsale_engine::runner::Runner;
+use flashsale_engine::settings::Settings;
+use flashsale_engine::workers::RestockWorker;
 
-/// Everything the service needs to start. The CLI fills it from flags, env and a file.
+/// Everything the service needs to start: the engine's settings and the HTTP-only ones. The
+/// CLI fills it from flags, env and a file.
 #[derive(Debug, Clone)]
 pub struct Config {
+    /// Ledger, database, instance name, persister, reconcile worker.
+    pub engine: Settings,
     pub listen: SocketAddr,
-    /// Set → Redis ledger; unset → embedded ledger.
-    pub redis_url: Option<String>,
-    pub redis_prefix: String,
-    pub database_url: String,
     pub jwt_secret: String,
     pub admin_token: String,
     pub tunables: Tunables,
-    /// Run the stream persister inside this process (Redis ledger only).
-    pub run_persister: bool,
-    /// Names this instance as a stream consumer and lease owner.
-    pub instance_id: String,
-    /// The reconcile worker of this process.
-    pub reconcile: crate::reconcile::WorkerSettings,
-    /// Redis ledger: answer writes only once replicas have them (`WAIT`); `None` = off.
-    pub redis_replication: Option<flashsale_redis::Replication>,
     /// An external identity provider whose RS256/ES256/EdDSA tokens are accepted too.
     pub identity: Option<crate::identity::IdentityConfig>,
 }
@@ -52,40 +41,12 @@ pub struct Config {
 pub struct Server {
     pub addr: SocketAddr,
     pub state: AppState,
-    tasks: Tasks,
+    tasks: Runner,
 }
 
-/// Opens the system of record a URL names (and runs its migrations).
-pub async fn open_store(url: &str) -> anyhow::Result<Arc<dyn OrderStore>> {
-    if url.starts_with("mysql://") || url.starts_with("mariadb://") {
-        Ok(Arc::new(
-            MySqlStore::connect(url)
-                .await
-                .context("connect to the database")?,
-        ))
-    } else if url.starts_with("postgres://") || url.starts_with("postgresql://") {
-        Ok(Arc::new(
-            flashsale_store::PgStore::connect(url)
-                .await
-                .context("connect to the database")?,
-        ))
-    } else if url.starts_with("sqlite:") {
-        Ok(Arc::new(
-            SqliteStore::open(url)
-                .await
-                .context("open the SQLite database")?,
-        ))
-    } else {
-        bail!("unsupported database URL {url}: use mysql://…, postgres://… or sqlite://…")
-    }
-}
-
-/// What a process serves from, opened once from its config: the hot ledger (routed as every
-/// process of a deployment routes it: hot sales to their own Redis, so `serve`, `worker` and
-/// `reconcile` see each sale where it lives), the system of record, and where the blacklist
-/// lives. The embedded mode opens its SQLite file once and shares the one writer. Redis is
-/// connected on first use: a process starts while Redis is down and answers 503 (`/readyz`
-/// false) until it is back.
+/// What a process serves from, opened once from its config: the engine's backends (see
+/// [`flashsale_engine::backends::Backends::open`]) and where the blacklist lives (Redis, or
+/// the embedded ledger's SQLite database).
 pub struct Backends {
     pub ledger: Arc<dyn Ledger>,
     pub store: Arc<dyn OrderStore>,
@@ -94,123 +55,34 @@ pub struct Backends {
 
 impl Backends {
     pub async fn open(config: &Config) -> anyhow::Result<Backends> {
-        let url = config.database_url.as_str();
-        let backends = match &config.redis_url {
-            Some(redis_url) => {
-                let mut ledger = RedisLedger::connect_lazy(redis_url, &config.redis_prefix)
-                    .context("the Redis ledger")?;
-                if let Some(replication) = config.redis_replication {
-                    ledger = ledger
-                        .with_replication(replication)
-                        .context("FLASHSALE_REDIS_WAIT_*")?;
-                }
-                let blacklist = RedisBlacklist::connect(redis_url, &config.redis_prefix);
-                Backends {
-                    ledger: Arc::new(ledger),
-                    store: open_store(url).await?,
-                    blacklist: Arc::new(blacklist),
-                }
-            }
-            None => {
-                if !url.starts_with("sqlite:") {
-                    bail!("the embedded ledger (no FLASHSALE_REDIS_URL) needs a sqlite:// database, not {url}");
-                }
-                let store = Arc::new(
-                    SqliteStore::open(url)
-                        .await
-                        .context("open the SQLite database")?,
-                );
-                let ledger = EmbeddedLedger::open(store.clone())
-                    .await
-                    .context("open the embedded ledger")?;
-                Backends {
-                    ledger: Arc::new(ledger),
-                    blacklist: Arc::new(SqliteBlacklist::new(store.clone())),
-                    store,
-                }
-            }
+        let b = flashsale_engine::backends::Backends::open(&config.engine).await?;
+        let l = &config.engine.ledger;
+        let blacklist: Arc<dyn BlacklistStore> = match (&l.redis_url, b.embedded) {
+            (Some(redis_url), _) => Arc::new(RedisBlacklist::connect(redis_url, &l.redis_prefix)),
+            (None, Some(sqlite)) => Arc::new(SqliteBlacklist::new(sqlite)),
+            (None, None) => bail!("the embedded ledger needs its SQLite database"),
         };
         Ok(Backends {
-            ledger: crate::gateway::routing::hot_routed(
-                &config.tunables.gateway,
-                config.redis_url.as_deref(),
-                &config.redis_prefix,
-                config.redis_replication,
-                backends.ledger,
-            )?,
-            ..backends
+            ledger: b.ledger,
+            store: b.store,
+            blacklist,
         })
     }
 }
 
-/// The ledger and store a config names (see [`Backends::open`]).
-pub async fn backends(config: &Config) -> anyhow::Result<(Arc<dyn Ledger>, Arc<dyn OrderStore>)> {
-    let b = Backends::open(config).await?;
-    Ok((b.ledger, b.store))
-}
-
-/// How long a stopping task may take to finish its current work (a persister batch, a drain
-/// of in-flight requests) before shutdown reports it.
-const TASK_STOP_MAX: Duration = Duration::from_secs(30);
-/// Between hold expiry passes, and the most holds one `expire_due` call expires.
-const EXPIRY_INTERVAL: Duration = Duration::from_millis(250);
-const EXPIRY_BATCH_MAX: usize = 256;
-
-/// Tasks stopped together by one broadcast.
-struct Tasks {
-    shutdown: broadcast::Sender<()>,
-    handles: Vec<(&'static str, JoinHandle<anyhow::Result<()>>)>,
-}
-
-impl Tasks {
-    fn new() -> Tasks {
-        Tasks {
-            shutdown: broadcast::channel(1).0,
-            handles: Vec::new(),
-        }
-    }
-
-    fn spawn_worker(&mut self, worker: Box<dyn Worker>) {
-        let name = worker.name();
-        let rx = self.shutdown.subscribe();
-        self.handles.push((name, tokio::spawn(worker.run(rx))));
-    }
-
-    /// Serves `router` on `listener` until the broadcast (the probes of a worker process).
-    fn spawn_probes(&mut self, listener: TcpListener, router: axum::Router) {
-        let mut stop = self.shutdown.subscribe();
-        let serve = async move {
-            let graceful = async move {
-                let _ = stop.recv().await;
-            };
-            axum::serve(listener, router)
-                .with_graceful_shutdown(graceful)
-                .await?;
-            Ok(())
-        };
-        self.handles.push(("probes", tokio::spawn(serve)));
-    }
-
-    /// Fires the broadcast and waits for every task, in the order they were started.
-    async fn stop(mut self) -> anyhow::Result<()> {
-        let _ = self.shutdown.send(());
-        let mut first_error = None;
-        for (name, task) in self.handles.drain(..) {
-            match tokio::time::timeout(TASK_STOP_MAX, task).await {
-                Ok(Ok(Ok(()))) => {}
-                Ok(Ok(Err(e))) => first_error = first_error.or(Some(e.context(name))),
-                Ok(Err(join)) => {
-                    first_error = first_error.or(Some(anyhow::anyhow!("{name} panicked: {join}")))
-                }
-                Err(_) => {
-                    first_error = first_error.or(Some(anyhow::anyhow!(
-                        "{name} did not stop in {TASK_STOP_MAX:?}"
-                    )))
-                }
-            }
-        }
-        first_error.map_or(Ok(()), Err)
-    }
+/// Serves `router` on `listener` until `stop` fires (the probes of a worker process).
+async fn serve_probes(
+    listener: TcpListener,
+    router: axum::Router,
+    mut stop: broadcast::Receiver<()>,
+) -> anyhow::Result<()> {
+    let graceful = async move {
+        let _ = stop.recv().await;
+    };
+    axum::serve(listener, router)
+        .with_graceful_shutdown(graceful)
+        .await?;
+    Ok(())
 }
 
 /// Only the background workers (`flashsale worker`), and `/healthz`, `/readyz` and `/metrics`
@@ -218,7 +90,7 @@ impl Tasks {
 pub struct Workers {
     /// Where the health and metrics routes listen.
     pub addr: SocketAddr,
-    tasks: Tasks,
+    tasks: Runner,
 }
 
 impl Workers {
@@ -229,21 +101,22 @@ impl Workers {
         let addr = listener.local_addr()?;
         // Before any worker runs, so the recorder sees their first metrics.
         let metrics = crate::metrics::handle();
-        let (ledger, store) = backends(config).await?;
-        let mut tasks = Tasks::new();
+        let (ledger, store) = flashsale_engine::backends::open(&config.engine).await?;
+        let mut tasks = Runner::default();
         let probes = crate::routes::health::Probes {
             ledger: ledger.clone(),
             store: store.clone(),
             metrics,
         };
-        tasks.spawn_probes(listener, crate::routes::health::router(probes));
-        let journal = Arc::new(crate::reconcile::Journal::default());
+        let router = crate::routes::health::router(probes);
+        tasks.spawn_task("probes", |stop| serve_probes(listener, router, stop));
+        let journal = Arc::new(flashsale_engine::reconcile::Journal::default());
         let reconciler = Reconciler::new(ledger.clone(), store.clone(), journal.clone());
-        if let Some(worker) = ReconcileWorker::boxed(reconciler, config.reconcile, None) {
-            tasks.spawn_worker(worker);
+        if let Some(worker) = ReconcileWorker::boxed(reconciler, config.engine.reconcile, None) {
+            tasks.spawn(worker);
         }
-        for worker in workers(config, ledger, store, journal) {
-            tasks.spawn_worker(worker);
+        for worker in workers(&config.engine, ledger, store, journal) {
+            tasks.spawn(worker);
         }
         tracing::info!(%addr, "flashsale worker: /healthz, /readyz and /metrics");
         Ok(Workers { addr, tasks })
@@ -282,14 +155,14 @@ impl Server {
         if let Err(e) = state.gateway.blacklist.refresh().await {
             tracing::warn!(error = %e, "could not load the blacklist at start; retrying in the background");
         }
-        let mut tasks = Tasks::new();
-        let mut stop = tasks.shutdown.subscribe();
+        let mut tasks = Runner::default();
         let app = crate::app(state.clone());
         let listener = crate::gateway::listener::CappedListener::new(
             listener,
             config.tunables.gateway.connections_max,
         );
-        let serve = async move {
+        // The listener first: on shutdown it drains in-flight requests before workers stop.
+        tasks.spawn_task("http", |mut stop| async move {
             let graceful = async move {
                 let _ = stop.recv().await;
             };
@@ -299,24 +172,22 @@ impl Server {
                 .with_graceful_shutdown(graceful)
                 .await?;
             Ok(())
-        };
-        // The listener first: on shutdown it drains in-flight requests before workers stop.
-        tasks.handles.push(("http", tokio::spawn(serve)));
-        tasks.spawn_worker(Box::new(crate::gateway::worker::GatewayWorker::new(&state)));
+        });
+        tasks.spawn(Box::new(crate::gateway::worker::GatewayWorker::new(&state)));
         if let Some(identity) = state.auth.identity() {
             let identity = identity.clone();
-            tasks.spawn_worker(Box::new(crate::identity::RefreshWorker { identity }));
+            tasks.spawn(Box::new(crate::identity::RefreshWorker::new(identity)));
         }
         for feed in ledger.restock_feeds() {
-            tasks.spawn_worker(Box::new(RestockWorker::new(feed)));
+            tasks.spawn(Box::new(RestockWorker::new(feed)));
         }
-        for worker in workers(&config, ledger, store, state.journal.clone()) {
-            tasks.spawn_worker(worker);
+        for worker in workers(&config.engine, ledger, store, state.journal.clone()) {
+            tasks.spawn(worker);
         }
         let reconciler = state.reconciler();
         let nudges = state.nudges.take();
-        if let Some(worker) = ReconcileWorker::boxed(reconciler, config.reconcile, nudges) {
-            tasks.spawn_worker(worker);
+        if let Some(worker) = ReconcileWorker::boxed(reconciler, config.engine.reconcile, nudges) {
+            tasks.spawn(worker);
         }
         let server = Server { addr, state, tasks };
         tracing::info!(%addr, "flashsale listening");
@@ -327,38 +198,4 @@ impl Server {
     pub async fn shutdown(self) -> anyhow::Result<()> {
         self.tasks.stop().await
     }
-}
-
-/// The workers every process runs; `journal` is the one its reconciler settles sales in.
-fn workers(
-    config: &Config,
-    ledger: Arc<dyn Ledger>,
-    store: Arc<dyn OrderStore>,
-    journal: Arc<crate::reconcile::Journal>,
-) -> Vec<Box<dyn Worker>> {
-    let mut workers: Vec<Box<dyn Worker>> = vec![Box::new(ExpiryWorker {
-        ledger,
-        store: store.clone(),
-        settled: Arc::new(move |sku| journal.is_settled(sku)),
-        interval: EXPIRY_INTERVAL,
-        batch_max: EXPIRY_BATCH_MAX,
-    })];
-    if let (Some(redis_url), true) = (&config.redis_url, config.run_persister) {
-        workers.push(Box::new(PersisterWorker::new(
-            redis_url,
-            &config.redis_prefix,
-            &config.instance_id,
-            store.clone(),
-        )));
-        // Hot sales on a dedicated Redis: its streams need a persister of their own.
-        if let Some(hot_url) = &config.tunables.gateway.hot_redis_url {
-            workers.push(Box::new(PersisterWorker::new(
-                hot_url,
-                &config.redis_prefix,
-                &format!("{}-hot", config.instance_id),
-                store,
-            )));
-        }
-    }
-    workers
 }

@@ -8,13 +8,13 @@ use flashsale_core::{Ledger, OrderStore};
 use metrics_exporter_prometheus::PrometheusHandle;
 
 use crate::auth::Auth;
-use crate::batcher::Batcher;
-use crate::breaker::Breaker;
-use crate::cache::{SaleCache, SoldOutFlags};
 use crate::gateway::{BlacklistStore, Gateway, MemoryBlacklist};
-use crate::reconcile::{Journal, Reconciler};
 use crate::risk::RiskCheck;
 pub use crate::tunables::Tunables;
+use flashsale_engine::batcher::Batcher;
+use flashsale_engine::breaker::Breaker;
+use flashsale_engine::cache::{SaleCache, SoldOutFlags};
+use flashsale_engine::reconcile::{Journal, Reconciler};
 
 /// Consecutive hot-ledger failures that open the breaker, and how long it stays open before
 /// one request may try again.
@@ -44,7 +44,7 @@ pub struct Shared {
     /// order routes), for the reconciler's loss report.
     pub journal: Arc<Journal>,
     /// Sales whose copy a request found fenced or missing, for the reconcile worker.
-    pub nudges: crate::reconcile::Nudges,
+    pub nudges: flashsale_engine::reconcile::Nudges,
     /// Per-sale answers and readings for the live dashboard.
     pub dashboard: crate::dashboard::Dashboard,
 }

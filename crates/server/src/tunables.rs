@@ -31,8 +31,8 @@ impl Tunables {
         queue_cap: 8_192,
         body_bytes_max: 4_096,
         request_timeout: Duration::from_secs(10),
-        cache_ttl: Duration::from_secs(1),
-        accepted_keys_max: 1_000_000,
+        cache_ttl: flashsale_engine::cache::CACHE_TTL_DEFAULT,
+        accepted_keys_max: flashsale_engine::batcher::ACCEPTED_KEYS_MAX_DEFAULT,
         gateway: GatewayConfig::DEFAULT,
         risk: RiskConfig::DEFAULT,
     };

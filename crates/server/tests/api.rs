@@ -155,7 +155,7 @@ async fn bad_input_is_400_and_changes_nothing(stack: &Stack) {
 
 both_ledgers!(window_and_operator_state);
 async fn window_and_operator_state(stack: &Stack) {
-    let now = flashsale_server::routes::sales::now_ms();
+    let now = flashsale_engine::now_ms();
     let later =
         json!({"sku_id": 14, "name": "later", "total_stock": 5, "starts_at_ms": now + 3_600_000});
     stack.live_sale_with(later).await;

@@ -12,8 +12,8 @@ use std::time::{Duration, Instant};
 
 use common::{assert_invariants, Stack};
 use flashsale_core::SkuId;
+use flashsale_engine::reconcile::Trigger;
 use flashsale_redis::{slot, Keys, Replication};
-use flashsale_server::reconcile::Trigger;
 use flashsale_testkit::mariadb::TestDatabase;
 use flashsale_testkit::redis_cluster::RedisCluster;
 use flashsale_testkit::wait;
@@ -379,7 +379,7 @@ async fn kill_primary_mid_spike(replication: Option<Replication>, lagging: bool)
     let mut cluster = RedisCluster::spawn(NODE_TIMEOUT_MS).await;
     let db = TestDatabase::create().await;
     let mut cfg = common::config(Some(cluster.urls()), db.url.clone());
-    cfg.redis_replication = replication;
+    cfg.engine.ledger.replication = replication;
     let stack = Stack::start(cfg, Some(db), None).await;
     let skus = sku_per_shard(&cluster, 1_000).await;
     let (hit, other) = (skus[0], skus[1]);
@@ -533,8 +533,8 @@ async fn acked_purchases_a_promoted_replica_lacks_are_reported_by_order_number()
     // No persister in the serving instance: what the old primary acknowledged reaches the
     // database only through its replica (a persister elsewhere drains the new epoch).
     let mut cfg = common::config(Some(cluster.urls()), db.url.clone());
-    cfg.run_persister = false;
-    let prefix = cfg.redis_prefix.clone();
+    cfg.engine.persister.run = false;
+    let prefix = cfg.engine.ledger.redis_prefix.clone();
     let stack = Stack::start(cfg, None, None).await;
     let sku = sku_per_shard(&cluster, 5_000).await[0];
     stack.live_sale(sku, 1_000, 1).await;
@@ -564,7 +564,7 @@ async fn acked_purchases_a_promoted_replica_lacks_are_reported_by_order_number()
     assert!(after.contains("-2-"), "sold in a new epoch: {after}");
     // A persister of another instance drains the new epoch into the database.
     let mut worker_cfg = common::config(Some(cluster.urls()), db.url.clone());
-    worker_cfg.redis_prefix = prefix;
+    worker_cfg.engine.ledger.redis_prefix = prefix;
     let worker = Stack::start(worker_cfg, Some(db), None).await;
     worker.drain(sku).await;
     assert_invariants(stack.store().as_ref(), sku).await;

@@ -7,8 +7,8 @@ use std::time::{Duration, Instant};
 
 use common::Stack;
 use flashsale_core::{OrderStore, SkuId};
+use flashsale_engine::persister::{Persister, PersisterConfig};
 use flashsale_redis::StreamReader;
-use flashsale_store::persister::{Persister, PersisterConfig};
 use flashsale_testkit::mariadb::{MariaDbServer, TestDatabase};
 use flashsale_testkit::redis_server::{self, RedisServer};
 use flashsale_testkit::wait;
@@ -109,7 +109,7 @@ async fn mariadb_down_mid_sale_then_the_persister_catches_up() {
 async fn a_dead_persisters_entries_are_claimed_and_applied_exactly_once() {
     let db = TestDatabase::create().await;
     let mut cfg = common::config(Some(redis_server::shared_url()), db.url.clone());
-    cfg.run_persister = false;
+    cfg.engine.persister.run = false;
     let stack = Stack::start(cfg.clone(), Some(db), None).await;
     let sku = SkuId(43);
     stack.live_sale(43, 100, 1).await;
@@ -117,20 +117,22 @@ async fn a_dead_persisters_entries_are_claimed_and_applied_exactly_once() {
     let store = stack.store();
     let url = redis_server::shared_url();
 
-    let committed = StreamReader::connect(&url, &cfg.redis_prefix, "died-after-commit")
-        .await
-        .unwrap();
+    let committed =
+        StreamReader::connect(&url, &cfg.engine.ledger.redis_prefix, "died-after-commit")
+            .await
+            .unwrap();
     committed.ensure_group(sku).await.unwrap();
     let first = committed.read_new(sku, 20, 0).await.unwrap();
     let events: Vec<_> = first.iter().map(|(_, e)| e.clone().unwrap()).collect();
     store.apply_events(sku, &events).await.unwrap();
-    let uncommitted = StreamReader::connect(&url, &cfg.redis_prefix, "died-before-commit")
-        .await
-        .unwrap();
+    let uncommitted =
+        StreamReader::connect(&url, &cfg.engine.ledger.redis_prefix, "died-before-commit")
+            .await
+            .unwrap();
     assert_eq!(uncommitted.read_new(sku, 20, 0).await.unwrap().len(), 20);
     assert_eq!(stored_orders(store.as_ref(), 43).await, 20);
 
-    let mut config = PersisterConfig::new(&url, &cfg.redis_prefix, "next-owner");
+    let mut config = PersisterConfig::new(&url, &cfg.engine.ledger.redis_prefix, "next-owner");
     config.claim_idle_ms = 200;
     let (stop, rx) = broadcast::channel(1);
     let task = tokio::spawn(Persister::new(config, store.clone()).run(rx));
@@ -161,9 +163,9 @@ async fn a_replay_answered_after_a_503_is_reported_when_redis_loses_it() {
     let replica = RedisServer::spawn_replica_of(&primary).await;
     let db = TestDatabase::create().await;
     let mut cfg = common::config(Some(primary.url()), db.url.clone());
-    cfg.run_persister = false;
-    cfg.reconcile.interval = Duration::ZERO;
-    cfg.redis_replication = Some(flashsale_redis::Replication {
+    cfg.engine.persister.run = false;
+    cfg.engine.reconcile.interval = Duration::ZERO;
+    cfg.engine.ledger.replication = Some(flashsale_redis::Replication {
         replicas: 1,
         timeout: Duration::from_millis(100),
     });
@@ -200,7 +202,7 @@ async fn a_replay_answered_after_a_503_is_reported_when_redis_loses_it() {
     let reconciler = &reconciler;
     // The first runs may meet the connection the restart broke: run until one goes through.
     let report = wait::until("a reconcile run", Duration::from_secs(20), || async move {
-        let trigger = flashsale_server::reconcile::Trigger::Cli;
+        let trigger = flashsale_engine::reconcile::Trigger::Cli;
         reconciler.run_sale(SkuId(71), true, trigger).await.ok()
     })
     .await;

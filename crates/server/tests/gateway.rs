@@ -139,11 +139,14 @@ async fn blacklist_blocks_users_and_ips(stack: &Stack) {
         StatusCode::ACCEPTED
     );
     // Kept where the deployment keeps it.
-    if let Some(url) = &stack.config.redis_url {
+    if let Some(url) = &stack.config.engine.ledger.redis_url {
         let client = redis::Client::open(url.as_str()).unwrap();
         let mut conn = client.get_multiplexed_async_connection().await.unwrap();
         let members: Vec<String> = redis::cmd("SMEMBERS")
-            .arg(format!("{}:blacklist", stack.config.redis_prefix))
+            .arg(format!(
+                "{}:blacklist",
+                stack.config.engine.ledger.redis_prefix
+            ))
             .query_async(&mut conn)
             .await
             .unwrap();
@@ -203,8 +206,8 @@ async fn blacklist_blocks_users_and_ips(stack: &Stack) {
 async fn blacklist_reaches_other_instances_within_a_second() {
     let a = Stack::redis_mysql().await;
     let mut config = a.config.clone();
-    config.instance_id = flashsale_testkit::unique_name("inst-b");
-    config.run_persister = false;
+    config.engine.instance_id = flashsale_testkit::unique_name("inst-b");
+    config.engine.persister.run = false;
     let b = Stack::start(config, None, None).await;
     a.live_sale(53, 100, 1).await;
     assert_eq!(b.buy(8, 53, "a", json!(1)).await.0, StatusCode::ACCEPTED);
@@ -256,7 +259,7 @@ async fn embedded_blacklist_survives_a_restart() {
 async fn backpressure_engages_on_stream_lag_and_lets_go_when_persisted() {
     let db = TestDatabase::create().await;
     let mut config = common::config(Some(redis_server::shared_url()), db.url.clone());
-    config.run_persister = false;
+    config.engine.persister.run = false;
     config.tunables.gateway.backpressure_lag = 3;
     config.tunables.gateway.backpressure_interval = Duration::from_millis(50);
     config.tunables.gateway.backpressure_auto_pause = true;
@@ -290,7 +293,7 @@ async fn backpressure_engages_on_stream_lag_and_lets_go_when_persisted() {
     );
     // A persister catches up; the lag falls, the sale is resumed and sells again.
     let mut workers_config = config.clone();
-    workers_config.run_persister = true;
+    workers_config.engine.persister.run = true;
     let workers = flashsale_server::serve::Workers::start(&workers_config)
         .await
         .unwrap();
@@ -412,7 +415,7 @@ async fn purchase_tokens_guard_a_sale(stack: &Stack) {
         .await;
     assert_eq!(s, StatusCode::OK, "{t}");
     let token = t["token"].as_str().unwrap().to_owned();
-    assert!(t["expires_at_ms"].as_i64().unwrap() > flashsale_server::routes::sales::now_ms());
+    assert!(t["expires_at_ms"].as_i64().unwrap() > flashsale_engine::now_ms());
 
     let (s, b) = buy_with_token(stack, 2, 81, "a", &token).await;
     assert_eq!(
@@ -556,8 +559,8 @@ async fn hot_sales_go_to_their_own_redis() {
     let hot = RedisServer::spawn().await;
     let db = TestDatabase::create().await;
     let mut config = common::config(Some(main.url()), db.url.clone());
-    config.tunables.gateway.hot_redis_url = Some(hot.url());
-    config.tunables.gateway.hot_skus = vec![91];
+    config.engine.ledger.hot_sales.redis_url = Some(hot.url());
+    config.engine.ledger.hot_sales.skus = vec![91];
     let stack = Stack::start(config.clone(), Some(db), None).await;
     stack.live_sale(91, 50, 1).await;
     stack.live_sale(92, 50, 1).await;
@@ -572,7 +575,7 @@ async fn hot_sales_go_to_their_own_redis() {
         );
     }
     let sold = |url: String, sku: u64| {
-        let prefix = config.redis_prefix.clone();
+        let prefix = config.engine.ledger.redis_prefix.clone();
         async move {
             let client = redis::Client::open(url.as_str()).unwrap();
             let mut conn = client.get_multiplexed_async_connection().await.unwrap();
@@ -619,9 +622,9 @@ async fn the_hot_sale_redis_waits_for_replicas_too() {
     let hot = RedisServer::spawn().await;
     let db = TestDatabase::create().await;
     let mut config = common::config(Some(main.url()), db.url.clone());
-    config.tunables.gateway.hot_redis_url = Some(hot.url());
-    config.tunables.gateway.hot_skus = vec![94];
-    config.redis_replication = Some(flashsale_redis::Replication {
+    config.engine.ledger.hot_sales.redis_url = Some(hot.url());
+    config.engine.ledger.hot_sales.skus = vec![94];
+    config.engine.ledger.replication = Some(flashsale_redis::Replication {
         replicas: 1,
         timeout: Duration::from_millis(50),
     });

@@ -175,7 +175,9 @@ async fn in_process() -> (axum::Router, AppState, tempfile::TempDir) {
         gateway: GatewayConfig::unlimited(),
         ..Tunables::default()
     };
-    let (ledger, store) = flashsale_server::serve::backends(&config).await.unwrap();
+    let (ledger, store) = flashsale_engine::backends::open(&config.engine)
+        .await
+        .unwrap();
     let state = AppState::new(
         ledger,
         store,

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use common::Stack;
 use flashsale_core::{SaleState, SkuId};
-use flashsale_server::reconcile::{Journal, ReconcileConfig, Reconciler, Trigger};
+use flashsale_engine::reconcile::{Journal, ReconcileConfig, Reconciler, Trigger};
 use flashsale_server::Config;
 use flashsale_testkit::mariadb::TestDatabase;
 use flashsale_testkit::redis_server::{self, RedisServer};
@@ -22,8 +22,8 @@ use serde_json::{json, Value};
 async fn quiet_stack(redis_url: &str, edit: impl FnOnce(&mut Config)) -> Stack {
     let db = TestDatabase::create().await;
     let mut cfg = common::config(Some(redis_url.to_owned()), db.url.clone());
-    cfg.run_persister = false;
-    cfg.reconcile.interval = Duration::ZERO;
+    cfg.engine.persister.run = false;
+    cfg.engine.reconcile.interval = Duration::ZERO;
     edit(&mut cfg);
     Stack::start(cfg, Some(db), None).await
 }
@@ -52,7 +52,7 @@ async fn buy_ok(stack: &Stack, user: u64, sku: u64, rid: &str) -> String {
 /// Runs the persister of `stack`'s config until the database holds every hot event.
 async fn persist(stack: &Stack, sku: u64) {
     let mut cfg = stack.config.clone();
-    cfg.run_persister = true;
+    cfg.engine.persister.run = true;
     let workers = flashsale_server::serve::Workers::start(&cfg).await.unwrap();
     stack.drain(sku).await;
     workers.shutdown().await.unwrap();
@@ -325,7 +325,7 @@ async fn serve_starts_while_redis_is_down_and_serves_once_it_is_up() {
 async fn large_skus_and_times_that_validate_also_warm() {
     let stack = quiet_stack(&redis_server::shared_url(), |_| {}).await;
     let sku: u64 = 1_000_000_000_000_000 + 7;
-    let now = flashsale_server::routes::sales::now_ms();
+    let now = flashsale_engine::now_ms();
     stack
         .live_sale_with(json!({"sku_id": sku, "name": "big", "total_stock": 5,
             "per_user_limit": 1, "starts_at_ms": now, "ends_at_ms": 4_000_000_000_000_000i64}))
@@ -344,14 +344,14 @@ async fn large_skus_and_times_that_validate_also_warm() {
 async fn workers_and_the_reconciler_find_hot_sales_where_they_live() {
     let hot = RedisServer::spawn().await;
     let stack = quiet_stack(&redis_server::shared_url(), |c| {
-        c.tunables.gateway.hot_redis_url = Some(hot.url());
-        c.tunables.gateway.hot_skus = vec![48];
+        c.engine.ledger.hot_sales.redis_url = Some(hot.url());
+        c.engine.ledger.hot_sales.skus = vec![48];
     })
     .await;
     stack.live_sale(48, 5, 1).await;
     buy_ok(&stack, 1, 48, "a").await;
     // What `flashsale worker` and `flashsale reconcile` build from the same settings.
-    let (ledger, store) = flashsale_server::serve::backends(&stack.config)
+    let (ledger, store) = flashsale_engine::backends::open(&stack.config.engine)
         .await
         .unwrap();
     assert!(ledger.hot_snapshot(SkuId(48)).await.unwrap().is_some());
@@ -369,7 +369,7 @@ async fn one_broken_sale_does_not_stop_expiry_or_reconciliation_of_the_others() 
     let redis = RedisServer::spawn().await;
     let db = TestDatabase::create().await;
     let mut cfg = common::config(Some(redis.url()), db.url.clone());
-    cfg.reconcile.interval = Duration::ZERO;
+    cfg.engine.reconcile.interval = Duration::ZERO;
     let stack = Stack::start(cfg, Some(db), None).await;
     for sku in [49, 50] {
         stack
@@ -380,7 +380,7 @@ async fn one_broken_sale_does_not_stop_expiry_or_reconciliation_of_the_others() 
     // Sale 49 (listed first) has a broken hash: every script on it fails.
     let client = redis::Client::open(redis.url()).unwrap();
     let mut conn = client.get_multiplexed_async_connection().await.unwrap();
-    let key = format!("{}:{{49}}:sale", stack.config.redis_prefix);
+    let key = format!("{}:{{49}}:sale", stack.config.engine.ledger.redis_prefix);
     let _: i64 = redis::cmd("HSET")
         .arg(&key)
         .arg("reserved")
@@ -434,7 +434,7 @@ async fn auto_pause_never_reopens_a_sale_an_operator_ended() {
         .get_multiplexed_async_connection()
         .await
         .unwrap();
-    let key = format!("{}:{{51}}:sale", stack.config.redis_prefix);
+    let key = format!("{}:{{51}}:sale", stack.config.engine.ledger.redis_prefix);
     let hot_state = || {
         let (mut conn, key) = (conn.clone(), key.clone());
         async move {

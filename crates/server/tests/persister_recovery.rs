@@ -8,8 +8,8 @@ use std::time::Duration;
 
 use common::Stack;
 use flashsale_core::{OrderStore, SkuId};
+use flashsale_engine::persister::{Persister, PersisterConfig};
 use flashsale_redis::StreamReader;
-use flashsale_store::persister::{Persister, PersisterConfig};
 use flashsale_store::MySqlStore;
 use flashsale_testkit::mariadb::TestDatabase;
 use flashsale_testkit::redis_server;
@@ -21,8 +21,8 @@ use tokio::sync::broadcast;
 async fn stack_without_persister() -> Stack {
     let db = TestDatabase::create().await;
     let mut cfg = common::config(Some(redis_server::shared_url()), db.url.clone());
-    cfg.run_persister = false;
-    cfg.reconcile.interval = Duration::ZERO;
+    cfg.engine.persister.run = false;
+    cfg.engine.reconcile.interval = Duration::ZERO;
     Stack::start(cfg, Some(db), None).await
 }
 
@@ -34,16 +34,16 @@ async fn buy(stack: &Stack, sku: u64, users: std::ops::RangeInclusive<u64>) {
 }
 
 async fn reader(stack: &Stack, consumer: &str) -> StreamReader {
-    let url = stack.config.redis_url.clone().unwrap();
-    StreamReader::connect(&url, &stack.config.redis_prefix, consumer)
+    let url = stack.config.engine.ledger.redis_url.clone().unwrap();
+    StreamReader::connect(&url, &stack.config.engine.ledger.redis_prefix, consumer)
         .await
         .unwrap()
 }
 
 /// A persister named `consumer`, until the returned sender fires.
 fn start(stack: &Stack, consumer: &str) -> (broadcast::Sender<()>, tokio::task::JoinHandle<()>) {
-    let url = stack.config.redis_url.clone().unwrap();
-    let mut config = PersisterConfig::new(&url, &stack.config.redis_prefix, consumer);
+    let url = stack.config.engine.ledger.redis_url.clone().unwrap();
+    let mut config = PersisterConfig::new(&url, &stack.config.engine.ledger.redis_prefix, consumer);
     config.claim_idle_ms = 200;
     let (stop, rx) = broadcast::channel(1);
     let persister = Persister::new(config, stack.store());
@@ -95,7 +95,7 @@ async fn a_pending_entry_trimmed_after_it_was_applied_is_acknowledged_not_parked
     assert_eq!(s, StatusCode::OK, "{b}");
     assert_eq!(applied_seq(stack.store().as_ref(), 62).await, 2);
     let last = entries.last().unwrap().0.clone();
-    let url = stack.config.redis_url.clone().unwrap();
+    let url = stack.config.engine.ledger.redis_url.clone().unwrap();
     let client = redis::Client::open(url).unwrap();
     let mut conn = client.get_multiplexed_async_connection().await.unwrap();
     let key = gone.keys().events(sku);
@@ -141,7 +141,7 @@ async fn a_stream_stopped_by_a_dead_letter_stays_stopped_across_a_restart() {
     buy(&stack, 63, 1..=1).await;
     let (stop, task) = start(&stack, "restarted");
     // The lease is renewed on every step, parked or not: two renewals mean two steps taken.
-    let url = stack.config.redis_url.clone().unwrap();
+    let url = stack.config.engine.ledger.redis_url.clone().unwrap();
     let client = redis::Client::open(url).unwrap();
     let conn = client.get_multiplexed_async_connection().await.unwrap();
     let lease = reader(&stack, "probe").await.keys().lease(SkuId(63));
@@ -178,10 +178,13 @@ async fn a_stream_stopped_by_a_dead_letter_stays_stopped_across_a_restart() {
 
 /// Whether some persister holds `sku`'s lease right now.
 async fn leased(stack: &Stack, sku: u64) -> bool {
-    let url = stack.config.redis_url.clone().unwrap();
+    let url = stack.config.engine.ledger.redis_url.clone().unwrap();
     let client = redis::Client::open(url).unwrap();
     let mut conn = client.get_multiplexed_async_connection().await.unwrap();
-    let key = format!("{}:{{{sku}}}:lease", stack.config.redis_prefix);
+    let key = format!(
+        "{}:{{{sku}}}:lease",
+        stack.config.engine.ledger.redis_prefix
+    );
     redis::cmd("EXISTS")
         .arg(key)
         .query_async::<bool>(&mut conn)

@@ -11,8 +11,8 @@ use std::time::{Duration, Instant};
 
 use common::Stack;
 use flashsale_core::{OrderNo, OrderStatus, OrderStore, SkuId};
+use flashsale_engine::persister::{Persister, PersisterConfig};
 use flashsale_server::gateway::GatewayConfig;
-use flashsale_store::persister::{Persister, PersisterConfig};
 use flashsale_testkit::mariadb::{MariaDbServer, TestDatabase};
 use flashsale_testkit::redis_server::{self, RedisServer};
 use flashsale_testkit::wait;
@@ -32,7 +32,7 @@ fn unlimited(mut cfg: flashsale_server::Config) -> flashsale_server::Config {
 
 async fn stack_on(redis_url: &str, db: TestDatabase, run_persister: bool) -> Stack {
     let mut cfg = unlimited(common::config(Some(redis_url.to_owned()), db.url.clone()));
-    cfg.run_persister = run_persister;
+    cfg.engine.persister.run = run_persister;
     Stack::start(cfg, Some(db), None).await
 }
 
@@ -290,10 +290,13 @@ async fn reconcile_diff_is_zero_during_a_live_spike() {
         .args(["reconcile", "--sku", &sku.to_string(), "--repair"])
         .env(
             "FLASHSALE_REDIS_URL",
-            stack.config.redis_url.as_ref().unwrap(),
+            stack.config.engine.ledger.redis_url.as_ref().unwrap(),
         )
-        .env("FLASHSALE_REDIS_PREFIX", &stack.config.redis_prefix)
-        .env("FLASHSALE_DATABASE_URL", &stack.config.database_url)
+        .env(
+            "FLASHSALE_REDIS_PREFIX",
+            &stack.config.engine.ledger.redis_prefix,
+        )
+        .env("FLASHSALE_DATABASE_URL", &stack.config.engine.database_url)
         .env("FLASHSALE_DATA_DIR", dir.path())
         .env("FLASHSALE_JWT_SECRET", common::JWT_SECRET)
         .env("FLASHSALE_ADMIN_TOKEN", common::ADMIN)
@@ -398,7 +401,11 @@ async fn redis_restarted_without_persistence_is_rebuilt_and_the_loss_reported() 
     // A persister we can stop: it moves the first 30 purchases, then stops.
     let redis_url = redis.url();
     let persister = |consumer: &str| {
-        let mut config = PersisterConfig::new(&redis_url, &stack.config.redis_prefix, consumer);
+        let mut config = PersisterConfig::new(
+            &redis_url,
+            &stack.config.engine.ledger.redis_prefix,
+            consumer,
+        );
         config.claim_idle_ms = 200;
         let (stop, rx) = broadcast::channel(1);
         let task = tokio::spawn(Persister::new(config, store.clone()).run(rx));
@@ -600,10 +607,13 @@ fn spawn_worker(stack: &Stack, data_dir: &std::path::Path) -> std::process::Chil
         .arg("worker")
         .env(
             "FLASHSALE_REDIS_URL",
-            stack.config.redis_url.as_ref().unwrap(),
+            stack.config.engine.ledger.redis_url.as_ref().unwrap(),
         )
-        .env("FLASHSALE_REDIS_PREFIX", &stack.config.redis_prefix)
-        .env("FLASHSALE_DATABASE_URL", &stack.config.database_url)
+        .env(
+            "FLASHSALE_REDIS_PREFIX",
+            &stack.config.engine.ledger.redis_prefix,
+        )
+        .env("FLASHSALE_DATABASE_URL", &stack.config.engine.database_url)
         .env("FLASHSALE_DATA_DIR", data_dir)
         .env("FLASHSALE_JWT_SECRET", common::JWT_SECRET)
         .env("FLASHSALE_ADMIN_TOKEN", common::ADMIN)

@@ -268,8 +268,8 @@ async fn a_retry_elsewhere_gets_its_first_outcome_whatever_the_service_says_now(
     assert_eq!(s, StatusCode::ACCEPTED, "{first}");
     service.shop.denied.lock().unwrap().insert(4);
     let mut other_cfg = stack.config.clone();
-    other_cfg.run_persister = false;
-    other_cfg.instance_id = flashsale_testkit::unique_name("inst-b");
+    other_cfg.engine.persister.run = false;
+    other_cfg.engine.instance_id = flashsale_testkit::unique_name("inst-b");
     let mut other = Stack::start(other_cfg, None, None).await;
     let before = service.shop.calls();
     let (s, again) = other.buy(4, 302, "once", json!(1)).await;
@@ -612,10 +612,10 @@ async fn the_fallback_lists_are_stored_with_the_blacklist(stack: &Stack, shop: &
     );
     let (s, b) = stack.buy(6, 371, "r", json!(1)).await;
     assert_eq!((s, code(&b)), (StatusCode::FORBIDDEN, "RISK_DENIED"), "{b}");
-    if let Some(url) = &stack.config.redis_url {
+    if let Some(url) = &stack.config.engine.ledger.redis_url {
         let client = redis::Client::open(url.as_str()).unwrap();
         let mut conn = client.get_multiplexed_async_connection().await.unwrap();
-        let prefix = &stack.config.redis_prefix;
+        let prefix = &stack.config.engine.ledger.redis_prefix;
         let users: Vec<String> = redis::cmd("SMEMBERS")
             .arg(format!("{prefix}:risk_allow"))
             .query_async(&mut conn)

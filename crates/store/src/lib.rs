@@ -10,8 +10,6 @@
 //! - [`mysql`]: `MySqlStore`, the production backend over MySQL/MariaDB.
 //! - [`postgres`]: `PgStore`, the backend over PostgreSQL.
 //! - [`sqlite`]: `SqliteStore`, the embedded backend over SQLite (WAL, synchronous=FULL).
-//! - [`persister`]: the worker that moves a sale's Redis Stream into an `OrderStore`, one
-//!   writer per sale (lease), one transaction per batch, XACK after commit.
 //!
 //! Migrations live in `migrations/mysql`, `migrations/postgres` and `migrations/sqlite`
 //! beside this crate (one logical schema: `sales`, `orders`, `stock_events`, `dead_letters`),
@@ -22,13 +20,12 @@
 //! Private modules hold what touches no connection: `batch` (the fold of an `apply_events`
 //! batch into a plan of writes) and `rows` (rows to domain types, error mapping).
 //!
-//! May depend on flashsale-core, flashsale-redis (the persister reads streams), sqlx, redis.
+//! May depend on flashsale-core and sqlx.
 
 pub mod backend;
 mod batch;
 mod compat;
 pub mod mysql;
-pub mod persister;
 pub mod postgres;
 mod rows;
 pub mod sql;

@@ -17,18 +17,19 @@ const LIMIT: Duration = Duration::from_secs(30);
 
 /// An API instance in this process, without a persister: the worker persists its sales.
 async fn api(redis_url: &str, prefix: &str, db: &TestDatabase) -> Server {
+    let mut engine = flashsale_engine::settings::Settings::new(
+        Some(redis_url.into()),
+        prefix,
+        &db.url,
+        &flashsale_testkit::unique_name("api"),
+    );
+    engine.persister.run = false;
     let config = Config {
+        engine,
         listen: "127.0.0.1:0".parse().unwrap(),
-        redis_url: Some(redis_url.into()),
-        redis_prefix: prefix.into(),
-        database_url: db.url.clone(),
         jwt_secret: SECRET.into(),
         admin_token: ADMIN.into(),
         tunables: Tunables::default(),
-        run_persister: false,
-        instance_id: flashsale_testkit::unique_name("api"),
-        reconcile: Default::default(),
-        redis_replication: None,
         identity: None,
     };
     Server::start(config).await.expect("api starts")

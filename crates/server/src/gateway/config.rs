@@ -101,10 +101,6 @@ pub struct GatewayConfig {
     pub headers_max: usize,
     /// Lifetime of an anti-scalping purchase token [`FLASHSALE_PURCHASE_TOKEN_TTL_S`].
     pub purchase_token_ttl: Duration,
-    /// A dedicated Redis for hot sales [`FLASHSALE_HOT_REDIS_URL`].
-    pub hot_redis_url: Option<String>,
-    /// Sales routed to the hot Redis [`FLASHSALE_HOT_SKUS`, comma list].
-    pub hot_skus: Vec<u64>,
 }
 
 impl Default for GatewayConfig {
@@ -135,8 +131,6 @@ impl GatewayConfig {
         header_bytes_max: 16 * 1_024,
         headers_max: 64,
         purchase_token_ttl: Duration::from_secs(60),
-        hot_redis_url: None,
-        hot_skus: Vec::new(),
     };
 
     /// `FLASHSALE_TRUST_FORWARDED_FOR`: `false`/`off`/`0` ignores the header, `true`/`on`

@@ -13,8 +13,6 @@
 //! - [`routes`]: admin API for the blacklist and token sales; the purchase-token route.
 //! - [`worker`]: `GatewayWorker`, the periodic work (blacklist reload, limiter sweep,
 //!   back-pressure monitor), joined at shutdown with the other workers.
-//! - [`routing`]: where a sale lives: the configured ledger, or `flashsale_redis::RoutedLedger`
-//!   (named hot sales on a dedicated Redis).
 //!
 //! Per request the gateway does O(1) work and no I/O, except the single-use check of a
 //! purchase token (one Redis `SET NX` on the Redis deployment, only for token-only sales) and
@@ -28,7 +26,6 @@ pub mod listener;
 pub mod pressure;
 pub mod ratelimit;
 pub mod routes;
-pub mod routing;
 pub mod scalping;
 pub mod worker;
 

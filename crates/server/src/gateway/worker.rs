@@ -6,21 +6,42 @@ use std::time::Duration;
 
 use flashsale_core::SkuId;
 
+use flashsale_engine::runner::{every, Worker, WorkerState};
+use tokio::time::Interval;
+
 use super::pressure::{self, Bounds};
 use crate::state::{AppState, Shared};
-use crate::workers::Worker;
 
 /// The gateway's periodic work as one worker, stopped and joined with the others at
 /// shutdown: the blacklist reload, the rate limiters' sweep and the back-pressure monitor.
 /// It holds the state weakly: a state dropped without a shutdown ends it too.
 pub struct GatewayWorker {
     state: Weak<Shared>,
+    /// The three tickers, started by the first step (from the gateway's settings).
+    ticks: Option<Ticks>,
+    /// The job whose ticker fired last.
+    due: Option<Job>,
+}
+
+struct Ticks {
+    refresh: Interval,
+    sweep: Interval,
+    monitor: Interval,
+}
+
+#[derive(Clone, Copy)]
+enum Job {
+    Refresh,
+    Sweep,
+    Monitor,
 }
 
 impl GatewayWorker {
     pub fn new(state: &AppState) -> GatewayWorker {
         GatewayWorker {
             state: Arc::downgrade(state.shared()),
+            ticks: None,
+            due: None,
         }
     }
 }
@@ -34,40 +55,36 @@ impl Worker for GatewayWorker {
         "gateway"
     }
 
-    async fn run(
-        self: Box<Self>,
-        mut shutdown: tokio::sync::broadcast::Receiver<()>,
-    ) -> anyhow::Result<()> {
-        let Some(c) = self.state.upgrade().map(|st| st.gateway.config.clone()) else {
-            return Ok(());
+    async fn work(&mut self) -> anyhow::Result<WorkerState> {
+        let Some(st) = self.state.upgrade() else {
+            return Ok(WorkerState::Done);
         };
-        let every = |d: Duration| {
-            let mut tick = tokio::time::interval(d.max(TICK_MIN));
-            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-            tick
-        };
-        let (mut refresh, mut sweep, mut monitor_tick) = (
-            every(c.blacklist_refresh),
-            every(c.limiter_sweep),
-            every(c.backpressure_interval),
-        );
-        loop {
-            tokio::select! {
-                _ = shutdown.recv() => return Ok(()),
-                _ = refresh.tick() => match self.state.upgrade() {
-                    Some(st) => refresh_blacklist(&st).await,
-                    None => return Ok(()),
-                },
-                _ = sweep.tick() => match self.state.upgrade() {
-                    Some(st) => st.gateway.rates.sweep(),
-                    None => return Ok(()),
-                },
-                _ = monitor_tick.tick() => match self.state.upgrade() {
-                    Some(st) => monitor(&st).await,
-                    None => return Ok(()),
-                },
-            }
+        let c = &st.gateway.config;
+        self.ticks.get_or_insert_with(|| Ticks {
+            refresh: every(c.blacklist_refresh.max(TICK_MIN)),
+            sweep: every(c.limiter_sweep.max(TICK_MIN)),
+            monitor: every(c.backpressure_interval.max(TICK_MIN)),
+        });
+        match self.due.take() {
+            Some(Job::Refresh) => refresh_blacklist(&st).await,
+            Some(Job::Sweep) => st.gateway.rates.sweep(),
+            Some(Job::Monitor) => monitor(&st).await,
+            None => {}
         }
+        Ok(WorkerState::Idle)
+    }
+
+    async fn wait_for_work(&mut self) -> WorkerState {
+        let Some(t) = self.ticks.as_mut() else {
+            return WorkerState::Done;
+        };
+        let job = tokio::select! {
+            _ = t.refresh.tick() => Job::Refresh,
+            _ = t.sweep.tick() => Job::Sweep,
+            _ = t.monitor.tick() => Job::Monitor,
+        };
+        self.due = Some(job);
+        WorkerState::Busy
     }
 }
 

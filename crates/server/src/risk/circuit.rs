@@ -3,7 +3,7 @@
 //! one call at a time probes it; a probe's success closes the breaker, its failure opens it
 //! again.
 //!
-//! The idea of `crate::breaker`, not its code: that one keeps a breaker per Redis Cluster slot
+//! The idea of `flashsale_engine::breaker`, not its code: that one keeps a breaker per Redis Cluster slot
 //! and lets every call through once the open time is over, which suits a sharded ledger that
 //! answers in microseconds. The risk service is one downstream, and a call to a dead one costs
 //! a whole timeout, so here there is one circuit and a single probe: a dead service costs one

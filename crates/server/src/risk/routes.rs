@@ -2,7 +2,6 @@
 //! sale's own fallback rule. Both are stored with the blacklist (`gateway::blacklist`), so
 //! every instance sees a change within its refresh, the one that made it at once.
 
-use axum::extract::rejection::JsonRejection;
 use axum::extract::State;
 use axum::Json;
 use flashsale_core::SkuId;
@@ -13,7 +12,7 @@ use utoipa_axum::routes;
 use super::Fallback;
 use crate::auth::Admin;
 use crate::error::AppError;
-use crate::routes::{gateway_store_error, gateway_write, stored_sale, user_id, ApiPath};
+use crate::routes::{gateway_store_error, gateway_write, stored_sale, user_id, ApiJson, ApiPath};
 use crate::state::AppState;
 
 /// Routes to nest under `/api/v1`, with their OpenAPI.
@@ -146,9 +145,8 @@ pub async fn set_sale_fallback(
     State(st): State<AppState>,
     _: Admin,
     ApiPath(p): ApiPath<u64>,
-    body: Result<Json<SaleFallbackBody>, JsonRejection>,
+    ApiJson(body): ApiJson<SaleFallbackBody>,
 ) -> Result<Json<SaleFallbackView>, AppError> {
-    let Json(body) = body?;
     set_fallback(&st, p, Some(body.fallback)).await
 }
 

@@ -1,7 +1,8 @@
 //! HTTP handlers, one module per resource, what they share ([`sale`]: a sale through the
-//! instance cache; [`OrderView`]), and the API's extractors: [`ApiPath`], and the callers
+//! instance cache; [`OrderView`]), and the API's extractors: [`ApiPath`], [`ApiJson`], and the callers
 //! [`User`] (a user token, not blacklisted) and [`Admin`] (the admin token).
 
+pub mod admin;
 pub mod health;
 pub mod orders;
 pub mod purchases;
@@ -23,6 +24,12 @@ use crate::state::AppState;
 #[derive(axum::extract::FromRequestParts)]
 #[from_request(via(axum::extract::Path), rejection(AppError))]
 pub struct ApiPath<T>(pub T);
+
+/// `Json` whose rejection is the API's own error (`application/problem+json`: 413
+/// `PAYLOAD_TOO_LARGE` for a body too large, 400 `INVALID_REQUEST` otherwise).
+#[derive(axum::extract::FromRequest)]
+#[from_request(via(axum::Json), rejection(AppError))]
+pub struct ApiJson<T>(pub T);
 
 /// The sale as the database has it now (no cache): what an admin change reads first.
 pub async fn stored_sale(st: &AppState, sku: SkuId) -> Result<StoredSale, AppError> {

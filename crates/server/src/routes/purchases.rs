@@ -8,7 +8,6 @@
 use std::net::IpAddr;
 use std::time::Instant;
 
-use axum::extract::rejection::JsonRejection;
 use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
 use axum::Json;
@@ -18,7 +17,7 @@ use flashsale_core::{
 };
 use serde::Deserialize;
 
-use super::{ApiPath, ClientIp, OrderView};
+use super::{ApiJson, ApiPath, ClientIp, OrderView};
 use crate::auth::User;
 use crate::error::AppError;
 use crate::metrics::{PURCHASE_LATENCY, SOLD_OUT_LOCAL};
@@ -143,11 +142,10 @@ pub async fn purchase(
     ClientIp(ip): ClientIp,
     ApiPath(p): ApiPath<u64>,
     headers: HeaderMap,
-    body: Result<Json<PurchaseBody>, JsonRejection>,
+    ApiJson(body): ApiJson<PurchaseBody>,
 ) -> Result<(StatusCode, Json<OrderView>), AppError> {
     let started = Instant::now();
     let sku = SkuId(p);
-    let Json(body) = body?;
     let (request_id, source) =
         request_id(idempotency_header(&headers)?, body.request_id.as_deref())?;
     let req = body.validate(sku, user, request_id)?;

@@ -1,6 +1,6 @@
 //! Sales: admin create / warm / pause / resume / end, and the public view.
 
-use axum::extract::rejection::{JsonRejection, QueryRejection};
+use axum::extract::rejection::QueryRejection;
 use axum::extract::{Query, State};
 use axum::http::StatusCode;
 use axum::Json;
@@ -8,7 +8,7 @@ use flashsale_core::ledger::StoredSale;
 use flashsale_core::{Counters, ErrorCode, LedgerError, Sale, SaleMode, SaleState, SkuId};
 use serde::{Deserialize, Serialize};
 
-use super::{stored_sale, ApiPath};
+use super::{stored_sale, ApiJson, ApiPath};
 use crate::auth::Admin;
 use crate::error::AppError;
 use crate::state::AppState;
@@ -89,9 +89,8 @@ impl CreateSale {
 pub async fn create(
     State(st): State<AppState>,
     _: Admin,
-    body: Result<Json<CreateSale>, JsonRejection>,
+    ApiJson(body): ApiJson<CreateSale>,
 ) -> Result<(StatusCode, Json<SaleView>), AppError> {
-    let Json(body) = body?;
     let sale = body.into_sale()?;
     let stored = st.store.create_sale(&sale).await?;
     st.sales.forget(sale.sku_id);
@@ -179,7 +178,7 @@ pub async fn warm(
             st.ledger.set_state(sku, state).await?;
         }
         _ => {
-            crate::reconcile::rebuild(st.ledger.as_ref(), st.store.as_ref(), sku)
+            flashsale_engine::reconcile::rebuild(st.ledger.as_ref(), st.store.as_ref(), sku)
                 .await
                 .map_err(rebuild_error)?;
         }
@@ -194,8 +193,8 @@ pub async fn warm(
     )))
 }
 
-fn rebuild_error(e: crate::reconcile::RebuildError) -> AppError {
-    use crate::reconcile::RebuildError;
+fn rebuild_error(e: flashsale_engine::reconcile::RebuildError) -> AppError {
+    use flashsale_engine::reconcile::RebuildError;
     match e {
         RebuildError::Raced(sku) => AppError::new(
             ErrorCode::Unavailable,

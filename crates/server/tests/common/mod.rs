@@ -49,17 +49,16 @@ pub struct Stack {
 
 pub fn config(redis_url: Option<String>, database_url: String) -> Config {
     Config {
+        engine: flashsale_engine::settings::Settings::new(
+            redis_url,
+            &redis_server::unique_prefix(),
+            &database_url,
+            &flashsale_testkit::unique_name("inst"),
+        ),
         listen: "127.0.0.1:0".parse::<SocketAddr>().unwrap(),
-        redis_url,
-        redis_prefix: redis_server::unique_prefix(),
-        database_url,
         jwt_secret: JWT_SECRET.into(),
         admin_token: ADMIN.into(),
         tunables: Tunables::default(),
-        run_persister: true,
-        instance_id: flashsale_testkit::unique_name("inst"),
-        reconcile: Default::default(),
-        redis_replication: None,
         identity: None,
     }
 }

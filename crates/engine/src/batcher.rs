@@ -27,7 +27,6 @@ use tokio::sync::{mpsc, oneshot};
 
 use crate::cache::SoldOutFlags;
 use crate::reconcile::Journal;
-use crate::tunables::Tunables;
 
 /// Ledger calls in flight per sale: while Redis runs one batch, the next one is already on the
 /// wire and queued behind it, so Redis never idles for a round trip and the batch task's
@@ -59,17 +58,19 @@ struct Flagger {
     keys_max: usize,
 }
 
+/// Accepted request keys a sold-out flag remembers at most, by default.
+pub const ACCEPTED_KEYS_MAX_DEFAULT: usize = 1_000_000;
+
 impl Batcher {
-    /// With its own sold-out flags, lifetime and key bound as the server's default [`Tunables`].
+    /// With its own sold-out flags, of the default lifetime and key bound.
     pub fn new(ledger: Arc<dyn Ledger>, batch_max: usize, queue_cap: usize) -> Batcher {
-        let tunables = Tunables::default();
-        let flags = Arc::new(SoldOutFlags::new(tunables.cache_ttl));
+        let flags = Arc::new(SoldOutFlags::new(crate::cache::CACHE_TTL_DEFAULT));
         Batcher::with_flags(
             ledger,
             batch_max,
             queue_cap,
             flags,
-            tunables.accepted_keys_max,
+            ACCEPTED_KEYS_MAX_DEFAULT,
             Arc::default(),
         )
     }
@@ -159,7 +160,7 @@ async fn run(
         if taken == 0 {
             return; // every sender is gone
         }
-        metrics::histogram!(crate::metrics::BATCH_SIZE, "ledger" => ledger.kind())
+        metrics::histogram!(flashsale_core::metric_names::BATCH_SIZE, "ledger" => ledger.kind())
             .record(jobs.len() as f64);
         let reqs: Vec<PurchaseRequest> = jobs.iter().map(|j| j.req.clone()).collect();
         match ledger.purchase_batch(sku, &reqs).await {

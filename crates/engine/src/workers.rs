@@ -1,22 +1,16 @@
-//! Background workers behind one trait, stopped together by a broadcast and joined at
-//! shutdown: hold expiry, the persister and the restock subscriptions (here); the gateway's
-//! tickers (`gateway::worker`) and the reconciler (`reconcile::worker`) live beside their code.
+//! The workers of no other module, each a [`Worker`] stepped by the one runner
+//! ([`crate::runner`]): hold expiry, the persister and the restock subscriptions. The
+//! reconciler's (`reconcile::worker`) lives beside its code.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
 use flashsale_core::{Ledger, LedgerError, OrderStore, SaleMode, SaleState};
-use tokio::sync::broadcast;
 
-/// A long-running task of the service.
-#[async_trait]
-pub trait Worker: Send + 'static {
-    fn name(&self) -> &'static str;
+use crate::runner::Pace;
 
-    /// Runs until `shutdown` fires (or the sender is dropped).
-    async fn run(self: Box<Self>, shutdown: broadcast::Receiver<()>) -> anyhow::Result<()>;
-}
+pub use crate::runner::{Worker, WorkerState};
 
 /// Whether a sale is settled (ended, no hold left, all applied): nothing to expire.
 pub type Settled = Arc<dyn Fn(flashsale_core::SkuId) -> bool + Send + Sync>;
@@ -27,9 +21,28 @@ pub struct ExpiryWorker {
     pub ledger: Arc<dyn Ledger>,
     pub store: Arc<dyn OrderStore>,
     pub settled: Settled,
-    pub interval: Duration,
     /// Holds expired per ledger call.
     pub batch_max: usize,
+    /// One pass per interval.
+    pub pace: Pace,
+}
+
+impl ExpiryWorker {
+    pub fn new(
+        ledger: Arc<dyn Ledger>,
+        store: Arc<dyn OrderStore>,
+        settled: Settled,
+        interval: Duration,
+        batch_max: usize,
+    ) -> ExpiryWorker {
+        ExpiryWorker {
+            ledger,
+            store,
+            settled,
+            batch_max,
+            pace: Pace::new(interval),
+        }
+    }
 }
 
 #[async_trait]
@@ -38,19 +51,15 @@ impl Worker for ExpiryWorker {
         "expiry"
     }
 
-    async fn run(self: Box<Self>, mut shutdown: broadcast::Receiver<()>) -> anyhow::Result<()> {
-        let mut tick = tokio::time::interval(self.interval);
-        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        loop {
-            tokio::select! {
-                _ = shutdown.recv() => return Ok(()),
-                _ = tick.tick() => {
-                    if let Err(e) = self.expire_all().await {
-                        tracing::warn!(error = %e, "hold expiry pass failed; will retry");
-                    }
-                }
-            }
-        }
+    /// One pass: every reserve-mode sale.
+    async fn work(&mut self) -> anyhow::Result<WorkerState> {
+        self.expire_all().await?;
+        Ok(WorkerState::Idle)
+    }
+
+    async fn wait_for_work(&mut self) -> WorkerState {
+        self.pace.tick().await;
+        WorkerState::Busy
     }
 }
 
@@ -89,46 +98,15 @@ impl ExpiryWorker {
     }
 }
 
-/// Moves every warm sale's Redis Stream into the system of record.
-pub struct PersisterWorker {
-    persister: flashsale_store::persister::Persister,
-}
-
-impl PersisterWorker {
-    pub fn new(
-        redis_url: &str,
-        prefix: &str,
-        consumer: &str,
-        store: Arc<dyn OrderStore>,
-    ) -> PersisterWorker {
-        let config = flashsale_store::persister::PersisterConfig::new(redis_url, prefix, consumer);
-        PersisterWorker {
-            persister: flashsale_store::persister::Persister::new(config, store),
-        }
-    }
-}
-
-#[async_trait]
-impl Worker for PersisterWorker {
-    fn name(&self) -> &'static str {
-        "persister"
-    }
-
-    async fn run(self: Box<Self>, shutdown: broadcast::Receiver<()>) -> anyhow::Result<()> {
-        self.persister.run(shutdown).await?;
-        Ok(())
-    }
-}
-
 /// Hears the restocks of other instances (one of the ledger's
 /// [`flashsale_core::SoldOutSupport::restock_feeds`]) until shutdown.
 pub struct RestockWorker {
-    feed: flashsale_core::ledger::RestockFeed,
+    feed: Option<flashsale_core::ledger::RestockFeed>,
 }
 
 impl RestockWorker {
     pub fn new(feed: flashsale_core::ledger::RestockFeed) -> RestockWorker {
-        RestockWorker { feed }
+        RestockWorker { feed: Some(feed) }
     }
 }
 
@@ -138,11 +116,16 @@ impl Worker for RestockWorker {
         "restock"
     }
 
-    async fn run(self: Box<Self>, mut shutdown: broadcast::Receiver<()>) -> anyhow::Result<()> {
-        tokio::select! {
-            _ = shutdown.recv() => {}
-            () = self.feed => {}
+    async fn work(&mut self) -> anyhow::Result<WorkerState> {
+        Ok(WorkerState::Idle)
+    }
+
+    /// The feed runs until its subscription ends.
+    async fn wait_for_work(&mut self) -> WorkerState {
+        if let Some(feed) = self.feed.as_mut() {
+            feed.await;
         }
-        Ok(())
+        self.feed = None;
+        WorkerState::Done
     }
 }

@@ -7,7 +7,7 @@
 //! - [`rebuild`]: the life of a sale's hot copy and the one way a copy is (re)loaded: fence,
 //!   drain, take the next epoch in the database, load, restore, open.
 //! - [`diff`]: hot counters against the database's, field by field (I6).
-//! - [`worker`]: the reconciler as a background worker; [`routes`]: over HTTP.
+//! - [`worker`]: the reconciler as a background worker (its HTTP routes are the server's).
 //!
 //! One run of one sale (`Reconciler::run_sale`):
 //! 1. reads the hot snapshot first (counters at `s`, epoch, fence, events still in the
@@ -31,7 +31,6 @@
 pub mod diff;
 pub mod journal;
 pub mod rebuild;
-pub mod routes;
 pub mod worker;
 
 use std::collections::BTreeSet;

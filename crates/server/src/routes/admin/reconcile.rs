@@ -6,11 +6,11 @@ use axum::Json;
 use flashsale_core::{LedgerError, SkuId, StoreError};
 use serde::Deserialize;
 
-use super::{SaleReport, Trigger};
 use crate::auth::Admin;
 use crate::error::AppError;
 use crate::routes::ApiPath;
 use crate::state::AppState;
+use flashsale_engine::reconcile::{RebuildError, SaleReport, Trigger};
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -60,7 +60,7 @@ pub async fn repair_route(
 }
 
 fn internal(e: anyhow::Error) -> AppError {
-    if let Some(super::RebuildError::Raced(sku)) = e.downcast_ref::<super::RebuildError>() {
+    if let Some(RebuildError::Raced(sku)) = e.downcast_ref::<RebuildError>() {
         return AppError::new(
             flashsale_core::ErrorCode::Unavailable,
             format!("another rebuild of sale {sku} is under way; retry"),

@@ -8,6 +8,9 @@ use std::time::{Duration, Instant};
 use flashsale_core::ledger::StoredSale;
 use flashsale_core::{Counters, RequestKey, SkuId};
 
+/// Sold-out flag and sale cache lifetime, by default.
+pub const CACHE_TTL_DEFAULT: Duration = Duration::from_secs(1);
+
 /// Entries kept at most; the map is cleared when full (a bound on memory under junk ids).
 const ENTRIES_MAX: usize = 10_000;
 

@@ -7,10 +7,10 @@ use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use flashsale_core::SkuId;
-use tokio::sync::{broadcast, mpsc};
+use tokio::sync::mpsc;
 
 use super::{Reconciler, Trigger};
-use crate::workers::Worker;
+use crate::runner::{Pace, Worker, WorkerState};
 
 /// How the reconcile worker of a process runs (the CLI's `FLASHSALE_RECONCILE_*` settings).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -75,6 +75,11 @@ pub struct ReconcileWorker {
     pub reconciler: Arc<Reconciler>,
     pub settings: WorkerSettings,
     nudges: Option<mpsc::Receiver<SkuId>>,
+    /// When each sale was last nudged (a nudge within [`NUDGE_GAP`] is dropped).
+    nudged: HashMap<SkuId, Instant>,
+    /// What the next step reconciles: every sale (`None`) or a nudged one.
+    next: Option<Option<SkuId>>,
+    pace: Pace,
 }
 
 impl ReconcileWorker {
@@ -89,15 +94,26 @@ impl ReconcileWorker {
                 reconciler: Arc::new(reconciler),
                 settings,
                 nudges,
+                nudged: HashMap::new(),
+                next: None,
+                pace: Pace::new(settings.interval),
             }) as Box<dyn Worker>
         })
     }
 
-    async fn reconcile(&self, sku: Option<SkuId>, trigger: Trigger) {
-        let repair = self.settings.repair;
-        if let Err(e) = self.reconciler.run(sku, repair, trigger).await {
-            tracing::warn!(error = %e, "reconcile pass failed; will retry");
+    /// Whether a nudge of `sku` is to be followed (not one within [`NUDGE_GAP`]).
+    fn follow(&mut self, sku: SkuId) -> bool {
+        if self
+            .nudged
+            .get(&sku)
+            .is_some_and(|at| at.elapsed() < NUDGE_GAP)
+        {
+            return false;
         }
+        if self.nudged.len() >= NUDGED_SALES_MAX {
+            self.nudged.clear();
+        }
+        true
     }
 }
 
@@ -118,26 +134,43 @@ impl Worker for ReconcileWorker {
         "reconciler"
     }
 
-    async fn run(mut self: Box<Self>, mut shutdown: broadcast::Receiver<()>) -> anyhow::Result<()> {
-        let mut tick = tokio::time::interval(self.settings.interval);
-        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        tick.tick().await;
-        let mut nudges = self.nudges.take();
-        let mut nudged: HashMap<SkuId, Instant> = HashMap::new();
+    /// The first pass is one interval after start.
+    fn first_state(&self) -> WorkerState {
+        WorkerState::Idle
+    }
+
+    /// A pass over every sale, or over a nudged one.
+    async fn work(&mut self) -> anyhow::Result<WorkerState> {
+        let Some(sku) = self.next.take() else {
+            return Ok(WorkerState::Idle);
+        };
+        let trigger = if sku.is_some() {
+            Trigger::Nudge
+        } else {
+            Trigger::Worker
+        };
+        let result = self
+            .reconciler
+            .run(sku, self.settings.repair, trigger)
+            .await;
+        if let Some(sku) = sku {
+            self.nudged.insert(sku, Instant::now());
+        }
+        result?;
+        Ok(WorkerState::Idle)
+    }
+
+    async fn wait_for_work(&mut self) -> WorkerState {
         loop {
             tokio::select! {
-                _ = shutdown.recv() => return Ok(()),
-                _ = tick.tick() => self.reconcile(None, Trigger::Worker).await,
-                sku = next_nudge(&mut nudges) => {
-                    if nudged.get(&sku).is_some_and(|at| at.elapsed() < NUDGE_GAP) {
-                        continue;
-                    }
-                    if nudged.len() >= NUDGED_SALES_MAX {
-                        nudged.clear();
-                    }
-                    self.reconcile(Some(sku), Trigger::Nudge).await;
-                    nudged.insert(sku, Instant::now());
+                _ = self.pace.tick() => {
+                    self.next = Some(None);
+                    return WorkerState::Busy;
                 }
+                sku = next_nudge(&mut self.nudges) => if self.follow(sku) {
+                    self.next = Some(Some(sku));
+                    return WorkerState::Busy;
+                },
             }
         }
     }

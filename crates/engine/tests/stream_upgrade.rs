@@ -12,8 +12,8 @@ use flashsale_core::{
     Event, EventKind, HotCopies, HotLedger, OrderNo, OrderStore, RequestId, Sale, SaleMode,
     SaleState, SkuId, UserId,
 };
+use flashsale_engine::persister::{Persister, PersisterConfig};
 use flashsale_redis::{RedisLedger, StreamReader};
-use flashsale_store::persister::{Persister, PersisterConfig};
 use flashsale_store::MySqlStore;
 use flashsale_testkit::conformance::{live_sale, req};
 use flashsale_testkit::mariadb::TestDatabase;

@@ -34,6 +34,10 @@ use flashsale_core::{DeadLetter, Event, LedgerError, OrderStore, SaleState, SkuI
 use flashsale_redis::{EntryError, StreamReader};
 use tokio::sync::{broadcast, watch};
 use tokio::task::JoinHandle;
+use tokio::time::MissedTickBehavior;
+
+use crate::runner::{Pace, Worker, WorkerState};
+use crate::settings::PersisterSettings;
 
 /// Most events one `apply_events` transaction takes. A read of `batch_max` entries may hold
 /// far more events than entries (one purchase call's entry carries all its deductions, up to
@@ -64,19 +68,30 @@ pub struct PersisterConfig {
 }
 
 impl PersisterConfig {
+    /// With the default bounds.
     pub fn new(redis_url: &str, prefix: &str, consumer: &str) -> PersisterConfig {
+        PersisterConfig::with(redis_url, prefix, consumer, &PersisterSettings::DEFAULT)
+    }
+
+    /// With the bounds of `s`.
+    pub fn with(
+        redis_url: &str,
+        prefix: &str,
+        consumer: &str,
+        s: &PersisterSettings,
+    ) -> PersisterConfig {
         PersisterConfig {
             redis_url: redis_url.to_owned(),
             prefix: prefix.to_owned(),
             consumer: consumer.to_owned(),
-            batch_max: 1_024,
-            block_ms: 100,
-            lease_ttl_ms: 3_000,
-            claim_idle_ms: 2_000,
-            attempts_max: 5,
-            backoff_ms_max: 2_000,
-            format_wait_ms_max: 30_000,
-            discover_every: Duration::from_millis(500),
+            batch_max: s.batch_max,
+            block_ms: s.block_ms,
+            lease_ttl_ms: s.lease_ttl_ms,
+            claim_idle_ms: s.claim_idle_ms,
+            attempts_max: s.attempts_max,
+            backoff_ms_max: s.backoff_ms_max,
+            format_wait_ms_max: s.format_wait_ms_max,
+            discover_every: s.discover_every,
         }
     }
 }
@@ -92,63 +107,85 @@ pub enum PersistError {
 pub struct Persister {
     config: PersisterConfig,
     store: Arc<dyn OrderStore>,
+    /// One task per sale being persisted.
+    tasks: HashMap<SkuId, JoinHandle<bool>>,
+    /// Sales whose task retired (settled): not started again.
+    retired: HashSet<SkuId>,
+    /// Tells every sale's task to stop.
+    stop: watch::Sender<bool>,
+    /// One discovery per `discover_every`.
+    pace: Pace,
 }
 
 impl Persister {
     pub fn new(config: PersisterConfig, store: Arc<dyn OrderStore>) -> Persister {
         assert!(config.batch_max > 0 && config.lease_ttl_ms > config.block_ms * 2);
-        Persister { config, store }
+        let pace = Pace::with_missed(config.discover_every, MissedTickBehavior::Burst);
+        Persister {
+            config,
+            store,
+            tasks: HashMap::new(),
+            retired: HashSet::new(),
+            stop: watch::channel(false).0,
+            pace,
+        }
     }
 
     /// Runs one task per live sale until `shutdown` fires; new sales are picked up as they
     /// are warmed. A sale's task retires once the sale is settled (see
     /// [`SaleWorker::settled`]) and is not started again: an ended sale stops costing a
     /// connection, a blocking read and lease renewals.
-    pub async fn run(self, mut shutdown: broadcast::Receiver<()>) -> Result<(), PersistError> {
-        let (stop_tx, stop_rx) = watch::channel(false);
-        let mut tasks: HashMap<SkuId, JoinHandle<bool>> = HashMap::new();
-        let mut retired: HashSet<SkuId> = HashSet::new();
-        let mut tick = tokio::time::interval(self.config.discover_every);
-        loop {
-            tokio::select! {
-                _ = shutdown.recv() => break,
-                _ = tick.tick() => {
-                    reap(&mut tasks, &mut retired).await;
-                    self.discover(&mut tasks, &retired, &stop_rx).await
-                }
-            }
-        }
-        let _ = stop_tx.send(true);
-        for (_, task) in tasks {
-            let _ = task.await;
-        }
+    pub async fn run(self, shutdown: broadcast::Receiver<()>) -> Result<(), PersistError> {
+        // Its steps do not fail: a failing sale is retried inside its own task.
+        let _ = crate::runner::run(Box::new(self), shutdown).await;
         Ok(())
     }
 
-    async fn discover(
-        &self,
-        tasks: &mut HashMap<SkuId, JoinHandle<bool>>,
-        retired: &HashSet<SkuId>,
-        stop: &watch::Receiver<bool>,
-    ) {
+    async fn discover(&mut self) {
         let sales = match self.store.sales().await {
             Ok(sales) => sales,
             Err(e) => {
                 return tracing::warn!(error = %e, "persister cannot list sales; keeps running ones")
             }
         };
-        for stored in sales
-            .into_iter()
-            .filter(|s| s.sale.state != SaleState::Scheduled && !retired.contains(&s.sale.sku_id))
-        {
+        for stored in sales.into_iter().filter(|s| {
+            s.sale.state != SaleState::Scheduled && !self.retired.contains(&s.sale.sku_id)
+        }) {
             let sku = stored.sale.sku_id;
             // A finished task is reaped first (and started again unless it retired).
-            if tasks.contains_key(&sku) {
+            if self.tasks.contains_key(&sku) {
                 continue;
             }
-            let worker =
-                SaleWorker::new(self.config.clone(), self.store.clone(), sku, stop.clone());
-            tasks.insert(sku, tokio::spawn(worker.run()));
+            let stop = self.stop.subscribe();
+            let worker = SaleWorker::new(self.config.clone(), self.store.clone(), sku, stop);
+            self.tasks.insert(sku, tokio::spawn(worker.run()));
+        }
+    }
+}
+
+#[async_trait::async_trait]
+impl Worker for Persister {
+    fn name(&self) -> &'static str {
+        "persister"
+    }
+
+    /// Reaps the sales' finished tasks and starts one for each new sale.
+    async fn work(&mut self) -> anyhow::Result<WorkerState> {
+        reap(&mut self.tasks, &mut self.retired).await;
+        self.discover().await;
+        Ok(WorkerState::Idle)
+    }
+
+    async fn wait_for_work(&mut self) -> WorkerState {
+        self.pace.tick().await;
+        WorkerState::Busy
+    }
+
+    /// Stops every sale's task after its current batch, and joins them.
+    async fn stop(&mut self) {
+        let _ = self.stop.send(true);
+        for (_, task) in self.tasks.drain() {
+            let _ = task.await;
         }
     }
 }

@@ -66,7 +66,11 @@ impl Breaker {
         }
         if self.failures[slot].swap(0, Ordering::Relaxed) >= self.failures_max {
             let before = self.open_slots.fetch_sub(1, Ordering::Relaxed);
-            metrics::gauge!(crate::metrics::BREAKER_OPEN).set(if before > 1 { 1.0 } else { 0.0 });
+            metrics::gauge!(flashsale_core::metric_names::BREAKER_OPEN).set(if before > 1 {
+                1.0
+            } else {
+                0.0
+            });
             tracing::info!(sku = sku.0, "hot ledger reachable again: breaker closed");
         }
     }
@@ -78,7 +82,7 @@ impl Breaker {
             self.open_until_ms[slot].store(self.now_ms() + self.open_ms, Ordering::Relaxed);
             if failures == self.failures_max {
                 self.open_slots.fetch_add(1, Ordering::Relaxed);
-                metrics::gauge!(crate::metrics::BREAKER_OPEN).set(1.0);
+                metrics::gauge!(flashsale_core::metric_names::BREAKER_OPEN).set(1.0);
                 tracing::warn!(sku = sku.0, failures, "hot ledger failing: breaker open");
             }
         }

@@ -6,18 +6,26 @@ use std::sync::Arc;
 use flashsale_core::Ledger;
 use flashsale_redis::RoutedLedger;
 
+/// The sales whose hot copy lives on a dedicated Redis, and that Redis.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct HotSales {
+    /// The dedicated Redis (`None`: every sale on the configured ledger).
+    pub redis_url: Option<String>,
+    pub skus: Vec<u64>,
+}
+
 /// The configured ledger, wrapped to send `hot_skus` to `hot_redis_url` when both are set
 /// (Redis ledger only: `redis_url` is the main ledger's). The hot-sale Redis waits for
 /// `replication` as the main one does: a sale's durability must not depend on where it lives.
 pub fn hot_routed(
-    g: &super::GatewayConfig,
+    g: &HotSales,
     redis_url: Option<&str>,
     redis_prefix: &str,
     replication: Option<flashsale_redis::Replication>,
     ledger: Arc<dyn Ledger>,
 ) -> anyhow::Result<Arc<dyn Ledger>> {
-    match (&g.hot_redis_url, redis_url) {
-        (Some(hot_url), Some(_)) if !g.hot_skus.is_empty() => {
+    match (&g.redis_url, redis_url) {
+        (Some(hot_url), Some(_)) if !g.skus.is_empty() => {
             let mut hot = flashsale_redis::RedisLedger::connect_lazy(hot_url, redis_prefix)
                 .map_err(|e| anyhow::anyhow!("the hot-sale Redis: {e}"))?;
             if let Some(replication) = replication {
@@ -25,11 +33,11 @@ pub fn hot_routed(
                     .with_replication(replication)
                     .map_err(|e| anyhow::anyhow!("the hot-sale Redis: {e}"))?;
             }
-            tracing::info!(skus = ?g.hot_skus, "hot sales routed to a dedicated Redis");
+            tracing::info!(skus = ?g.skus, "hot sales routed to a dedicated Redis");
             Ok(Arc::new(RoutedLedger::new(
                 ledger,
                 Arc::new(hot),
-                g.hot_skus.iter().copied(),
+                g.skus.iter().copied(),
             )))
         }
         (Some(_), None) => {

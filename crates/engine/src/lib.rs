@@ -1,0 +1,35 @@
+//! flashsale-engine: everything the service decides and runs that is not HTTP.
+//!
+//! - [`settings`]: the one settings tree (`Settings`: ledger, database, persister, reconcile);
+//!   [`backends`]: the ledger and store it names, opened once, and the workers every process
+//!   runs.
+//! - [`batcher`]: the purchase decision: the local sold-out flag, then natural batching per
+//!   sale into one ledger call.
+//! - [`cache`]: the sale cache and the sold-out flags; [`breaker`]: fast failure while a
+//!   sale's hot ledger fails.
+//! - [`placement`]: where each sale's hot copy lives (the configured ledger, or a dedicated
+//!   Redis for the named hot sales).
+//! - [`persister`]: moves each sale's Redis Stream into the system of record, one writer per
+//!   sale (lease), one transaction per batch, XACK after commit.
+//! - [`reconcile`]: the reconciler (`diff`, its `worker`), the loss `journal`, and the hot
+//!   copy's lifecycle (`rebuild`).
+//! - [`runner`]: the `Worker` contract and the one runner of every worker (loop, shutdown,
+//!   stop deadline, error logging, metrics); [`workers`]: the workers of no other module
+//!   (hold expiry, restock subscriptions).
+//!
+//! May depend on flashsale-core, flashsale-redis, flashsale-store and flashsale-embedded;
+//! never on an HTTP crate (axum, tower, hyper, utoipa). The server and the binary depend on it.
+
+pub mod backends;
+pub mod batcher;
+pub mod breaker;
+pub mod cache;
+pub mod persister;
+pub mod placement;
+pub mod reconcile;
+pub mod runner;
+pub mod settings;
+pub mod workers;
+
+/// Milliseconds since the Unix epoch (the clock every timestamp of the service uses).
+pub use flashsale_core::clock::now_ms;

@@ -1,0 +1,3 @@
+//! Admin handlers of the engine's parts: [`reconcile`] (reports and repairs).
+
+pub mod reconcile;
