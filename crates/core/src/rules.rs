@@ -13,11 +13,12 @@ use std::collections::{BTreeSet, HashMap};
 /// aim at one bucket) costs a fraction of std's SipHash per lookup, and a purchase makes four.
 type Map<K, V> = HashMap<K, V, ahash::RandomState>;
 
-/// Entries each map is sized for at first (a sale's stock, at most this): growing a map to a
-/// million orders rehashed it twenty times, and zeroing fresh pages on the way took 17% of
-/// the in-process bench. Room not yet used is untouched memory until orders fill it (a
-/// million-unit sale's three maps take some 150 MB once sold out either way).
-const PRESIZE_MAX: u64 = 1 << 20;
+/// Entries each map is sized for at first (a sale's stock, at most this), so a sale's first
+/// few thousand orders cause no rehash. Not more: sized to a million-unit stock, the maps took
+/// some 400 MB of address space that each insert touched at a fresh page, and the embedded
+/// ledger's accepted purchase over HTTP cost 222 µs of server CPU instead of 142 (p99 388 ms
+/// instead of 64; BENCHMARKS.md "The server alone").
+const PRESIZE_MAX: u64 = 1 << 12;
 
 fn presized<K, V>(n: usize) -> Map<K, V> {
     Map::with_capacity_and_hasher(n, ahash::RandomState::new())
