@@ -24,6 +24,24 @@ pub struct Rate {
     pub p99_ms: f64,
 }
 
+/// When a run ends.
+#[derive(Debug, Clone, Copy)]
+enum Stop {
+    /// After this long.
+    After(Duration),
+    /// After this many requests (a count, for instruction counts per answer).
+    Requests(u64),
+}
+
+impl Stop {
+    fn done(self, started: Instant, i: u64) -> bool {
+        match self {
+            Stop::After(d) => started.elapsed() >= d,
+            Stop::Requests(n) => i >= n,
+        }
+    }
+}
+
 /// Runs `make` in a closed loop; an answer counts as ok when its status is `expect`.
 pub async fn run(
     name: &str,
@@ -32,21 +50,44 @@ pub async fn run(
     concurrency: usize,
     duration: Duration,
 ) -> anyhow::Result<Rate> {
+    drive(name, make, expect, concurrency, Stop::After(duration)).await
+}
+
+/// [`run`] for `requests` requests in all, however long they take.
+pub async fn run_count(
+    name: &str,
+    make: MakeRequest,
+    expect: u16,
+    concurrency: usize,
+    requests: u64,
+) -> anyhow::Result<Rate> {
+    drive(name, make, expect, concurrency, Stop::Requests(requests)).await
+}
+
+async fn drive(
+    name: &str,
+    make: MakeRequest,
+    expect: u16,
+    concurrency: usize,
+    stop: Stop,
+) -> anyhow::Result<Rate> {
     let client = reqwest::Client::builder()
         .pool_max_idle_per_host(concurrency)
         .tcp_nodelay(true)
         .build()?;
     let next = Arc::new(AtomicU64::new(0));
     let started = Instant::now();
-    let deadline = started + duration;
     let tasks: Vec<_> = (0..concurrency)
         .map(|_| {
             let (client, make, next) = (client.clone(), make.clone(), next.clone());
             tokio::spawn(async move {
                 let mut h = Histogram::<u64>::new_with_bounds(1, 60_000_000, 3).expect("bounds");
                 let mut ok = 0u64;
-                while Instant::now() < deadline {
+                loop {
                     let i = next.fetch_add(1, Ordering::Relaxed);
+                    if stop.done(started, i) {
+                        break;
+                    }
                     let sent = Instant::now();
                     let status = make(&client, i)
                         .send()

@@ -99,6 +99,28 @@ pub struct HttpArgs {
     /// (nothing listens). The bench starts it; the server uses the risk defaults.
     #[arg(long, default_value = "off")]
     pub risk: String,
+    /// The server alone: run this `flashsale` binary's `serve` as its own process (repeat to
+    /// compare builds in one run); this process only drives the load (`bench_alone`).
+    #[arg(long)]
+    pub server_bin: Vec<PathBuf>,
+    /// With --server-bin: the ledgers to run, Redis (+ MariaDB) and/or embedded.
+    #[arg(long, value_delimiter = ',', default_value = "redis,embedded")]
+    pub ledgers: Vec<String>,
+    /// With --server-bin: the MariaDB server each Redis-ledger run makes its database on.
+    #[arg(long, default_value = "mysql://root@127.0.0.1:3306")]
+    pub mysql_url: String,
+    /// With --server-bin: run each server under callgrind, N requests per path, and report
+    /// instructions per answer.
+    #[arg(long)]
+    pub callgrind: Option<u64>,
+}
+
+impl HttpArgs {
+    /// The Redis of the server-alone runs (the machine's unless --redis-url).
+    pub fn redis_url_alone(&self) -> String {
+        let default = "redis://127.0.0.1:6379";
+        self.redis_url.clone().unwrap_or_else(|| default.into())
+    }
 }
 
 #[derive(Debug, Clone, Args)]
@@ -124,15 +146,18 @@ pub async fn run(cmd: BenchCommand) -> anyhow::Result<()> {
     }
 }
 
-fn secret() -> String {
+pub(crate) fn secret() -> String {
     Alphanumeric.sample_string(&mut rand::rng(), 32)
 }
 
 /// Users whose tokens the success path cycles through; each may buy `USER_LIMIT` units.
-const BENCH_USERS: u64 = 2_000;
+pub(crate) const BENCH_USERS: u64 = 2_000;
 const USER_LIMIT: u32 = 1_000;
 
 async fn http(args: HttpArgs) -> anyhow::Result<()> {
+    if !args.server_bin.is_empty() {
+        return crate::bench_alone::run(&args).await;
+    }
     let risk =
         crate::bench_risk::RiskServer::start(crate::bench_risk::RiskMode::parse(&args.risk)?)
             .await?;
@@ -255,7 +280,7 @@ fn metric_sum(text: &str, name: &str) -> f64 {
 }
 
 /// The port of a `redis://` / `mysql://` URL, to tell the machine's server from others.
-fn port_of(url: Option<&str>) -> Option<u16> {
+pub(crate) fn port_of(url: Option<&str>) -> Option<u16> {
     let rest = url?.split("://").nth(1)?;
     let host = rest.split(['/', ',']).next()?;
     host.rsplit(':').next()?.parse().ok()
@@ -278,7 +303,12 @@ async fn drain_wait(server: &Server, sku: SkuId) -> anyhow::Result<Duration> {
 
 /// Builds purchase requests from prepared parts (header values, a formatted body): the
 /// driver's own cost per request stays close to a GET's, so the ratio measures the server.
-fn purchase_req(base: &str, sku: u64, tokens: Arc<Vec<String>>, tag: &'static str) -> MakeRequest {
+pub(crate) fn purchase_req(
+    base: &str,
+    sku: u64,
+    tokens: Arc<Vec<String>>,
+    tag: &'static str,
+) -> MakeRequest {
     let url = format!("{base}/api/v1/sales/{sku}/purchases");
     let bearers: Vec<HeaderValue> = tokens
         .iter()
@@ -292,7 +322,7 @@ fn purchase_req(base: &str, sku: u64, tokens: Arc<Vec<String>>, tag: &'static st
     })
 }
 
-async fn open(base: &str, admin: &str, sku: u64, stock: u64) -> anyhow::Result<()> {
+pub(crate) async fn open(base: &str, admin: &str, sku: u64, stock: u64) -> anyhow::Result<()> {
     let body =
         json!({"sku_id": sku, "name": "bench", "total_stock": stock, "per_user_limit": USER_LIMIT});
     create_and_warm(base, admin, &body).await
@@ -326,7 +356,7 @@ pub async fn create_and_warm(
     Ok(())
 }
 
-async fn sell_out(base: &str, sku: u64, tokens: &[String]) -> anyhow::Result<()> {
+pub(crate) async fn sell_out(base: &str, sku: u64, tokens: &[String]) -> anyhow::Result<()> {
     let r = reqwest::Client::new()
         .post(format!("{base}/api/v1/sales/{sku}/purchases"))
         .bearer_auth(&tokens[0])

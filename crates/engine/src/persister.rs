@@ -44,6 +44,11 @@ use crate::settings::PersisterSettings;
 /// `BATCH_LEN_MAX`), so a read is applied in transactions of at most this many.
 pub const EVENTS_PER_APPLY_MAX: usize = 16_384;
 
+/// Events a tail read must bring for the persister to apply them at once; fewer, and it waits
+/// [`FILL_WAIT`] for more (a bounded delay of the database copy, never of an answer).
+const FILL_EVENTS: usize = 512;
+const FILL_WAIT: Duration = Duration::from_millis(5);
+
 /// Tunables; every one a bound.
 #[derive(Debug, Clone)]
 pub struct PersisterConfig {
@@ -360,11 +365,7 @@ impl SaleWorker {
             }
             Mode::Recover => self.recover(reader).await?,
             Mode::Claim => self.claim(reader).await?,
-            Mode::Tail => {
-                reader
-                    .read_new(sku, self.config.batch_max, self.config.block_ms)
-                    .await?
-            }
+            Mode::Tail => self.read_filled(reader).await?,
         };
         if !entries.is_empty() {
             self.persist(reader, entries).await?;
@@ -373,6 +374,22 @@ impl SaleWorker {
         }
         self.backoff_ms = 0;
         Ok(())
+    }
+
+    /// New entries; a read that found a few is topped up once after [`FILL_WAIT`], so that
+    /// under load one transaction (and one round of lease, ack and trim commands) carries
+    /// many events rather than the few that arrived since the last.
+    async fn read_filled(&self, reader: &StreamReader) -> Result<Vec<Entry>, PersistError> {
+        let (sku, count) = (self.sku, self.config.batch_max);
+        let mut entries = reader.read_new(sku, count, self.config.block_ms).await?;
+        if !entries.is_empty() && entries.len() < FILL_EVENTS {
+            tokio::time::sleep(FILL_WAIT).await;
+            // A failed top-up still applies what the first read took (now pending on us).
+            if let Ok(more) = reader.read_new(sku, count, 0).await {
+                entries.extend(more);
+            }
+        }
+        Ok(entries)
     }
 
     /// Own pending entries first, then entries idle with other consumers; when neither has

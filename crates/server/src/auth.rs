@@ -15,9 +15,12 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::AppError;
 use crate::identity::{is_provider_alg, Identity};
+use crate::token_cache::TokenCache;
 
 /// Longest bearer token accepted, in bytes (a limit on everything).
 const TOKEN_LEN_MAX: usize = 2_048;
+/// Seconds a user token is still accepted after its `exp` (clock skew).
+const LEEWAY_S: u64 = 5;
 
 /// Signs and checks tokens with the configured secrets.
 pub struct Auth {
@@ -29,6 +32,8 @@ pub struct Auth {
     secret: String,
     /// The external identity provider, when one is configured.
     identity: Option<Arc<Identity>>,
+    /// HS256 tokens already verified (a client sends its token with every request).
+    verified: TokenCache,
 }
 
 #[derive(Debug, Serialize, Deserialize)]
@@ -55,7 +60,7 @@ impl Auth {
         }
         let mut validation = Validation::new(Algorithm::HS256);
         validation.set_required_spec_claims(&["exp", "sub"]);
-        validation.leeway = 5;
+        validation.leeway = LEEWAY_S;
         Ok(Auth {
             encoding: EncodingKey::from_secret(jwt_secret.as_bytes()),
             decoding: DecodingKey::from_secret(jwt_secret.as_bytes()),
@@ -63,6 +68,7 @@ impl Auth {
             admin_token: admin_token.to_owned(),
             secret: jwt_secret.to_owned(),
             identity: None,
+            verified: TokenCache::new(LEEWAY_S),
         })
     }
 
@@ -106,10 +112,16 @@ impl Auth {
 
     /// An HS256 token under the configured secret.
     pub fn verify_user(&self, token: &str) -> Result<UserId, AppError> {
+        if let Some(user) = self.verified.get(token, now_s()) {
+            return Ok(user);
+        }
         let data = jsonwebtoken::decode::<Claims>(token, &self.decoding, &self.validation)
             .map_err(|e| AppError::new(ErrorCode::Unauthorized, format!("invalid token: {e}")))?;
         match data.claims.sub.parse::<u64>() {
-            Ok(id) if id > 0 => Ok(UserId(id)),
+            Ok(id) if id > 0 => {
+                self.verified.put(token, UserId(id), data.claims.exp);
+                Ok(UserId(id))
+            }
             _ => Err(AppError::new(
                 ErrorCode::Unauthorized,
                 "token subject is not a user id",

@@ -3,6 +3,9 @@
 //! `status`, `detail`, and the extension members `code` and `message` that clients read
 //! before Problem Details (the same strings as `title`'s code and `detail`).
 
+use std::sync::LazyLock;
+
+use axum::body::Bytes;
 use axum::extract::rejection::{JsonRejection, PathRejection, QueryRejection};
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
@@ -116,7 +119,7 @@ impl AppError {
     /// The default message of a code, for rejections a ledger answers.
     pub fn from_code(code: ErrorCode) -> AppError {
         let message = match code {
-            ErrorCode::SoldOut => "the sale is sold out",
+            ErrorCode::SoldOut => SOLD_OUT_MESSAGE,
             ErrorCode::LimitExceeded => "this would exceed the per-user limit",
             ErrorCode::NotStarted => "the sale has not started",
             ErrorCode::Ended => "the sale has ended",
@@ -136,6 +139,9 @@ impl IntoResponse for AppError {
     fn into_response(self) -> Response {
         let status = StatusCode::from_u16(self.code.http_status())
             .unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+        if self.code == ErrorCode::SoldOut && self.message == SOLD_OUT_MESSAGE {
+            return problem_response(status, SOLD_OUT_BODY.clone());
+        }
         let body = Problem {
             kind: problem_type(self.code),
             title: problem_title(self.code),
@@ -146,14 +152,36 @@ impl IntoResponse for AppError {
         };
         // Plain strings and numbers: serializing cannot fail.
         let bytes = serde_json::to_vec(&body).unwrap_or_default();
-        let mut response = (status, bytes).into_response();
-        let headers = response.headers_mut();
-        headers.insert(header::CONTENT_TYPE, HeaderValue::from_static(PROBLEM_JSON));
+        let mut response = problem_response(status, Bytes::from(bytes));
         if let Some(s) = self.retry_after_s {
+            let headers = response.headers_mut();
             headers.insert(header::RETRY_AFTER, HeaderValue::from(s));
         }
         response
     }
+}
+
+/// The message of a ledger's SOLD_OUT ([`AppError::from_code`]).
+const SOLD_OUT_MESSAGE: &str = "the sale is sold out";
+
+/// The body of that answer, serialised once: a sold-out spike answers it at every request.
+static SOLD_OUT_BODY: LazyLock<Bytes> = LazyLock::new(|| {
+    let body = Problem {
+        kind: problem_type(ErrorCode::SoldOut),
+        title: problem_title(ErrorCode::SoldOut),
+        status: ErrorCode::SoldOut.http_status(),
+        detail: SOLD_OUT_MESSAGE,
+        code: ErrorCode::SoldOut.as_str(),
+        message: SOLD_OUT_MESSAGE,
+    };
+    Bytes::from(serde_json::to_vec(&body).unwrap_or_default())
+});
+
+fn problem_response(status: StatusCode, body: Bytes) -> Response {
+    let mut response = (status, body).into_response();
+    let headers = response.headers_mut();
+    headers.insert(header::CONTENT_TYPE, HeaderValue::from_static(PROBLEM_JSON));
+    response
 }
 
 impl From<LedgerError> for AppError {
@@ -257,5 +285,19 @@ mod tests {
         assert_eq!(v["code"], "SOLD_OUT");
         assert_eq!(v["detail"], "the sale is sold out");
         assert_eq!(v["message"], v["detail"]);
+    }
+
+    /// The pre-serialised SOLD_OUT body is only for the default message.
+    #[tokio::test]
+    async fn a_sold_out_with_its_own_message_keeps_it() {
+        let response =
+            AppError::new(ErrorCode::SoldOut, "two left, you asked three").into_response();
+        assert_eq!(response.headers()[header::CONTENT_TYPE], PROBLEM_JSON);
+        let bytes = axum::body::to_bytes(response.into_body(), 4_096)
+            .await
+            .unwrap();
+        let v: serde_json::Value = serde_json::from_slice(&bytes).unwrap();
+        assert_eq!(v["detail"], "two left, you asked three");
+        assert_eq!(v["code"], "SOLD_OUT");
     }
 }

@@ -4,8 +4,9 @@
 //!   declared once, by its handler's `#[utoipa::path]`, and routed with `utoipa-axum`.
 //! - [`routes`]: handlers (`sales`, `purchases`, `orders`, `health`) and the API's
 //!   extractors (`ApiPath`, `User`, `Admin`).
-//! - [`auth`]: user tokens and the admin token; [`identity`]: an external identity
-//!   provider's key set (JWKS) and the RS256, ES256 and EdDSA tokens it signs.
+//! - [`auth`]: user tokens and the admin token; [`token_cache`]: tokens verified before, by
+//!   their bytes; [`identity`]: an external identity provider's key set (JWKS) and the
+//!   RS256, ES256 and EdDSA tokens it signs.
 //! - [`error`]: `AppError`, the one error answer.
 //! - [`gateway`]: protections in front of the handlers (`caps`, `ratelimit`, `blacklist`,
 //!   `pressure`, `scalping`, `listener`), its admin `routes`, its `worker`, its `config`.
@@ -14,7 +15,8 @@
 //! - [`state`]: `AppState`, what every handler shares; [`tunables`]: the request path's
 //!   bounds and timings, with their defaults.
 //! - [`serve`]: `Config` → backends (opened once), workers, listener; graceful shutdown.
-//! - [`metrics`]: the Prometheus recorder; [`metrics_help`]: the HELP text of every metric.
+//! - [`metrics`]: the Prometheus recorder; [`metrics_help`]: the HELP text of every metric;
+//!   [`hot_metrics`]: the request path's metric handles, resolved once per thread.
 //! - [`dashboard`]: the live page at `/` and the JSON it polls (`routes`, `view`, `live`,
 //!   `prom`).
 //! - [`openapi`]: the document's head and schemas; [`openapi_extra`]: `u64` ranges, `{ip}`
@@ -31,6 +33,7 @@ pub mod auth;
 pub mod dashboard;
 pub mod error;
 pub mod gateway;
+pub mod hot_metrics;
 pub mod identity;
 pub mod metrics;
 pub mod metrics_help;
@@ -40,6 +43,7 @@ pub mod risk;
 pub mod routes;
 pub mod serve;
 pub mod state;
+pub mod token_cache;
 pub mod tunables;
 
 use axum::extract::{DefaultBodyLimit, MatchedPath, Request, State};
@@ -117,13 +121,9 @@ fn api() -> OpenApiRouter<AppState> {
 
 /// Counts every answer by route template and status.
 async fn count_requests(State(_): State<AppState>, req: Request, next: Next) -> Response {
-    let route = req
-        .extensions()
-        .get::<MatchedPath>()
-        .map(|p| p.as_str().to_owned())
-        .unwrap_or_else(|| "unmatched".into());
+    let route = req.extensions().get::<MatchedPath>().cloned();
     let response = next.run(req).await;
-    let status = response.status().as_u16().to_string();
-    ::metrics::counter!(metrics::HTTP_REQUESTS, "route" => route, "status" => status).increment(1);
+    let route = route.as_ref().map_or("unmatched", MatchedPath::as_str);
+    hot_metrics::http_request(route, response.status().as_u16());
     response
 }

@@ -20,7 +20,6 @@ use serde::Deserialize;
 use super::{ApiJson, ApiPath, ClientIp, OrderView};
 use crate::auth::User;
 use crate::error::AppError;
-use crate::metrics::{PURCHASE_LATENCY, SOLD_OUT_LOCAL};
 use crate::risk::{Fallback, RiskQuery, Verdict};
 use crate::state::AppState;
 use flashsale_core::metric_names::{RISK_DENIALS, RISK_FALLBACKS, RISK_REPLAYS};
@@ -165,9 +164,7 @@ pub async fn purchase(
         Ok(_) => "accepted",
         Err(e) => e.code.as_str(),
     };
-    metrics::histogram!(PURCHASE_LATENCY, "outcome" => label)
-        .record(started.elapsed().as_secs_f64());
-    metrics::counter!(flashsale_core::metric_names::PURCHASES, "outcome" => label).increment(1);
+    crate::hot_metrics::purchase(label, started.elapsed().as_secs_f64());
     let answer = crate::dashboard::live::Answer::from_label(label);
     st.dashboard.live.record(sku, answer, started.elapsed());
     result.map(|view| (StatusCode::ACCEPTED, Json(view)))
@@ -191,7 +188,7 @@ async fn decide(
     ip: Option<IpAddr>,
 ) -> Result<OrderView, AppError> {
     if st.batcher.sold_out_here(&req) {
-        metrics::counter!(SOLD_OUT_LOCAL).increment(1);
+        crate::hot_metrics::sold_out_local();
         return Err(AppError::from_code(ErrorCode::SoldOut));
     }
     let (sku, quantity) = (req.sku_id, req.quantity);
