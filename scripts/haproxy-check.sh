@@ -2,7 +2,7 @@
 # Checks that HAProxy is installed (scripts/test-deps.sh installs it before the tests) and
 # that deploy/haproxy.cfg is valid for it; prints haproxy's path. Installs nothing: tests run
 # at once and must not race for apt's lock.
-# Called by the multi-instance test (crates/cli/tests/haproxy.rs).
+# Called by the multi-instance test (crates/cli/tests/testsuite/haproxy.rs).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 

@@ -1,7 +1,7 @@
 //! Property test of the ledger rules on the embedded ledger: random operation sequences
 //! (purchases in batches, pay, cancel, state changes; valid and invalid) give the same
 //! outcomes, order numbers and counters as core's `SaleBook`, the reference model. The Redis
-//! ledger runs the same kind of test in crates/redis/tests/model.rs.
+//! ledger runs the same kind of test in crates/redis/tests/testsuite/model.rs.
 
 use std::sync::Arc;
 
