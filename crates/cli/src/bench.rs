@@ -885,7 +885,7 @@ async fn drain_rate(args: &PersisterArgs, server: &str, batch_max: usize) -> any
     }
     let mut config =
         flashsale_engine::persister::PersisterConfig::new(&args.redis_url, &prefix, "bench");
-    config.batch_max = batch_max;
+    config.bounds.batch_max = batch_max;
     let (stop, rx) = tokio::sync::broadcast::channel(1);
     let started = Instant::now();
     let task =

@@ -49,27 +49,15 @@ pub const EVENTS_PER_APPLY_MAX: usize = 16_384;
 const FILL_EVENTS: usize = 512;
 const FILL_WAIT: Duration = Duration::from_millis(5);
 
-/// Tunables; every one a bound.
+/// Where a persister reads and who it is; its bounds are the process's persister settings.
 #[derive(Debug, Clone)]
 pub struct PersisterConfig {
     pub redis_url: String,
     pub prefix: String,
     /// This instance's name in the consumer group and as lease owner.
     pub consumer: String,
-    /// Entries per read (events per transaction: at most [`EVENTS_PER_APPLY_MAX`]).
-    pub batch_max: usize,
-    /// How long one read waits for new entries.
-    pub block_ms: u64,
-    pub lease_ttl_ms: u64,
-    /// Entries pending this long with another consumer are claimed.
-    pub claim_idle_ms: u64,
-    /// Tries of one entry before it is parked as a dead letter.
-    pub attempts_max: u32,
-    pub backoff_ms_max: u64,
-    /// Longest wait between tries of a sale stopped on an entry of a newer format.
-    pub format_wait_ms_max: u64,
-    /// How often the set of sales is read again.
-    pub discover_every: Duration,
+    /// Every bound (entries per read: events per transaction at most [`EVENTS_PER_APPLY_MAX`]).
+    pub bounds: PersisterSettings,
 }
 
 impl PersisterConfig {
@@ -89,14 +77,7 @@ impl PersisterConfig {
             redis_url: redis_url.to_owned(),
             prefix: prefix.to_owned(),
             consumer: consumer.to_owned(),
-            batch_max: s.batch_max,
-            block_ms: s.block_ms,
-            lease_ttl_ms: s.lease_ttl_ms,
-            claim_idle_ms: s.claim_idle_ms,
-            attempts_max: s.attempts_max,
-            backoff_ms_max: s.backoff_ms_max,
-            format_wait_ms_max: s.format_wait_ms_max,
-            discover_every: s.discover_every,
+            bounds: s.clone(),
         }
     }
 }
@@ -124,8 +105,10 @@ pub struct Persister {
 
 impl Persister {
     pub fn new(config: PersisterConfig, store: Arc<dyn OrderStore>) -> Persister {
-        assert!(config.batch_max > 0 && config.lease_ttl_ms > config.block_ms * 2);
-        let pace = Pace::with_missed(config.discover_every, MissedTickBehavior::Burst);
+        assert!(
+            config.bounds.batch_max > 0 && config.bounds.lease_ttl_ms > config.bounds.block_ms * 2
+        );
+        let pace = Pace::with_missed(config.bounds.discover_every, MissedTickBehavior::Burst);
         Persister {
             config,
             store,
@@ -303,7 +286,7 @@ impl SaleWorker {
     async fn settled(&mut self, reader: &StreamReader) -> Result<bool, PersistError> {
         if self
             .settle_checked
-            .is_some_and(|t| t.elapsed() < self.config.discover_every)
+            .is_some_and(|t| t.elapsed() < self.config.bounds.discover_every)
         {
             return Ok(false);
         }
@@ -335,7 +318,7 @@ impl SaleWorker {
         } else {
             Mode::Recover
         };
-        self.backoff_ms = (self.backoff_ms * 2).clamp(50, self.config.backoff_ms_max);
+        self.backoff_ms = (self.backoff_ms * 2).clamp(50, self.config.bounds.backoff_ms_max);
         tracing::warn!(sku = %self.sku, error = %e, backoff_ms = self.backoff_ms, "persist failed; will retry");
         self.pause(self.backoff_ms).await;
     }
@@ -343,11 +326,11 @@ impl SaleWorker {
     async fn step(&mut self, reader: &StreamReader) -> Result<(), PersistError> {
         let (sku, owner) = (self.sku, self.config.consumer.clone());
         if !reader
-            .acquire_lease(sku, &owner, self.config.lease_ttl_ms)
+            .acquire_lease(sku, &owner, self.config.bounds.lease_ttl_ms)
             .await?
         {
             self.mode = Mode::Recover;
-            self.pause(self.config.lease_ttl_ms / 3).await;
+            self.pause(self.config.bounds.lease_ttl_ms / 3).await;
             return Ok(());
         }
         reader.ensure_group(sku).await?;
@@ -360,7 +343,7 @@ impl SaleWorker {
         }
         let entries = match self.mode {
             Mode::Parked => {
-                self.pause(self.config.lease_ttl_ms / 3).await;
+                self.pause(self.config.bounds.lease_ttl_ms / 3).await;
                 return Ok(());
             }
             Mode::Recover => self.recover(reader).await?,
@@ -380,8 +363,10 @@ impl SaleWorker {
     /// under load one transaction (and one round of lease, ack and trim commands) carries
     /// many events rather than the few that arrived since the last.
     async fn read_filled(&self, reader: &StreamReader) -> Result<Vec<Entry>, PersistError> {
-        let (sku, count) = (self.sku, self.config.batch_max);
-        let mut entries = reader.read_new(sku, count, self.config.block_ms).await?;
+        let (sku, count) = (self.sku, self.config.bounds.batch_max);
+        let mut entries = reader
+            .read_new(sku, count, self.config.bounds.block_ms)
+            .await?;
         if !entries.is_empty() && entries.len() < FILL_EVENTS {
             tokio::time::sleep(FILL_WAIT).await;
             // A failed top-up still applies what the first read took (now pending on us).
@@ -396,7 +381,7 @@ impl SaleWorker {
     /// any, recovery is over.
     async fn recover(&mut self, reader: &StreamReader) -> Result<Vec<Entry>, PersistError> {
         let own = reader
-            .read_own_pending(self.sku, self.config.batch_max)
+            .read_own_pending(self.sku, self.config.bounds.batch_max)
             .await?;
         if !own.is_empty() {
             return Ok(own);
@@ -408,7 +393,11 @@ impl SaleWorker {
     /// (own pending, then new entries).
     async fn claim(&mut self, reader: &StreamReader) -> Result<Vec<Entry>, PersistError> {
         let claimed = reader
-            .autoclaim(self.sku, self.config.claim_idle_ms, self.config.batch_max)
+            .autoclaim(
+                self.sku,
+                self.config.bounds.claim_idle_ms,
+                self.config.bounds.batch_max,
+            )
             .await?;
         if claimed.entries.is_empty() {
             let summary = reader.pending_summary(self.sku).await?;
@@ -424,7 +413,7 @@ impl SaleWorker {
                 };
             } else {
                 // Entries of a consumer not yet idle long enough: wait for them to be.
-                self.pause(self.config.claim_idle_ms / 4).await;
+                self.pause(self.config.bounds.claim_idle_ms / 4).await;
             }
         }
         Ok(claimed.entries)
@@ -468,7 +457,7 @@ impl SaleWorker {
             }) => {
                 tracing::info!(sku = %self.sku, applied_seq, first_seq, "earlier events pending elsewhere; claiming");
                 self.mode = Mode::Claim;
-                self.pause(self.config.claim_idle_ms / 4).await;
+                self.pause(self.config.bounds.claim_idle_ms / 4).await;
                 return Ok(());
             }
             Err(StoreError::Unavailable(m)) => return Err(StoreError::Unavailable(m).into()),
@@ -508,8 +497,12 @@ impl SaleWorker {
         let sku = self.sku;
         metrics::gauge!(flashsale_core::metric_names::STREAM_UNKNOWN_FORMAT, "sku" => sku.to_string())
             .set(version as f64);
-        let wait_ms = (self.config.lease_ttl_ms << self.format_waits.min(16))
-            .min(self.config.format_wait_ms_max.max(self.config.lease_ttl_ms));
+        let wait_ms = (self.config.bounds.lease_ttl_ms << self.format_waits.min(16)).min(
+            self.config
+                .bounds
+                .format_wait_ms_max
+                .max(self.config.bounds.lease_ttl_ms),
+        );
         self.format_waits = self.format_waits.saturating_add(1);
         tracing::error!(%sku, entry = %id, version, known = flashsale_redis::FORMAT_VERSION, wait_ms,
             "stream entry of a newer format: sale stopped on this instance until a newer one reads it");
@@ -595,7 +588,7 @@ impl SaleWorker {
         let tries = self.attempts.entry(first_id.to_owned()).or_default();
         *tries += 1;
         let tries = *tries;
-        if tries < self.config.attempts_max {
+        if tries < self.config.bounds.attempts_max {
             self.mode = Mode::Recover;
             self.pause(50 << tries.min(6)).await;
             return Ok(());

@@ -97,9 +97,13 @@ impl Rig {
     /// A persister named `consumer` with short bounds, until the sender fires.
     fn start(&self, consumer: &str) -> (broadcast::Sender<()>, tokio::task::JoinHandle<()>) {
         let mut config = PersisterConfig::new(&shared_url(), &self.prefix, consumer);
-        (config.block_ms, config.lease_ttl_ms, config.claim_idle_ms) = (50, 600, 200);
-        config.attempts_max = 2;
-        config.discover_every = Duration::from_millis(50);
+        (
+            config.bounds.block_ms,
+            config.bounds.lease_ttl_ms,
+            config.bounds.claim_idle_ms,
+        ) = (50, 600, 200);
+        config.bounds.attempts_max = 2;
+        config.bounds.discover_every = Duration::from_millis(50);
         let (stop, rx) = broadcast::channel(1);
         let persister = Persister::new(config, self.store.clone());
         let task = tokio::spawn(async move { persister.run(rx).await.unwrap() });

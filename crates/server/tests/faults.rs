@@ -133,7 +133,7 @@ async fn a_dead_persisters_entries_are_claimed_and_applied_exactly_once() {
     assert_eq!(stored_orders(store.as_ref(), 43).await, 20);
 
     let mut config = PersisterConfig::new(&url, &cfg.engine.ledger.redis_prefix, "next-owner");
-    config.claim_idle_ms = 200;
+    config.bounds.claim_idle_ms = 200;
     let (stop, rx) = broadcast::channel(1);
     let task = tokio::spawn(Persister::new(config, store.clone()).run(rx));
     stack.drain(43).await;

@@ -44,7 +44,7 @@ async fn reader(stack: &Stack, consumer: &str) -> StreamReader {
 fn start(stack: &Stack, consumer: &str) -> (broadcast::Sender<()>, tokio::task::JoinHandle<()>) {
     let url = stack.config.engine.ledger.redis_url.clone().unwrap();
     let mut config = PersisterConfig::new(&url, &stack.config.engine.ledger.redis_prefix, consumer);
-    config.claim_idle_ms = 200;
+    config.bounds.claim_idle_ms = 200;
     let (stop, rx) = broadcast::channel(1);
     let persister = Persister::new(config, stack.store());
     let task = tokio::spawn(async move {

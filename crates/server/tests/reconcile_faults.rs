@@ -406,7 +406,7 @@ async fn redis_restarted_without_persistence_is_rebuilt_and_the_loss_reported() 
             &stack.config.engine.ledger.redis_prefix,
             consumer,
         );
-        config.claim_idle_ms = 200;
+        config.bounds.claim_idle_ms = 200;
         let (stop, rx) = broadcast::channel(1);
         let task = tokio::spawn(Persister::new(config, store.clone()).run(rx));
         (stop, task)
