@@ -39,31 +39,8 @@ const LINES_PER_CHECK: usize = 6;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn seeded_cluster_fault_schedules_keep_i1_to_i8() {
-    let seeds = match std::env::var("FLASHSALE_CLUSTER_SEEDS") {
-        Ok(spec) if !spec.trim().is_empty() => {
-            seeds::parse(&spec).unwrap_or_else(|e| panic!("FLASHSALE_CLUSTER_SEEDS={spec:?}: {e}"))
-        }
-        _ => DEFAULT.to_vec(),
-    };
-    let mut failed = Vec::new();
-    for &seed in &seeds {
-        if let Some(report) = run_one(seed).await {
-            println!("{report}\n{}", replay(seed));
-            failed.push(format!("{report}\n{}", replay(seed)));
-        }
-    }
-    let passed = seeds.len() - failed.len();
-    println!(
-        "fault_schedule_cluster: {passed} passed, {} failed",
-        failed.len()
-    );
-    assert!(
-        failed.is_empty(),
-        "{} of {} seeds failed:\n\n{}",
-        failed.len(),
-        seeds.len(),
-        failed.join("\n\n")
-    );
+    let seeds = seeds::from_var("FLASHSALE_CLUSTER_SEEDS", DEFAULT);
+    seeds::run_all("fault_schedule_cluster", &seeds, run_one, replay).await;
 }
 
 /// Runs one seed in its own task (a panic is that seed's failure: its namespaces and

@@ -35,22 +35,7 @@ const LINES_PER_CHECK: usize = 6;
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn seeded_fault_schedules_keep_i1_to_i8() {
     let seeds = seeds::from_env();
-    let mut failed = Vec::new();
-    for &seed in &seeds {
-        if let Some(report) = run_one(seed).await {
-            println!("{report}\n{}", replay(seed));
-            failed.push(format!("{report}\n{}", replay(seed)));
-        }
-    }
-    let passed = seeds.len() - failed.len();
-    println!("fault_schedule: {passed} passed, {} failed", failed.len());
-    assert!(
-        failed.is_empty(),
-        "{} of {} seeds failed:\n\n{}",
-        failed.len(),
-        seeds.len(),
-        failed.join("\n\n")
-    );
+    seeds::run_all("fault_schedule", &seeds, run_one, replay).await;
 }
 
 /// Runs one seed; prints a passing one, returns a failing one's report.

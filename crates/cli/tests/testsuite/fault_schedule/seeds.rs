@@ -13,12 +13,43 @@ pub const DEFAULT: &[u64] = &[1, 59, 55];
 const SEEDS_MAX: usize = 10_000;
 
 pub fn from_env() -> Vec<u64> {
-    match std::env::var("FLASHSALE_SEEDS") {
+    from_var("FLASHSALE_SEEDS", DEFAULT)
+}
+
+/// The seeds `var` lists, else `default`.
+pub fn from_var(var: &str, default: &[u64]) -> Vec<u64> {
+    match std::env::var(var) {
         Ok(spec) if !spec.trim().is_empty() => {
-            parse(&spec).unwrap_or_else(|e| panic!("FLASHSALE_SEEDS={spec:?}: {e}"))
+            parse(&spec).unwrap_or_else(|e| panic!("{var}={spec:?}: {e}"))
         }
-        _ => DEFAULT.to_vec(),
+        _ => default.to_vec(),
     }
+}
+
+/// Runs every seed in turn (`run_one` returns a failing seed's report, having printed a
+/// passing one), prints `<name>: N passed, M failed`, and fails with every failing report and
+/// its replay command.
+pub async fn run_all<F, Fut>(name: &str, seeds: &[u64], run_one: F, replay: fn(u64) -> String)
+where
+    F: Fn(u64) -> Fut,
+    Fut: std::future::Future<Output = Option<String>>,
+{
+    let mut failed = Vec::new();
+    for &seed in seeds {
+        if let Some(report) = run_one(seed).await {
+            println!("{report}\n{}", replay(seed));
+            failed.push(format!("{report}\n{}", replay(seed)));
+        }
+    }
+    let passed = seeds.len() - failed.len();
+    println!("{name}: {passed} passed, {} failed", failed.len());
+    assert!(
+        failed.is_empty(),
+        "{} of {} seeds failed:\n\n{}",
+        failed.len(),
+        seeds.len(),
+        failed.join("\n\n")
+    );
 }
 
 /// `"1,5..8,20..=21"` → `[1, 5, 6, 7, 20, 21]`.
