@@ -173,7 +173,7 @@ impl Server {
                 .await?;
             Ok(())
         });
-        tasks.spawn(Box::new(crate::gateway::worker::GatewayWorker::new(&state)));
+        tasks.spawn(Box::new(crate::workers::GatewayWorker::new(&state)));
         if let Some(identity) = state.auth.identity() {
             let identity = identity.clone();
             tasks.spawn(Box::new(crate::identity::RefreshWorker::new(identity)));

@@ -4,7 +4,8 @@
 //! - [`config`]: `RiskConfig` (every knob and its default) and the `Fallback` rule.
 //! - [`circuit`]: the breaker in front of the service (one circuit, one probe at a time).
 //! - [`replays`]: accepted purchases seen here, whose retries skip the service.
-//! - [`routes`]: the admin API: the risk allowlist and a sale's own fallback rule.
+//!
+//! Its admin API (the allowlist and a sale's own fallback rule) is `routes::admin::risk`.
 //!
 //! The contract a shop implements (docs/DESIGN.md, "The shop's risk check"): the service
 //! receives `{sku_id, user_id, quantity, request_id, client_ip}` as JSON and answers 2xx with
@@ -18,7 +19,6 @@
 pub mod circuit;
 pub mod config;
 pub mod replays;
-pub mod routes;
 
 use std::net::IpAddr;
 use std::time::Instant;

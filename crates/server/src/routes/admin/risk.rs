@@ -9,9 +9,9 @@ use serde::{Deserialize, Serialize};
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
-use super::Fallback;
 use crate::auth::Admin;
 use crate::error::AppError;
+use crate::risk::Fallback;
 use crate::routes::{gateway_store_error, gateway_write, stored_sale, user_id, ApiJson, ApiPath};
 use crate::state::AppState;
 
