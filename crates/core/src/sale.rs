@@ -9,6 +9,7 @@ use crate::limits::{
 
 /// How a purchase takes stock.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, Default)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "lowercase")]
 pub enum SaleMode {
     /// available → sold at once.
@@ -20,6 +21,7 @@ pub enum SaleMode {
 
 /// The state an operator sets. The time window is judged apart from it, by the ledger's clock.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "lowercase")]
 pub enum SaleState {
     /// Created, not yet warmed into the hot ledger.
@@ -69,7 +71,9 @@ impl SaleState {
 
 /// A sale's definition. Times are Unix epoch milliseconds.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Sale {
+    #[cfg_attr(feature = "openapi", schema(value_type = u64))]
     pub sku_id: SkuId,
     pub name: String,
     pub total_stock: u64,

@@ -84,8 +84,8 @@ pub async fn sale(st: &AppState, sku: SkuId) -> Result<Arc<StoredSale>, AppError
     cached.ok_or_else(|| AppError::from_code(ErrorCode::SaleNotFound))
 }
 
-/// An order as the API shows it.
-#[derive(Debug, Serialize)]
+/// An order.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
 pub struct OrderView {
     pub order_no: String,
     pub sku_id: u64,
@@ -96,6 +96,7 @@ pub struct OrderView {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub deadline_ms: Option<i64>,
     pub created_at_ms: i64,
+    /// True when this answer repeats the first outcome of the request.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub replayed: Option<bool>,
 }

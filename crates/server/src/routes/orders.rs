@@ -20,7 +20,7 @@ fn parse(p: String) -> Result<OrderNo, AppError> {
 
 // The database's status once stored; PENDING from the hot ledger until then.
 #[utoipa::path(get, path = "/orders/{order_no}", tag = "orders", operation_id = "get_order", security(("bearer" = [])),
-    params(("order_no" = String, Path)), responses((status = 200, description = "the caller's order", body = crate::openapi::OrderView)))]
+    params(("order_no" = String, Path)), responses((status = 200, description = "the caller's order", body = OrderView)))]
 pub async fn get(
     State(st): State<AppState>,
     User(user): User,
@@ -82,7 +82,7 @@ async fn resolve(
 }
 
 #[utoipa::path(post, path = "/orders/{order_no}/pay", tag = "orders", operation_id = "pay_order", security(("bearer" = [])),
-    params(("order_no" = String, Path)), responses((status = 200, description = "paid", body = crate::openapi::OrderView)))]
+    params(("order_no" = String, Path)), responses((status = 200, description = "paid", body = OrderView)))]
 pub async fn pay(
     State(st): State<AppState>,
     User(user): User,
@@ -94,7 +94,7 @@ pub async fn pay(
 }
 
 #[utoipa::path(post, path = "/orders/{order_no}/cancel", tag = "orders", operation_id = "cancel_order", security(("bearer" = [])),
-    params(("order_no" = String, Path)), responses((status = 200, description = "cancelled", body = crate::openapi::OrderView)))]
+    params(("order_no" = String, Path)), responses((status = 200, description = "cancelled", body = OrderView)))]
 pub async fn cancel(
     State(st): State<AppState>,
     User(user): User,

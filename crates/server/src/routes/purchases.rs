@@ -16,6 +16,7 @@ use flashsale_core::{
     ErrorCode, LedgerError, PurchaseOutcome, PurchaseRequest, RequestId, SaleState, SkuId, UserId,
 };
 use serde::Deserialize;
+use utoipa::ToSchema;
 
 use super::{ApiJson, ApiPath, ClientIp, OrderView};
 use crate::auth::User;
@@ -29,16 +30,21 @@ pub const IDEMPOTENCY_KEY: &str = "idempotency-key";
 
 const REQUEST_ID_RULE: &str = "request_id must be 1..=64 of [A-Za-z0-9_-]";
 
-#[derive(Debug, Deserialize)]
+/// Body of a purchase.
+#[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct PurchaseBody {
-    /// Optional only when the `Idempotency-Key` header names the attempt.
+    /// Chosen by the client, one per attempt, reused on retry. Required unless the
+    /// `Idempotency-Key` header carries it (both: they must be equal).
     #[serde(default)]
+    #[schema(min_length = 1, max_length = 64, pattern = "^[A-Za-z0-9_-]{1,64}$")]
     pub request_id: Option<String>,
-    /// Units. Signed so that a negative number gets our message, not a parse error's.
+    // Signed so that a negative number gets our message, not a parse error's.
+    #[schema(minimum = 1, maximum = 1_000)]
     pub quantity: i64,
-    /// Anti-scalping token (`POST /sales/{sku}/purchase-token`), for sales that require one.
+    /// Required when the sale requires purchase tokens (anti-scalping).
     #[serde(default)]
+    #[schema(max_length = 512)]
     pub purchase_token: Option<String>,
 }
 
@@ -130,8 +136,8 @@ impl PurchaseBody {
         ("Idempotency-Key" = Option<String>, Header, pattern = "^\"?[A-Za-z0-9_-]{1,64}\"?$",
          description = "The attempt's request id (IETF httpapi Idempotency-Key; quoted or bare), \
             instead of or equal to the body's `request_id`. Reused with another quantity or sale: 422.")),
-    request_body = crate::openapi::PurchaseBody,
-    responses((status = 202, description = "accepted (or the replay of the first outcome)", body = crate::openapi::OrderView),
+    request_body = PurchaseBody,
+    responses((status = 202, description = "accepted (or the replay of the first outcome)", body = OrderView),
         (status = 403, description = "RISK_DENIED: refused by the shop's risk service (schemas RiskCheckRequest, RiskCheckAnswer), or by the fallback rule while it gives no answer; BLACKLISTED; FORBIDDEN (purchase token)", body = crate::openapi::Error, content_type = "application/problem+json"),
         (status = 422, description = "IDEMPOTENCY_KEY_REUSED: the request id was sent before with another quantity, or (header key) on another sale",
          body = crate::openapi::Error, content_type = "application/problem+json")))]
