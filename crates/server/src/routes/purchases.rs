@@ -13,7 +13,7 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::Json;
 use flashsale_core::limits::PER_USER_LIMIT_MAX;
 use flashsale_core::{
-    ErrorCode, LedgerError, PurchaseOutcome, PurchaseRequest, RequestId, SaleState, SkuId, UserId,
+    ErrorCode, PurchaseOutcome, PurchaseRequest, RequestId, SaleState, SkuId, UserId,
 };
 use serde::Deserialize;
 use utoipa::ToSchema;
@@ -24,6 +24,7 @@ use crate::error::AppError;
 use crate::risk::{Fallback, RiskQuery, Verdict};
 use crate::state::AppState;
 use flashsale_core::metric_names::{RISK_DENIALS, RISK_FALLBACKS, RISK_REPLAYS};
+use flashsale_engine::purchase::{self, EarlyRefusal};
 
 /// The header that may carry the request id (IETF httpapi `Idempotency-Key`).
 pub const IDEMPOTENCY_KEY: &str = "idempotency-key";
@@ -176,63 +177,21 @@ pub async fn purchase(
     result.map(|view| (StatusCode::ACCEPTED, Json(view)))
 }
 
-/// A sale past `scheduled` whose hot copy is missing lost it (Redis restarted empty, a
-/// failover): a rebuild puts it back, so the client retries (503); it is not "not started".
-fn copy_missing(state: SaleState) -> LedgerError {
-    match state {
-        SaleState::Scheduled => LedgerError::NotWarmed,
-        _ => LedgerError::Unavailable(
-            "the sale's hot copy is being restored; retry with the same request_id".into(),
-        ),
-    }
-}
-
 async fn decide(
     st: &AppState,
     req: PurchaseRequest,
     state: SaleState,
     ip: Option<IpAddr>,
 ) -> Result<OrderView, AppError> {
-    if st.batcher.sold_out_here(&req) {
-        crate::hot_metrics::sold_out_local();
-        return Err(AppError::from_code(ErrorCode::SoldOut));
-    }
-    let (sku, quantity) = (req.sku_id, req.quantity);
-    if !st.breaker.allows(sku) {
-        return Err(AppError::new(
-            ErrorCode::Unavailable,
-            "hot ledger unavailable; retry shortly",
-        ));
-    }
+    refuse_early(st, &req)?;
     // After the sold-out flag and the ledger's breaker: a sale known sold out, or a ledger
     // known down, answers without asking the shop.
     risk_check(st, &req, ip).await?;
-    let key = req.key();
-    // A SOLD_OUT answer sets the sale's local flag inside the batcher.
-    let outcome = st.batcher.purchase(req).await;
+    let (sku, quantity, key) = (req.sku_id, req.quantity, req.key());
+    let outcome = purchase::ask_ledger(&st.batcher, &st.breaker, &st.nudges, req, state).await;
     if matches!(outcome, Ok(PurchaseOutcome::Accepted { .. })) && st.risk.enabled() {
         st.risk.replays.remember(sku, &key);
     }
-    // The breaker counts the ledger's own faults: a missing copy is not one (Redis answered).
-    match &outcome {
-        Err(e) if e.is_unavailable() => st.breaker.failure(sku),
-        Ok(_) => st.breaker.success(sku),
-        Err(_) => {}
-    }
-    // A copy that is fenced (a failover moved it) or missing is rebuilt now, not at the next pass.
-    let outcome = match outcome {
-        Err(LedgerError::NotWarmed) => {
-            if state != SaleState::Scheduled {
-                st.nudges.nudge(sku);
-            }
-            Err(copy_missing(state))
-        }
-        Ok(PurchaseOutcome::Rejected(ErrorCode::Unavailable)) => {
-            st.nudges.nudge(sku);
-            outcome
-        }
-        other => other,
-    };
     match outcome? {
         // A retry must ask for what the first request asked for: the replayed order is the
         // first request's, quantity included (both ledgers keep it with the replay).
@@ -252,6 +211,21 @@ async fn decide(
             Ok(view)
         }
         PurchaseOutcome::Rejected(code) => Err(AppError::from_code(code)),
+    }
+}
+
+/// The engine's local refusals as answers.
+fn refuse_early(st: &AppState, req: &PurchaseRequest) -> Result<(), AppError> {
+    match purchase::refuse_early(&st.batcher, &st.breaker, req) {
+        Some(EarlyRefusal::SoldOut) => {
+            crate::hot_metrics::sold_out_local();
+            Err(AppError::from_code(ErrorCode::SoldOut))
+        }
+        Some(EarlyRefusal::LedgerDown) => Err(AppError::new(
+            ErrorCode::Unavailable,
+            "hot ledger unavailable; retry shortly",
+        )),
+        None => Ok(()),
     }
 }
 
