@@ -14,7 +14,6 @@ use std::path::Path;
 use std::str::FromStr;
 use std::time::Duration;
 
-use sqlx::query::Query;
 use sqlx::sqlite::{
     SqliteArguments, SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteRow,
     SqliteSynchronous,
@@ -23,7 +22,7 @@ use sqlx::{Row, Sqlite};
 
 use flashsale_core::{Counters, Sale, SkuId, StoreError, UserId};
 
-use crate::backend::{as_is, decoded_columns, sqlx_steps, Arg, Backend, Columns};
+use crate::backend::{as_is, bind_args, decoded_columns, sqlx_steps, Backend, Columns};
 use crate::rows::{self, db_error};
 use crate::sql::{self, Dialect};
 use crate::store::Store;
@@ -44,30 +43,15 @@ fn u(v: i64) -> u64 {
     v as u64
 }
 
-fn bind<'q>(
-    q: Query<'q, Sqlite, SqliteArguments<'q>>,
-    a: &'q Arg<'q>,
-) -> Result<Query<'q, Sqlite, SqliteArguments<'q>>, StoreError> {
-    Ok(match *a {
-        Arg::Id(v) => q.bind(i(v)),
-        Arg::OptId(v) => q.bind(v.map(i)),
-        Arg::Int(v) => q.bind(v),
-        Arg::Small(v) => q.bind(v),
-        Arg::Flag(v) => q.bind(v),
-        Arg::Text(v) => q.bind(v),
-        Arg::OptText(v) => q.bind(v),
-    })
-}
+bind_args!('q, Sqlite, SqliteArguments<'q>, id: |v| Ok::<i64, StoreError>(i(v)), small: |v: u32| v);
 
 impl Backend for Sqlite {
     const STORE: &'static str = "SqliteStore";
     const DIALECT: &'static Dialect = &sql::sqlite::DIALECT;
     // The writer connection plus BEGIN IMMEDIATE is the lock on the sale row.
     const BEGIN_WRITE: Option<&'static str> = Some("BEGIN IMMEDIATE");
-    // A read transaction is one WAL snapshot.
-    const BEGIN_SNAPSHOT: Option<&'static str> = None;
+    // A read transaction is one WAL snapshot, so the driver's BEGIN will do.
     const SHORT_WAY: bool = false;
-
     type Record = SqliteRow;
 
     sqlx_steps!(bind, as_is);
