@@ -89,44 +89,53 @@ pub fn decode_order(order_no: &str, encoded: &str) -> Result<HotOrder, String> {
     })
 }
 
-/// Parses the fields of one stream entry into an event of sale `sku`.
-pub fn parse_event(sku: SkuId, fields: &HashMap<String, String>) -> Result<Event, String> {
-    let get = |name: &str| {
-        fields
+/// The fields of one stream entry, read by name.
+struct Fields<'a>(&'a HashMap<String, String>);
+
+impl<'a> Fields<'a> {
+    fn get(&self, name: &str) -> Result<&'a str, String> {
+        self.0
             .get(name)
             .map(String::as_str)
             .ok_or_else(|| format!("missing field {name}"))
-    };
-    let num = |name: &str| -> Result<i64, String> {
-        get(name)?
+    }
+
+    fn num(&self, name: &str) -> Result<i64, String> {
+        self.get(name)?
             .parse::<i64>()
             .map_err(|_| format!("field {name} is not an integer"))
-    };
-    let unsigned = |name: &str| -> Result<u64, String> {
-        get(name)?
+    }
+
+    fn unsigned(&self, name: &str) -> Result<u64, String> {
+        self.get(name)?
             .parse::<u64>()
             .map_err(|_| format!("field {name} is not a non-negative integer"))
-    };
-    let (sku_id, seq) = (SkuId(unsigned("sku_id")?), unsigned("seq")?);
-    let order_no = OrderNo::parse(get("order_no")?).ok_or("field order_no is malformed")?;
+    }
+}
+
+/// Parses the fields of one stream entry into an event of sale `sku`.
+pub fn parse_event(sku: SkuId, fields: &HashMap<String, String>) -> Result<Event, String> {
+    let f = Fields(fields);
+    let (sku_id, seq) = (SkuId(f.unsigned("sku_id")?), f.unsigned("seq")?);
+    let order_no = OrderNo::parse(f.get("order_no")?).ok_or("field order_no is malformed")?;
     // Entries written before events carried their epoch: the order number's epoch (right for
     // deductions; a resolution of an order from an older epoch is then fenced, never applied
     // twice).
     let epoch = match fields.get("epoch") {
-        Some(_) => unsigned("epoch")?,
+        Some(_) => f.unsigned("epoch")?,
         None => order_no.epoch(),
     };
     let event = Event {
         sku_id,
         epoch,
         seq,
-        kind: EventKind::parse(get("kind")?).ok_or("field kind is unknown")?,
+        kind: EventKind::parse(f.get("kind")?).ok_or("field kind is unknown")?,
         order_no,
-        request_id: RequestId::parse(get("request_id")?).ok_or("field request_id is malformed")?,
-        user_id: UserId(unsigned("user_id")?),
-        quantity: u32::try_from(unsigned("quantity")?).map_err(|_| "quantity too large")?,
-        at_ms: num("at_ms")?,
-        deadline_ms: num("deadline_ms")?,
+        request_id: RequestId::parse(f.get("request_id")?).ok_or("field request_id is malformed")?,
+        user_id: UserId(f.unsigned("user_id")?),
+        quantity: u32::try_from(f.unsigned("quantity")?).map_err(|_| "quantity too large")?,
+        at_ms: f.num("at_ms")?,
+        deadline_ms: f.num("deadline_ms")?,
     };
     if event.sku_id != sku || event.order_no.sku() != sku {
         return Err(format!(
@@ -143,26 +152,11 @@ pub fn parse_event(sku: SkuId, fields: &HashMap<String, String>) -> Result<Event
 /// Parses a batch entry (`first_seq`, `n`, and n comma-separated `users`, `request_ids`,
 /// `quantities`) of sale `sku` into its events, all or nothing.
 pub fn parse_batch(sku: SkuId, fields: &HashMap<String, String>) -> Result<Vec<Event>, String> {
-    let get = |name: &str| {
-        fields
-            .get(name)
-            .map(String::as_str)
-            .ok_or_else(|| format!("missing field {name}"))
-    };
-    let unsigned = |name: &str| -> Result<u64, String> {
-        get(name)?
-            .parse::<u64>()
-            .map_err(|_| format!("field {name} is not a non-negative integer"))
-    };
-    let num = |name: &str| -> Result<i64, String> {
-        get(name)?
-            .parse::<i64>()
-            .map_err(|_| format!("field {name} is not an integer"))
-    };
-    let (sku_id, epoch) = (SkuId(unsigned("sku_id")?), unsigned("epoch")?);
-    let (first_seq, n) = (unsigned("first_seq")?, unsigned("n")?);
-    let kind = EventKind::parse(get("kind")?).ok_or("field kind is unknown")?;
-    let (at_ms, deadline_ms) = (num("at_ms")?, num("deadline_ms")?);
+    let f = Fields(fields);
+    let (sku_id, epoch) = (SkuId(f.unsigned("sku_id")?), f.unsigned("epoch")?);
+    let (first_seq, n) = (f.unsigned("first_seq")?, f.unsigned("n")?);
+    let kind = EventKind::parse(f.get("kind")?).ok_or("field kind is unknown")?;
+    let (at_ms, deadline_ms) = (f.num("at_ms")?, f.num("deadline_ms")?);
     if sku_id != sku {
         return Err(format!("entry of sale {sku_id} in the stream of {sku}"));
     }
@@ -172,7 +166,7 @@ pub fn parse_batch(sku: SkuId, fields: &HashMap<String, String>) -> Result<Vec<E
     if first_seq == 0 || n == 0 || n > flashsale_core::limits::BATCH_LEN_MAX as u64 {
         return Err("first_seq and n must be positive, n at most a batch".into());
     }
-    let (users, rids, qs) = (get("users")?, get("request_ids")?, get("quantities")?);
+    let (users, rids, qs) = (f.get("users")?, f.get("request_ids")?, f.get("quantities")?);
     let count = |s: &str| s.split(',').count() as u64;
     if count(users) != n || count(rids) != n || count(qs) != n {
         return Err(format!(

@@ -580,23 +580,16 @@ pub async fn one_resolution_per_reservation(ledger: &dyn Ledger) {
     let past = || async move { (now_ms() > deadline + 20).then_some(()) };
     wait::until("the hold's deadline", Duration::from_secs(5), past).await;
     let no = &late.order_no;
-    assert_eq!(
-        resolve(ledger, pay, no, 2).await,
-        Some(ErrorCode::HoldExpired)
-    );
-    assert_eq!(
-        resolve(ledger, cancel, no, 2).await,
-        Some(ErrorCode::HoldExpired)
-    );
-    expire_until(ledger, sku, 1).await;
-    assert_eq!(
-        resolve(ledger, pay, no, 2).await,
-        Some(ErrorCode::HoldExpired)
-    );
-    assert_eq!(
-        resolve(ledger, cancel, no, 2).await,
-        Some(ErrorCode::HoldExpired)
-    );
+    // Past its deadline, before and after the expiry sweep: neither paid nor cancelled.
+    for sweep in [false, true] {
+        if sweep {
+            expire_until(ledger, sku, 1).await;
+        }
+        for paying in [pay, cancel] {
+            let expired = resolve(ledger, paying, no, 2).await;
+            assert_eq!(expired, Some(ErrorCode::HoldExpired), "pay {paying}, swept {sweep}");
+        }
+    }
     assert_eq!(stock(ledger, sku).await, (9, 0, 1, 4));
 
     let cancelled = buy_ok(ledger, sku, 3, "c", 1).await.order_no;
