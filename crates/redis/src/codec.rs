@@ -131,7 +131,8 @@ pub fn parse_event(sku: SkuId, fields: &HashMap<String, String>) -> Result<Event
         seq,
         kind: EventKind::parse(f.get("kind")?).ok_or("field kind is unknown")?,
         order_no,
-        request_id: RequestId::parse(f.get("request_id")?).ok_or("field request_id is malformed")?,
+        request_id: RequestId::parse(f.get("request_id")?)
+            .ok_or("field request_id is malformed")?,
         user_id: UserId(f.unsigned("user_id")?),
         quantity: u32::try_from(f.unsigned("quantity")?).map_err(|_| "quantity too large")?,
         at_ms: f.num("at_ms")?,
@@ -295,6 +296,25 @@ pub fn unexpected(what: &str, v: &Value) -> LedgerError {
 mod tests {
     use super::*;
 
+    /// `entry` is an error that says `what`.
+    fn assert_malformed(entry: &Entry, what: &str) {
+        let why = entry.1.as_ref().unwrap_err().to_string();
+        assert!(why.contains(what), "{why} does not say {what}");
+    }
+
+    /// The fields of a one-event entry: a deduction of sale 5, seq 1.
+    const ONE_EVENT: [(&str, &str); 9] = [
+        ("sku_id", "5"),
+        ("seq", "1"),
+        ("kind", "deducted"),
+        ("order_no", "5-1-1"),
+        ("request_id", "r1"),
+        ("user_id", "3"),
+        ("quantity", "1"),
+        ("at_ms", "10"),
+        ("deadline_ms", "0"),
+    ];
+
     #[test]
     fn orders_decode_and_malformed_ones_are_errors() {
         let o = decode_order("42-1-7", "9:req-1:2:RESERVED:1700:1600").unwrap();
@@ -338,17 +358,7 @@ mod tests {
     #[test]
     fn entries_parse_and_never_panic() {
         let bulk = |s: &str| Value::BulkString(s.as_bytes().to_vec());
-        let fields = [
-            ("sku_id", "5"),
-            ("seq", "1"),
-            ("kind", "deducted"),
-            ("order_no", "5-1-1"),
-            ("request_id", "r1"),
-            ("user_id", "3"),
-            ("quantity", "1"),
-            ("at_ms", "10"),
-            ("deadline_ms", "0"),
-        ];
+        let fields = ONE_EVENT;
         let kv = |skip: &str| {
             Value::Array(
                 fields
@@ -367,18 +377,8 @@ mod tests {
         let entries = parse_entries(SkuId(5), &reply).unwrap();
         assert_eq!(entries.len(), 4);
         assert_eq!(entries[0].1.as_ref().unwrap().seq, 1);
-        assert!(entries[1]
-            .1
-            .as_ref()
-            .unwrap_err()
-            .to_string()
-            .contains("seq"));
-        assert!(entries[2]
-            .1
-            .as_ref()
-            .unwrap_err()
-            .to_string()
-            .contains("deleted"));
+        assert_malformed(&entries[1], "seq");
+        assert_malformed(&entries[2], "deleted");
         assert!(entries[3].1.is_err());
         let other_sale = parse_entries(SkuId(6), &reply).unwrap();
         assert!(other_sale[0].1.is_err());
@@ -448,12 +448,7 @@ mod tests {
         assert_eq!(second.request_id.as_str(), "b-1");
         assert_eq!(events[3].kind, EventKind::Paid);
         assert_eq!(events[3].epoch, 2);
-        assert!(entries[4]
-            .1
-            .as_ref()
-            .unwrap_err()
-            .to_string()
-            .contains("lengths"));
+        assert_malformed(&entries[4], "lengths");
         assert!(entries[5].1.is_err());
         assert!(parse_entries(SkuId(6), &reply).unwrap()[0].1.is_err());
     }
@@ -464,17 +459,7 @@ mod tests {
     fn format_versions_read_wait_or_are_malformed() {
         let bulk = |s: &str| Value::BulkString(s.as_bytes().to_vec());
         let entry = |id: &str, v: Option<&str>| {
-            let mut kv = vec![
-                ("sku_id", "5"),
-                ("seq", "1"),
-                ("kind", "deducted"),
-                ("order_no", "5-1-1"),
-                ("request_id", "r1"),
-                ("user_id", "3"),
-                ("quantity", "1"),
-                ("at_ms", "10"),
-                ("deadline_ms", "0"),
-            ];
+            let mut kv = ONE_EVENT.to_vec();
             kv.extend(v.map(|v| (FORMAT_FIELD, v)));
             let fields = kv.iter().flat_map(|(k, v)| [bulk(k), bulk(v)]).collect();
             Value::Array(vec![bulk(id), Value::Array(fields)])

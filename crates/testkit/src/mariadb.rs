@@ -96,7 +96,10 @@ impl MariaDbServer {
 
     pub async fn start(&mut self) {
         let dir = self.dir.path();
-        let mut cmd = Command::new(crate::process::env_or("FLASHSALE_TEST_MARIADBD", "mariadbd"));
+        let mut cmd = Command::new(crate::process::env_or(
+            "FLASHSALE_TEST_MARIADBD",
+            "mariadbd",
+        ));
         cmd.arg("--no-defaults")
             .arg(format!("--datadir={}", self.data_dir().display()))
             .arg(format!("--socket={}", dir.join("mysqld.sock").display()))

@@ -5,7 +5,10 @@ use sqlx::{Connection, Executor, PgConnection};
 /// URL of the shared server (the machine's, or `FLASHSALE_TEST_POSTGRES_URL`), no database:
 /// the role `postgres` over TCP without a password.
 pub fn shared_server_url() -> String {
-    crate::process::env_or("FLASHSALE_TEST_POSTGRES_URL", "postgres://postgres@127.0.0.1:5432")
+    crate::process::env_or(
+        "FLASHSALE_TEST_POSTGRES_URL",
+        "postgres://postgres@127.0.0.1:5432",
+    )
 }
 
 /// A database created for one test on the shared server, dropped when this guard drops.

@@ -12,9 +12,7 @@ use std::net::Ipv4Addr;
 use std::time::Duration;
 
 use crate::netns::{Host, Net};
-use crate::redis_cluster::{
-    all_say_ok, connect, link_up, node_args, parse_node_line, NodeInfo,
-};
+use crate::redis_cluster::{all_say_ok, connect, link_up, node_args, parse_node_line, NodeInfo};
 use crate::redis_server::RedisServer;
 use crate::wait;
 

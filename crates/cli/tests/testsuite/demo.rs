@@ -77,8 +77,18 @@ async fn reserve_demo_resolves_every_hold_and_resells_what_comes_back() {
     demo(
         &dir,
         &[
-            "--mode", "reserve", "--stock", "100", "--users", "1000", "--concurrency", "32",
-            "--ramp-ms", "200", "--hold-ms", "2000",
+            "--mode",
+            "reserve",
+            "--stock",
+            "100",
+            "--users",
+            "1000",
+            "--concurrency",
+            "32",
+            "--ramp-ms",
+            "200",
+            "--hold-ms",
+            "2000",
         ],
     );
     let json = std::fs::read_dir(dir.path().join("reports"))

@@ -6,9 +6,9 @@ use std::time::{Duration, Instant};
 use super::cluster_nemesis::{self, Seen};
 use super::cluster_plan::{ClusterPlan, INSTANCES};
 use super::cluster_procs::NsStack;
+use super::db;
 use super::db::Stored;
 use super::run::{self, Outcome, Selling, Sold};
-use super::db;
 
 /// The workload goes on this long after the last fault healed: every sale sells again.
 const TAIL: Duration = Duration::from_millis(1_000);

@@ -34,14 +34,19 @@ where
             let why = e.try_into_panic().map(panic_text);
             let why = clip(&why.unwrap_or_else(|e| e.to_string()), 2_000);
             let plan = plan_of(seed);
-            Some(format!("{name} seed {seed}: FAIL in {secs:.1}s\nseed {seed} FAIL [harness] {why}\n{plan}"))
+            Some(format!(
+                "{name} seed {seed}: FAIL in {secs:.1}s\nseed {seed} FAIL [harness] {why}\n{plan}"
+            ))
         }
     }
 }
 
 /// `<drawn>; ` where the schedule says what it drew, else nothing.
 fn drawn<P>(o: &Outcome<P>) -> String {
-    o.drawn.as_ref().map(|d| format!("{d}; ")).unwrap_or_default()
+    o.drawn
+        .as_ref()
+        .map(|d| format!("{d}; "))
+        .unwrap_or_default()
 }
 
 /// The seed, what it drew, what broke (bounded), the schedule as planned and as it happened.
