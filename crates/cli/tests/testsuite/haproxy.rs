@@ -194,15 +194,8 @@ impl Deployment {
     /// `flashsale_persisted_events_total` of one instance, by sku.
     async fn persisted(&self, i: usize) -> HashMap<u64, f64> {
         let url = format!("http://127.0.0.1:{}/metrics", self.ports[i]);
-        let text = self
-            .http
-            .get(url)
-            .send()
-            .await
-            .unwrap()
-            .text()
-            .await
-            .unwrap();
+        let resp = self.http.get(url).send().await.unwrap();
+        let text = resp.text().await.unwrap();
         text.lines()
             .filter(|l| l.starts_with("flashsale_persisted_events_total{"))
             .filter_map(|l| {
