@@ -8,7 +8,6 @@ use std::time::Duration;
 
 use flashsale_core::{
     HotCopies, HotLedger, OrderStore, PurchaseOutcome, Sale, SaleMode, SkuId, SoldOutSupport,
-    UserId,
 };
 use flashsale_embedded::{EmbeddedLedger, GroupWriter};
 use flashsale_store::SqliteStore;

@@ -3,8 +3,8 @@
 
 use crate::common::TestLedger;
 use flashsale_core::{
-    HotCopies, HotLedger, HotOrder, OrderNo, OrderStatus, PurchaseOutcome, PurchaseRequest, Sale,
-    SaleBook, SaleMode, SaleState, UserId,
+    HotCopies, HotLedger, OrderNo, PurchaseOutcome, PurchaseRequest, Sale, SaleBook, SaleMode,
+    SaleState, UserId,
 };
 use flashsale_testkit::conformance::{live_sale, now_ms, req, same_order, same_outcome};
 use rand::rngs::StdRng;

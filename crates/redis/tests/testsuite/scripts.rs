@@ -182,7 +182,7 @@ async fn load_validates_its_arguments_and_replaces_only_older_copies() {
         "77", "10", "10", "0", "0", "0", "1", "1", "direct", "0", "0", "100", "live",
     ];
     let script = Script::new(scripts::LOAD);
-    let load = |argv: [&str; 13], mut conn: redis::aio::MultiplexedConnection| {
+    let load = |argv: [&'static str; 13], mut conn: redis::aio::MultiplexedConnection| {
         let (script, k) = (&script, &k);
         async move { script.key(k).arg(&argv).invoke_async(&mut conn).await }
     };
