@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use flashsale_bench::lifecycle::{Lifecycle, Step};
-use flashsale_bench::load::{self, Arrival, Buyer, Plan};
+use flashsale_bench::load;
 use flashsale_bench::report::Check;
 use flashsale_core::{Event, EventKind, HotOrder, OrderStatus, SkuId, UserId};
 use flashsale_server::auth::Auth;

@@ -179,43 +179,6 @@ pub async fn buy_refused(
 }
 
 /// A live (unresolved) order's status: PENDING or the mode's own status.
-/// The same order, whatever status each of two ledgers reports for an unresolved one.
-pub fn same_order(got: &HotOrder, want: &HotOrder) {
-    let unresolved = |s| {
-        matches!(
-            s,
-            OrderStatus::Pending | OrderStatus::Created | OrderStatus::Reserved
-        )
-    };
-    assert_eq!(got.order_no, want.order_no);
-    assert_eq!(
-        (got.user_id, &got.request_id),
-        (want.user_id, &want.request_id)
-    );
-    assert_eq!(got.quantity, want.quantity);
-    assert!(got.status == want.status || unresolved(got.status) && unresolved(want.status));
-}
-
-/// The same outcome of a ledger (`got`) and of the reference rules (`want`).
-pub fn same_outcome(got: &PurchaseOutcome, want: &PurchaseOutcome) {
-    match (got, want) {
-        (
-            PurchaseOutcome::Accepted {
-                order: a,
-                replayed: ra,
-            },
-            PurchaseOutcome::Accepted {
-                order: b,
-                replayed: rb,
-            },
-        ) => {
-            same_order(a, b);
-            assert_eq!(ra, rb);
-        }
-        (a, b) => assert_eq!(a, b),
-    }
-}
-
 /// Pays `paid` and cancels `cancelled` (reservations), each by its buyer; both must succeed.
 pub async fn pay_and_cancel(ledger: &dyn Ledger, paid: &HotOrder, cancelled: &HotOrder) {
     let pay = ledger.pay(&paid.order_no, paid.user_id).await;
