@@ -55,3 +55,15 @@ pub(crate) fn block_on_thread(work: impl std::future::Future<Output = ()> + Send
     })
     .join();
 }
+
+/// Runs `sql` (a CREATE or DROP DATABASE) over a connection of its own to the server at `url`.
+pub(crate) async fn execute_once<C>(url: &str, sql: &str) -> Result<(), sqlx::Error>
+where
+    C: sqlx::Connection,
+    for<'c> &'c mut C: sqlx::Executor<'c, Database = C::Database>,
+{
+    use sqlx::Executor as _;
+    let mut conn = C::connect(url).await?;
+    (&mut conn).execute(sql).await?;
+    Ok(())
+}

@@ -4,7 +4,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-use sqlx::{Connection, Executor, MySqlConnection};
+use sqlx::{Connection, MySqlConnection};
 use tempfile::TempDir;
 
 /// URL of the shared server (the machine's, or `FLASHSALE_TEST_MYSQL_URL`), no database.
@@ -28,12 +28,9 @@ impl TestDatabase {
     /// Creates a fresh, empty database on the server at `server_url`.
     pub async fn create_on(server_url: &str) -> TestDatabase {
         let name = crate::unique_name("fstest");
-        let mut conn = MySqlConnection::connect(server_url)
-            .await
-            .expect("connect to MariaDB");
-        conn.execute(format!("CREATE DATABASE `{name}`").as_str())
-            .await
-            .expect("create database");
+        let create = format!("CREATE DATABASE `{name}`");
+        let created = crate::execute_once::<MySqlConnection>(server_url, &create).await;
+        created.unwrap_or_else(|e| panic!("{create} on MariaDB: {e}"));
         let url = format!("{server_url}/{name}");
         TestDatabase {
             url,
@@ -45,13 +42,10 @@ impl TestDatabase {
 
 impl Drop for TestDatabase {
     fn drop(&mut self) {
-        let (server_url, name) = (self.server_url.clone(), self.name.clone());
+        let url = self.server_url.clone();
+        let drop = format!("DROP DATABASE IF EXISTS `{}`", self.name);
         crate::block_on_thread(async move {
-            if let Ok(mut conn) = MySqlConnection::connect(&server_url).await {
-                let _ = conn
-                    .execute(format!("DROP DATABASE IF EXISTS `{name}`").as_str())
-                    .await;
-            }
+            let _ = crate::execute_once::<MySqlConnection>(&url, &drop).await;
         });
     }
 }

@@ -1,6 +1,6 @@
 //! PostgreSQL for tests: a database of the test's own on the shared server, dropped on drop.
 
-use sqlx::{Connection, Executor, PgConnection};
+use sqlx::PgConnection;
 
 /// URL of the shared server (the machine's, or `FLASHSALE_TEST_POSTGRES_URL`), no database:
 /// the role `postgres` over TCP without a password.
@@ -24,13 +24,9 @@ impl TestDatabase {
     pub async fn create() -> TestDatabase {
         let server = shared_server_url().trim_end_matches('/').to_owned();
         let (admin, name) = (format!("{server}/postgres"), crate::unique_name("fstest"));
-        let mut conn = PgConnection::connect(&admin)
-            .await
-            .expect("connect to PostgreSQL");
         let create = format!("CREATE DATABASE \"{name}\"");
-        conn.execute(create.as_str())
-            .await
-            .expect("create database");
+        let created = crate::execute_once::<PgConnection>(&admin, &create).await;
+        created.unwrap_or_else(|e| panic!("{create} on PostgreSQL: {e}"));
         TestDatabase {
             url: format!("{server}/{name}"),
             admin,
@@ -41,13 +37,11 @@ impl TestDatabase {
 
 impl Drop for TestDatabase {
     fn drop(&mut self) {
-        let (admin, name) = (self.admin.clone(), self.name.clone());
+        let admin = self.admin.clone();
         // FORCE ends the connections a test's pool still holds.
+        let drop = format!("DROP DATABASE IF EXISTS \"{}\" WITH (FORCE)", self.name);
         crate::block_on_thread(async move {
-            if let Ok(mut conn) = PgConnection::connect(&admin).await {
-                let drop = format!("DROP DATABASE IF EXISTS \"{name}\" WITH (FORCE)");
-                let _ = conn.execute(drop.as_str()).await;
-            }
+            let _ = crate::execute_once::<PgConnection>(&admin, &drop).await;
         });
     }
 }

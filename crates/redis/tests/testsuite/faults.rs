@@ -166,13 +166,8 @@ async fn command(conn: &mut redis::aio::MultiplexedConnection, args: &[&str]) {
 async fn out_of_memory_refuses_scripts_before_any_write() {
     let (_server, ledger, mut conn, sku) = sale_on_own_server(SaleMode::Direct).await;
     buy_ok(&ledger, sku, 1, "a", 1).await;
-    let ballast = vec![b'x'; 4 << 20];
-    let _: () = redis::cmd("SET")
-        .arg("ballast")
-        .arg(ballast)
-        .query_async(&mut conn)
-        .await
-        .unwrap();
+    let ballast = "x".repeat(4 << 20);
+    command(&mut conn, &["SET", "ballast", &ballast]).await;
     command(
         &mut conn,
         &[

@@ -428,6 +428,15 @@ mod tests {
         }
     }
 
+    /// The answers of the two stored orders' purchases, then `third`.
+    fn stored_two_and(third: Answer) -> [Answer; 3] {
+        [
+            answer(0, 7, "a", "1-1-1"),
+            answer(1, 8, "b", "1-1-2"),
+            third,
+        ]
+    }
+
     /// The verdict on the two stored orders, nothing lost or killed.
     fn plain(answers: &[Answer], hot_copy_lost: bool) -> Verdict {
         verdict(answers, &two_orders(), hot_copy_lost, &Timeline::default())
@@ -466,11 +475,7 @@ mod tests {
     #[test]
     fn an_order_number_answered_twice_is_caught() {
         // User 9's purchase was answered with user 8's number (a re-used epoch).
-        let answers = [
-            answer(0, 7, "a", "1-1-1"),
-            answer(1, 8, "b", "1-1-2"),
-            answer(1, 9, "c", "1-1-2"),
-        ];
+        let answers = stored_two_and(answer(1, 9, "c", "1-1-2"));
         let v = plain(&answers, false);
         assert_fails(&v, "no-order-number-twice");
         assert_fails(&v, "no-acked-loss");
@@ -478,11 +483,7 @@ mod tests {
 
     #[test]
     fn an_unreported_loss_is_caught_and_a_reported_one_only_where_a_hot_copy_was_lost() {
-        let answers = [
-            answer(0, 7, "a", "1-1-1"),
-            answer(1, 8, "b", "1-1-2"),
-            answer(0, 9, "c", "1-1-3"),
-        ];
+        let answers = stored_two_and(answer(0, 9, "c", "1-1-3"));
         let v = plain(&answers, true);
         assert_eq!(v.failed_checks(), ["no-acked-loss"], "{:?}", v.failures);
 
