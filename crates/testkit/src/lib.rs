@@ -67,3 +67,16 @@ where
     (&mut conn).execute(sql).await?;
     Ok(())
 }
+
+/// [`execute_once`] from a `Drop` (on a thread of its own, see [`block_on_thread`]), a failure
+/// ignored: a test database's guard dropping its database.
+pub(crate) fn execute_on_drop<C>(url: &str, sql: &str)
+where
+    C: sqlx::Connection + 'static,
+    for<'c> &'c mut C: sqlx::Executor<'c, Database = C::Database>,
+{
+    let (url, sql) = (url.to_owned(), sql.to_owned());
+    block_on_thread(async move {
+        let _ = execute_once::<C>(&url, &sql).await;
+    });
+}

@@ -42,11 +42,8 @@ impl TestDatabase {
 
 impl Drop for TestDatabase {
     fn drop(&mut self) {
-        let url = self.server_url.clone();
         let drop = format!("DROP DATABASE IF EXISTS `{}`", self.name);
-        crate::block_on_thread(async move {
-            let _ = crate::execute_once::<MySqlConnection>(&url, &drop).await;
-        });
+        crate::execute_on_drop::<MySqlConnection>(&self.server_url, &drop);
     }
 }
 

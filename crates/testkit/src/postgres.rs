@@ -37,11 +37,8 @@ impl TestDatabase {
 
 impl Drop for TestDatabase {
     fn drop(&mut self) {
-        let admin = self.admin.clone();
         // FORCE ends the connections a test's pool still holds.
         let drop = format!("DROP DATABASE IF EXISTS \"{}\" WITH (FORCE)", self.name);
-        crate::block_on_thread(async move {
-            let _ = crate::execute_once::<PgConnection>(&admin, &drop).await;
-        });
+        crate::execute_on_drop::<PgConnection>(&self.admin, &drop);
     }
 }
