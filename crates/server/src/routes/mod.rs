@@ -13,6 +13,7 @@ use std::sync::Arc;
 
 use axum::extract::FromRequestParts;
 use axum::http::request::Parts;
+use axum::Json;
 use flashsale_core::ledger::StoredSale;
 use flashsale_core::{ErrorCode, HotOrder, OrderStatus, SkuId, UserId};
 use serde::Serialize;
@@ -31,6 +32,30 @@ pub struct ApiPath<T>(pub T);
 #[derive(axum::extract::FromRequest)]
 #[from_request(via(axum::Json), rejection(AppError))]
 pub struct ApiJson<T>(pub T);
+
+/// An admin's call on one resource: the state, the admin token checked, then the path's
+/// value (`p`), in that order (an unknown caller hears 401 before a bad path's 400).
+pub struct AdminOn<T> {
+    pub st: AppState,
+    pub p: T,
+}
+
+impl<T> FromRequestParts<AppState> for AdminOn<T>
+where
+    ApiPath<T>: FromRequestParts<AppState, Rejection = AppError>,
+{
+    type Rejection = AppError;
+
+    async fn from_request_parts(parts: &mut Parts, st: &AppState) -> Result<Self, AppError> {
+        Admin::from_request_parts(parts, st).await?;
+        let ApiPath(p) = ApiPath::<T>::from_request_parts(parts, st).await?;
+        let st = st.clone();
+        Ok(AdminOn { st, p })
+    }
+}
+
+/// A handler's JSON answer, or the API's error.
+pub type Answer<T> = Result<Json<T>, AppError>;
 
 /// The sale as the database has it now (no cache): what an admin change reads first.
 pub async fn stored_sale(st: &AppState, sku: SkuId) -> Result<StoredSale, AppError> {
