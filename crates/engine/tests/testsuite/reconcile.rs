@@ -32,6 +32,21 @@ fn assert_reconciled(r: &SaleReport) {
     assert!(r.diff.as_ref().is_some_and(|d| d.is_zero()), "{r:#?}");
 }
 
+/// A run without repairs, on a quiet sale: everything reconciled; the report.
+async fn run_reconciled(reconciler: &Reconciler, rig: &Rig) -> SaleReport {
+    let run = reconciler.run_sale(rig.sku, false, Trigger::Cli).await;
+    let run = run.unwrap();
+    assert_reconciled(&run);
+    run
+}
+
+/// A live reserve-mode sale whose holds last `timeout_ms`, one unit per buyer.
+async fn reserve_rig(sor: Sor, total: u64, timeout_ms: u64) -> Rig {
+    let mut sale = live_sale(SaleMode::Reserve, total, 1);
+    sale.payment_timeout_ms = timeout_ms;
+    rig(sor, sale).await
+}
+
 /// A run with repairs that repaired one thing, of `kind`, and left the sale reconciled.
 async fn repair(reconciler: &Reconciler, rig: &Rig, kind: &str) -> SaleReport {
     let run = reconciler
@@ -48,9 +63,7 @@ async fn repair(reconciler: &Reconciler, rig: &Rig, kind: &str) -> SaleReport {
 
 /// Reserve mode: holds, payments and cancellations, persisted as they come.
 async fn a_sale_reconciles_with_diff_zero(sor: Sor) {
-    let mut sale = live_sale(SaleMode::Reserve, 30, 1);
-    sale.payment_timeout_ms = 600_000;
-    let rig = rig(sor, sale).await;
+    let rig = reserve_rig(sor, 30, 600_000).await;
     let persister = rig.start("p1");
     let accepted = rig.buy(1..=20, 4).await;
     for (i, no) in accepted.iter().enumerate() {
@@ -64,11 +77,7 @@ async fn a_sale_reconciles_with_diff_zero(sor: Sor) {
     }
     rig.drain().await;
     persister.stop().await;
-    let run = reconciler(&rig)
-        .run_sale(rig.sku, false, Trigger::Cli)
-        .await
-        .unwrap();
-    assert_reconciled(&run);
+    let run = run_reconciled(&reconciler(&rig), &rig).await;
     assert!(run.repairs.is_empty());
     let stored = rig.store.reconcile_runs(Some(rig.sku), 1).await.unwrap();
     assert!(stored[0].ok && stored[0].trigger == "cli", "{stored:?}");
@@ -162,19 +171,13 @@ async fn a_hot_copy_behind_the_database_is_rebuilt(sor: Sor) {
     rig.drain().await;
     persister.stop().await;
     rig.assert_stored(&accepted).await;
-    let run = reconciler
-        .run_sale(rig.sku, false, Trigger::Cli)
-        .await
-        .unwrap();
-    assert_reconciled(&run);
+    run_reconciled(&reconciler, &rig).await;
     rig.cleanup().await;
 }
 
 /// No expiry worker runs: holds stay RESERVED past their deadline until the run expires them.
 async fn holds_past_their_deadline_are_expired(sor: Sor) {
-    let mut sale = live_sale(SaleMode::Reserve, 10, 1);
-    sale.payment_timeout_ms = 200;
-    let rig = rig(sor, sale).await;
+    let rig = reserve_rig(sor, 10, 200).await;
     let persister = rig.start("p1");
     let accepted = rig.buy(1..=6, 2).await;
     assert_eq!(accepted.len(), 6);
@@ -194,10 +197,6 @@ async fn holds_past_their_deadline_are_expired(sor: Sor) {
     let c = rig.stored().await.counters;
     assert_eq!((c.available, c.reserved, c.sold, c.seq), (10, 0, 0, 12));
     assert_invariants(rig.store.as_ref(), rig.sku).await;
-    let run = reconciler
-        .run_sale(rig.sku, false, Trigger::Cli)
-        .await
-        .unwrap();
-    assert_reconciled(&run);
+    run_reconciled(&reconciler, &rig).await;
     rig.cleanup().await;
 }
