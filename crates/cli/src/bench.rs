@@ -103,7 +103,7 @@ pub struct HttpArgs {
     /// compare builds in one run); this process only drives the load (`bench_alone`).
     #[arg(long)]
     pub server_bin: Vec<PathBuf>,
-    /// With --server-bin: the ledgers to run, Redis (+ MariaDB) and/or embedded.
+    /// With --server-bin: the ledgers to run, Redis (+ MariaDB, + PostgreSQL) and/or embedded.
     #[arg(long, value_delimiter = ',', default_value = "redis,embedded")]
     pub ledgers: Vec<String>,
     /// With --server-bin: the MariaDB server each Redis-ledger run makes its database on.
