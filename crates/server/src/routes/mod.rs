@@ -54,6 +54,28 @@ where
     }
 }
 
+/// A user's call on one resource: the state, the user (token checked, not blacklisted), then
+/// the path's value (`p`), in that order.
+pub struct UserOn<T> {
+    pub st: AppState,
+    pub user: UserId,
+    pub p: T,
+}
+
+impl<T> FromRequestParts<AppState> for UserOn<T>
+where
+    ApiPath<T>: FromRequestParts<AppState, Rejection = AppError>,
+{
+    type Rejection = AppError;
+
+    async fn from_request_parts(parts: &mut Parts, st: &AppState) -> Result<Self, AppError> {
+        let User(user) = User::from_request_parts(parts, st).await?;
+        let ApiPath(p) = ApiPath::<T>::from_request_parts(parts, st).await?;
+        let st = st.clone();
+        Ok(UserOn { st, user, p })
+    }
+}
+
 /// A handler's JSON answer, or the API's error.
 pub type Answer<T> = Result<Json<T>, AppError>;
 

@@ -10,10 +10,10 @@ use serde::Serialize;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
-use crate::auth::{Admin, User};
+use crate::auth::Admin;
 use crate::error::AppError;
 use crate::routes::{
-    gateway_store_error, gateway_write, stored_sale, user_id, AdminOn, Answer, ApiPath,
+    gateway_store_error, gateway_write, stored_sale, user_id, AdminOn, Answer, UserOn,
 };
 use crate::state::AppState;
 
@@ -148,11 +148,7 @@ pub async fn drop_token(AdminOn { st, p }: AdminOn<u64>) -> Answer<TokenSaleView
 #[utoipa::path(post, path = "/sales/{sku_id}/purchase-token", tag = "purchases", operation_id = "issue_purchase_token", security(("bearer" = [])),
     params(("sku_id" = u64, Path, minimum = 0)),
     responses((status = 200, description = "a single-use purchase token (only while the sale is live)", body = PurchaseTokenView)))]
-pub async fn issue_token(
-    State(st): State<AppState>,
-    User(user): User,
-    ApiPath(p): ApiPath<u64>,
-) -> Result<Json<PurchaseTokenView>, AppError> {
+pub async fn issue_token(UserOn { st, user, p }: UserOn<u64>) -> Answer<PurchaseTokenView> {
     let sku = SkuId(p);
     let stored = crate::routes::sale(&st, sku).await?;
     let sale = &stored.sale;
