@@ -33,46 +33,33 @@ pub struct ApiPath<T>(pub T);
 #[from_request(via(axum::Json), rejection(AppError))]
 pub struct ApiJson<T>(pub T);
 
-/// An admin's call on one resource: the state, the admin token checked, then the path's
-/// value (`p`), in that order (an unknown caller hears 401 before a bad path's 400).
-pub struct AdminOn<T> {
+/// A call on one resource: the state, the caller (`Admin` or `User`: its token checked),
+/// then the path's value (`p`), in that order (an unknown caller hears 401 before a bad
+/// path's 400).
+pub struct Call<C, T> {
     pub st: AppState,
+    pub caller: C,
     pub p: T,
 }
 
-impl<T> FromRequestParts<AppState> for AdminOn<T>
+/// An admin's call on one resource.
+pub type AdminOn<T> = Call<Admin, T>;
+/// A user's call on one resource (the user not blacklisted).
+pub type UserOn<T> = Call<User, T>;
+
+impl<C, T> FromRequestParts<AppState> for Call<C, T>
 where
+    C: FromRequestParts<AppState, Rejection = AppError> + Send,
+    T: Send,
     ApiPath<T>: FromRequestParts<AppState, Rejection = AppError>,
 {
     type Rejection = AppError;
 
     async fn from_request_parts(parts: &mut Parts, st: &AppState) -> Result<Self, AppError> {
-        Admin::from_request_parts(parts, st).await?;
+        let caller = C::from_request_parts(parts, st).await?;
         let ApiPath(p) = ApiPath::<T>::from_request_parts(parts, st).await?;
         let st = st.clone();
-        Ok(AdminOn { st, p })
-    }
-}
-
-/// A user's call on one resource: the state, the user (token checked, not blacklisted), then
-/// the path's value (`p`), in that order.
-pub struct UserOn<T> {
-    pub st: AppState,
-    pub user: UserId,
-    pub p: T,
-}
-
-impl<T> FromRequestParts<AppState> for UserOn<T>
-where
-    ApiPath<T>: FromRequestParts<AppState, Rejection = AppError>,
-{
-    type Rejection = AppError;
-
-    async fn from_request_parts(parts: &mut Parts, st: &AppState) -> Result<Self, AppError> {
-        let User(user) = User::from_request_parts(parts, st).await?;
-        let ApiPath(p) = ApiPath::<T>::from_request_parts(parts, st).await?;
-        let st = st.clone();
-        Ok(UserOn { st, user, p })
+        Ok(Call { st, caller, p })
     }
 }
 

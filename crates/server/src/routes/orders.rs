@@ -6,6 +6,7 @@ use flashsale_core::{
 };
 
 use super::OrderView;
+use crate::auth::User;
 use crate::error::AppError;
 use crate::routes::{Answer, UserOn};
 use crate::state::AppState;
@@ -19,7 +20,13 @@ fn parse(p: String) -> Result<OrderNo, AppError> {
 // The database's status once stored; PENDING from the hot ledger until then.
 #[utoipa::path(get, path = "/orders/{order_no}", tag = "orders", operation_id = "get_order", security(("bearer" = [])),
     params(("order_no" = String, Path)), responses((status = 200, description = "the caller's order", body = OrderView)))]
-pub async fn get(UserOn { st, user, p }: UserOn<String>) -> Answer<OrderView> {
+pub async fn get(
+    UserOn {
+        st,
+        caller: User(user),
+        p,
+    }: UserOn<String>,
+) -> Answer<OrderView> {
     let no = parse(p)?;
     match st.store.order(&no).await {
         Ok(Some(order)) => {
@@ -77,7 +84,13 @@ async fn resolve(
 
 #[utoipa::path(post, path = "/orders/{order_no}/pay", tag = "orders", operation_id = "pay_order", security(("bearer" = [])),
     params(("order_no" = String, Path)), responses((status = 200, description = "paid", body = OrderView)))]
-pub async fn pay(UserOn { st, user, p }: UserOn<String>) -> Answer<OrderView> {
+pub async fn pay(
+    UserOn {
+        st,
+        caller: User(user),
+        p,
+    }: UserOn<String>,
+) -> Answer<OrderView> {
     let no = parse(p)?;
     let result = st.ledger.pay(&no, user).await;
     resolve(&st, no.sku(), EventKind::Paid, result).await
@@ -85,7 +98,13 @@ pub async fn pay(UserOn { st, user, p }: UserOn<String>) -> Answer<OrderView> {
 
 #[utoipa::path(post, path = "/orders/{order_no}/cancel", tag = "orders", operation_id = "cancel_order", security(("bearer" = [])),
     params(("order_no" = String, Path)), responses((status = 200, description = "cancelled", body = OrderView)))]
-pub async fn cancel(UserOn { st, user, p }: UserOn<String>) -> Answer<OrderView> {
+pub async fn cancel(
+    UserOn {
+        st,
+        caller: User(user),
+        p,
+    }: UserOn<String>,
+) -> Answer<OrderView> {
     let no = parse(p)?;
     let result = st.ledger.cancel(&no, user).await;
     let answer = resolve(&st, no.sku(), EventKind::Cancelled, result).await;

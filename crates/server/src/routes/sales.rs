@@ -245,18 +245,18 @@ async fn set_state(st: AppState, p: u64, state: SaleState) -> Result<Json<SaleVi
 
 #[utoipa::path(post, path = "/sales/{sku_id}/pause", tag = "sales", operation_id = "pause_sale", security(("bearer" = [])),
     params(("sku_id" = u64, Path, minimum = 0)), responses((status = 200, description = "paused", body = SaleView)))]
-pub async fn pause(AdminOn { st, p }: AdminOn<u64>) -> Answer<SaleView> {
+pub async fn pause(AdminOn { st, p, .. }: AdminOn<u64>) -> Answer<SaleView> {
     set_state(st, p, SaleState::Paused).await
 }
 
 #[utoipa::path(post, path = "/sales/{sku_id}/resume", tag = "sales", operation_id = "resume_sale", security(("bearer" = [])),
     params(("sku_id" = u64, Path, minimum = 0)), responses((status = 200, description = "live", body = SaleView)))]
-pub async fn resume(AdminOn { st, p }: AdminOn<u64>) -> Answer<SaleView> {
+pub async fn resume(AdminOn { st, p, .. }: AdminOn<u64>) -> Answer<SaleView> {
     set_state(st, p, SaleState::Live).await
 }
 
 #[utoipa::path(post, path = "/sales/{sku_id}/end", tag = "sales", operation_id = "end_sale", security(("bearer" = [])),
     params(("sku_id" = u64, Path, minimum = 0)), responses((status = 200, description = "ended", body = SaleView)))]
-pub async fn end(AdminOn { st, p }: AdminOn<u64>) -> Answer<SaleView> {
+pub async fn end(AdminOn { st, p, .. }: AdminOn<u64>) -> Answer<SaleView> {
     set_state(st, p, SaleState::Ended).await
 }
