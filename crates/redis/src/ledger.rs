@@ -442,18 +442,7 @@ impl HotLedger for RedisLedger {
         if reqs.is_empty() {
             return Ok(Vec::new());
         }
-        if reqs.len() > BATCH_LEN_MAX {
-            return Err(LedgerError::Internal(format!(
-                "batch of {} requests > {BATCH_LEN_MAX}",
-                reqs.len()
-            )));
-        }
-        if let Some(other) = reqs.iter().find(|r| r.sku_id != sku) {
-            return Err(LedgerError::Internal(format!(
-                "request for sale {} in a batch of sale {sku}",
-                other.sku_id
-            )));
-        }
+        flashsale_core::ledger::check_batch(sku, reqs)?;
         let keys = [
             self.keys.sale(sku),
             self.keys.buyers(sku),
