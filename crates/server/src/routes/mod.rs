@@ -63,6 +63,13 @@ where
     }
 }
 
+impl<T> UserOn<T> {
+    /// The state, the user, the path's value.
+    pub fn into_parts(self) -> (AppState, UserId, T) {
+        (self.st, self.caller.0, self.p)
+    }
+}
+
 /// A handler's JSON answer, or the API's error.
 pub type Answer<T> = Result<Json<T>, AppError>;
 

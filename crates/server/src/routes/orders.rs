@@ -6,7 +6,6 @@ use flashsale_core::{
 };
 
 use super::OrderView;
-use crate::auth::User;
 use crate::error::AppError;
 use crate::routes::{Answer, UserOn};
 use crate::state::AppState;
@@ -20,13 +19,8 @@ fn parse(p: String) -> Result<OrderNo, AppError> {
 // The database's status once stored; PENDING from the hot ledger until then.
 #[utoipa::path(get, path = "/orders/{order_no}", tag = "orders", operation_id = "get_order", security(("bearer" = [])),
     params(("order_no" = String, Path)), responses((status = 200, description = "the caller's order", body = OrderView)))]
-pub async fn get(
-    UserOn {
-        st,
-        caller: User(user),
-        p,
-    }: UserOn<String>,
-) -> Answer<OrderView> {
+pub async fn get(call: UserOn<String>) -> Answer<OrderView> {
+    let (st, user, p) = call.into_parts();
     let no = parse(p)?;
     match st.store.order(&no).await {
         Ok(Some(order)) => {
@@ -84,31 +78,27 @@ async fn resolve(
 
 #[utoipa::path(post, path = "/orders/{order_no}/pay", tag = "orders", operation_id = "pay_order", security(("bearer" = [])),
     params(("order_no" = String, Path)), responses((status = 200, description = "paid", body = OrderView)))]
-pub async fn pay(
-    UserOn {
-        st,
-        caller: User(user),
-        p,
-    }: UserOn<String>,
-) -> Answer<OrderView> {
-    let no = parse(p)?;
-    let result = st.ledger.pay(&no, user).await;
-    resolve(&st, no.sku(), EventKind::Paid, result).await
+pub async fn pay(call: UserOn<String>) -> Answer<OrderView> {
+    resolve_call(call, EventKind::Paid).await
 }
 
 #[utoipa::path(post, path = "/orders/{order_no}/cancel", tag = "orders", operation_id = "cancel_order", security(("bearer" = [])),
     params(("order_no" = String, Path)), responses((status = 200, description = "cancelled", body = OrderView)))]
-pub async fn cancel(
-    UserOn {
-        st,
-        caller: User(user),
-        p,
-    }: UserOn<String>,
-) -> Answer<OrderView> {
+pub async fn cancel(call: UserOn<String>) -> Answer<OrderView> {
+    resolve_call(call, EventKind::Cancelled).await
+}
+
+/// Pays or cancels (`kind`) the caller's order. A cancellation gives units back, so the
+/// sale's sold-out flag no longer holds.
+async fn resolve_call(call: UserOn<String>, kind: EventKind) -> Answer<OrderView> {
+    let (st, user, p) = call.into_parts();
     let no = parse(p)?;
-    let result = st.ledger.cancel(&no, user).await;
-    let answer = resolve(&st, no.sku(), EventKind::Cancelled, result).await;
-    if answer.is_ok() {
+    let result = match kind {
+        EventKind::Cancelled => st.ledger.cancel(&no, user).await,
+        _ => st.ledger.pay(&no, user).await,
+    };
+    let answer = resolve(&st, no.sku(), kind, result).await;
+    if answer.is_ok() && kind == EventKind::Cancelled {
         st.sold_out.clear(no.sku());
     }
     answer

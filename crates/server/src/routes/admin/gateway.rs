@@ -10,7 +10,7 @@ use serde::Serialize;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
-use crate::auth::{Admin, User};
+use crate::auth::Admin;
 use crate::error::AppError;
 use crate::routes::{
     gateway_store_error, gateway_write, stored_sale, user_id, AdminOn, Answer, UserOn,
@@ -148,13 +148,8 @@ pub async fn drop_token(AdminOn { st, p, .. }: AdminOn<u64>) -> Answer<TokenSale
 #[utoipa::path(post, path = "/sales/{sku_id}/purchase-token", tag = "purchases", operation_id = "issue_purchase_token", security(("bearer" = [])),
     params(("sku_id" = u64, Path, minimum = 0)),
     responses((status = 200, description = "a single-use purchase token (only while the sale is live)", body = PurchaseTokenView)))]
-pub async fn issue_token(
-    UserOn {
-        st,
-        caller: User(user),
-        p,
-    }: UserOn<u64>,
-) -> Answer<PurchaseTokenView> {
+pub async fn issue_token(call: UserOn<u64>) -> Answer<PurchaseTokenView> {
+    let (st, user, p) = call.into_parts();
     let sku = SkuId(p);
     let stored = crate::routes::sale(&st, sku).await?;
     let sale = &stored.sale;
