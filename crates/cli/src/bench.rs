@@ -14,8 +14,7 @@ use clap::{Args, Subcommand};
 use flashsale_bench::closed::{self, MakeRequest, Rate};
 use flashsale_bench::procs::{self, Meter, PhaseCpu};
 use flashsale_core::{
-    HotLedger, Ledger, PurchaseOutcome, PurchaseRequest, RequestId, Sale, SaleMode, SaleState,
-    SkuId, UserId,
+    HotLedger, Ledger, PurchaseOutcome, PurchaseRequest, RequestId, Sale, SaleState, SkuId, UserId,
 };
 use flashsale_embedded::EmbeddedLedger;
 use flashsale_server::auth::Auth;
@@ -433,17 +432,7 @@ async fn ledger(args: LedgerArgs) -> anyhow::Result<()> {
     let store =
         Arc::new(SqliteStore::open(&format!("sqlite://{}/ledger.db", dir.display())).await?);
     let ledger = Arc::new(EmbeddedLedger::open(store.clone()).await?);
-    let sale = Sale {
-        sku_id: SkuId(1),
-        name: "bench".into(),
-        total_stock: args.purchases,
-        per_user_limit: 1,
-        mode: SaleMode::Direct,
-        payment_timeout_ms: 0,
-        starts_at_ms: 0,
-        ends_at_ms: flashsale_engine::now_ms() + 24 * 3_600_000,
-        state: SaleState::Live,
-    };
+    let sale = Sale::always_open(SkuId(1), args.purchases);
     flashsale_core::OrderStore::create_sale(store.as_ref(), &sale).await?;
     flashsale_core::OrderStore::set_state(store.as_ref(), sale.sku_id, SaleState::Live).await?;
     load_sale(ledger.as_ref(), store.as_ref(), sale.sku_id).await?;

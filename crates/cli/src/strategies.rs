@@ -21,8 +21,7 @@ use std::time::{Duration, Instant};
 use async_trait::async_trait;
 use flashsale_bench::procs::{Meter, PhaseCpu};
 use flashsale_core::{
-    Ledger, OrderStore, PurchaseOutcome, PurchaseRequest, RequestId, Sale, SaleMode, SaleState,
-    SkuId, UserId,
+    Ledger, OrderStore, PurchaseOutcome, PurchaseRequest, RequestId, Sale, SkuId, UserId,
 };
 use flashsale_engine::batcher::Batcher;
 use hdrhistogram::Histogram;
@@ -526,17 +525,10 @@ impl Strategy for Ours {
 
 /// The sale ours sell.
 pub fn bench_sale(units: u64) -> Sale {
+    // Live, direct, one unit per buyer, open until the latest time a Lua number holds.
     Sale {
-        sku_id: SkuId(SKU),
         name: "hot".into(),
-        total_stock: units,
-        per_user_limit: 1,
-        mode: SaleMode::Direct,
-        payment_timeout_ms: 0,
-        starts_at_ms: 0,
-        // Within what a Lua number holds exactly (2^53).
-        ends_at_ms: flashsale_engine::now_ms() + 24 * 3_600_000,
-        state: SaleState::Live,
+        ..Sale::always_open(SkuId(SKU), units)
     }
 }
 
