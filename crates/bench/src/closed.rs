@@ -26,7 +26,7 @@ pub struct Rate {
 
 /// When a run ends.
 #[derive(Debug, Clone, Copy)]
-enum Stop {
+pub enum Stop {
     /// After this long.
     After(Duration),
     /// After this many requests (a count, for instruction counts per answer).
@@ -42,35 +42,22 @@ impl Stop {
     }
 }
 
-/// Runs `make` in a closed loop; an answer counts as ok when its status is `expect`.
+impl From<Duration> for Stop {
+    fn from(d: Duration) -> Stop {
+        Stop::After(d)
+    }
+}
+
+/// Runs `make` in a closed loop until `stop` (a `Duration`, or [`Stop::Requests`]); an
+/// answer counts as ok when its status is `expect`.
 pub async fn run(
     name: &str,
     make: MakeRequest,
     expect: u16,
     concurrency: usize,
-    duration: Duration,
+    stop: impl Into<Stop>,
 ) -> anyhow::Result<Rate> {
-    drive(name, make, expect, concurrency, Stop::After(duration)).await
-}
-
-/// [`run`] for `requests` requests in all, however long they take.
-pub async fn run_count(
-    name: &str,
-    make: MakeRequest,
-    expect: u16,
-    concurrency: usize,
-    requests: u64,
-) -> anyhow::Result<Rate> {
-    drive(name, make, expect, concurrency, Stop::Requests(requests)).await
-}
-
-async fn drive(
-    name: &str,
-    make: MakeRequest,
-    expect: u16,
-    concurrency: usize,
-    stop: Stop,
-) -> anyhow::Result<Rate> {
+    let stop = stop.into();
     let client = reqwest::Client::builder()
         .pool_max_idle_per_host(concurrency)
         .tcp_nodelay(true)

@@ -199,13 +199,11 @@ async fn measure(args: &HttpArgs, child: &Child, ledger: LedgerKind) -> anyhow::
         callgrind_zero(callgrind).await?;
         let zeroed = Instant::now();
         let before = meter.sample();
-        let rate = match args.callgrind {
-            Some(n) => closed::run_count(name, make, expect, args.concurrency, n).await?,
-            None => {
-                let d = Duration::from_secs(args.seconds);
-                closed::run(name, make, expect, args.concurrency, d).await?
-            }
+        let stop = match args.callgrind {
+            Some(n) => closed::Stop::Requests(n),
+            None => closed::Stop::After(Duration::from_secs(args.seconds)),
         };
+        let rate = closed::run(name, make, expect, args.concurrency, stop).await?;
         if i == 0 && ledger == LedgerKind::Redis {
             child.drain_wait(SkuId(big), rate.ok).await?;
         }
