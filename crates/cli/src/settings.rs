@@ -43,7 +43,7 @@ pub struct Settings {
     /// Skus routed to the hot Redis, comma list.
     #[arg(long, env = "FLASHSALE_HOT_SKUS", value_delimiter = ',')]
     pub hot_skus: Vec<u64>,
-    /// `mysql://…` or `sqlite://…`; default `sqlite://<data dir>/flashsale.db`.
+    /// `mysql://…`, `postgres://…` or `sqlite://…`; default `sqlite://<data dir>/flashsale.db`.
     #[arg(long, env = "FLASHSALE_DATABASE_URL")]
     pub database_url: Option<String>,
     /// Where the embedded database, secrets and reports live.
