@@ -392,7 +392,7 @@ async fn build_report(server: &Server, args: &DemoArgs, run: Outcome) -> anyhow:
     ));
     let lifecycle = run.resolutions.as_ref().map(|done| {
         checks.extend(crate::demo_reserve::checks(done, &orders));
-        crate::demo_reserve::lifecycle(&events, args.users)
+        crate::demo_reserve::lifecycle(&events, args.stock)
     });
 
     let mut setup = BTreeMap::new();
