@@ -7,14 +7,12 @@
 //! `scripts/browser-check.sh` checks that chromium and chromium-driver are there (the test
 //! command installs them before any test runs: scripts/test-deps.sh).
 
-mod common;
-
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{Stack, ADMIN};
+use crate::common::{Stack, ADMIN};
 use fantoccini::{Client, ClientBuilder, Locator};
 use futures::stream::{self, StreamExt};
 use reqwest::StatusCode;

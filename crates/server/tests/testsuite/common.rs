@@ -1,6 +1,5 @@
 //! A whole service on loopback for black-box tests: real Redis, real MariaDB (or the embedded
 //! ledger over SQLite), real HTTP.
-#![allow(dead_code)]
 
 use std::net::SocketAddr;
 use std::time::Duration;
@@ -15,7 +14,6 @@ use serde_json::{json, Value};
 
 /// Runs one test body (`async fn name(&Stack)`) on the production path and on the embedded
 /// default, as two tests `name::redis_mysql` and `name::embedded`.
-#[allow(unused_macros)]
 macro_rules! both_ledgers {
     ($name:ident) => {
         mod $name {

@@ -8,14 +8,12 @@
 //! `scripts/promtool.sh` runs the promtool checks (promtool comes from Debian's `prometheus`
 //! package, which the test command installs before any test runs: scripts/test-deps.sh).
 
-mod common;
-
 use std::collections::BTreeSet;
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
-use common::Stack;
+use crate::common::Stack;
 
 use serde_json::{json, Value};
 

@@ -4,17 +4,16 @@
 //! cooldown, served stale while the provider is down, and a key rotation mid-spike costs no
 //! valid buyer a 401 while the spike sells exactly the stock.
 
-#[macro_use]
-mod common;
+use crate::common;
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use crate::common::Stack;
 use axum::http::StatusCode as AxumStatus;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use base64::Engine;
-use common::Stack;
 use flashsale_server::identity::{IdentityConfig, JwksSource};
 use futures::StreamExt;
 use jsonwebtoken::{Algorithm, EncodingKey, Header};

@@ -1,12 +1,11 @@
 //! Gateway protections over real HTTP: rate limits, blacklist, back-pressure, per-sale
 //! isolation, hot sales on their own Redis, purchase tokens, limits on everything.
 
-#[macro_use]
-mod common;
+use crate::common;
 
 use std::time::{Duration, Instant};
 
-use common::Stack;
+use crate::common::Stack;
 use flashsale_server::gateway::{GatewayConfig, TokenRate};
 use flashsale_server::Config;
 use flashsale_testkit::mariadb::TestDatabase;

@@ -6,20 +6,19 @@
 //! spike with the check on sells exactly the stock (invariants from the database); the
 //! allowlist and the sales' own rules are kept where the blacklist is.
 
-#[macro_use]
-mod common;
+use crate::common;
 
 use std::collections::HashSet;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use crate::common::Stack;
 use axum::extract::State;
 use axum::http::StatusCode as AxumStatus;
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use axum::{Json, Router};
-use common::Stack;
 use flashsale_core::{PurchaseRequest, RequestId, SkuId, UserId};
 use flashsale_server::risk::{Fallback, RiskConfig};
 use flashsale_testkit::mariadb::TestDatabase;

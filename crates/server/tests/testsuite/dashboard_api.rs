@@ -2,12 +2,9 @@
 //! view counts this instance's answers per sale and second, and on Redis also shows the
 //! stream lag and the Lua scripts' latency.
 
-#[macro_use]
-mod common;
-
 use std::time::{Duration, Instant};
 
-use common::Stack;
+use crate::common::Stack;
 use reqwest::StatusCode;
 use serde_json::{json, Value};
 

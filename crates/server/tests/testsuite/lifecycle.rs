@@ -2,12 +2,12 @@
 //! itself, promises lost with Redis are reported) and the faults found around it, each with a
 //! test that fails without its fix. Real Redis, real MariaDB, real HTTP.
 
-mod common;
+use crate::common;
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::Stack;
+use crate::common::Stack;
 use flashsale_core::{SaleState, SkuId};
 use flashsale_engine::reconcile::{Journal, ReconcileConfig, Reconciler, Trigger};
 use flashsale_server::Config;

@@ -2,11 +2,11 @@
 //! holds, pending entries trimmed meanwhile, and a stream a dead letter stopped, across a
 //! restart. Real Redis, real MariaDB.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 
-use common::Stack;
+use crate::common::Stack;
 use flashsale_core::{OrderStore, SkuId};
 use flashsale_engine::persister::{Persister, PersisterConfig};
 use flashsale_redis::StreamReader;

@@ -1,11 +1,9 @@
 //! `/openapi.json` describes exactly the routes the service has: every documented operation
 //! is routed (not 404 ROUTE_NOT_FOUND or 405), and every routed operation is documented.
 
-mod common;
-
 use std::collections::BTreeSet;
 
-use common::Stack;
+use crate::common::Stack;
 use reqwest::StatusCode;
 use serde_json::Value;
 

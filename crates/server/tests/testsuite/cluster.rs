@@ -3,14 +3,14 @@
 //! Invariants are checked on what MariaDB holds; the failover numbers are printed (see
 //! docs/DEPLOY.md for what they were on the reference machine).
 
-mod common;
+use crate::common;
 
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use common::{assert_invariants, Stack};
+use crate::common::{assert_invariants, Stack};
 use flashsale_core::SkuId;
 use flashsale_engine::reconcile::Trigger;
 use flashsale_redis::{slot, Keys, Replication};

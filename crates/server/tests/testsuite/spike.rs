@@ -1,11 +1,11 @@
 //! A spike over real HTTP: many more buyers than units, duplicates and retries; the
 //! invariants are then read from the database's own tables.
 
-mod common;
+use crate::common;
 
 use std::collections::{HashMap, HashSet};
 
-use common::Stack;
+use crate::common::Stack;
 use futures::stream::{self, StreamExt};
 use reqwest::StatusCode;
 use serde_json::json;

@@ -1,9 +1,8 @@
 //! The HTTP API on both ledgers: outcomes, replay, limits, windows, bad input, auth.
 
-#[macro_use]
-mod common;
+use crate::common;
 
-use common::Stack;
+use crate::common::Stack;
 use reqwest::StatusCode;
 use serde_json::{json, Value};
 

@@ -2,14 +2,14 @@
 //! rebuild after Redis lost its data, loss reported by order_no), and the fault suite with
 //! throwaway servers and real processes. Every test ends with I1–I7 from the database.
 
-mod common;
+use crate::common;
 
 use std::collections::{BTreeSet, HashMap};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use common::Stack;
+use crate::common::Stack;
 use flashsale_core::{OrderNo, OrderStatus, OrderStore, SkuId};
 use flashsale_engine::persister::{Persister, PersisterConfig};
 use flashsale_server::gateway::GatewayConfig;

@@ -3,14 +3,13 @@
 //! parsing through the whole router: any body, path or header gets a 4xx in our error shape
 //! (never 5xx) and a refused request changes nothing.
 
-#[macro_use]
-mod common;
+use crate::common;
 
 use std::time::{SystemTime, UNIX_EPOCH};
 
+use crate::common::Stack;
 use axum::body::Body;
 use axum::http::{Request, StatusCode as HttpStatus};
-use common::Stack;
 use flashsale_core::{SkuId, UserId};
 use flashsale_server::auth::Auth;
 use flashsale_server::gateway::GatewayConfig;

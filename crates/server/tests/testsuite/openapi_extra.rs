@@ -1,9 +1,7 @@
 //! The OpenAPI document says what the code does for `u64` ids (every value up to 2^64−1 is
 //! taken, one past it is refused) and links a sale's life together for stateful clients.
 
-mod common;
-
-use common::Stack;
+use crate::common::Stack;
 use reqwest::StatusCode;
 use serde_json::Value;
 

@@ -1,11 +1,11 @@
 //! Faults on the production path, with throwaway servers where a server must die.
 
-mod common;
+use crate::common;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use common::Stack;
+use crate::common::Stack;
 use flashsale_core::{OrderStore, SkuId};
 use flashsale_engine::persister::{Persister, PersisterConfig};
 use flashsale_redis::StreamReader;
