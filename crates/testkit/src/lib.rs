@@ -19,6 +19,7 @@
 
 pub mod conformance;
 pub mod mariadb;
+pub mod model;
 pub mod netns;
 pub mod postgres;
 pub mod process;

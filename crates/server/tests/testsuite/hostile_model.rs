@@ -1,17 +1,16 @@
 //! Property test of the ledger rules on the embedded ledger: random operation sequences
 //! (purchases in batches, pay, cancel, state changes; valid and invalid) give the same
 //! outcomes, order numbers and counters as core's `SaleBook`, the reference model. The Redis
-//! ledger runs the same kind of test in crates/redis/tests/testsuite/model.rs.
+//! ledger runs the same kind of test in crates/redis/tests/testsuite/model.rs; both check
+//! with `flashsale_testkit::model`.
 
 use std::sync::Arc;
 
-use flashsale_core::{
-    HotCopies, HotLedger, HotOrder, OrderNo, OrderStatus, OrderStore, PurchaseOutcome, Sale,
-    SaleBook, SaleMode, SaleState, UserId,
-};
+use flashsale_core::{OrderNo, OrderStore, Sale, SaleMode, SaleState};
 use flashsale_embedded::EmbeddedLedger;
 use flashsale_store::SqliteStore;
-use flashsale_testkit::conformance::{live_sale, now_ms, req};
+use flashsale_testkit::conformance::{live_sale, req};
+use flashsale_testkit::model;
 use proptest::prelude::*;
 
 #[derive(Debug, Clone)]
@@ -41,41 +40,6 @@ fn op() -> impl Strategy<Value = Op> {
     ]
 }
 
-fn same_order(got: &HotOrder, want: &HotOrder) {
-    assert_eq!(got.order_no, want.order_no);
-    assert_eq!(
-        (got.user_id, &got.request_id),
-        (want.user_id, &want.request_id)
-    );
-    assert_eq!(got.quantity, want.quantity);
-    let unresolved = |s| {
-        matches!(
-            s,
-            OrderStatus::Pending | OrderStatus::Created | OrderStatus::Reserved
-        )
-    };
-    assert!(got.status == want.status || unresolved(got.status) && unresolved(want.status));
-}
-
-fn same_outcome(got: &PurchaseOutcome, want: &PurchaseOutcome) {
-    match (got, want) {
-        (
-            PurchaseOutcome::Accepted {
-                order: a,
-                replayed: ra,
-            },
-            PurchaseOutcome::Accepted {
-                order: b,
-                replayed: rb,
-            },
-        ) => {
-            same_order(a, b);
-            assert_eq!(ra, rb);
-        }
-        (a, b) => assert_eq!(a, b),
-    }
-}
-
 async fn run(ledger: &EmbeddedLedger, mode: SaleMode, total: u64, limit: u32, ops: Vec<Op>) {
     let mut sale: Sale = live_sale(mode, total, limit);
     sale.payment_timeout_ms = if mode == SaleMode::Reserve {
@@ -83,73 +47,36 @@ async fn run(ledger: &EmbeddedLedger, mode: SaleMode, total: u64, limit: u32, op
     } else {
         0
     };
-    ledger.warm(&sale, &sale.fresh_counters(), 1).await.unwrap();
-    let mut book = SaleBook::new(sale.clone(), sale.fresh_counters(), 1);
+    let mut book = model::warm(ledger, &sale).await;
     let mut orders: Vec<OrderNo> = Vec::new();
     for op in ops {
         match op {
             Op::State(state) => {
-                ledger.set_state(sale.sku_id, state).await.unwrap();
-                book.sale.state = state;
+                model::set_state(ledger, &mut book, state).await;
             }
             Op::Resolve { pick, pay, owner } => {
                 if orders.is_empty() {
                     continue;
                 }
                 let no = orders[pick % orders.len()];
-                let user = if owner {
-                    book.order(&no).unwrap().user_id
-                } else {
-                    UserId(99)
-                };
-                let (got, want) = if pay {
-                    (
-                        ledger.pay(&no, user).await.unwrap(),
-                        book.pay(&no, user, now_ms()).map(|r| r.0),
-                    )
-                } else {
-                    (
-                        ledger.cancel(&no, user).await.unwrap(),
-                        book.cancel(&no, user, now_ms()).map(|r| r.0),
-                    )
-                };
-                match (&got, &want) {
-                    (Ok(a), Ok(b)) => same_order(a, b),
-                    _ => assert_eq!(got, want, "pay={pay} {no}"),
-                }
+                let user = model::owner_or_stranger(&book, &no, owner);
+                model::resolve(ledger, &mut book, &no, user, pay, "").await;
             }
             Op::Buy(batch) => {
                 let reqs: Vec<_> = batch
                     .iter()
                     .map(|(u, r, q)| req(sale.sku_id, *u, &format!("r{r}"), *q))
                     .collect();
-                let out = ledger.purchase_batch(sale.sku_id, &reqs).await.unwrap();
-                assert_eq!(out.len(), reqs.len());
-                for (r, got) in reqs.iter().zip(&out) {
-                    let (want, event) = book.purchase(r, now_ms());
-                    same_outcome(got, &want);
-                    if let (Some(_), PurchaseOutcome::Accepted { order, .. }) = (event, &want) {
-                        orders.push(order.order_no);
-                    }
-                }
+                orders.extend(model::buy_batch(ledger, &mut book, sale.sku_id, &reqs).await);
             }
         }
     }
-    let counters = ledger.counters(sale.sku_id).await.unwrap().unwrap();
-    assert_eq!(counters, book.counters);
-    let c = counters;
-    assert_eq!(c.available + c.reserved + c.sold, c.total, "I2");
-    for no in &orders {
-        same_order(
-            &ledger.order(no).await.unwrap().unwrap(),
-            book.order(no).unwrap(),
-        );
-    }
+    model::same_end(ledger, &book, &orders, "").await;
     // The system of record agrees with the model (the embedded ledger commits before answering).
     let stored = ledger.store().events(sale.sku_id).await.unwrap();
     assert_eq!(
         stored.len() as u64,
-        counters.seq,
+        book.counters.seq,
         "one event per change, gap-free"
     );
 }
