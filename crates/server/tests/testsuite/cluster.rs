@@ -246,8 +246,7 @@ async fn a_spike_on_every_shard_sells_exactly_the_stock() {
             counts.keys().all(|s| [202, 409].contains(s)),
             "sale {sku}: {counts:?}"
         );
-        let (orders, units, sold) =
-            common::mysql_counts(&stack.db.as_ref().unwrap().url, sku).await;
+        let (orders, units, sold) = common::sql_counts(stack.database_url(), sku).await.live();
         assert_eq!((orders, units, sold), (40, 40, 40), "sale {sku}");
         assert!(missing_in_db(&stack, &answers, sku).await.is_empty());
     }

@@ -1,5 +1,5 @@
-//! A whole service on loopback for black-box tests: real Redis, real MariaDB (or the embedded
-//! ledger over SQLite), real HTTP.
+//! A whole service on loopback for black-box tests: real Redis, real MariaDB or PostgreSQL (or
+//! the embedded ledger over SQLite), real HTTP.
 
 use std::net::SocketAddr;
 use std::time::Duration;
@@ -8,7 +8,7 @@ use flashsale_core::{OrderStore, SkuId, UserId};
 use flashsale_server::auth::Auth;
 use flashsale_server::{Config, Server, Tunables};
 use flashsale_testkit::mariadb::TestDatabase;
-use flashsale_testkit::redis_server;
+use flashsale_testkit::{postgres, redis_server};
 use reqwest::StatusCode;
 use serde_json::{json, Value};
 
@@ -32,6 +32,33 @@ macro_rules! both_ledgers {
     };
 }
 
+/// Runs one test body (`async fn name(&Stack)`) on every system of record: as three tests
+/// `name::redis_mysql`, `name::redis_postgres` and `name::embedded`. For the few slow tests
+/// whose point is what the database ends up holding.
+macro_rules! all_systems {
+    ($name:ident) => {
+        mod $name {
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn redis_mysql() {
+                let stack = super::Stack::redis_mysql().await;
+                super::$name(&stack).await;
+            }
+
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn redis_postgres() {
+                let stack = super::Stack::redis_postgres().await;
+                super::$name(&stack).await;
+            }
+
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn embedded() {
+                let stack = super::Stack::embedded().await;
+                super::$name(&stack).await;
+            }
+        }
+    };
+}
+
 pub const JWT_SECRET: &str = "test-secret";
 pub const ADMIN: &str = "test-admin-token";
 
@@ -41,8 +68,17 @@ pub struct Stack {
     pub http: reqwest::Client,
     pub auth: Auth,
     pub config: Config,
+    /// The MariaDB database of a stack on the production path.
     pub db: Option<TestDatabase>,
-    pub dir: Option<tempfile::TempDir>,
+    /// The PostgreSQL database of a stack on Redis+PostgreSQL, dropped with the stack.
+    _pg: Option<postgres::TestDatabase>,
+    /// The SQLite file's directory of an embedded stack, removed with the stack.
+    _dir: Option<tempfile::TempDir>,
+}
+
+/// The URL of a SQLite database file in `dir`.
+pub fn sqlite_url(dir: &tempfile::TempDir) -> String {
+    format!("sqlite://{}/flashsale.db", dir.path().display())
 }
 
 pub fn config(redis_url: Option<String>, database_url: String) -> Config {
@@ -64,9 +100,31 @@ pub fn config(redis_url: Option<String>, database_url: String) -> Config {
 impl Stack {
     /// The production path: shared Redis (own prefix) and a database of its own on MariaDB.
     pub async fn redis_mysql() -> Stack {
+        Stack::redis_mysql_with(|_| {}).await
+    }
+
+    /// [`Stack::redis_mysql`] with its configuration changed by `change` first.
+    pub async fn redis_mysql_with(change: impl FnOnce(&mut Config)) -> Stack {
         let db = TestDatabase::create().await;
-        let cfg = config(Some(redis_server::shared_url()), db.url.clone());
+        let mut cfg = config(Some(redis_server::shared_url()), db.url.clone());
+        change(&mut cfg);
         Stack::start(cfg, Some(db), None).await
+    }
+
+    /// Shared Redis (own prefix) and a database of its own on PostgreSQL as the system of
+    /// record.
+    pub async fn redis_postgres() -> Stack {
+        Stack::redis_postgres_with(|_| {}).await
+    }
+
+    /// [`Stack::redis_postgres`] with its configuration changed by `change` first.
+    pub async fn redis_postgres_with(change: impl FnOnce(&mut Config)) -> Stack {
+        let pg = postgres::TestDatabase::create().await;
+        let mut cfg = config(Some(redis_server::shared_url()), pg.url.clone());
+        change(&mut cfg);
+        let mut stack = Stack::start(cfg, None, None).await;
+        stack._pg = Some(pg);
+        stack
     }
 
     /// Redis at `redis_url` (e.g. a throwaway server) and MariaDB at `db`.
@@ -77,9 +135,15 @@ impl Stack {
 
     /// The embedded default over SQLite in a temp dir.
     pub async fn embedded() -> Stack {
+        Stack::embedded_with(|_| {}).await
+    }
+
+    /// [`Stack::embedded`] with its configuration changed by `change` first.
+    pub async fn embedded_with(change: impl FnOnce(&mut Config)) -> Stack {
         let dir = tempfile::tempdir().unwrap();
-        let url = format!("sqlite://{}/flashsale.db", dir.path().display());
-        Stack::start(config(None, url), None, Some(dir)).await
+        let mut cfg = config(None, sqlite_url(&dir));
+        change(&mut cfg);
+        Stack::start(cfg, None, Some(dir)).await
     }
 
     pub async fn start(
@@ -101,8 +165,14 @@ impl Stack {
             auth,
             config,
             db,
-            dir,
+            _pg: None,
+            _dir: dir,
         }
+    }
+
+    /// The URL of the stack's system of record.
+    pub fn database_url(&self) -> &str {
+        &self.config.engine.database_url
     }
 
     pub fn store(&self) -> std::sync::Arc<dyn OrderStore> {
@@ -215,21 +285,129 @@ impl Stack {
     }
 }
 
-/// Units and orders of a sale counted by SQL from MariaDB, not from any code's counters.
-pub async fn mysql_counts(db_url: &str, sku: u64) -> (i64, i64, i64) {
-    use sqlx::{Connection, Row};
-    let mut conn = sqlx::MySqlConnection::connect(db_url).await.unwrap();
-    let row = sqlx::query(
-        "SELECT COUNT(*) AS n, CAST(COALESCE(SUM(quantity),0) AS SIGNED) AS units, \
-         (SELECT CAST(sold AS SIGNED) FROM sales WHERE sku_id = ?) AS sold \
-         FROM orders WHERE sku_id = ? AND status IN ('CREATED','RESERVED','PAID')",
+/// A sale as the database's own tables hold it, counted by SQL (not by any code's counters).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SqlCounts {
+    pub total: i64,
+    pub available: i64,
+    pub reserved: i64,
+    pub sold: i64,
+    pub per_user_limit: i64,
+    pub applied_seq: i64,
+    /// Orders in a live status (CREATED, RESERVED, PAID) and their units.
+    pub live_orders: i64,
+    pub live_units: i64,
+    /// Orders the persister has not finished (PENDING).
+    pub pending: i64,
+    /// The most units one user holds in live orders.
+    pub user_units_max: i64,
+    /// Rows that repeat another's order number, or another's (user, request id).
+    pub order_nos_repeated: i64,
+    pub requests_repeated: i64,
+    /// Rows of the event log and its highest seq.
+    pub events: i64,
+    pub last_seq: i64,
+}
+
+impl SqlCounts {
+    /// Live orders, their units, and the sale's sold counter.
+    pub fn live(&self) -> (i64, i64, i64) {
+        (self.live_orders, self.live_units, self.sold)
+    }
+
+    /// I1–I5 and I8 as the tables show them once the persister has drained: no oversell, the
+    /// counters conserved, the per-user limit kept, one order per request, nothing left
+    /// pending, the event log gap-free up to the applied seq, no order number twice.
+    pub fn assert_invariants(&self) {
+        assert!(self.live_units <= self.total, "I1: {self:?}");
+        assert_eq!(
+            self.available + self.reserved + self.sold,
+            self.total,
+            "I2: {self:?}"
+        );
+        assert!(self.user_units_max <= self.per_user_limit, "I3: {self:?}");
+        assert_eq!(self.requests_repeated, 0, "I4: {self:?}");
+        assert_eq!(self.pending, 0, "I5: {self:?}");
+        assert_eq!(
+            (self.events, self.last_seq),
+            (self.applied_seq, self.applied_seq),
+            "one event per change, gap-free, all applied: {self:?}"
+        );
+        assert_eq!(self.order_nos_repeated, 0, "I8: {self:?}");
+    }
+}
+
+/// The query of [`sql_counts`], in the dialect whose 64-bit integer type is `int`.
+fn counts_query(int: &str, sku: u64) -> String {
+    let live = format!("sku_id = {sku} AND status IN ('CREATED','RESERVED','PAID')");
+    let sale = |col: &str| format!("(SELECT CAST({col} AS {int}) FROM sales WHERE sku_id = {sku})");
+    format!(
+        "SELECT {}, {}, {}, {}, {}, {}, \
+         (SELECT COUNT(*) FROM orders WHERE {live}), \
+         (SELECT CAST(COALESCE(SUM(quantity), 0) AS {int}) FROM orders WHERE {live}), \
+         (SELECT COUNT(*) FROM orders WHERE sku_id = {sku} AND status = 'PENDING'), \
+         (SELECT CAST(COALESCE(MAX(units), 0) AS {int}) FROM \
+            (SELECT SUM(quantity) AS units FROM orders WHERE {live} GROUP BY user_id) per_user), \
+         (SELECT COUNT(*) - COUNT(DISTINCT order_no) FROM orders WHERE sku_id = {sku}), \
+         (SELECT COUNT(*) FROM \
+            (SELECT 1 AS one FROM orders WHERE sku_id = {sku} \
+             GROUP BY user_id, request_id HAVING COUNT(*) > 1) repeats), \
+         (SELECT COUNT(*) FROM stock_events WHERE sku_id = {sku}), \
+         (SELECT CAST(COALESCE(MAX(seq), 0) AS {int}) FROM stock_events WHERE sku_id = {sku})",
+        sale("total_stock"),
+        sale("available"),
+        sale("reserved"),
+        sale("sold"),
+        sale("per_user_limit"),
+        sale("applied_seq"),
     )
-    .bind(sku)
-    .bind(sku)
-    .fetch_one(&mut conn)
-    .await
-    .unwrap();
-    (row.get("n"), row.get("units"), row.get("sold"))
+}
+
+/// One row of 64-bit integers that `query` gives over a new connection of type `C`.
+async fn integer_row<C>(db_url: &str, query: &str) -> Vec<i64>
+where
+    C: sqlx::Connection,
+    for<'c> &'c mut C: sqlx::Executor<'c, Database = C::Database>,
+    for<'q> <C::Database as sqlx::Database>::Arguments<'q>: sqlx::IntoArguments<'q, C::Database>,
+    i64: for<'r> sqlx::Decode<'r, C::Database> + sqlx::Type<C::Database>,
+    usize: sqlx::ColumnIndex<<C::Database as sqlx::Database>::Row>,
+{
+    use sqlx::Row;
+    let mut conn = C::connect(db_url).await.unwrap();
+    let row = sqlx::query(query).fetch_one(&mut conn).await.unwrap();
+    (0..row.len()).map(|i| row.get(i)).collect()
+}
+
+/// [`SqlCounts`] of `sku` from the database at `db_url` (MariaDB, PostgreSQL or SQLite).
+pub async fn sql_counts(db_url: &str, sku: u64) -> SqlCounts {
+    let values = if db_url.starts_with("postgres") {
+        integer_row::<sqlx::PgConnection>(db_url, &counts_query("BIGINT", sku)).await
+    } else if db_url.starts_with("sqlite") {
+        integer_row::<sqlx::SqliteConnection>(db_url, &counts_query("INTEGER", sku)).await
+    } else {
+        integer_row::<sqlx::MySqlConnection>(db_url, &counts_query("SIGNED", sku)).await
+    };
+    let [total, available, reserved, sold, per_user_limit, applied_seq, live_orders, live_units, pending, user_units_max, order_nos_repeated, requests_repeated, events, last_seq] =
+        values[..]
+    else {
+        panic!("one row of 14 counts: {values:?}")
+    };
+    SqlCounts {
+        total,
+        available,
+        reserved,
+        sold,
+        per_user_limit,
+        applied_seq,
+        live_orders,
+        live_units,
+        pending,
+        user_units_max,
+        order_nos_repeated,
+        requests_repeated,
+        events,
+        last_seq,
+    }
 }
 
 /// I1–I5, I7 from the database's own rows.

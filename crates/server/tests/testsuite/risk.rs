@@ -443,7 +443,10 @@ async fn a_risk_service_that_dies_mid_spike_does_not_stop_the_sale() {
     assert_eq!(buyers(&stack, 331).await.len(), 120);
     common::assert_invariants(stack.store().as_ref(), 331).await;
     let db = stack.db.as_ref().unwrap();
-    assert_eq!(common::mysql_counts(&db.url, 331).await, (120, 120, 120));
+    assert_eq!(
+        common::sql_counts(&db.url, 331).await.live(),
+        (120, 120, 120)
+    );
 }
 
 /// 500s open the breaker: purchases skip the service (the fallback decides) until a probe
@@ -568,7 +571,10 @@ async fn a_spike_with_the_risk_check_sells_exactly_the_stock(stack: &Stack, shop
     );
     common::assert_invariants(stack.store().as_ref(), 361).await;
     if let Some(db) = &stack.db {
-        assert_eq!(common::mysql_counts(&db.url, 361).await, (150, 150, 150));
+        assert_eq!(
+            common::sql_counts(&db.url, 361).await.live(),
+            (150, 150, 150)
+        );
     }
 }
 
