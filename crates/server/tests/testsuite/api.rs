@@ -2,13 +2,9 @@
 
 use crate::common;
 
-use crate::common::Stack;
+use crate::common::{code, Stack};
 use reqwest::StatusCode;
 use serde_json::{json, Value};
-
-fn code(body: &Value) -> &str {
-    body["code"].as_str().unwrap_or("")
-}
 
 async fn sale_view(stack: &Stack, sku: u64) -> Value {
     let (s, b) = stack

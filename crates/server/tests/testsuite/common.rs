@@ -76,6 +76,19 @@ pub struct Stack {
     _dir: Option<tempfile::TempDir>,
 }
 
+/// The `code` of an error body ("" when there is none).
+pub fn code(body: &Value) -> &str {
+    body["code"].as_str().unwrap_or("")
+}
+
+/// The order number of an accepted purchase's body.
+pub fn order_no(body: &Value) -> String {
+    body["order_no"]
+        .as_str()
+        .expect("an order number")
+        .to_owned()
+}
+
 /// The URL of a SQLite database file in `dir`.
 pub fn sqlite_url(dir: &tempfile::TempDir) -> String {
     format!("sqlite://{}/flashsale.db", dir.path().display())
@@ -106,9 +119,7 @@ impl Stack {
     /// [`Stack::redis_mysql`] with its configuration changed by `change` first.
     pub async fn redis_mysql_with(change: impl FnOnce(&mut Config)) -> Stack {
         let db = TestDatabase::create().await;
-        let mut cfg = config(Some(redis_server::shared_url()), db.url.clone());
-        change(&mut cfg);
-        Stack::start(cfg, Some(db), None).await
+        Stack::on_redis(&redis_server::shared_url(), db, change).await
     }
 
     /// Shared Redis (own prefix) and a database of its own on PostgreSQL as the system of
@@ -129,7 +140,17 @@ impl Stack {
 
     /// Redis at `redis_url` (e.g. a throwaway server) and MariaDB at `db`.
     pub async fn with(redis_url: &str, db: TestDatabase) -> Stack {
-        let cfg = config(Some(redis_url.to_owned()), db.url.clone());
+        Stack::on_redis(redis_url, db, |_| {}).await
+    }
+
+    /// Redis at `redis_url` and MariaDB at `db`, the configuration changed by `change` first.
+    pub async fn on_redis(
+        redis_url: &str,
+        db: TestDatabase,
+        change: impl FnOnce(&mut Config),
+    ) -> Stack {
+        let mut cfg = config(Some(redis_url.to_owned()), db.url.clone());
+        change(&mut cfg);
         Stack::start(cfg, Some(db), None).await
     }
 

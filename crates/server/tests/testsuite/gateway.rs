@@ -5,7 +5,7 @@ use crate::common;
 
 use std::time::{Duration, Instant};
 
-use crate::common::Stack;
+use crate::common::{code, Stack};
 use flashsale_server::gateway::{GatewayConfig, TokenRate};
 use flashsale_server::Config;
 use flashsale_testkit::mariadb::TestDatabase;
@@ -14,22 +14,12 @@ use futures::StreamExt;
 use reqwest::StatusCode;
 use serde_json::{json, Value};
 
-fn code(body: &Value) -> &str {
-    body["code"].as_str().unwrap_or("")
-}
-
 fn embedded_config(dir: &tempfile::TempDir) -> Config {
-    common::config(
-        None,
-        format!("sqlite://{}/flashsale.db", dir.path().display()),
-    )
+    common::config(None, common::sqlite_url(dir))
 }
 
 async fn embedded_with(edit: impl FnOnce(&mut Config)) -> Stack {
-    let dir = tempfile::tempdir().unwrap();
-    let mut config = embedded_config(&dir);
-    edit(&mut config);
-    Stack::start(config, None, Some(dir)).await
+    Stack::embedded_with(edit).await
 }
 
 async fn buy_with_token(

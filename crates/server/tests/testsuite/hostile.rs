@@ -7,7 +7,7 @@ use crate::common;
 
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use crate::common::Stack;
+use crate::common::{code, Stack};
 use axum::body::Body;
 use axum::http::{Request, StatusCode as HttpStatus};
 use flashsale_core::{SkuId, UserId};
@@ -18,10 +18,6 @@ use proptest::prelude::*;
 use reqwest::StatusCode;
 use serde_json::{json, Value};
 use tower::ServiceExt;
-
-fn code(body: &Value) -> &str {
-    body["code"].as_str().unwrap_or("")
-}
 
 fn now_s() -> u64 {
     SystemTime::now()
@@ -168,8 +164,7 @@ async fn every_bad_token_is_401_and_roles_hold(stack: &Stack) {
 /// An in-process service on the embedded ledger, without rate limits.
 async fn in_process() -> (axum::Router, AppState, tempfile::TempDir) {
     let dir = tempfile::tempdir().unwrap();
-    let url = format!("sqlite://{}/flashsale.db", dir.path().display());
-    let mut config = common::config(None, url);
+    let mut config = common::config(None, common::sqlite_url(&dir));
     config.tunables = Tunables {
         gateway: GatewayConfig::unlimited(),
         ..Tunables::default()

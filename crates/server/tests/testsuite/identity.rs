@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use crate::common::Stack;
+use crate::common::{code, Stack};
 use axum::http::StatusCode as AxumStatus;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use base64::Engine;
@@ -170,18 +170,14 @@ async fn stack_with(provider: &Provider, cooldown: Duration, redis: bool) -> Sta
     let source = JwksSource::Url(provider.url.clone());
     let stack = match redis {
         true => {
-            let db = flashsale_testkit::mariadb::TestDatabase::create().await;
-            let url = flashsale_testkit::redis_server::shared_url();
-            let mut config = common::config(Some(url), db.url.clone());
-            config.identity = Some(identity_config(source, cooldown));
-            Stack::start(config, Some(db), None).await
+            Stack::redis_mysql_with(|config| {
+                config.identity = Some(identity_config(source, cooldown))
+            })
+            .await
         }
         false => {
-            let dir = tempfile::tempdir().unwrap();
-            let url = format!("sqlite://{}/flashsale.db", dir.path().display());
-            let mut config = common::config(None, url);
-            config.identity = Some(identity_config(source, cooldown));
-            Stack::start(config, None, Some(dir)).await
+            Stack::embedded_with(|config| config.identity = Some(identity_config(source, cooldown)))
+                .await
         }
     };
     stack
@@ -198,10 +194,6 @@ fn metric(text: &str, sample: &str) -> f64 {
     text.lines()
         .find_map(|l| l.strip_prefix(sample)?.trim().parse().ok())
         .unwrap_or(0.0)
-}
-
-fn code(body: &Value) -> &str {
-    body["code"].as_str().unwrap_or("")
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -382,7 +374,7 @@ async fn a_key_set_file_that_does_not_parse_stops_the_start() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("jwks.json");
     std::fs::write(&path, b"{\"keys\": [").unwrap();
-    let url = format!("sqlite://{}/flashsale.db", dir.path().display());
+    let url = common::sqlite_url(&dir);
     let mut config = common::config(None, url.clone());
     config.identity = Some(identity_config(
         JwksSource::File(path.clone()),

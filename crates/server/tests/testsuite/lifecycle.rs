@@ -7,7 +7,7 @@ use crate::common;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::common::Stack;
+use crate::common::{code, order_no, Stack};
 use flashsale_core::{SaleState, SkuId};
 use flashsale_engine::reconcile::{Journal, ReconcileConfig, Reconciler, Trigger};
 use flashsale_server::Config;
@@ -15,32 +15,21 @@ use flashsale_testkit::mariadb::TestDatabase;
 use flashsale_testkit::redis_server::{self, RedisServer};
 use flashsale_testkit::wait;
 use reqwest::StatusCode;
-use serde_json::{json, Value};
+use serde_json::json;
 
 /// Redis at `redis_url`, a database of its own, no persister and no reconcile worker: the
 /// test decides when events move.
 async fn quiet_stack(redis_url: &str, edit: impl FnOnce(&mut Config)) -> Stack {
-    let db = TestDatabase::create().await;
-    let mut cfg = common::config(Some(redis_url.to_owned()), db.url.clone());
-    cfg.engine.persister.run = false;
-    cfg.engine.reconcile.interval = Duration::ZERO;
-    edit(&mut cfg);
-    Stack::start(cfg, Some(db), None).await
+    Stack::on_redis(redis_url, TestDatabase::create().await, |cfg| {
+        cfg.engine.persister.run = false;
+        cfg.engine.reconcile.interval = Duration::ZERO;
+        edit(cfg);
+    })
+    .await
 }
 
 fn key(text: &str) -> flashsale_core::RequestKey {
     flashsale_core::RequestKey::parse(text).unwrap()
-}
-
-fn order_no(body: &Value) -> String {
-    body["order_no"]
-        .as_str()
-        .expect("an order number")
-        .to_owned()
-}
-
-fn code(body: &Value) -> &str {
-    body["code"].as_str().unwrap_or("")
 }
 
 async fn buy_ok(stack: &Stack, user: u64, sku: u64, rid: &str) -> String {
@@ -367,10 +356,10 @@ async fn workers_and_the_reconciler_find_hot_sales_where_they_live() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn one_broken_sale_does_not_stop_expiry_or_reconciliation_of_the_others() {
     let redis = RedisServer::spawn().await;
-    let db = TestDatabase::create().await;
-    let mut cfg = common::config(Some(redis.url()), db.url.clone());
-    cfg.engine.reconcile.interval = Duration::ZERO;
-    let stack = Stack::start(cfg, Some(db), None).await;
+    let stack = Stack::on_redis(&redis.url(), TestDatabase::create().await, |cfg| {
+        cfg.engine.reconcile.interval = Duration::ZERO;
+    })
+    .await;
     for sku in [49, 50] {
         stack
             .live_sale_with(json!({"sku_id": sku, "name": "t", "total_stock": 5,

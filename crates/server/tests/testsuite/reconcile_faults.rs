@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::common::Stack;
+use crate::common::{code, Stack};
 use flashsale_core::{OrderNo, OrderStatus, OrderStore, SkuId};
 use flashsale_engine::persister::{Persister, PersisterConfig};
 use flashsale_server::gateway::GatewayConfig;
@@ -21,25 +21,16 @@ use reqwest::StatusCode;
 use serde_json::{json, Value};
 use tokio::sync::broadcast;
 
-fn code(body: &Value) -> &str {
-    body["code"].as_str().unwrap_or("")
-}
-
-fn unlimited(mut cfg: flashsale_server::Config) -> flashsale_server::Config {
-    cfg.tunables.gateway = GatewayConfig::unlimited();
-    cfg
-}
-
 async fn stack_on(redis_url: &str, db: TestDatabase, run_persister: bool) -> Stack {
-    let mut cfg = unlimited(common::config(Some(redis_url.to_owned()), db.url.clone()));
-    cfg.engine.persister.run = run_persister;
-    Stack::start(cfg, Some(db), None).await
+    Stack::on_redis(redis_url, db, |cfg| {
+        cfg.tunables.gateway = GatewayConfig::unlimited();
+        cfg.engine.persister.run = run_persister;
+    })
+    .await
 }
 
 async fn embedded_stack() -> Stack {
-    let dir = tempfile::tempdir().unwrap();
-    let url = format!("sqlite://{}/flashsale.db", dir.path().display());
-    Stack::start(unlimited(common::config(None, url)), None, Some(dir)).await
+    Stack::embedded_with(|cfg| cfg.tunables.gateway = GatewayConfig::unlimited()).await
 }
 
 async fn reserve_sale(stack: &Stack, sku: u64, total: u64, timeout_ms: u64) {

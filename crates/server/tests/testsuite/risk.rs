@@ -13,7 +13,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use crate::common::Stack;
+use crate::common::{code, Stack};
 use axum::extract::State;
 use axum::http::StatusCode as AxumStatus;
 use axum::response::{IntoResponse, Response};
@@ -21,8 +21,7 @@ use axum::routing::post;
 use axum::{Json, Router};
 use flashsale_core::{PurchaseRequest, RequestId, SkuId, UserId};
 use flashsale_server::risk::{Fallback, RiskConfig};
-use flashsale_testkit::mariadb::TestDatabase;
-use flashsale_testkit::{redis_server, wait};
+use flashsale_testkit::wait;
 use futures::StreamExt;
 use reqwest::StatusCode;
 use serde_json::{json, Value};
@@ -143,22 +142,11 @@ impl Drop for RiskService {
 }
 
 async fn embedded(risk: RiskConfig) -> Stack {
-    let dir = tempfile::tempdir().unwrap();
-    let url = format!("sqlite://{}/flashsale.db", dir.path().display());
-    let mut cfg = common::config(None, url);
-    cfg.tunables.risk = risk;
-    Stack::start(cfg, None, Some(dir)).await
+    Stack::embedded_with(|cfg| cfg.tunables.risk = risk).await
 }
 
 async fn redis_mysql(risk: RiskConfig) -> Stack {
-    let db = TestDatabase::create().await;
-    let mut cfg = common::config(Some(redis_server::shared_url()), db.url.clone());
-    cfg.tunables.risk = risk;
-    Stack::start(cfg, Some(db), None).await
-}
-
-fn code(b: &Value) -> &str {
-    b["code"].as_str().unwrap_or("")
+    Stack::redis_mysql_with(|cfg| cfg.tunables.risk = risk).await
 }
 
 /// Buyers `users` each try once (request id `r`), `concurrency` at a time: every answer.
