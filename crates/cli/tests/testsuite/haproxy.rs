@@ -203,13 +203,9 @@ impl Deployment {
             .text()
             .await
             .unwrap();
-        text.lines()
-            .filter(|l| l.starts_with("flashsale_persisted_events_total{"))
-            .filter_map(|l| {
-                let sku = l.split("sku=\"").nth(1)?.split('"').next()?.parse().ok()?;
-                let n = l.rsplit(' ').next()?.parse().ok()?;
-                Some((sku, n))
-            })
+        flashsale_testkit::prometheus::by_label(&text, "flashsale_persisted_events_total", "sku")
+            .into_iter()
+            .filter_map(|(sku, n)| Some((sku.parse().ok()?, n)))
             .collect()
     }
 }

@@ -12,50 +12,36 @@ use flashsale_testkit::{postgres, redis_server};
 use reqwest::StatusCode;
 use serde_json::{json, Value};
 
-/// Runs one test body (`async fn name(&Stack)`) on the production path and on the embedded
-/// default, as two tests `name::redis_mysql` and `name::embedded`.
-macro_rules! both_ledgers {
-    ($name:ident) => {
+/// Runs one test body (`async fn name(&Stack)`) on each of the named systems, as one test
+/// `name::system` each (a system is named by its `Stack` constructor).
+macro_rules! on_systems {
+    ($name:ident: $($system:ident),+) => {
         mod $name {
-            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-            async fn redis_mysql() {
-                let stack = super::Stack::redis_mysql().await;
-                super::$name(&stack).await;
-            }
-
-            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-            async fn embedded() {
-                let stack = super::Stack::embedded().await;
-                super::$name(&stack).await;
-            }
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $system() {
+                    let stack = super::Stack::$system().await;
+                    super::$name(&stack).await;
+                }
+            )+
         }
     };
 }
 
-/// Runs one test body (`async fn name(&Stack)`) on every system of record: as three tests
-/// `name::redis_mysql`, `name::redis_postgres` and `name::embedded`. For the few slow tests
-/// whose point is what the database ends up holding.
+/// Runs one test body on the production path and on the embedded default, as two tests
+/// `name::redis_mysql` and `name::embedded`.
+macro_rules! both_ledgers {
+    ($name:ident) => {
+        on_systems!($name: redis_mysql, embedded);
+    };
+}
+
+/// Runs one test body on every system of record, as three tests `name::redis_mysql`,
+/// `name::redis_postgres` and `name::embedded`. For the few slow tests whose point is what
+/// the database ends up holding.
 macro_rules! all_systems {
     ($name:ident) => {
-        mod $name {
-            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-            async fn redis_mysql() {
-                let stack = super::Stack::redis_mysql().await;
-                super::$name(&stack).await;
-            }
-
-            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-            async fn redis_postgres() {
-                let stack = super::Stack::redis_postgres().await;
-                super::$name(&stack).await;
-            }
-
-            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-            async fn embedded() {
-                let stack = super::Stack::embedded().await;
-                super::$name(&stack).await;
-            }
-        }
+        on_systems!($name: redis_mysql, redis_postgres, embedded);
     };
 }
 
@@ -247,11 +233,9 @@ impl Stack {
 
     pub async fn live_sale_with(&self, body: Value) {
         let sku = body["sku_id"].as_u64().unwrap();
-        let (s, b) = self.admin("POST", "/api/v1/sales", Some(body)).await;
+        let (s, b) = self.create_sale(body).await;
         assert_eq!(s, StatusCode::CREATED, "{b}");
-        let (s, b) = self
-            .admin("POST", &format!("/api/v1/sales/{sku}/warm"), None)
-            .await;
+        let (s, b) = self.sale_action(sku, "warm").await;
         assert_eq!(s, StatusCode::OK, "{b}");
     }
 
@@ -272,17 +256,65 @@ impl Stack {
         .await
     }
 
+    /// A purchase of `quantity` that must be accepted (202); its body.
+    pub async fn buy_ok(&self, user: u64, sku: u64, request_id: &str, quantity: u64) -> Value {
+        let (s, b) = self.buy(user, sku, request_id, json!(quantity)).await;
+        assert_eq!(s, StatusCode::ACCEPTED, "{b}");
+        b
+    }
+
+    /// A purchase of `quantity` that must be refused 409 with `code`.
+    pub async fn buy_refused(
+        &self,
+        user: u64,
+        sku: u64,
+        request_id: &str,
+        quantity: u64,
+        code: &str,
+    ) {
+        let (s, b) = self.buy(user, sku, request_id, json!(quantity)).await;
+        assert_eq!((s, self::code(&b)), (StatusCode::CONFLICT, code), "{b}");
+    }
+
     /// The Prometheus text of `/metrics`.
     pub async fn metrics_text(&self) -> String {
-        let url = format!("{}/metrics", self.base);
-        self.http
-            .get(url)
-            .send()
-            .await
-            .unwrap()
-            .text()
-            .await
-            .unwrap()
+        self.raw_get("/metrics").await.text().await.unwrap()
+    }
+
+    /// The value of one sample of `/metrics` (name and labels as exported), 0 when absent.
+    pub async fn metric(&self, sample: &str) -> f64 {
+        let text = self.metrics_text().await;
+        flashsale_testkit::prometheus::value(&text, sample).unwrap_or(0.0)
+    }
+
+    /// The answer to a GET of `path`, as it came.
+    pub async fn raw_get(&self, path: &str) -> reqwest::Response {
+        let url = format!("{}{}", self.base, path);
+        self.http.get(url).send().await.expect("request sent")
+    }
+
+    /// The JSON of a GET of `path` without a token, which must answer 200.
+    pub async fn get_ok(&self, path: &str) -> Value {
+        let (s, b) = self.call("GET", path, None, None).await;
+        assert_eq!(s, StatusCode::OK, "GET {path}: {b}");
+        b
+    }
+
+    /// Order `no` as `user` sees it.
+    pub async fn order(&self, user: u64, no: &str) -> (StatusCode, Value) {
+        let path = format!("/api/v1/orders/{no}");
+        self.call("GET", &path, Some(&self.token(user)), None).await
+    }
+
+    /// An admin POST to `/api/v1/sales/{sku}/{action}` (warm, pause, resume, end, …).
+    pub async fn sale_action(&self, sku: u64, action: &str) -> (StatusCode, Value) {
+        let path = format!("/api/v1/sales/{sku}/{action}");
+        self.admin("POST", &path, None).await
+    }
+
+    /// An admin POST of `body` to `/api/v1/sales` (no warm).
+    pub async fn create_sale(&self, body: Value) -> (StatusCode, Value) {
+        self.admin("POST", "/api/v1/sales", Some(body)).await
     }
 
     /// Waits until the database has applied every event the hot ledger has.

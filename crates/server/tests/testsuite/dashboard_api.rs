@@ -44,8 +44,7 @@ async fn dashboard_counts_a_small_sale(stack: &Stack) {
         stack.buy(user, SKU, &format!("r{user}"), json!(1)).await;
     }
 
-    let (s, public) = stack.call("GET", "/api/v1/dashboard", None, None).await;
-    assert_eq!(s, StatusCode::OK, "{public}");
+    let public = stack.get_ok("/api/v1/dashboard").await;
     let card = sale(&public, SKU);
     assert_eq!(card["sold"], json!(UNITS), "{card}");
     assert_eq!(card["total"], json!(UNITS));

@@ -48,10 +48,7 @@ async fn per_user_and_per_sale_rates_answer_429_with_retry_after() {
     .await;
     stack.live_sale(51, 100, 10).await;
     for rid in ["a", "b"] {
-        assert_eq!(
-            stack.buy(1, 51, rid, json!(1)).await.0,
-            StatusCode::ACCEPTED
-        );
+        stack.buy_ok(1, 51, rid, 1).await;
     }
     let resp = stack
         .http
@@ -72,10 +69,7 @@ async fn per_user_and_per_sale_rates_answer_429_with_retry_after() {
     assert_eq!(code(&b), "RATE_LIMITED", "{b}");
     // Another user is not limited by user 1, but the sale's own bucket (4, refilled at 1/s)
     // runs out: within a few more buyers (more than 4 only on a very slow machine).
-    assert_eq!(
-        stack.buy(2, 51, "a", json!(1)).await.0,
-        StatusCode::ACCEPTED
-    );
+    stack.buy_ok(2, 51, "a", 1).await;
     let mut sold = 3;
     let mut refused = false;
     for user in 3..=12 {
@@ -123,10 +117,7 @@ async fn blacklist_blocks_users_and_ips(stack: &Stack) {
     assert_eq!((s, code(&b)), (StatusCode::FORBIDDEN, "BLACKLISTED"));
     let (_, list) = stack.admin("GET", "/api/v1/admin/blacklist", None).await;
     assert_eq!(list["users"], json!([5]));
-    assert_eq!(
-        stack.buy(6, 52, "a", json!(1)).await.0,
-        StatusCode::ACCEPTED
-    );
+    stack.buy_ok(6, 52, "a", 1).await;
     // Kept where the deployment keeps it.
     if let Some(url) = &stack.config.engine.ledger.redis_url {
         let client = redis::Client::open(url.as_str()).unwrap();
@@ -148,10 +139,7 @@ async fn blacklist_blocks_users_and_ips(stack: &Stack) {
             .0,
         StatusCode::OK
     );
-    assert_eq!(
-        stack.buy(5, 52, "a", json!(1)).await.0,
-        StatusCode::ACCEPTED
-    );
+    stack.buy_ok(5, 52, "a", 1).await;
 
     assert_eq!(
         stack
@@ -169,10 +157,7 @@ async fn blacklist_blocks_users_and_ips(stack: &Stack) {
             .0,
         StatusCode::OK
     );
-    assert_eq!(
-        stack.buy(7, 52, "a", json!(1)).await.0,
-        StatusCode::ACCEPTED
-    );
+    stack.buy_ok(7, 52, "a", 1).await;
 
     for bad in [
         "/api/v1/admin/blacklist/users/0",
@@ -199,7 +184,7 @@ async fn blacklist_reaches_other_instances_within_a_second() {
     config.engine.persister.run = false;
     let b = Stack::start(config, None, None).await;
     a.live_sale(53, 100, 1).await;
-    assert_eq!(b.buy(8, 53, "a", json!(1)).await.0, StatusCode::ACCEPTED);
+    b.buy_ok(8, 53, "a", 1).await;
     assert_eq!(
         a.admin("PUT", "/api/v1/admin/blacklist/users/9", None)
             .await
@@ -255,10 +240,7 @@ async fn backpressure_engages_on_stream_lag_and_lets_go_when_persisted() {
     let stack = Stack::start(config.clone(), Some(db), None).await;
     stack.live_sale(61, 100, 1).await;
     for user in 1..=5 {
-        assert_eq!(
-            stack.buy(user, 61, "a", json!(1)).await.0,
-            StatusCode::ACCEPTED
-        );
+        stack.buy_ok(user, 61, "a", 1).await;
     }
     let started = Instant::now();
     let mut user = 100;
@@ -345,11 +327,7 @@ async fn purchase_tokens_guard_a_sale(stack: &Stack) {
     stack.live_sale(81, 100, 1).await;
     stack.live_sale(83, 100, 1).await;
     let (s, _) = stack
-        .admin(
-            "POST",
-            "/api/v1/sales",
-            Some(json!({"sku_id": 82, "name": "cold", "total_stock": 5})),
-        )
+        .create_sale(json!({"sku_id": 82, "name": "cold", "total_stock": 5}))
         .await;
     assert_eq!(s, StatusCode::CREATED);
     for sku in [81, 83] {
@@ -446,10 +424,7 @@ async fn purchase_tokens_guard_a_sale(stack: &Stack) {
             .0,
         StatusCode::OK
     );
-    assert_eq!(
-        stack.buy(3, 81, "a", json!(1)).await.0,
-        StatusCode::ACCEPTED
-    );
+    stack.buy_ok(3, 81, "a", 1).await;
     let (_, view) = stack.call("GET", "/api/v1/sales/81", None, None).await;
     assert_eq!(
         view["seq"].as_u64(),
@@ -554,14 +529,8 @@ async fn hot_sales_go_to_their_own_redis() {
     stack.live_sale(91, 50, 1).await;
     stack.live_sale(92, 50, 1).await;
     for user in 1..=20 {
-        assert_eq!(
-            stack.buy(user, 91, "a", json!(1)).await.0,
-            StatusCode::ACCEPTED
-        );
-        assert_eq!(
-            stack.buy(user, 92, "a", json!(1)).await.0,
-            StatusCode::ACCEPTED
-        );
+        stack.buy_ok(user, 91, "a", 1).await;
+        stack.buy_ok(user, 92, "a", 1).await;
     }
     let sold = |url: String, sku: u64| {
         let prefix = config.engine.ledger.redis_prefix.clone();
@@ -588,14 +557,7 @@ async fn hot_sales_go_to_their_own_redis() {
     // Orders, pay/cancel and the persisters route the same way.
     let (_, order) = stack.buy(30, 91, "a", json!(1)).await;
     let no = order["order_no"].as_str().unwrap();
-    let (s, b) = stack
-        .call(
-            "GET",
-            &format!("/api/v1/orders/{no}"),
-            Some(&stack.token(30)),
-            None,
-        )
-        .await;
+    let (s, b) = stack.order(30, &no).await;
     assert_eq!(s, StatusCode::OK, "{b}");
     stack.drain(91).await;
     stack.drain(92).await;
@@ -632,24 +594,14 @@ async fn the_hot_sale_redis_waits_for_replicas_too() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn dashboard_and_docs_are_served() {
     let stack = embedded_with(|_| {}).await;
-    let resp = stack
-        .http
-        .get(format!("{}/", stack.base))
-        .send()
-        .await
-        .unwrap();
+    let resp = stack.raw_get("/").await;
     assert_eq!(resp.status(), StatusCode::OK);
     assert!(resp.headers()["content-type"]
         .to_str()
         .unwrap()
         .starts_with("text/html"));
     assert!(resp.text().await.unwrap().contains("/api/v1/dashboard"));
-    let resp = stack
-        .http
-        .get(format!("{}/docs/", stack.base))
-        .send()
-        .await
-        .unwrap();
+    let resp = stack.raw_get("/docs/").await;
     assert_eq!(resp.status(), StatusCode::OK);
     assert!(resp
         .text()
@@ -771,12 +723,7 @@ async fn rate_limited_answers_carry_ratelimit_headers() {
     );
     assert_eq!(header(&refused, "ratelimit-policy"), "\"user\";q=4;w=4");
     // Public reads and admin calls are not rate limited, and say nothing of it.
-    let public = stack
-        .http
-        .get(format!("{}/api/v1/sales/59", stack.base))
-        .send()
-        .await
-        .unwrap();
+    let public = stack.raw_get("/api/v1/sales/59").await;
     let admin = stack
         .http
         .get(format!("{}/api/v1/admin/blacklist", stack.base))

@@ -189,13 +189,6 @@ async fn buy(stack: &Stack, token: &str, sku: u64, rid: &str) -> (StatusCode, Va
     stack.call("POST", &path, Some(token), Some(body)).await
 }
 
-/// A sample's value in Prometheus text (0 when absent).
-fn metric(text: &str, sample: &str) -> f64 {
-    text.lines()
-        .find_map(|l| l.strip_prefix(sample)?.trim().parse().ok())
-        .unwrap_or(0.0)
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tokens_of_each_provider_algorithm_buy() {
     let (rsa, ec, ed) = (rsa_key(), ec_key("ec-1"), ed_key("ed-1"));
@@ -304,7 +297,7 @@ async fn a_spike_of_forged_kids_costs_one_fetch() {
     let forger = ec_key("unused");
     let before = provider.fetches();
     const UNKNOWN: &str = "flashsale_jwks_unknown_kid_total";
-    let unknown_before = metric(&stack.metrics_text().await, UNKNOWN);
+    let unknown_before = stack.metric(UNKNOWN).await;
     let answers: Vec<StatusCode> = futures::stream::iter(0..300u64)
         .map(|i| {
             let mut forged = forger.clone();
@@ -318,7 +311,7 @@ async fn a_spike_of_forged_kids_costs_one_fetch() {
         .await;
     assert!(answers.iter().all(|s| *s == StatusCode::UNAUTHORIZED));
     assert_eq!(provider.fetches(), before + 1, "300 forged kids, one fetch");
-    let unknown = metric(&stack.metrics_text().await, UNKNOWN);
+    let unknown = stack.metric(UNKNOWN).await;
     assert!(
         unknown - unknown_before >= 300.0,
         "{unknown_before} → {unknown}"
@@ -342,7 +335,7 @@ async fn the_cached_set_is_served_while_the_provider_is_down_or_broken() {
         .clone();
     // The recorder is one per test binary: counters are compared with their start.
     const ERRORS: &str = "flashsale_jwks_fetches_total{result=\"error\"}";
-    let errors_before = metric(&stack.metrics_text().await, ERRORS);
+    let errors_before = stack.metric(ERRORS).await;
     let broken: [Option<&[u8]>; 3] = [
         None,
         Some(b"<html>not a key set</html>"),
@@ -361,7 +354,7 @@ async fn the_cached_set_is_served_while_the_provider_is_down_or_broken() {
         assert_eq!(s, StatusCode::ACCEPTED, "case {i}: {b}");
     }
     assert!(identity.is_stale());
-    let errors = metric(&stack.metrics_text().await, ERRORS);
+    let errors = stack.metric(ERRORS).await;
     assert!(errors - errors_before >= 3.0, "{errors_before} → {errors}");
     // Back up: the next fetch clears the flag.
     provider.publish(&[&rsa]);

@@ -240,9 +240,7 @@ async fn a_settled_sale_retires_its_persister() {
         buy(&stack, sku, 1..=2).await;
     }
     for sku in [61, 63] {
-        let (s, b) = stack
-            .admin("POST", &format!("/api/v1/sales/{sku}/end"), None)
-            .await;
+        let (s, b) = stack.sale_action(sku, "end").await;
         assert_eq!(s, StatusCode::OK, "{b}");
     }
     let (stop, task) = start(&stack, "p1");

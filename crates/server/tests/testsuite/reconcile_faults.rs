@@ -93,8 +93,7 @@ async fn reserve_pay_cancel_expire(stack: &Stack) {
         assert!(b["deadline_ms"].as_i64().unwrap() > 0, "{b}");
         orders.insert(u, b["order_no"].as_str().unwrap().to_owned());
     }
-    let (s, b) = stack.buy(4, sku, "r4", json!(1)).await;
-    assert_eq!((s, code(&b)), (StatusCode::CONFLICT, "SOLD_OUT"));
+    stack.buy_refused(4, sku, "r4", 1, "SOLD_OUT").await;
 
     // Pay once; a second pay answers PAID again (a retry's first outcome), a cancel is
     // ALREADY_RESOLVED; a stranger sees nothing.
@@ -458,8 +457,9 @@ async fn redis_restarted_without_persistence_is_rebuilt_and_the_loss_reported() 
     assert_eq!(s, StatusCode::ACCEPTED, "{b}");
     assert_eq!(b["replayed"], json!(true));
     assert!(first.contains(b["order_no"].as_str().unwrap()));
-    let (s, b) = stack.buy(1, sku, "another", json!(1)).await;
-    assert_eq!((s, code(&b)), (StatusCode::CONFLICT, "LIMIT_EXCEEDED"));
+    stack
+        .buy_refused(1, sku, "another", 1, "LIMIT_EXCEEDED")
+        .await;
     let (stop, task) = persister("p2");
     let after = spike(&stack, sku, 31..=140, &progress).await;
     let again = accepted(&after);

@@ -336,10 +336,7 @@ async fn a_slow_risk_service_leaves_the_fallback_rule_to_decide_in_time() {
         stack.admin("DELETE", &path(312), None).await.0,
         StatusCode::OK
     );
-    assert_eq!(
-        stack.buy(9, 312, "r", json!(1)).await.0,
-        StatusCode::ACCEPTED
-    );
+    stack.buy_ok(9, 312, "r", 1).await;
     let off = stack.admin("DELETE", "/api/v1/admin/risk/allowlist/users/4", None);
     assert_eq!(off.await.0, StatusCode::OK);
     assert_eq!(
@@ -452,10 +449,7 @@ async fn the_breaker_opens_on_errors_and_a_probe_closes_it() {
     let stack = embedded(config).await;
     stack.live_sale(341, 1_000, 1).await;
     for user in 1..=3 {
-        assert_eq!(
-            stack.buy(user, 341, "r", json!(1)).await.0,
-            StatusCode::ACCEPTED
-        );
+        stack.buy_ok(user, 341, "r", 1).await;
     }
     assert_eq!(service.shop.calls(), 3);
     assert!(breaker_open(&stack).await);
@@ -496,8 +490,7 @@ async fn the_sold_out_path_never_calls_the_risk_service() {
     stack.live_sale(351, 1, 1).await;
     let (s, first) = stack.buy(1, 351, "r", json!(1)).await;
     assert_eq!(s, StatusCode::ACCEPTED, "{first}");
-    let (s, b) = stack.buy(2, 351, "r", json!(1)).await;
-    assert_eq!((s, code(&b)), (StatusCode::CONFLICT, "SOLD_OUT"));
+    stack.buy_refused(2, 351, "r", 1, "SOLD_OUT").await;
     let state = stack.server.as_ref().unwrap().state.clone();
     let probe = PurchaseRequest {
         sku_id: SkuId(351),
@@ -599,10 +592,7 @@ async fn the_fallback_lists_are_stored_with_the_blacklist(stack: &Stack, shop: &
     assert_eq!(view["allowlist"], json!([5]), "{view}");
     let own = json!([{"sku_id": 371, "fallback": "allowlist", "own": true}]);
     assert_eq!(view["sales"], own, "{view}");
-    assert_eq!(
-        stack.buy(5, 371, "r", json!(1)).await.0,
-        StatusCode::ACCEPTED
-    );
+    stack.buy_ok(5, 371, "r", 1).await;
     let (s, b) = stack.buy(6, 371, "r", json!(1)).await;
     assert_eq!((s, code(&b)), (StatusCode::FORBIDDEN, "RISK_DENIED"), "{b}");
     if let Some(url) = &stack.config.engine.ledger.redis_url {
