@@ -176,13 +176,18 @@ fn statuses(answers: &[Answer], sku: u64) -> HashMap<u16, usize> {
     counts
 }
 
-/// The 202 answers of `sku` that the database does not hold for the same buyer.
-async fn missing_in_db(stack: &Stack, answers: &[Answer], sku: u64) -> Vec<String> {
+/// The buyer of each order of `sku` the database holds, by order number.
+async fn held(stack: &Stack, sku: u64) -> HashMap<String, u64> {
     let orders = stack.store().orders(SkuId(sku)).await.unwrap();
-    let held: HashMap<String, u64> = orders
+    orders
         .iter()
         .map(|o| (o.order_no.to_string(), o.user_id.0))
-        .collect();
+        .collect()
+}
+
+/// The 202 answers of `sku` that the database does not hold for the same buyer.
+async fn missing_in_db(stack: &Stack, answers: &[Answer], sku: u64) -> Vec<String> {
+    let held = held(stack, sku).await;
     let mut missing = Vec::new();
     for a in answers.iter().filter(|a| a.sku == sku && a.status == 202) {
         let no = a.order_no.clone().unwrap();
@@ -272,27 +277,57 @@ fn error_window_ms(answers: &[Answer], sku: u64, from_ms: u64) -> u64 {
     }
 }
 
-/// A sale on the shard that fails over, one on another shard; stock enough for the whole run.
-async fn failover_setup(cluster: &RedisCluster) -> (Stack, u64, u64) {
-    let stack = cluster_stack(cluster).await;
+/// A failover test under way: a sale `hit` on the shard that fails over (its `primary` and the
+/// `replica` that takes over), one `other` on another shard, stock enough for the whole run,
+/// and a spike on both that `hit` has answered 202.
+struct Failover {
+    stack: Stack,
+    hit: u64,
+    other: u64,
+    primary: usize,
+    replica: usize,
+    spike: Spike,
+}
+
+/// Starts a [`Failover`] on `cluster` with `replication` (WAIT) in the service's config.
+async fn failover_setup(cluster: &RedisCluster, replication: Option<Replication>) -> Failover {
+    let db = TestDatabase::create().await;
+    let stack = Stack::on_redis(&cluster.urls(), db, |cfg| {
+        cfg.engine.ledger.replication = replication;
+    })
+    .await;
     let skus = sku_per_shard(cluster, 1_000).await;
     let (hit, other) = (skus[0], skus[1]);
     for sku in [hit, other] {
         stack.live_sale(sku, 1_000_000, 1).await;
     }
-    (stack, hit, other)
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_planned_failover_mid_spike_loses_no_accepted_purchase() {
-    let cluster = RedisCluster::spawn(NODE_TIMEOUT_MS).await;
-    let (stack, hit, other) = failover_setup(&cluster).await;
     let primary = cluster
         .primary_of_slot(slot(&Keys::default().sale(SkuId(hit))))
         .await;
     let replica = cluster.replica_of(primary).await;
     let spike = Spike::start(&stack, &[hit, other]);
     spike.accepted_again(hit, 0).await;
+    Failover {
+        stack,
+        hit,
+        other,
+        primary,
+        replica,
+        spike,
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_planned_failover_mid_spike_loses_no_accepted_purchase() {
+    let cluster = RedisCluster::spawn(NODE_TIMEOUT_MS).await;
+    let Failover {
+        stack,
+        hit,
+        other,
+        replica,
+        spike,
+        ..
+    } = failover_setup(&cluster, None).await;
     let failover_at = spike.now_ms();
     cluster.failover(replica).await;
     let refused_at = spike
@@ -376,21 +411,14 @@ impl KillOutcome {
 /// purchases the replica lacks when it is promoted.
 async fn kill_primary_mid_spike(replication: Option<Replication>, lagging: bool) -> KillOutcome {
     let mut cluster = RedisCluster::spawn(NODE_TIMEOUT_MS).await;
-    let db = TestDatabase::create().await;
-    let mut cfg = common::config(Some(cluster.urls()), db.url.clone());
-    cfg.engine.ledger.replication = replication;
-    let stack = Stack::start(cfg, Some(db), None).await;
-    let skus = sku_per_shard(&cluster, 1_000).await;
-    let (hit, other) = (skus[0], skus[1]);
-    for sku in [hit, other] {
-        stack.live_sale(sku, 1_000_000, 1).await;
-    }
-    let primary = cluster
-        .primary_of_slot(slot(&Keys::default().sale(SkuId(hit))))
-        .await;
-    let replica = cluster.replica_of(primary).await;
-    let spike = Spike::start(&stack, &[hit, other]);
-    spike.accepted_again(hit, 0).await;
+    let Failover {
+        stack,
+        hit,
+        other,
+        primary,
+        replica,
+        spike,
+    } = failover_setup(&cluster, replication).await;
     spike.accepted_again(hit, 1_000).await;
     let accepted_per_s = statuses(&spike.answers(), other)
         .get(&202)
@@ -568,11 +596,7 @@ async fn acked_purchases_a_promoted_replica_lacks_are_reported_by_order_number()
     worker.drain(sku).await;
     assert_invariants(stack.store().as_ref(), sku).await;
 
-    let orders = stack.store().orders(SkuId(sku)).await.unwrap();
-    let held: HashMap<String, u64> = orders
-        .iter()
-        .map(|o| (o.order_no.to_string(), o.user_id.0))
-        .collect();
+    let held = held(&stack, sku).await;
     for (no, user) in &replicated {
         assert_eq!(held.get(no), Some(user), "replicated order {no} survives");
     }

@@ -180,6 +180,31 @@ async fn breaker_open(stack: &Stack) -> bool {
     view["breaker_open"].as_bool().unwrap()
 }
 
+/// Runs one test body (`async fn name(&Stack, &RiskService)`) on both ledgers, each with a
+/// risk service of its own that the service calls with `fallback` and `timeout`: tests
+/// `name::embedded` and `name::redis_mysql`.
+macro_rules! with_risk_service {
+    ($name:ident, $fallback:expr, $timeout:expr) => {
+        mod $name {
+            use super::*;
+
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn embedded() {
+                let service = RiskService::start();
+                let stack = super::embedded(service.config($fallback, $timeout)).await;
+                super::$name(&stack, &service).await;
+            }
+
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn redis_mysql() {
+                let service = RiskService::start();
+                let stack = super::redis_mysql(service.config($fallback, $timeout)).await;
+                super::$name(&stack, &service).await;
+            }
+        }
+    };
+}
+
 async fn denied_users_never_hold_stock(stack: &Stack, service: &RiskService) {
     stack.live_sale(301, 10, 1).await;
     service.shop.denied.lock().unwrap().insert(7);
@@ -226,23 +251,7 @@ async fn denied_users_never_hold_stock(stack: &Stack, service: &RiskService) {
     assert_eq!(buyers(stack, 301).await, vec![8]);
 }
 
-mod denied_users_never_hold_stock {
-    use super::*;
-
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn embedded() {
-        let service = RiskService::start();
-        let stack = super::embedded(service.config(Fallback::Allow, PATIENT)).await;
-        denied_users_never_hold_stock(&stack, &service).await;
-    }
-
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn redis_mysql() {
-        let service = RiskService::start();
-        let stack = super::redis_mysql(service.config(Fallback::Allow, PATIENT)).await;
-        denied_users_never_hold_stock(&stack, &service).await;
-    }
-}
+with_risk_service!(denied_users_never_hold_stock, Fallback::Allow, PATIENT);
 
 /// A retry that lands on another instance (no memory of it there) while the service now
 /// refuses the buyer still gets its first outcome: the ledger's request key overrules.
@@ -525,7 +534,8 @@ async fn the_sold_out_path_never_calls_the_risk_service() {
 
 /// A spike with the check on: every fifth buyer is denied, the rest buy until the stock is
 /// gone; exactly the stock is sold, to allowed buyers only, invariants from the database.
-async fn a_spike_with_the_risk_check_sells_exactly_the_stock(stack: &Stack, shop: &Shop) {
+async fn a_spike_with_the_risk_check_sells_exactly_the_stock(stack: &Stack, service: &RiskService) {
+    let shop = &service.shop;
     shop.deny_every.store(5, Ordering::Relaxed);
     stack.live_sale(361, 150, 1).await;
     let answers = spike(stack, 361, 1..=400, 64).await;
@@ -559,28 +569,17 @@ async fn a_spike_with_the_risk_check_sells_exactly_the_stock(stack: &Stack, shop
     }
 }
 
-mod a_spike_with_the_risk_check_sells_exactly_the_stock {
-    use super::*;
-
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn embedded() {
-        let service = RiskService::start();
-        let stack = super::embedded(service.config(Fallback::Deny, PATIENT)).await;
-        a_spike_with_the_risk_check_sells_exactly_the_stock(&stack, &service.shop).await;
-    }
-
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn redis_mysql() {
-        let service = RiskService::start();
-        let stack = super::redis_mysql(service.config(Fallback::Deny, PATIENT)).await;
-        a_spike_with_the_risk_check_sells_exactly_the_stock(&stack, &service.shop).await;
-    }
-}
+with_risk_service!(
+    a_spike_with_the_risk_check_sells_exactly_the_stock,
+    Fallback::Deny,
+    PATIENT
+);
 
 /// The allowlist and a sale's own rule are kept where the deployment keeps the blacklist
 /// (Redis sets and hash, or SQLite), read back by the admin view, and decide while the
 /// service is slow.
-async fn the_fallback_lists_are_stored_with_the_blacklist(stack: &Stack, shop: &Shop) {
+async fn the_fallback_lists_are_stored_with_the_blacklist(stack: &Stack, service: &RiskService) {
+    let shop = &service.shop;
     shop.slow.store(true, Ordering::Relaxed);
     stack.live_sale(371, 10, 1).await;
     let rule = json!({"fallback": "allowlist"});
@@ -615,20 +614,8 @@ async fn the_fallback_lists_are_stored_with_the_blacklist(stack: &Stack, shop: &
     }
 }
 
-mod the_fallback_lists_are_stored_with_the_blacklist {
-    use super::*;
-
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn embedded() {
-        let service = RiskService::start();
-        let stack = super::embedded(service.config(Fallback::Allow, TIMEOUT)).await;
-        the_fallback_lists_are_stored_with_the_blacklist(&stack, &service.shop).await;
-    }
-
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn redis_mysql() {
-        let service = RiskService::start();
-        let stack = super::redis_mysql(service.config(Fallback::Allow, TIMEOUT)).await;
-        the_fallback_lists_are_stored_with_the_blacklist(&stack, &service.shop).await;
-    }
-}
+with_risk_service!(
+    the_fallback_lists_are_stored_with_the_blacklist,
+    Fallback::Allow,
+    TIMEOUT
+);
