@@ -83,31 +83,20 @@ async fn bad_input_is_400_and_changes_nothing(stack: &Stack) {
             "{body} → {b}"
         );
     }
-    let raw = stack
-        .http
-        .post(format!("{}{path}", stack.base))
-        .bearer_auth(&token);
-    let resp = raw
-        .header("content-type", "application/json")
-        .body("{not json")
-        .send()
-        .await
-        .unwrap();
+    let raw = |body: String| {
+        let req = stack.http.post(format!("{}{path}", stack.base));
+        let req = req
+            .bearer_auth(&token)
+            .header("content-type", "application/json");
+        req.body(body).send()
+    };
+    let resp = raw("{not json".into()).await.unwrap();
     assert_eq!(resp.status(), StatusCode::BAD_REQUEST);
     let huge = format!(
         "{{\"request_id\":\"{}\",\"quantity\":1}}",
         "x".repeat(10_000)
     );
-    let raw = stack
-        .http
-        .post(format!("{}{path}", stack.base))
-        .bearer_auth(&token);
-    let resp = raw
-        .header("content-type", "application/json")
-        .body(huge)
-        .send()
-        .await
-        .unwrap();
+    let resp = raw(huge).await.unwrap();
     assert_eq!(resp.status(), StatusCode::PAYLOAD_TOO_LARGE);
     let (s, b) = stack.buy(1, 999_999, "a", json!(1)).await;
     assert_eq!((s, code(&b)), (StatusCode::NOT_FOUND, "SALE_NOT_FOUND"));

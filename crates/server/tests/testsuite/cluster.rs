@@ -411,14 +411,9 @@ impl KillOutcome {
 /// purchases the replica lacks when it is promoted.
 async fn kill_primary_mid_spike(replication: Option<Replication>, lagging: bool) -> KillOutcome {
     let mut cluster = RedisCluster::spawn(NODE_TIMEOUT_MS).await;
-    let Failover {
-        stack,
-        hit,
-        other,
-        primary,
-        replica,
-        spike,
-    } = failover_setup(&cluster, replication).await;
+    let f = failover_setup(&cluster, replication).await;
+    let (stack, hit, other, spike) = (f.stack, f.hit, f.other, f.spike);
+    let (primary, replica) = (f.primary, f.replica);
     spike.accepted_again(hit, 1_000).await;
     let accepted_per_s = statuses(&spike.answers(), other)
         .get(&202)

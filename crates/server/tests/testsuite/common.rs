@@ -312,6 +312,15 @@ impl Stack {
         self.admin("POST", &path, None).await
     }
 
+    /// An admin repair of sale `sku` (`POST /api/v1/admin/reconcile/{sku}/repair`), which must
+    /// answer 200; the report.
+    pub async fn repair(&self, sku: u64) -> Value {
+        let path = format!("/api/v1/admin/reconcile/{sku}/repair");
+        let (s, b) = self.admin("POST", &path, None).await;
+        assert_eq!(s, StatusCode::OK, "{b}");
+        b
+    }
+
     /// An admin POST of `body` to `/api/v1/sales` (no warm).
     pub async fn create_sale(&self, body: Value) -> (StatusCode, Value) {
         self.admin("POST", "/api/v1/sales", Some(body)).await

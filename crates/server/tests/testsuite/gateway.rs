@@ -331,13 +331,8 @@ async fn purchase_tokens_guard_a_sale(stack: &Stack) {
         .await;
     assert_eq!(s, StatusCode::CREATED);
     for sku in [81, 83] {
-        let (s, b) = stack
-            .admin(
-                "PUT",
-                &format!("/api/v1/admin/sales/{sku}/purchase-token"),
-                None,
-            )
-            .await;
+        let path = format!("/api/v1/admin/sales/{sku}/purchase-token");
+        let (s, b) = stack.admin("PUT", &path, None).await;
         assert_eq!(
             (s, &b["purchase_token"]),
             (StatusCode::OK, &json!(true)),

@@ -147,10 +147,7 @@ async fn a_payment_lost_with_redis_is_reported() {
     let paid = buy_ok(&stack, 1, 44, "a").await;
     let kept = buy_ok(&stack, 2, 44, "b").await;
     // The deductions reach the database; the payment never does.
-    let (s, b) = stack
-        .admin("POST", "/api/v1/admin/reconcile/44/repair", None)
-        .await;
-    assert_eq!(s, StatusCode::OK, "{b}");
+    stack.repair(44).await;
     let pay = format!("/api/v1/orders/{paid}/pay");
     let (s, b) = stack.call("POST", &pay, Some(&stack.token(1)), None).await;
     assert_eq!(

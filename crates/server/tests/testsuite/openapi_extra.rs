@@ -51,13 +51,8 @@ async fn u64_ids_are_documented_and_served_to_their_top() {
         .await;
     assert_eq!(s, StatusCode::OK, "{b}");
     let past = "18446744073709551616";
-    let (s, b) = stack
-        .admin(
-            "PUT",
-            &format!("/api/v1/admin/blacklist/users/{past}"),
-            None,
-        )
-        .await;
+    let path = format!("/api/v1/admin/blacklist/users/{past}");
+    let (s, b) = stack.admin("PUT", &path, None).await;
     assert_eq!(s, StatusCode::BAD_REQUEST, "{b}");
 }
 

@@ -83,6 +83,16 @@ async fn assert_reconciled(stack: &Stack, sku: u64) {
 
 // ---------------------------------------------------------------- reserve mode over HTTP
 
+/// `action` (pay, cancel) on order `no` as `user`, which must answer 200 with `status`.
+async fn resolved(stack: &Stack, user: u64, no: &str, action: &str, status: &str) {
+    let (s, b) = order_call(stack, user, no, action).await;
+    assert_eq!(
+        (s, b["status"].as_str()),
+        (StatusCode::OK, Some(status)),
+        "{b}"
+    );
+}
+
 async fn reserve_pay_cancel_expire(stack: &Stack) {
     let sku = 71;
     reserve_sale(stack, sku, 3, 2_000).await;
@@ -98,12 +108,7 @@ async fn reserve_pay_cancel_expire(stack: &Stack) {
     // Pay once; a second pay answers PAID again (a retry's first outcome), a cancel is
     // ALREADY_RESOLVED; a stranger sees nothing.
     for _ in 0..2 {
-        let (s, b) = order_call(stack, 1, &orders[&1], "pay").await;
-        assert_eq!(
-            (s, b["status"].as_str()),
-            (StatusCode::OK, Some("PAID")),
-            "{b}"
-        );
+        resolved(stack, 1, &orders[&1], "pay", "PAID").await;
     }
     let (s, b) = order_call(stack, 1, &orders[&1], "cancel").await;
     assert_eq!((s, code(&b)), (StatusCode::CONFLICT, "ALREADY_RESOLVED"));
@@ -111,12 +116,7 @@ async fn reserve_pay_cancel_expire(stack: &Stack) {
     assert_eq!((s, code(&b)), (StatusCode::NOT_FOUND, "ORDER_NOT_FOUND"));
 
     // Cancel gives the unit back and clears the sold-out flag: user 4 buys it.
-    let (s, b) = order_call(stack, 2, &orders[&2], "cancel").await;
-    assert_eq!(
-        (s, b["status"].as_str()),
-        (StatusCode::OK, Some("CANCELLED")),
-        "{b}"
-    );
+    resolved(stack, 2, &orders[&2], "cancel", "CANCELLED").await;
     let (s, b) = order_call(stack, 2, &orders[&2], "pay").await;
     assert_eq!((s, code(&b)), (StatusCode::CONFLICT, "ALREADY_RESOLVED"));
     let (s, b) = stack.buy(4, sku, "r4", json!(1)).await;
@@ -414,13 +414,8 @@ async fn redis_restarted_without_persistence_is_rebuilt_and_the_loss_reported() 
     // is then in its stored run).
     // 503 while the ledger's connection finds the new server; then 200.
     let b = wait::until("a repair run", Duration::from_secs(20), || async {
-        let (s, b) = stack
-            .admin(
-                "POST",
-                &format!("/api/v1/admin/reconcile/{sku}/repair"),
-                None,
-            )
-            .await;
+        let path = format!("/api/v1/admin/reconcile/{sku}/repair");
+        let (s, b) = stack.admin("POST", &path, None).await;
         assert!(
             s == StatusCode::OK || s == StatusCode::SERVICE_UNAVAILABLE,
             "{s} {b}"
