@@ -5,8 +5,9 @@
 
 use flashsale_core::invariants::check_sale;
 use flashsale_core::{
-    DeadLetter, Event, OrderNo, OrderStatus, OrderStore, PurchaseOutcome, PurchaseRequest,
-    RequestId, Sale, SaleBook, SaleMode, SaleState, SkuId, StoreError, UserId,
+    DeadLetter, Event, HotOrder, OrderNo, OrderStatus, OrderStore, PurchaseOutcome,
+    PurchaseRequest, RequestId, Sale, SaleBook, SaleMode, SaleState, SkuId, StoreError, StoredSale,
+    UserId,
 };
 use flashsale_store::{MySqlStore, PgStore, SqliteStore, Store};
 use flashsale_testkit::mariadb::TestDatabase;
@@ -101,6 +102,25 @@ fn req(user: u64, rid: &str, q: u32) -> PurchaseRequest {
 }
 
 /// Runs purchases through the book; returns the events of the accepted ones.
+/// Everything the store holds of the sale, to compare before and after a refused change.
+async fn snapshot(store: &dyn OrderStore) -> (Option<StoredSale>, Vec<HotOrder>, Vec<Event>) {
+    (
+        store.sale(SKU).await.unwrap(),
+        store.orders(SKU).await.unwrap(),
+        store.events(SKU).await.unwrap(),
+    )
+}
+
+/// A direct sale of 10 (limit 1) created in `store`, and the events of three buyers' one unit
+/// each in its book (not applied yet).
+async fn three_buyers(store: &dyn OrderStore) -> (SaleBook, Vec<Event>) {
+    let s = sale(10, 1, SaleMode::Direct);
+    create(store, &s).await;
+    let mut b = book(&s);
+    let events = buy(&mut b, &[req(1, "a", 1), req(2, "b", 1), req(3, "c", 1)]);
+    (b, events)
+}
+
 fn buy(book: &mut SaleBook, reqs: &[PurchaseRequest]) -> Vec<Event> {
     reqs.iter()
         .filter_map(|r| book.purchase(r, NOW).1)
@@ -236,26 +256,15 @@ async fn batch_applies_orders_events_and_counters(store: &dyn OrderStore) {
 }
 
 async fn redelivery_is_a_no_op(store: &dyn OrderStore) {
-    let s = sale(10, 1, SaleMode::Direct);
-    create(store, &s).await;
-    let mut b = book(&s);
-    let events = buy(&mut b, &[req(1, "a", 1), req(2, "b", 1), req(3, "c", 1)]);
+    let (b, events) = three_buyers(store).await;
     store.apply_events(SKU, &events).await.unwrap();
-    let before = (
-        store.sale(SKU).await.unwrap(),
-        store.orders(SKU).await.unwrap(),
-        store.events(SKU).await.unwrap(),
-    );
+    let before = snapshot(store).await;
     for _ in 0..2 {
         let again = store.apply_events(SKU, &events).await.unwrap();
         assert_eq!((again.applied, again.duplicates), (0, 3));
         assert!(again.rejected.is_empty());
     }
-    let after = (
-        store.sale(SKU).await.unwrap(),
-        store.orders(SKU).await.unwrap(),
-        store.events(SKU).await.unwrap(),
-    );
+    let after = snapshot(store).await;
     assert_eq!(before, after);
     assert_matches_book(store, &b).await;
 }
@@ -264,10 +273,7 @@ async fn redelivery_is_a_no_op(store: &dyn OrderStore) {
 /// never applied, never taken for redeliveries: they are kept in `fenced_events` and reported
 /// once.
 async fn the_epoch_fence_keeps_refused_events_apart(store: &dyn OrderStore) {
-    let s = sale(10, 1, SaleMode::Direct);
-    create(store, &s).await;
-    let mut old = book(&s);
-    let events = buy(&mut old, &[req(1, "a", 1), req(2, "b", 1), req(3, "c", 1)]);
+    let (old, events) = three_buyers(store).await;
     store.apply_events(SKU, &events[..2]).await.unwrap();
     // A rebuild takes epoch 2 at applied_seq 2: the old copy's third event is fenced.
     assert_eq!(store.take_epoch(SKU, 1).await.unwrap(), Some(2));
@@ -327,11 +333,7 @@ async fn gap_is_refused_and_changes_nothing(store: &dyn OrderStore) {
     let reqs: Vec<PurchaseRequest> = (1..=6).map(|u| req(u, "r", 1)).collect();
     let events = buy(&mut b, &reqs);
     store.apply_events(SKU, &events[..2]).await.unwrap();
-    let snapshot = (
-        store.sale(SKU).await.unwrap(),
-        store.orders(SKU).await.unwrap(),
-        store.events(SKU).await.unwrap(),
-    );
+    let before = snapshot(store).await;
     // Starts past applied_seq + 1.
     match store.apply_events(SKU, &events[3..]).await {
         Err(StoreError::Gap {
@@ -346,12 +348,8 @@ async fn gap_is_refused_and_changes_nothing(store: &dyn OrderStore) {
         store.apply_events(SKU, &holed).await,
         Err(StoreError::Gap { .. })
     ));
-    let after = (
-        store.sale(SKU).await.unwrap(),
-        store.orders(SKU).await.unwrap(),
-        store.events(SKU).await.unwrap(),
-    );
-    assert_eq!(snapshot, after);
+    let after = snapshot(store).await;
+    assert_eq!(before, after);
     // The missing part still applies afterwards.
     let report = store.apply_events(SKU, &events[2..]).await.unwrap();
     assert_eq!(report.applied, 4);
