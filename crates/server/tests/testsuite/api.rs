@@ -351,11 +351,7 @@ async fn buy_keyed(
     keys: &[&str],
     body: Value,
 ) -> (StatusCode, Value) {
-    let mut req = stack
-        .http
-        .post(format!("{}/api/v1/sales/{sku}/purchases", stack.base))
-        .bearer_auth(stack.token(user))
-        .json(&body);
+    let mut req = stack.purchase_request(user, sku, &body);
     for k in keys {
         req = req.header("idempotency-key", *k);
     }

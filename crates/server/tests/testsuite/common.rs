@@ -256,6 +256,13 @@ impl Stack {
         .await
     }
 
+    /// A purchase request of `user` for sale `sku` with this JSON body, to add headers to or
+    /// send as it is.
+    pub fn purchase_request(&self, user: u64, sku: u64, body: &Value) -> reqwest::RequestBuilder {
+        let url = format!("{}/api/v1/sales/{sku}/purchases", self.base);
+        self.http.post(url).bearer_auth(self.token(user)).json(body)
+    }
+
     /// A purchase of `quantity` that must be accepted (202); its body.
     pub async fn buy_ok(&self, user: u64, sku: u64, request_id: &str, quantity: u64) -> Value {
         let (s, b) = self.buy(user, sku, request_id, json!(quantity)).await;

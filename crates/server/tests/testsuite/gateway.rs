@@ -50,14 +50,8 @@ async fn per_user_and_per_sale_rates_answer_429_with_retry_after() {
     for rid in ["a", "b"] {
         stack.buy_ok(1, 51, rid, 1).await;
     }
-    let resp = stack
-        .http
-        .post(format!("{}/api/v1/sales/51/purchases", stack.base))
-        .bearer_auth(stack.token(1))
-        .json(&json!({"request_id": "c", "quantity": 1}))
-        .send()
-        .await
-        .unwrap();
+    let body = json!({"request_id": "c", "quantity": 1});
+    let resp = stack.purchase_request(1, 51, &body).send().await.unwrap();
     assert_eq!(resp.status(), StatusCode::TOO_MANY_REQUESTS);
     let retry: u64 = resp.headers()["retry-after"]
         .to_str()
@@ -499,14 +493,8 @@ async fn limits_answer_in_our_error_shape() {
     config.tunables.request_timeout = Duration::ZERO;
     stack.stop().await;
     let slow = Stack::start(config, None, None).await;
-    let resp = slow
-        .http
-        .post(format!("{}/api/v1/sales/56/purchases", slow.base))
-        .bearer_auth(slow.token(1))
-        .json(&json!({"request_id": "a", "quantity": 1}))
-        .send()
-        .await
-        .unwrap();
+    let body = json!({"request_id": "a", "quantity": 1});
+    let resp = slow.purchase_request(1, 56, &body).send().await.unwrap();
     assert_eq!(resp.status(), StatusCode::SERVICE_UNAVAILABLE);
     assert!(resp.headers().contains_key("retry-after"));
     assert_eq!(code(&resp.json::<Value>().await.unwrap()), "UNAVAILABLE");
@@ -608,11 +596,8 @@ async fn dashboard_and_docs_are_served() {
 
 /// A purchase by `user` whose request carries these `X-Forwarded-For` lines.
 async fn buy_forwarded(stack: &Stack, user: u64, sku: u64, lines: &[&str]) -> (StatusCode, String) {
-    let mut req = stack
-        .http
-        .post(format!("{}/api/v1/sales/{sku}/purchases", stack.base))
-        .bearer_auth(stack.token(user))
-        .json(&json!({"request_id": format!("xff-{user}"), "quantity": 1}));
+    let body = json!({"request_id": format!("xff-{user}"), "quantity": 1});
+    let mut req = stack.purchase_request(user, sku, &body);
     for line in lines {
         req = req.header("x-forwarded-for", *line);
     }

@@ -276,20 +276,8 @@ async fn reconcile_diff_is_zero_during_a_live_spike() {
 
     // On demand from the command line, with repairs: nothing to repair, all reconciled.
     let dir = tempfile::tempdir().unwrap();
-    let out = std::process::Command::new(flashsale_bin())
+    let out = flashsale_command(&stack, dir.path())
         .args(["reconcile", "--sku", &sku.to_string(), "--repair"])
-        .env(
-            "FLASHSALE_REDIS_URL",
-            stack.config.engine.ledger.redis_url.as_ref().unwrap(),
-        )
-        .env(
-            "FLASHSALE_REDIS_PREFIX",
-            &stack.config.engine.ledger.redis_prefix,
-        )
-        .env("FLASHSALE_DATABASE_URL", &stack.config.engine.database_url)
-        .env("FLASHSALE_DATA_DIR", dir.path())
-        .env("FLASHSALE_JWT_SECRET", common::JWT_SECRET)
-        .env("FLASHSALE_ADMIN_TOKEN", common::ADMIN)
         .output()
         .unwrap();
     let text = String::from_utf8_lossy(&out.stdout);
@@ -583,21 +571,24 @@ fn flashsale_bin() -> std::path::PathBuf {
     bin
 }
 
-fn spawn_worker(stack: &Stack, data_dir: &std::path::Path) -> std::process::Child {
-    std::process::Command::new(flashsale_bin())
-        .arg("worker")
-        .env(
-            "FLASHSALE_REDIS_URL",
-            stack.config.engine.ledger.redis_url.as_ref().unwrap(),
-        )
-        .env(
-            "FLASHSALE_REDIS_PREFIX",
-            &stack.config.engine.ledger.redis_prefix,
-        )
-        .env("FLASHSALE_DATABASE_URL", &stack.config.engine.database_url)
+/// The `flashsale` binary configured like `stack` (its Redis, prefix, database, secrets),
+/// with `data_dir` as its data directory.
+fn flashsale_command(stack: &Stack, data_dir: &std::path::Path) -> std::process::Command {
+    let ledger = &stack.config.engine.ledger;
+    let mut command = std::process::Command::new(flashsale_bin());
+    command
+        .env("FLASHSALE_REDIS_URL", ledger.redis_url.as_ref().unwrap())
+        .env("FLASHSALE_REDIS_PREFIX", &ledger.redis_prefix)
+        .env("FLASHSALE_DATABASE_URL", stack.database_url())
         .env("FLASHSALE_DATA_DIR", data_dir)
         .env("FLASHSALE_JWT_SECRET", common::JWT_SECRET)
-        .env("FLASHSALE_ADMIN_TOKEN", common::ADMIN)
+        .env("FLASHSALE_ADMIN_TOKEN", common::ADMIN);
+    command
+}
+
+fn spawn_worker(stack: &Stack, data_dir: &std::path::Path) -> std::process::Child {
+    flashsale_command(stack, data_dir)
+        .arg("worker")
         .env("FLASHSALE_RECONCILE_INTERVAL_MS", "0")
         .env(
             "FLASHSALE_WORKER_LISTEN",
