@@ -111,14 +111,25 @@ async fn snapshot(store: &dyn OrderStore) -> (Option<StoredSale>, Vec<HotOrder>,
     )
 }
 
-/// A direct sale of 10 (limit 1) created in `store`, and the events of three buyers' one unit
-/// each in its book (not applied yet).
-async fn three_buyers(store: &dyn OrderStore) -> (SaleBook, Vec<Event>) {
+/// A direct sale of 10 (limit 1) created in `store`, and the events of `reqs` in its book
+/// (not applied yet).
+async fn bought(store: &dyn OrderStore, reqs: &[PurchaseRequest]) -> (SaleBook, Vec<Event>) {
     let s = sale(10, 1, SaleMode::Direct);
     create(store, &s).await;
     let mut b = book(&s);
-    let events = buy(&mut b, &[req(1, "a", 1), req(2, "b", 1), req(3, "c", 1)]);
+    let events = buy(&mut b, reqs);
     (b, events)
+}
+
+/// [`bought`] by three buyers, one unit each.
+async fn three_buyers(store: &dyn OrderStore) -> (SaleBook, Vec<Event>) {
+    bought(store, &[req(1, "a", 1), req(2, "b", 1), req(3, "c", 1)]).await
+}
+
+/// [`bought`] by six buyers, one unit each.
+async fn six_buyers(store: &dyn OrderStore) -> (SaleBook, Vec<Event>) {
+    let reqs: Vec<PurchaseRequest> = (1..=6).map(|u| req(u, "r", 1)).collect();
+    bought(store, &reqs).await
 }
 
 fn buy(book: &mut SaleBook, reqs: &[PurchaseRequest]) -> Vec<Event> {
@@ -313,11 +324,7 @@ async fn the_epoch_fence_keeps_refused_events_apart(store: &dyn OrderStore) {
 }
 
 async fn overlapping_batch_applies_only_the_new_part(store: &dyn OrderStore) {
-    let s = sale(10, 1, SaleMode::Direct);
-    create(store, &s).await;
-    let mut b = book(&s);
-    let reqs: Vec<PurchaseRequest> = (1..=6).map(|u| req(u, "r", 1)).collect();
-    let events = buy(&mut b, &reqs);
+    let (b, events) = six_buyers(store).await;
     store.apply_events(SKU, &events[..4]).await.unwrap();
     let report = store.apply_events(SKU, &events[2..]).await.unwrap();
     assert_eq!((report.applied, report.duplicates), (2, 2));
@@ -327,11 +334,7 @@ async fn overlapping_batch_applies_only_the_new_part(store: &dyn OrderStore) {
 }
 
 async fn gap_is_refused_and_changes_nothing(store: &dyn OrderStore) {
-    let s = sale(10, 1, SaleMode::Direct);
-    create(store, &s).await;
-    let mut b = book(&s);
-    let reqs: Vec<PurchaseRequest> = (1..=6).map(|u| req(u, "r", 1)).collect();
-    let events = buy(&mut b, &reqs);
+    let (b, events) = six_buyers(store).await;
     store.apply_events(SKU, &events[..2]).await.unwrap();
     let before = snapshot(store).await;
     // Starts past applied_seq + 1.
