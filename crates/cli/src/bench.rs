@@ -103,12 +103,16 @@ pub struct HttpArgs {
     /// compare builds in one run); this process only drives the load (`bench_alone`).
     #[arg(long)]
     pub server_bin: Vec<PathBuf>,
-    /// With --server-bin: the ledgers to run, Redis (+ MariaDB) and/or embedded.
+    /// With --server-bin: the ledgers to run, Redis (+ MariaDB, + PostgreSQL) and/or embedded.
     #[arg(long, value_delimiter = ',', default_value = "redis,embedded")]
     pub ledgers: Vec<String>,
     /// With --server-bin: the MariaDB server each Redis-ledger run makes its database on.
     #[arg(long, default_value = "mysql://root@127.0.0.1:3306")]
     pub mysql_url: String,
+    /// With --server-bin: a PostgreSQL server (no database: the bench makes its own) on which
+    /// each Redis-ledger run is repeated, beside MariaDB; empty: MariaDB only.
+    #[arg(long, default_value = "postgres://postgres@127.0.0.1:5432")]
+    pub postgres_url: String,
     /// With --server-bin: run each server under callgrind, N requests per path, and report
     /// instructions per answer.
     #[arg(long)]
@@ -214,10 +218,12 @@ async fn http(args: HttpArgs) -> anyhow::Result<()> {
         args.risk
     );
 
-    let meter = Meter::new(procs::path_processes(
+    let mut watched = procs::path_processes(
         port_of(args.redis_url.as_deref()),
         port_of(args.database_url.as_deref()),
-    ));
+    );
+    watched.extend(postgres_processes(&database_url));
+    let meter = Meter::new(watched);
     let load = procs::load_average();
     let health_url = format!("{base}/healthz");
     let health: MakeRequest = Arc::new(move |cl, _| cl.get(&health_url));
@@ -813,16 +819,39 @@ fn is_postgres(url: &str) -> bool {
     url.starts_with("postgres://") || url.starts_with("postgresql://")
 }
 
+/// With a PostgreSQL database as the system of record: its backends (`postgres`: the
+/// processes serving that database, the path's own work) and every `postgres` process on the
+/// machine (`postgres-all`: the WAL writer, checkpointer and other clients' backends too).
+pub(crate) fn postgres_processes(database_url: &str) -> Vec<procs::Watched> {
+    let name = database_url
+        .rsplit('/')
+        .next()
+        .filter(|_| is_postgres(database_url));
+    let Some(name) = name.map(|n| n.split('?').next().unwrap_or(n)) else {
+        return Vec::new();
+    };
+    vec![
+        procs::Watched::postgres_backends(name),
+        procs::Watched::group("postgres-all", "postgres", ""),
+    ]
+}
+
 /// A fresh database `name` on the server at `server_url` (MySQL/MariaDB or PostgreSQL),
 /// opened as the system of record.
 async fn fresh_store(
     server_url: &str,
     name: &str,
 ) -> anyhow::Result<Arc<dyn flashsale_core::OrderStore>> {
+    let url = fresh_database(server_url, name).await?;
+    flashsale_engine::backends::open_store(&url).await
+}
+
+/// A fresh, empty database `name` on the server at `server_url` (MySQL/MariaDB or
+/// PostgreSQL); its URL.
+pub(crate) async fn fresh_database(server_url: &str, name: &str) -> anyhow::Result<String> {
     use sqlx::{Connection, Executor};
     if !is_postgres(server_url) {
-        let url = crate::strategies::fresh_mysql(server_url, name).await?;
-        return Ok(Arc::new(flashsale_store::MySqlStore::connect(&url).await?));
+        return crate::strategies::fresh_mysql(server_url, name).await;
     }
     let server = server_url.trim_end_matches('/');
     let mut conn = sqlx::PgConnection::connect(&format!("{server}/postgres")).await?;
@@ -830,12 +859,11 @@ async fn fresh_store(
         .await?;
     conn.execute(format!("CREATE DATABASE \"{name}\"").as_str())
         .await?;
-    let url = format!("{server}/{name}");
-    Ok(Arc::new(flashsale_store::PgStore::connect(&url).await?))
+    Ok(format!("{server}/{name}"))
 }
 
-/// Drops a database [`fresh_store`] made.
-async fn drop_store(server_url: &str, name: &str) -> anyhow::Result<()> {
+/// Drops a database [`fresh_database`] made.
+pub(crate) async fn drop_database(server_url: &str, name: &str) -> anyhow::Result<()> {
     use sqlx::{Connection, Executor};
     if !is_postgres(server_url) {
         return crate::strategies::drop_mysql(server_url, &[name.to_owned()]).await;
@@ -913,6 +941,6 @@ async fn drain_rate(args: &PersisterArgs, server: &str, batch_max: usize) -> any
         .await?;
     cleanup_redis(&mut conn, &prefix).await?;
     drop(store);
-    drop_store(server, &prefix).await?;
+    drop_database(server, &prefix).await?;
     Ok(rate)
 }

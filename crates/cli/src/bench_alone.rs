@@ -1,9 +1,11 @@
 //! `bench http --server-bin PATH`: the server alone. Each binary named (a baseline build beside
 //! the current one, say) runs as its own `serve` process, configured by environment, and this
 //! process is only the load generator: the server's CPU per answer is its own, not the
-//! driver's. Per ledger (Redis + MariaDB, embedded) and binary it measures the accepted path,
-//! /healthz right after, the sold-out path and /healthz right after, with the CPU µs per
-//! answer of the server, the client, `redis-server` and `mariadbd` (`/proc/<pid>/stat`).
+//! driver's. Per ledger and system of record (Redis + MariaDB, Redis + PostgreSQL unless
+//! `--postgres-url ''`, embedded + SQLite) and binary it measures the accepted path, /healthz
+//! right after, the sold-out path and /healthz right after, with the CPU µs per answer of the
+//! server, the client, `redis-server`, `mariadbd` and, on PostgreSQL, `postgres` (the backends
+//! of the run's database) and `postgres-all` (every `postgres` process) from `/proc/<pid>/stat`.
 //!
 //! `--callgrind N` runs each server under `valgrind --tool=callgrind` and reports the
 //! instructions it executed per answer over N requests per path: a count that repeats on a
@@ -18,7 +20,7 @@ use std::time::{Duration, Instant};
 use anyhow::Context;
 use flashsale_bench::closed::{self, MakeRequest, Rate};
 use flashsale_bench::procs::{self, Meter, PhaseCpu, Watched};
-use flashsale_core::{OrderStore, SkuId, UserId};
+use flashsale_core::{SkuId, UserId};
 use flashsale_server::auth::Auth;
 use tokio::io::{AsyncBufReadExt, BufReader};
 
@@ -28,7 +30,7 @@ use crate::bench::{open, purchase_req, secret, sell_out, HttpArgs, BENCH_USERS};
 const START_TIMEOUT: Duration = Duration::from_secs(180);
 /// How long a callgrind server's idle work is measured, to take it out of each phase's count.
 const IDLE: Duration = Duration::from_secs(5);
-/// How long the persister may take to write the accepted phase's orders to MariaDB.
+/// How long the persister may take to write the accepted phase's orders to the database.
 const DRAIN_TIMEOUT: Duration = Duration::from_secs(120);
 
 /// One ledger a server runs with.
@@ -48,15 +50,44 @@ impl LedgerKind {
     }
 }
 
+/// The system of record of a run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+enum Record {
+    MariaDb,
+    PostgreSql,
+    Sqlite,
+}
+
+impl Record {
+    /// The systems of record `ledger` runs with: the Redis ledger on MariaDB and, with a
+    /// PostgreSQL server named, on PostgreSQL; the embedded ledger on its SQLite file.
+    fn of(ledger: LedgerKind, args: &HttpArgs) -> Vec<Record> {
+        match ledger {
+            LedgerKind::Embedded => vec![Record::Sqlite],
+            LedgerKind::Redis if args.postgres_url.is_empty() => vec![Record::MariaDb],
+            LedgerKind::Redis => vec![Record::MariaDb, Record::PostgreSql],
+        }
+    }
+
+    /// The server a run makes its database on (none: SQLite in the run's directory).
+    fn server(self, args: &HttpArgs) -> Option<&str> {
+        match self {
+            Record::MariaDb => Some(&args.mysql_url),
+            Record::PostgreSql => Some(&args.postgres_url),
+            Record::Sqlite => None,
+        }
+    }
+}
+
 /// A `flashsale serve` child process.
 struct Child {
     process: tokio::process::Child,
     pid: u32,
     base: String,
-    /// The run's MariaDB database (Redis ledger only): its URL, read to see the persister
+    /// The run's database on a server (Redis ledger only): its URL, read to see the persister
     /// drained, and its name, dropped at the end.
-    mysql_db: Option<(String, String)>,
-    mysql_server: String,
+    db: Option<(String, String)>,
+    db_server: String,
     secrets: (String, String),
     dir: PathBuf,
 }
@@ -66,6 +97,7 @@ struct Child {
 struct RunReport {
     bin: String,
     ledger: LedgerKind,
+    record: Record,
     rates: Vec<Rate>,
     cpu: Vec<PhaseCpu>,
     /// Instructions per answer under callgrind, per phase (same order as `rates`), less the
@@ -91,10 +123,12 @@ pub async fn run(args: &HttpArgs) -> anyhow::Result<()> {
         .collect::<anyhow::Result<_>>()?;
     let mut reports = Vec::new();
     for &ledger in &ledgers {
-        for bin in &bins {
-            let report = one_run(args, bin, ledger).await?;
-            print_run(&report);
-            reports.push(report);
+        for record in Record::of(ledger, args) {
+            for bin in &bins {
+                let report = one_run(args, bin, ledger, record).await?;
+                print_run(&report);
+                reports.push(report);
+            }
         }
     }
     print_summary(&reports);
@@ -111,14 +145,20 @@ pub async fn run(args: &HttpArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-async fn one_run(args: &HttpArgs, bin: &Path, ledger: LedgerKind) -> anyhow::Result<RunReport> {
-    let child = Child::start(args, bin, ledger).await?;
+async fn one_run(
+    args: &HttpArgs,
+    bin: &Path,
+    ledger: LedgerKind,
+    record: Record,
+) -> anyhow::Result<RunReport> {
+    let child = Child::start(args, bin, ledger, record).await?;
     let result = measure(args, &child, ledger).await;
     child.stop().await?;
     let (rates, cpu, instructions_per_answer) = result?;
     Ok(RunReport {
         bin: bin.display().to_string(),
         ledger,
+        record,
         rates,
         cpu,
         instructions_per_answer,
@@ -138,7 +178,7 @@ async fn measure(args: &HttpArgs, child: &Child, ledger: LedgerKind) -> anyhow::
             .map(|u| auth.sign(UserId(u), 3_600))
             .collect(),
     );
-    let meter = Meter::new(watched(child.pid, args));
+    let meter = Meter::new(watched(child, args));
     let health_url = format!("{}/healthz", child.base);
     let health: MakeRequest = Arc::new(move |cl, _| cl.get(&health_url));
     let accepted = purchase_req(&child.base, big, tokens.clone(), "s");
@@ -182,39 +222,41 @@ async fn measure(args: &HttpArgs, child: &Child, ledger: LedgerKind) -> anyhow::
 }
 
 /// The server, this process (the client) and the stores' servers.
-fn watched(server: u32, args: &HttpArgs) -> Vec<Watched> {
+fn watched(child: &Child, args: &HttpArgs) -> Vec<Watched> {
     let mut out = vec![
-        Watched {
-            label: "server".into(),
-            pid: server,
-        },
-        Watched {
-            label: "client".into(),
-            pid: std::process::id(),
-        },
+        Watched::one("server", child.pid),
+        Watched::one("client", std::process::id()),
     ];
     let others = procs::path_processes(
         crate::bench::port_of(Some(&args.redis_url_alone())),
         crate::bench::port_of(Some(&args.mysql_url)),
     );
     out.extend(others.into_iter().skip(1));
+    if let Some((url, _)) = &child.db {
+        out.extend(crate::bench::postgres_processes(url));
+    }
     out
 }
 
 impl Child {
-    async fn start(args: &HttpArgs, bin: &Path, ledger: LedgerKind) -> anyhow::Result<Child> {
+    async fn start(
+        args: &HttpArgs,
+        bin: &Path,
+        ledger: LedgerKind,
+        record: Record,
+    ) -> anyhow::Result<Child> {
         let n = std::process::id();
         let tag = format!("fsalone{n}x{}", rand::random::<u32>() % 1_000_000);
         let dir = args.data_dir.join(&tag);
         std::fs::create_dir_all(&dir)?;
         let dir = dir.canonicalize()?;
         let (jwt, admin) = (secret(), secret());
-        let (database_url, mysql_db) = match ledger {
-            LedgerKind::Redis => {
-                let url = crate::strategies::fresh_mysql(&args.mysql_url, &tag).await?;
+        let (database_url, db) = match record.server(args) {
+            Some(server) => {
+                let url = crate::bench::fresh_database(server, &tag).await?;
                 (url.clone(), Some((url, tag.clone())))
             }
-            LedgerKind::Embedded => (format!("sqlite://{}/flashsale.db", dir.display()), None),
+            None => (format!("sqlite://{}/flashsale.db", dir.display()), None),
         };
         let mut cmd = match args.callgrind {
             Some(_) => {
@@ -263,19 +305,19 @@ impl Child {
             process,
             pid,
             base: format!("http://{addr}"),
-            mysql_db,
-            mysql_server: args.mysql_url.clone(),
+            db,
+            db_server: record.server(args).unwrap_or_default().to_owned(),
             secrets: (jwt, admin),
             dir,
         })
     }
 
-    /// Waits until MariaDB holds every order the accepted phase was answered 202 for.
+    /// Waits until the database holds every order the accepted phase was answered 202 for.
     async fn drain_wait(&self, sku: SkuId, accepted: u64) -> anyhow::Result<()> {
-        let Some((url, _)) = &self.mysql_db else {
+        let Some((url, _)) = &self.db else {
             return Ok(());
         };
-        let store = flashsale_store::MySqlStore::connect(url).await?;
+        let store = flashsale_engine::backends::open_store(url).await?;
         let deadline = Instant::now() + DRAIN_TIMEOUT;
         loop {
             let sold = store.sale(sku).await?.map_or(0, |s| s.counters.sold);
@@ -302,8 +344,8 @@ impl Child {
         {
             self.process.kill().await?;
         }
-        if let Some((_, name)) = &self.mysql_db {
-            crate::strategies::drop_mysql(&self.mysql_server, std::slice::from_ref(name)).await?;
+        if let Some((_, name)) = &self.db {
+            crate::bench::drop_database(&self.db_server, name).await?;
         }
         let _ = std::fs::remove_dir_all(&self.dir);
         Ok(())
@@ -391,7 +433,7 @@ async fn callgrind_control(args: &[&str]) -> anyhow::Result<()> {
 }
 
 fn print_run(r: &RunReport) {
-    println!("\n{} · {:?} ledger", r.bin, r.ledger);
+    println!("\n{} · {:?} ledger · {:?}", r.bin, r.ledger, r.record);
     println!(
         "{:<10} {:>10} {:>7} {:>8} {:>8} {:>12}  CPU µs per answer",
         "path", "answers/s", "ratio", "p50 ms", "p99 ms", "instr/answer"
@@ -428,13 +470,41 @@ fn print_summary(reports: &[RunReport]) {
             _ => "-".into(),
         };
         println!(
-            "{:<40} {:<9} accepted {:.2} ({})  sold out {:.2} ({})",
+            "{:<40} {:<20} accepted {:.2} ({})  sold out {:.2} ({})",
             r.bin,
-            format!("{:?}", r.ledger),
+            format!("{:?} + {:?}", r.ledger, r.record),
             ratio(0),
             cpu(0),
             ratio(2),
             cpu(2)
+        );
+    }
+    print_records(reports);
+}
+
+/// The Redis ledger's accepted path on PostgreSQL against MariaDB, per binary, same run.
+fn print_records(reports: &[RunReport]) {
+    let find = |bin: &str, record| {
+        reports
+            .iter()
+            .find(|r| r.bin == bin && r.ledger == LedgerKind::Redis && r.record == record)
+    };
+    for maria in reports.iter().filter(|r| r.record == Record::MariaDb) {
+        let Some(pg) = find(&maria.bin, Record::PostgreSql) else {
+            continue;
+        };
+        let us =
+            |r: &RunReport, label| r.cpu[0].us(label).map_or("-".into(), |u| format!("{u:.1}"));
+        println!(
+            "{}: Redis accepted, PostgreSQL / MariaDB answers/s = {:.2}; server µs {} vs {}; \
+             database µs per answer: postgres backends {} (all postgres processes {}) vs mariadbd {}",
+            maria.bin,
+            pg.rates[0].per_s / maria.rates[0].per_s.max(1e-9),
+            us(pg, "server"),
+            us(maria, "server"),
+            us(pg, "postgres"),
+            us(pg, "postgres-all"),
+            us(maria, "mariadbd")
         );
     }
 }

@@ -8,6 +8,7 @@
 //! left to expire, and the units that come back are sold to later buyers (`demo_reserve`).
 
 use std::collections::{BTreeMap, HashSet};
+use std::ops::RangeInclusive;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -199,6 +200,36 @@ async fn open_sale(base: &str, admin: &str, sku: u64, args: &DemoArgs) -> anyhow
     crate::bench::create_and_warm(base, admin, &body).await
 }
 
+/// Users `users`, each with a token valid `ttl_s` seconds.
+pub(crate) fn buyers(auth: &Auth, users: RangeInclusive<u64>, ttl_s: u64) -> Vec<Buyer> {
+    users
+        .map(|u| Buyer {
+            user_id: u,
+            token: auth.sign(UserId(u), ttl_s),
+        })
+        .collect()
+}
+
+/// One unit each for `buyers`, arriving over `ramp_ms` on the server at `base`.
+pub(crate) fn spike_plan(
+    base: &str,
+    sku: u64,
+    buyers: Vec<Buyer>,
+    concurrency: usize,
+    ramp_ms: u64,
+) -> Plan {
+    Plan {
+        targets: vec![base.to_owned()],
+        sku_id: sku,
+        buyers,
+        quantity: 1,
+        concurrency,
+        arrival: Arrival::Spike { ramp_ms },
+        timeout: Duration::from_secs(5),
+        retries_max: 3,
+    }
+}
+
 async fn spike(
     base: &str,
     auth: &Auth,
@@ -206,28 +237,12 @@ async fn spike(
     args: &DemoArgs,
     on_answer: impl Fn(&load::Record) + Send + Sync + 'static,
 ) -> anyhow::Result<Vec<load::Record>> {
-    let buyers: Vec<Buyer> = (1..=args.users)
-        .map(|u| Buyer {
-            user_id: u,
-            token: auth.sign(UserId(u), 3_600),
-        })
-        .collect();
     let bar = ProgressBar::new(args.users);
     bar.set_style(ProgressStyle::with_template(
         "{bar:40} {pos}/{len} buyers answered ({per_sec}) {elapsed}",
     )?);
-    let plan = Plan {
-        targets: vec![base.to_owned()],
-        sku_id: sku,
-        buyers,
-        quantity: 1,
-        concurrency: args.concurrency,
-        arrival: Arrival::Spike {
-            ramp_ms: args.ramp_ms,
-        },
-        timeout: Duration::from_secs(5),
-        retries_max: 3,
-    };
+    let buyers = buyers(auth, 1..=args.users, 3_600);
+    let plan = spike_plan(base, sku, buyers, args.concurrency, args.ramp_ms);
     let tick = bar.clone();
     let records = load::run(plan, move |r| {
         tick.inc(1);

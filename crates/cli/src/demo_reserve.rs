@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use flashsale_bench::lifecycle::{Lifecycle, Step};
-use flashsale_bench::load::{self, Arrival, Buyer, Plan};
+use flashsale_bench::load;
 use flashsale_bench::report::Check;
 use flashsale_core::{Event, EventKind, HotOrder, OrderStatus, SkuId, UserId};
 use flashsale_server::auth::Auth;
@@ -194,22 +194,9 @@ async fn resell(
     if done.later_buyers == 0 {
         return Ok(());
     }
-    let buyers: Vec<Buyer> = (args.users + 1..=args.users + done.later_buyers)
-        .map(|u| Buyer {
-            user_id: u,
-            token: auth.sign(UserId(u), 600),
-        })
-        .collect();
-    let plan = Plan {
-        targets: vec![base.to_owned()],
-        sku_id: sku,
-        buyers,
-        quantity: 1,
-        concurrency: args.concurrency,
-        arrival: Arrival::Spike { ramp_ms: 200 },
-        timeout: Duration::from_secs(5),
-        retries_max: 3,
-    };
+    let later = args.users + 1..=args.users + done.later_buyers;
+    let buyers = crate::demo::buyers(auth, later, 600);
+    let plan = crate::demo::spike_plan(base, sku, buyers, args.concurrency, 200);
     let records = load::run(plan, |_| {}).await?;
     let asks: Vec<(u64, String, Fate)> = records
         .iter()

@@ -269,6 +269,21 @@ pub struct RedisNaive {
     pub prefix: String,
 }
 
+/// The list of the Redis-only strategies' orders (user ids).
+fn orders_key(prefix: &str) -> String {
+    format!("{prefix}:orders:{{{SKU}}}")
+}
+
+/// Appends an order of `user` to the Redis-only strategies' list.
+async fn push_order(c: &mut MultiplexedConnection, prefix: &str, user: u64) -> anyhow::Result<()> {
+    let _: i64 = redis::cmd("RPUSH")
+        .arg(orders_key(prefix))
+        .arg(user)
+        .query_async(c)
+        .await?;
+    Ok(())
+}
+
 /// Orders of the Redis-only strategies, as a list of user ids (audited from Redis).
 async fn audit_list(conn: &MultiplexedConnection, key: &str, total: u64) -> anyhow::Result<Audit> {
     let mut conn = conn.clone();
@@ -308,20 +323,11 @@ impl Strategy for RedisNaive {
             .arg(1)
             .query_async(&mut c)
             .await?;
-        let _: i64 = redis::cmd("RPUSH")
-            .arg(format!("{}:orders:{{{SKU}}}", self.prefix))
-            .arg(user)
-            .query_async(&mut c)
-            .await?;
+        push_order(&mut c, &self.prefix, user).await?;
         Ok(true)
     }
     async fn audit(&self, total: u64) -> anyhow::Result<Audit> {
-        audit_list(
-            &self.conn,
-            &format!("{}:orders:{{{SKU}}}", self.prefix),
-            total,
-        )
-        .await
+        audit_list(&self.conn, &orders_key(&self.prefix), total).await
     }
 }
 
@@ -370,11 +376,7 @@ impl Strategy for RedisLock {
                         .arg(1)
                         .query_async(&mut c)
                         .await?;
-                    let _: i64 = redis::cmd("RPUSH")
-                        .arg(format!("{}:orders:{{{SKU}}}", self.prefix))
-                        .arg(user)
-                        .query_async(&mut c)
-                        .await?;
+                    push_order(&mut c, &self.prefix, user).await?;
                 }
                 let _: i64 = redis::Script::new(UNLOCK)
                     .key(&lock)
@@ -388,12 +390,7 @@ impl Strategy for RedisLock {
         anyhow::bail!("lock not acquired")
     }
     async fn audit(&self, total: u64) -> anyhow::Result<Audit> {
-        audit_list(
-            &self.conn,
-            &format!("{}:orders:{{{SKU}}}", self.prefix),
-            total,
-        )
-        .await
+        audit_list(&self.conn, &orders_key(&self.prefix), total).await
     }
 }
 

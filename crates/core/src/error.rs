@@ -4,6 +4,7 @@ use serde::{Deserialize, Serialize};
 
 /// Every error code the API answers with. The HTTP status belongs to the code.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "SCREAMING_SNAKE_CASE")]
 pub enum ErrorCode {
     InvalidRequest,

@@ -5,6 +5,25 @@ use std::fmt;
 
 use crate::limits::REQUEST_ID_LEN_MAX;
 
+/// Serde through an id's text (`#[serde(into = "String", try_from = "String")]`): read by its
+/// `parse`, refused with `rule`; written by its `Display`.
+macro_rules! text_serde {
+    ($id:ident, $rule:literal) => {
+        impl TryFrom<String> for $id {
+            type Error = &'static str;
+            fn try_from(s: String) -> Result<Self, Self::Error> {
+                $id::parse(&s).ok_or($rule)
+            }
+        }
+
+        impl From<$id> for String {
+            fn from(id: $id) -> String {
+                id.to_string()
+            }
+        }
+    };
+}
+
 /// A sale is identified by the SKU it sells.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(transparent)]
@@ -32,18 +51,7 @@ impl fmt::Display for UserId {
 #[serde(into = "String", try_from = "String")]
 pub struct RequestId(String);
 
-impl TryFrom<String> for RequestId {
-    type Error = &'static str;
-    fn try_from(s: String) -> Result<Self, Self::Error> {
-        RequestId::parse(&s).ok_or("request_id must be 1..=64 of [A-Za-z0-9_-]")
-    }
-}
-
-impl From<RequestId> for String {
-    fn from(id: RequestId) -> String {
-        id.0
-    }
-}
+text_serde!(RequestId, "request_id must be 1..=64 of [A-Za-z0-9_-]");
 
 impl RequestId {
     pub fn parse(s: &str) -> Option<RequestId> {
@@ -109,18 +117,7 @@ pub struct OrderNo {
     pub seq: u64,
 }
 
-impl TryFrom<String> for OrderNo {
-    type Error = &'static str;
-    fn try_from(s: String) -> Result<Self, Self::Error> {
-        OrderNo::parse(&s).ok_or("order_no must be <sku>-<epoch>-<seq>")
-    }
-}
-
-impl From<OrderNo> for String {
-    fn from(no: OrderNo) -> String {
-        no.to_string()
-    }
-}
+text_serde!(OrderNo, "order_no must be <sku>-<epoch>-<seq>");
 
 impl OrderNo {
     pub fn new(sku: SkuId, epoch: u64, seq: u64) -> OrderNo {

@@ -28,6 +28,25 @@ impl PurchaseRequest {
     }
 }
 
+/// What every ledger checks of a batch before it runs it: at most
+/// [`BATCH_LEN_MAX`](crate::limits::BATCH_LEN_MAX) requests, all for sale `sku`.
+pub fn check_batch(sku: SkuId, reqs: &[PurchaseRequest]) -> Result<(), LedgerError> {
+    let len_max = crate::limits::BATCH_LEN_MAX;
+    if reqs.len() > len_max {
+        let len = reqs.len();
+        return Err(LedgerError::Internal(format!(
+            "batch of {len} requests, at most {len_max}"
+        )));
+    }
+    match reqs.iter().find(|r| r.sku_id != sku) {
+        Some(other) => Err(LedgerError::Internal(format!(
+            "request for sale {} in a batch of sale {sku}",
+            other.sku_id
+        ))),
+        None => Ok(()),
+    }
+}
+
 /// Result of pay or cancel: the order after the change, or why nothing changed.
 pub type Resolution = Result<HotOrder, ErrorCode>;
 

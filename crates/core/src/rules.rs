@@ -30,6 +30,9 @@ use crate::ledger::PurchaseRequest;
 use crate::order::{Event, EventKind, HotOrder, OrderStatus, PurchaseOutcome};
 use crate::sale::{Counters, Sale, SaleMode, SaleState};
 
+/// A payment's or a cancellation's outcome: the order, and the event when it changed.
+pub type Resolved = Result<(HotOrder, Option<Event>), ErrorCode>;
+
 /// All hot state of one sale.
 #[derive(Debug, Clone)]
 pub struct SaleBook {
@@ -210,33 +213,17 @@ impl SaleBook {
 
     /// Pays a reservation of `user`. A retry of a payment that went through answers the
     /// paid order again with no event (the first outcome).
-    pub fn pay(
-        &mut self,
-        no: &OrderNo,
-        user: UserId,
-        now_ms: i64,
-    ) -> Result<(HotOrder, Option<Event>), ErrorCode> {
+    pub fn pay(&mut self, no: &OrderNo, user: UserId, now_ms: i64) -> Resolved {
         self.resolve(no, user, now_ms, EventKind::Paid)
     }
 
     /// Cancels a reservation of `user` and gives the units and the quota back. A retry of a
     /// cancellation that went through answers the cancelled order again with no event.
-    pub fn cancel(
-        &mut self,
-        no: &OrderNo,
-        user: UserId,
-        now_ms: i64,
-    ) -> Result<(HotOrder, Option<Event>), ErrorCode> {
+    pub fn cancel(&mut self, no: &OrderNo, user: UserId, now_ms: i64) -> Resolved {
         self.resolve(no, user, now_ms, EventKind::Cancelled)
     }
 
-    fn resolve(
-        &mut self,
-        no: &OrderNo,
-        user: UserId,
-        now_ms: i64,
-        kind: EventKind,
-    ) -> Result<(HotOrder, Option<Event>), ErrorCode> {
+    fn resolve(&mut self, no: &OrderNo, user: UserId, now_ms: i64, kind: EventKind) -> Resolved {
         let order = match self.orders.get(no) {
             Some(order) if order.user_id == user => order,
             _ => return Err(ErrorCode::OrderNotFound),

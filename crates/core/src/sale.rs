@@ -9,6 +9,7 @@ use crate::limits::{
 
 /// How a purchase takes stock.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, Default)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "lowercase")]
 pub enum SaleMode {
     /// available → sold at once.
@@ -20,6 +21,7 @@ pub enum SaleMode {
 
 /// The state an operator sets. The time window is judged apart from it, by the ledger's clock.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "lowercase")]
 pub enum SaleState {
     /// Created, not yet warmed into the hot ledger.
@@ -69,7 +71,9 @@ impl SaleState {
 
 /// A sale's definition. Times are Unix epoch milliseconds.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Sale {
+    #[cfg_attr(feature = "openapi", schema(value_type = u64))]
     pub sku_id: SkuId,
     pub name: String,
     pub total_stock: u64,
@@ -243,26 +247,20 @@ mod tests {
     #[test]
     fn validation_names_the_bad_field() {
         assert!(sale().validate().is_ok());
-        let bad = Sale {
-            total_stock: 0,
-            ..sale()
+        let with = |change: fn(&mut Sale)| {
+            let mut s = sale();
+            change(&mut s);
+            s
         };
-        assert!(bad.validate().unwrap_err().contains("total_stock"));
-        let bad = Sale {
-            per_user_limit: 0,
-            ..sale()
-        };
-        assert!(bad.validate().unwrap_err().contains("per_user_limit"));
-        let bad = Sale {
-            mode: SaleMode::Reserve,
-            ..sale()
-        };
-        assert!(bad.validate().unwrap_err().contains("payment_timeout_ms"));
-        let bad = Sale {
-            ends_at_ms: 0,
-            ..sale()
-        };
-        assert!(bad.validate().unwrap_err().contains("ends_at_ms"));
+        let cases = [
+            (with(|s| s.total_stock = 0), "total_stock"),
+            (with(|s| s.per_user_limit = 0), "per_user_limit"),
+            (with(|s| s.mode = SaleMode::Reserve), "payment_timeout_ms"),
+            (with(|s| s.ends_at_ms = 0), "ends_at_ms"),
+        ];
+        for (bad, field) in cases {
+            assert!(bad.validate().unwrap_err().contains(field), "{field}");
+        }
     }
 
     #[test]

@@ -557,18 +557,7 @@ impl HotLedger for EmbeddedLedger {
         sku: SkuId,
         reqs: &[PurchaseRequest],
     ) -> Result<Vec<PurchaseOutcome>, LedgerError> {
-        if reqs.len() > BATCH_LEN_MAX {
-            return Err(LedgerError::Internal(format!(
-                "batch of {} requests, at most {BATCH_LEN_MAX}",
-                reqs.len()
-            )));
-        }
-        if let Some(r) = reqs.iter().find(|r| r.sku_id != sku) {
-            return Err(LedgerError::Internal(format!(
-                "request for sku {} in a batch of sku {sku}",
-                r.sku_id
-            )));
-        }
+        flashsale_core::ledger::check_batch(sku, reqs)?;
         let slot = self.inner.slot(sku).ok_or(LedgerError::NotWarmed)?;
         if reqs.is_empty() {
             return Ok(Vec::new());

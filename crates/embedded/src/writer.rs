@@ -185,8 +185,7 @@ fn write(conn: &mut Connection, sql: &Sql, buf: &mut Buffers, g: &Group) -> Resu
     let tx = conn
         .transaction_with_behavior(TransactionBehavior::Immediate)
         .map_err(|e| e.to_string())?;
-    insert_events(&tx, sql, &mut buf.no, g).map_err(|e| e.to_string())?;
-    insert_orders(&tx, sql, buf, g).map_err(|e| e.to_string())?;
+    insert_rows(&tx, sql, buf, g).map_err(|e| e.to_string())?;
     for &k in &buf.resolved {
         let e = &g.events[k];
         let mut st = tx.prepare_cached(RESOLVE).map_err(|e| e.to_string())?;
@@ -282,63 +281,63 @@ fn plan(g: &Group, buf: &mut Buffers) -> Result<Counters, String> {
     Ok(c)
 }
 
-fn insert_events(
-    tx: &rusqlite::Transaction<'_>,
-    sql: &Sql,
-    no: &mut String,
-    g: &Group,
-) -> rusqlite::Result<()> {
-    let mut rest = &g.events[..];
-    for (n, text) in &sql.events {
-        while rest.len() >= *n {
-            let (chunk, tail) = rest.split_at(*n);
-            let mut st = tx.prepare_cached(text)?;
-            let mut p = 1;
-            for e in chunk {
-                st.raw_bind_parameter(p, i(e.sku_id.0))?;
-                st.raw_bind_parameter(p + 1, i(e.epoch))?;
-                st.raw_bind_parameter(p + 2, i(e.seq))?;
-                st.raw_bind_parameter(p + 3, e.kind.as_str())?;
-                st.raw_bind_parameter(p + 4, order_no(no, &e.order_no))?;
-                st.raw_bind_parameter(p + 5, e.request_id.as_str())?;
-                st.raw_bind_parameter(p + 6, i(e.user_id.0))?;
-                st.raw_bind_parameter(p + 7, e.quantity)?;
-                st.raw_bind_parameter(p + 8, e.at_ms)?;
-                st.raw_bind_parameter(p + 9, e.deadline_ms)?;
-                st.raw_bind_parameter(p + 10, false)?;
-                p += 11;
-            }
-            st.raw_execute()?;
-            rest = tail;
-        }
-    }
-    Ok(())
-}
-
-fn insert_orders(
+/// The group's events, then its new orders, in as few multi-row statements as their sizes take.
+fn insert_rows(
     tx: &rusqlite::Transaction<'_>,
     sql: &Sql,
     buf: &mut Buffers,
     g: &Group,
 ) -> rusqlite::Result<()> {
-    let mut rest = &buf.orders[..];
-    for (n, text) in &sql.orders {
+    let no = &mut buf.no;
+    insert_chunked(tx, &sql.events, &g.events, |st, p, e| {
+        st.raw_bind_parameter(p, i(e.sku_id.0))?;
+        st.raw_bind_parameter(p + 1, i(e.epoch))?;
+        st.raw_bind_parameter(p + 2, i(e.seq))?;
+        st.raw_bind_parameter(p + 3, e.kind.as_str())?;
+        st.raw_bind_parameter(p + 4, order_no(no, &e.order_no))?;
+        st.raw_bind_parameter(p + 5, e.request_id.as_str())?;
+        st.raw_bind_parameter(p + 6, i(e.user_id.0))?;
+        st.raw_bind_parameter(p + 7, e.quantity)?;
+        st.raw_bind_parameter(p + 8, e.at_ms)?;
+        st.raw_bind_parameter(p + 9, e.deadline_ms)?;
+        st.raw_bind_parameter(p + 10, false)?;
+        Ok(p + 11)
+    })?;
+    let new_order = |st: &mut rusqlite::CachedStatement<'_>,
+                     p: usize,
+                     &(k, status, updated_at_ms): &(usize, OrderStatus, i64)|
+     -> rusqlite::Result<usize> {
+        let e = &g.events[k];
+        st.raw_bind_parameter(p, order_no(no, &e.order_no))?;
+        st.raw_bind_parameter(p + 1, i(g.sku.0))?;
+        st.raw_bind_parameter(p + 2, i(e.user_id.0))?;
+        st.raw_bind_parameter(p + 3, e.request_id.as_str())?;
+        st.raw_bind_parameter(p + 4, e.quantity)?;
+        st.raw_bind_parameter(p + 5, status.as_str())?;
+        st.raw_bind_parameter(p + 6, e.deadline_ms)?;
+        st.raw_bind_parameter(p + 7, e.at_ms)?;
+        st.raw_bind_parameter(p + 8, updated_at_ms)?;
+        Ok(p + 9)
+    };
+    insert_chunked(tx, &sql.orders, &buf.orders, new_order)
+}
+
+/// Inserts `rows` with the multi-row statements `statements` (rows per statement, its SQL;
+/// largest first), each row bound by `bind` from a parameter index on (returning the next).
+fn insert_chunked<T>(
+    tx: &rusqlite::Transaction<'_>,
+    statements: &[(usize, String)],
+    rows: &[T],
+    mut bind: impl FnMut(&mut rusqlite::CachedStatement<'_>, usize, &T) -> rusqlite::Result<usize>,
+) -> rusqlite::Result<()> {
+    let mut rest = rows;
+    for (n, text) in statements {
         while rest.len() >= *n {
             let (chunk, tail) = rest.split_at(*n);
             let mut st = tx.prepare_cached(text)?;
             let mut p = 1;
-            for &(k, status, updated_at_ms) in chunk {
-                let e = &g.events[k];
-                st.raw_bind_parameter(p, order_no(&mut buf.no, &e.order_no))?;
-                st.raw_bind_parameter(p + 1, i(g.sku.0))?;
-                st.raw_bind_parameter(p + 2, i(e.user_id.0))?;
-                st.raw_bind_parameter(p + 3, e.request_id.as_str())?;
-                st.raw_bind_parameter(p + 4, e.quantity)?;
-                st.raw_bind_parameter(p + 5, status.as_str())?;
-                st.raw_bind_parameter(p + 6, e.deadline_ms)?;
-                st.raw_bind_parameter(p + 7, e.at_ms)?;
-                st.raw_bind_parameter(p + 8, updated_at_ms)?;
-                p += 9;
+            for row in chunk {
+                p = bind(&mut st, p, row)?;
             }
             st.raw_execute()?;
             rest = tail;

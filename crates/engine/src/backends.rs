@@ -13,8 +13,8 @@ use flashsale_redis::RedisLedger;
 use flashsale_store::{MySqlStore, PgStore, SqliteStore};
 
 use crate::persister::{Persister, PersisterConfig};
-use crate::reconcile::Journal;
-use crate::runner::Worker;
+use crate::reconcile::{Journal, ReconcileWorker, Reconciler};
+use crate::runner::{Runner, Worker};
 use crate::settings::Settings;
 use crate::workers::ExpiryWorker;
 
@@ -144,4 +144,34 @@ pub fn workers(
         }
     }
     workers
+}
+
+/// The engine's background work alone, with no requests to serve (`flashsale worker`): the
+/// backends its settings name, and in one runner the workers every process runs plus the
+/// reconcile worker (which settles sales in its own loss journal: this process promises
+/// nothing to buyers).
+pub struct Background {
+    pub ledger: Arc<dyn Ledger>,
+    pub store: Arc<dyn OrderStore>,
+    pub tasks: Runner,
+}
+
+impl Background {
+    pub async fn start(settings: &Settings) -> anyhow::Result<Background> {
+        let (ledger, store) = open(settings).await?;
+        let mut tasks = Runner::default();
+        let journal = Arc::new(Journal::default());
+        let reconciler = Reconciler::new(ledger.clone(), store.clone(), journal.clone());
+        if let Some(worker) = ReconcileWorker::boxed(reconciler, settings.reconcile, None) {
+            tasks.spawn(worker);
+        }
+        for worker in workers(settings, ledger.clone(), store.clone(), journal) {
+            tasks.spawn(worker);
+        }
+        Ok(Background {
+            ledger,
+            store,
+            tasks,
+        })
+    }
 }

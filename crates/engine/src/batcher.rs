@@ -45,12 +45,12 @@ pub struct Batcher {
     queues: Mutex<HashMap<SkuId, mpsc::Sender<Job>>>,
     batch_max: usize,
     queue_cap: usize,
-    flagger: Arc<Flagger>,
+    books: Arc<Bookkeeper>,
 }
 
-/// Sets a sale's sold-out flag after a SOLD_OUT answer of the ledger, and journals what the
-/// ledger accepted.
-struct Flagger {
+/// Keeps the books of what the ledger answered: sets a sale's sold-out flag after a SOLD_OUT
+/// answer, and journals what the ledger accepted.
+struct Bookkeeper {
     ledger: Arc<dyn Ledger>,
     flags: Arc<SoldOutFlags>,
     journal: Arc<Journal>,
@@ -91,7 +91,7 @@ impl Batcher {
             queues: Mutex::new(HashMap::new()),
             batch_max,
             queue_cap,
-            flagger: Arc::new(Flagger {
+            books: Arc::new(Bookkeeper {
                 ledger,
                 flags,
                 journal,
@@ -103,7 +103,7 @@ impl Batcher {
     /// True when `req` can be answered SOLD_OUT here without the ledger: its sale is flagged
     /// and it is not a retry of an accepted request.
     pub fn sold_out_here(&self, req: &PurchaseRequest) -> bool {
-        self.flagger.flags.answers(req.sku_id, &req.key())
+        self.books.flags.answers(req.sku_id, &req.key())
     }
 
     /// Queues one purchase for the ledger and waits for its outcome.
@@ -136,7 +136,7 @@ impl Batcher {
                 let (tx, rx) = mpsc::channel(self.queue_cap);
                 let rx = Arc::new(tokio::sync::Mutex::new(rx));
                 for _ in 0..IN_FLIGHT {
-                    tokio::spawn(run(self.flagger.clone(), sku, rx.clone(), self.batch_max));
+                    tokio::spawn(run(self.books.clone(), sku, rx.clone(), self.batch_max));
                 }
                 tx
             })
@@ -147,12 +147,12 @@ impl Batcher {
 /// One of a sale's `IN_FLIGHT` batch tasks: takes what is queued (holding the queue only while
 /// taking), calls the ledger, answers, repeats.
 async fn run(
-    flagger: Arc<Flagger>,
+    books: Arc<Bookkeeper>,
     sku: SkuId,
     rx: Arc<tokio::sync::Mutex<mpsc::Receiver<Job>>>,
     batch_max: usize,
 ) {
-    let ledger = flagger.ledger.clone();
+    let ledger = books.ledger.clone();
     let mut jobs = Vec::with_capacity(batch_max);
     loop {
         // The queue's lock is released at the end of this statement, before the ledger call.
@@ -166,9 +166,9 @@ async fn run(
         match ledger.purchase_batch(sku, &reqs).await {
             Ok(outcomes) => {
                 assert_eq!(outcomes.len(), jobs.len(), "one outcome per request");
-                flagger.journal.record_purchases(sku, accepted(&outcomes));
+                books.journal.record_purchases(sku, accepted(&outcomes));
                 if reqs.iter().zip(&outcomes).any(nothing_left) {
-                    flagger.flag(sku);
+                    books.flag(sku);
                 }
                 for (job, outcome) in jobs.drain(..).zip(outcomes) {
                     let _ = job.reply.send(Ok(outcome));
@@ -176,9 +176,7 @@ async fn run(
             }
             Err(e) => {
                 if let LedgerError::Unconfirmed { written, .. } = &e {
-                    flagger
-                        .journal
-                        .record_purchases(sku, written.iter().copied());
+                    books.journal.record_purchases(sku, written.iter().copied());
                 }
                 let message = e.to_string();
                 for job in jobs.drain(..) {
@@ -203,7 +201,7 @@ fn accepted(outcomes: &[PurchaseOutcome]) -> impl Iterator<Item = flashsale_core
     })
 }
 
-impl Flagger {
+impl Bookkeeper {
     /// Loads the accepted request keys in the background and sets the flag; one load at a
     /// time per sale, and none while a fresh flag stands.
     fn flag(self: &Arc<Self>, sku: SkuId) {

@@ -3,8 +3,9 @@
 //! - [`settings`]: the one settings tree (`Settings`: ledger, database, persister, reconcile);
 //!   [`backends`]: the ledger and store it names, opened once, and the workers every process
 //!   runs.
-//! - [`batcher`]: the purchase decision: the local sold-out flag, then natural batching per
-//!   sale into one ledger call.
+//! - [`purchase`]: the purchase decision of an admitted request (local refusals, then the
+//!   ledger with the breaker's accounting); [`batcher`]: the local sold-out flag, and natural
+//!   batching per sale into one ledger call.
 //! - [`cache`]: the sale cache and the sold-out flags; [`breaker`]: fast failure while a
 //!   sale's hot ledger fails.
 //! - [`placement`]: where each sale's hot copy lives (the configured ledger, or a dedicated
@@ -26,6 +27,7 @@ pub mod breaker;
 pub mod cache;
 pub mod persister;
 pub mod placement;
+pub mod purchase;
 pub mod reconcile;
 pub mod runner;
 pub mod settings;

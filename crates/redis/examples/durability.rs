@@ -15,6 +15,7 @@ use std::time::{Duration, Instant};
 use flashsale_core::{HotLedger, PurchaseOutcome, SaleMode};
 use flashsale_redis::RedisLedger;
 use flashsale_testkit::conformance::{live_sale, req, warm};
+use flashsale_testkit::redis_cluster;
 use flashsale_testkit::redis_server::RedisServer;
 
 const CALLERS: u64 = 16;
@@ -24,48 +25,20 @@ async fn main() {
     let args: Vec<String> = std::env::args().collect();
     let seconds: u64 = args.get(1).and_then(|s| s.parse().ok()).unwrap_or(5);
     let batch: usize = args.get(2).and_then(|s| s.parse().ok()).unwrap_or(1);
-    let settings: [(&str, &[&str]); 4] = [
-        ("no persistence", &["--save", "", "--appendonly", "no"]),
-        (
-            "AOF everysec",
-            &[
-                "--save",
-                "",
-                "--appendonly",
-                "yes",
-                "--appendfsync",
-                "everysec",
-            ],
-        ),
-        (
-            "AOF always",
-            &[
-                "--save",
-                "",
-                "--appendonly",
-                "yes",
-                "--appendfsync",
-                "always",
-            ],
-        ),
+    let aof = |fsync| vec!["--save", "", "--appendonly", "yes", "--appendfsync", fsync];
+    let settings: [(&str, Vec<&str>); 4] = [
+        ("no persistence", vec!["--save", "", "--appendonly", "no"]),
+        ("AOF everysec", aof("everysec")),
+        ("AOF always", aof("always")),
         (
             "AOF everysec + WAIT 1",
-            &[
-                "--save",
-                "",
-                "--appendonly",
-                "yes",
-                "--appendfsync",
-                "everysec",
-                "--repl-diskless-sync-delay",
-                "0",
-            ],
+            [aof("everysec"), vec!["--repl-diskless-sync-delay", "0"]].concat(),
         ),
     ];
     println!("| setting | batch | accepted/s | p50 call ms | p99 call ms |");
     println!("|---|---|---|---|---|");
     for (name, args) in settings {
-        let server = RedisServer::spawn_with(args).await;
+        let server = RedisServer::spawn_with(&args).await;
         let replica = if name.contains("WAIT") {
             Some(RedisServer::spawn_replica_of(&server).await)
         } else {
@@ -73,20 +46,9 @@ async fn main() {
         };
         if let Some(replica) = &replica {
             let url = replica.url();
-            flashsale_testkit::wait::until("the replica to sync", Duration::from_secs(30), || {
-                let url = url.clone();
-                async move {
-                    let client = redis::Client::open(url).ok()?;
-                    let mut c = client.get_multiplexed_async_connection().await.ok()?;
-                    let info: String = redis::cmd("INFO")
-                        .arg("replication")
-                        .query_async(&mut c)
-                        .await
-                        .ok()?;
-                    info.contains("master_link_status:up").then_some(())
-                }
-            })
-            .await;
+            let synced = || async { redis_cluster::link_up(&url).await.then_some(()) };
+            flashsale_testkit::wait::until("the replica to sync", Duration::from_secs(30), synced)
+                .await;
         }
         let (rate, p50, p99) = run(&server.url(), seconds, batch, replica.is_some()).await;
         println!("| {name} | {batch} | {rate:.0} | {p50:.2} | {p99:.2} |");

@@ -89,44 +89,54 @@ pub fn decode_order(order_no: &str, encoded: &str) -> Result<HotOrder, String> {
     })
 }
 
-/// Parses the fields of one stream entry into an event of sale `sku`.
-pub fn parse_event(sku: SkuId, fields: &HashMap<String, String>) -> Result<Event, String> {
-    let get = |name: &str| {
-        fields
+/// The fields of one stream entry, read by name.
+struct Fields<'a>(&'a HashMap<String, String>);
+
+impl<'a> Fields<'a> {
+    fn get(&self, name: &str) -> Result<&'a str, String> {
+        self.0
             .get(name)
             .map(String::as_str)
             .ok_or_else(|| format!("missing field {name}"))
-    };
-    let num = |name: &str| -> Result<i64, String> {
-        get(name)?
+    }
+
+    fn num(&self, name: &str) -> Result<i64, String> {
+        self.get(name)?
             .parse::<i64>()
             .map_err(|_| format!("field {name} is not an integer"))
-    };
-    let unsigned = |name: &str| -> Result<u64, String> {
-        get(name)?
+    }
+
+    fn unsigned(&self, name: &str) -> Result<u64, String> {
+        self.get(name)?
             .parse::<u64>()
             .map_err(|_| format!("field {name} is not a non-negative integer"))
-    };
-    let (sku_id, seq) = (SkuId(unsigned("sku_id")?), unsigned("seq")?);
-    let order_no = OrderNo::parse(get("order_no")?).ok_or("field order_no is malformed")?;
+    }
+}
+
+/// Parses the fields of one stream entry into an event of sale `sku`.
+pub fn parse_event(sku: SkuId, fields: &HashMap<String, String>) -> Result<Event, String> {
+    let f = Fields(fields);
+    let (sku_id, seq) = (SkuId(f.unsigned("sku_id")?), f.unsigned("seq")?);
+    let order_no = OrderNo::parse(f.get("order_no")?).ok_or("field order_no is malformed")?;
     // Entries written before events carried their epoch: the order number's epoch (right for
     // deductions; a resolution of an order from an older epoch is then fenced, never applied
     // twice).
     let epoch = match fields.get("epoch") {
-        Some(_) => unsigned("epoch")?,
+        Some(_) => f.unsigned("epoch")?,
         None => order_no.epoch(),
     };
     let event = Event {
         sku_id,
         epoch,
         seq,
-        kind: EventKind::parse(get("kind")?).ok_or("field kind is unknown")?,
+        kind: EventKind::parse(f.get("kind")?).ok_or("field kind is unknown")?,
         order_no,
-        request_id: RequestId::parse(get("request_id")?).ok_or("field request_id is malformed")?,
-        user_id: UserId(unsigned("user_id")?),
-        quantity: u32::try_from(unsigned("quantity")?).map_err(|_| "quantity too large")?,
-        at_ms: num("at_ms")?,
-        deadline_ms: num("deadline_ms")?,
+        request_id: RequestId::parse(f.get("request_id")?)
+            .ok_or("field request_id is malformed")?,
+        user_id: UserId(f.unsigned("user_id")?),
+        quantity: u32::try_from(f.unsigned("quantity")?).map_err(|_| "quantity too large")?,
+        at_ms: f.num("at_ms")?,
+        deadline_ms: f.num("deadline_ms")?,
     };
     if event.sku_id != sku || event.order_no.sku() != sku {
         return Err(format!(
@@ -143,26 +153,11 @@ pub fn parse_event(sku: SkuId, fields: &HashMap<String, String>) -> Result<Event
 /// Parses a batch entry (`first_seq`, `n`, and n comma-separated `users`, `request_ids`,
 /// `quantities`) of sale `sku` into its events, all or nothing.
 pub fn parse_batch(sku: SkuId, fields: &HashMap<String, String>) -> Result<Vec<Event>, String> {
-    let get = |name: &str| {
-        fields
-            .get(name)
-            .map(String::as_str)
-            .ok_or_else(|| format!("missing field {name}"))
-    };
-    let unsigned = |name: &str| -> Result<u64, String> {
-        get(name)?
-            .parse::<u64>()
-            .map_err(|_| format!("field {name} is not a non-negative integer"))
-    };
-    let num = |name: &str| -> Result<i64, String> {
-        get(name)?
-            .parse::<i64>()
-            .map_err(|_| format!("field {name} is not an integer"))
-    };
-    let (sku_id, epoch) = (SkuId(unsigned("sku_id")?), unsigned("epoch")?);
-    let (first_seq, n) = (unsigned("first_seq")?, unsigned("n")?);
-    let kind = EventKind::parse(get("kind")?).ok_or("field kind is unknown")?;
-    let (at_ms, deadline_ms) = (num("at_ms")?, num("deadline_ms")?);
+    let f = Fields(fields);
+    let (sku_id, epoch) = (SkuId(f.unsigned("sku_id")?), f.unsigned("epoch")?);
+    let (first_seq, n) = (f.unsigned("first_seq")?, f.unsigned("n")?);
+    let kind = EventKind::parse(f.get("kind")?).ok_or("field kind is unknown")?;
+    let (at_ms, deadline_ms) = (f.num("at_ms")?, f.num("deadline_ms")?);
     if sku_id != sku {
         return Err(format!("entry of sale {sku_id} in the stream of {sku}"));
     }
@@ -172,7 +167,7 @@ pub fn parse_batch(sku: SkuId, fields: &HashMap<String, String>) -> Result<Vec<E
     if first_seq == 0 || n == 0 || n > flashsale_core::limits::BATCH_LEN_MAX as u64 {
         return Err("first_seq and n must be positive, n at most a batch".into());
     }
-    let (users, rids, qs) = (get("users")?, get("request_ids")?, get("quantities")?);
+    let (users, rids, qs) = (f.get("users")?, f.get("request_ids")?, f.get("quantities")?);
     let count = |s: &str| s.split(',').count() as u64;
     if count(users) != n || count(rids) != n || count(qs) != n {
         return Err(format!(
@@ -301,6 +296,25 @@ pub fn unexpected(what: &str, v: &Value) -> LedgerError {
 mod tests {
     use super::*;
 
+    /// `entry` is an error that says `what`.
+    fn assert_malformed(entry: &Entry, what: &str) {
+        let why = entry.1.as_ref().unwrap_err().to_string();
+        assert!(why.contains(what), "{why} does not say {what}");
+    }
+
+    /// The fields of a one-event entry: a deduction of sale 5, seq 1.
+    const ONE_EVENT: [(&str, &str); 9] = [
+        ("sku_id", "5"),
+        ("seq", "1"),
+        ("kind", "deducted"),
+        ("order_no", "5-1-1"),
+        ("request_id", "r1"),
+        ("user_id", "3"),
+        ("quantity", "1"),
+        ("at_ms", "10"),
+        ("deadline_ms", "0"),
+    ];
+
     #[test]
     fn orders_decode_and_malformed_ones_are_errors() {
         let o = decode_order("42-1-7", "9:req-1:2:RESERVED:1700:1600").unwrap();
@@ -344,17 +358,7 @@ mod tests {
     #[test]
     fn entries_parse_and_never_panic() {
         let bulk = |s: &str| Value::BulkString(s.as_bytes().to_vec());
-        let fields = [
-            ("sku_id", "5"),
-            ("seq", "1"),
-            ("kind", "deducted"),
-            ("order_no", "5-1-1"),
-            ("request_id", "r1"),
-            ("user_id", "3"),
-            ("quantity", "1"),
-            ("at_ms", "10"),
-            ("deadline_ms", "0"),
-        ];
+        let fields = ONE_EVENT;
         let kv = |skip: &str| {
             Value::Array(
                 fields
@@ -373,18 +377,8 @@ mod tests {
         let entries = parse_entries(SkuId(5), &reply).unwrap();
         assert_eq!(entries.len(), 4);
         assert_eq!(entries[0].1.as_ref().unwrap().seq, 1);
-        assert!(entries[1]
-            .1
-            .as_ref()
-            .unwrap_err()
-            .to_string()
-            .contains("seq"));
-        assert!(entries[2]
-            .1
-            .as_ref()
-            .unwrap_err()
-            .to_string()
-            .contains("deleted"));
+        assert_malformed(&entries[1], "seq");
+        assert_malformed(&entries[2], "deleted");
         assert!(entries[3].1.is_err());
         let other_sale = parse_entries(SkuId(6), &reply).unwrap();
         assert!(other_sale[0].1.is_err());
@@ -454,12 +448,7 @@ mod tests {
         assert_eq!(second.request_id.as_str(), "b-1");
         assert_eq!(events[3].kind, EventKind::Paid);
         assert_eq!(events[3].epoch, 2);
-        assert!(entries[4]
-            .1
-            .as_ref()
-            .unwrap_err()
-            .to_string()
-            .contains("lengths"));
+        assert_malformed(&entries[4], "lengths");
         assert!(entries[5].1.is_err());
         assert!(parse_entries(SkuId(6), &reply).unwrap()[0].1.is_err());
     }
@@ -470,17 +459,7 @@ mod tests {
     fn format_versions_read_wait_or_are_malformed() {
         let bulk = |s: &str| Value::BulkString(s.as_bytes().to_vec());
         let entry = |id: &str, v: Option<&str>| {
-            let mut kv = vec![
-                ("sku_id", "5"),
-                ("seq", "1"),
-                ("kind", "deducted"),
-                ("order_no", "5-1-1"),
-                ("request_id", "r1"),
-                ("user_id", "3"),
-                ("quantity", "1"),
-                ("at_ms", "10"),
-                ("deadline_ms", "0"),
-            ];
+            let mut kv = ONE_EVENT.to_vec();
             kv.extend(v.map(|v| (FORMAT_FIELD, v)));
             let fields = kv.iter().flat_map(|(k, v)| [bulk(k), bulk(v)]).collect();
             Value::Array(vec![bulk(id), Value::Array(fields)])

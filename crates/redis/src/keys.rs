@@ -102,6 +102,18 @@ impl Keys {
         ]
     }
 
+    /// The keys that hold a copy's state, in the order `load` and `restore_orders` take them:
+    /// sale, buyers, requests, orders, holds.
+    pub fn copy_state(&self, sku: SkuId) -> [String; 5] {
+        [
+            self.sale(sku),
+            self.buyers(sku),
+            self.requests(sku),
+            self.orders(sku),
+            self.holds(sku),
+        ]
+    }
+
     /// Set: sku ids of warm sales. Never touched inside a script (no hash tag).
     pub fn sales(&self) -> String {
         format!("{}:sales", self.prefix)

@@ -172,11 +172,9 @@ impl RedisLedger {
         let mut added = 0;
         for chunk in orders.chunks(BATCH_LEN_MAX) {
             let mut inv = self.scripts.restore_orders.prepare_invoke();
-            inv.key(self.keys.sale(sku))
-                .key(self.keys.buyers(sku))
-                .key(self.keys.requests(sku))
-                .key(self.keys.orders(sku))
-                .key(self.keys.holds(sku));
+            for key in self.keys.copy_state(sku) {
+                inv.key(key);
+            }
             inv.arg(epoch).arg(chunk.len());
             for o in chunk {
                 inv.arg(o.order_no.to_string())
@@ -444,18 +442,7 @@ impl HotLedger for RedisLedger {
         if reqs.is_empty() {
             return Ok(Vec::new());
         }
-        if reqs.len() > BATCH_LEN_MAX {
-            return Err(LedgerError::Internal(format!(
-                "batch of {} requests > {BATCH_LEN_MAX}",
-                reqs.len()
-            )));
-        }
-        if let Some(other) = reqs.iter().find(|r| r.sku_id != sku) {
-            return Err(LedgerError::Internal(format!(
-                "request for sale {} in a batch of sale {sku}",
-                other.sku_id
-            )));
-        }
+        flashsale_core::ledger::check_batch(sku, reqs)?;
         let keys = [
             self.keys.sale(sku),
             self.keys.buyers(sku),
@@ -579,11 +566,9 @@ impl HotCopies for RedisLedger {
         }
         let sku = sale.sku_id;
         let mut inv = self.scripts.load.prepare_invoke();
-        inv.key(self.keys.sale(sku))
-            .key(self.keys.buyers(sku))
-            .key(self.keys.requests(sku))
-            .key(self.keys.orders(sku))
-            .key(self.keys.holds(sku));
+        for key in self.keys.copy_state(sku) {
+            inv.key(key);
+        }
         inv.arg(sku.0)
             .arg(counters.total)
             .arg(counters.available)

@@ -270,15 +270,20 @@ mod tests {
         }
     }
 
-    #[tokio::test]
-    async fn an_error_is_problem_json_with_code_and_message() {
-        let response = AppError::from_code(ErrorCode::SoldOut).into_response();
-        assert_eq!(response.status(), StatusCode::CONFLICT);
+    /// The answer's body, checked to be Problem Details.
+    async fn problem(response: Response) -> serde_json::Value {
         assert_eq!(response.headers()[header::CONTENT_TYPE], PROBLEM_JSON);
         let bytes = axum::body::to_bytes(response.into_body(), 4_096)
             .await
             .unwrap();
-        let v: serde_json::Value = serde_json::from_slice(&bytes).unwrap();
+        serde_json::from_slice(&bytes).unwrap()
+    }
+
+    #[tokio::test]
+    async fn an_error_is_problem_json_with_code_and_message() {
+        let response = AppError::from_code(ErrorCode::SoldOut).into_response();
+        assert_eq!(response.status(), StatusCode::CONFLICT);
+        let v = problem(response).await;
         assert_eq!(v["type"], "https://flashsale.dev/problems/sold-out");
         assert_eq!(v["title"], "Sold out");
         assert_eq!(v["status"], 409);
@@ -292,11 +297,7 @@ mod tests {
     async fn a_sold_out_with_its_own_message_keeps_it() {
         let response =
             AppError::new(ErrorCode::SoldOut, "two left, you asked three").into_response();
-        assert_eq!(response.headers()[header::CONTENT_TYPE], PROBLEM_JSON);
-        let bytes = axum::body::to_bytes(response.into_body(), 4_096)
-            .await
-            .unwrap();
-        let v: serde_json::Value = serde_json::from_slice(&bytes).unwrap();
+        let v = problem(response).await;
         assert_eq!(v["detail"], "two left, you asked three");
         assert_eq!(v["code"], "SOLD_OUT");
     }

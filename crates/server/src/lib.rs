@@ -1,33 +1,37 @@
-//! flashsale-server: the HTTP service.
+//! flashsale-server: the HTTP service over the engine (`flashsale-engine`).
 //!
 //! - [`app`]: the axum router, built apart from `main` so tests call it. Every route is
 //!   declared once, by its handler's `#[utoipa::path]`, and routed with `utoipa-axum`.
-//! - [`routes`]: handlers (`sales`, `purchases`, `orders`, `health`) and the API's
-//!   extractors (`ApiPath`, `User`, `Admin`).
+//! - [`routes`]: every handler (`sales`, `purchases`, `orders`, `health`, `dashboard`, and
+//!   `admin::{gateway, risk, reconcile}`) and the API's extractors (`ApiPath`, `ApiJson`,
+//!   `User`, `Admin`).
+//! - [`middleware`]: the layers that hand the gateway its parts of the state;
+//!   [`workers`]: the server's own periodic work (the gateway's).
 //! - [`auth`]: user tokens and the admin token; [`token_cache`]: tokens verified before, by
 //!   their bytes; [`identity`]: an external identity provider's key set (JWKS) and the
 //!   RS256, ES256 and EdDSA tokens it signs.
 //! - [`error`]: `AppError`, the one error answer.
 //! - [`gateway`]: protections in front of the handlers (`caps`, `ratelimit`, `blacklist`,
-//!   `pressure`, `scalping`, `listener`), its admin `routes`, its `worker`, its `config`.
+//!   `pressure`, `scalping`, `idempotency`, `listener`) and its `config`.
 //! - [`risk`]: the shop's risk service in the purchase path: its client (bounded, with a
-//!   breaker and a fallback rule), the replays that skip it, its admin `routes`.
+//!   breaker and a fallback rule) and the replays that skip it.
 //! - [`state`]: `AppState`, what every handler shares; [`tunables`]: the request path's
 //!   bounds and timings, with their defaults.
 //! - [`serve`]: `Config` → backends (opened once), workers, listener; graceful shutdown.
 //! - [`metrics`]: the Prometheus recorder; [`metrics_help`]: the HELP text of every metric;
 //!   [`hot_metrics`]: the request path's metric handles, resolved once per thread.
-//! - [`dashboard`]: the live page at `/` and the JSON it polls (`routes`, `view`, `live`,
-//!   `prom`).
+//! - [`dashboard`]: what the live page keeps between requests (`live`, `prom`, `view`).
 //! - [`openapi`]: the document's head and schemas; [`openapi_extra`]: `u64` ranges, `{ip}`
 //!   parameters and links in it.
 //!
-//! Inside the crate, dependencies point one way: `state` holds the parts (batcher, caches,
-//! gateway, journal, dashboard readings) and depends on their modules; handlers, middleware
-//! and workers depend on `state`; no module that `state` holds depends on it.
+//! Inside the crate, dependencies point one way: `state` holds the parts (auth, gateway,
+//! risk client, dashboard readings, and the engine's batcher, caches, breaker, journal) and
+//! depends on their modules; `routes`, `middleware`, `workers`, `serve` and `openapi` depend
+//! on `state`; no module that `state` holds imports `state`, `routes`, `middleware`,
+//! `workers` or `serve` (`scripts/layering.sh` checks it).
 //!
-//! May depend on every backend crate; the domain rules stay in flashsale-core. Only the
-//! binary (flashsale) and tests depend on it.
+//! May depend on every backend crate and the engine; the domain rules stay in flashsale-core.
+//! Only the binary (flashsale) and tests depend on it.
 
 pub mod auth;
 pub mod dashboard;
@@ -37,6 +41,7 @@ pub mod hot_metrics;
 pub mod identity;
 pub mod metrics;
 pub mod metrics_help;
+pub mod middleware;
 pub mod openapi;
 pub mod openapi_extra;
 pub mod risk;
@@ -45,10 +50,10 @@ pub mod serve;
 pub mod state;
 pub mod token_cache;
 pub mod tunables;
+pub mod workers;
 
-use axum::extract::{DefaultBodyLimit, MatchedPath, Request, State};
-use axum::middleware::{self, Next};
-use axum::response::Response;
+use axum::extract::DefaultBodyLimit;
+use axum::middleware::from_fn_with_state;
 use axum::Router;
 use flashsale_core::ErrorCode;
 use utoipa::OpenApi;
@@ -66,7 +71,7 @@ pub fn app(state: AppState) -> Router {
     use routes::health;
     let (router, doc) = OpenApiRouter::with_openapi(openapi::ApiDoc::openapi())
         .nest("/api/v1", api())
-        .routes(routes!(dashboard::routes::page))
+        .routes(routes!(routes::dashboard::page))
         .routes(routes!(health::healthz))
         .routes(routes!(health::readyz))
         .routes(routes!(health::metrics))
@@ -80,18 +85,12 @@ pub fn app(state: AppState) -> Router {
                 "method not allowed on this route",
             )
         })
-        .layer(middleware::from_fn_with_state(
-            state.clone(),
-            gateway::ratelimit::headers,
-        ))
+        .layer(from_fn_with_state(state.clone(), middleware::rate_headers))
         .layer(DefaultBodyLimit::max(state.tunables.body_bytes_max))
-        .layer(middleware::from_fn_with_state(
+        .layer(from_fn_with_state(state.clone(), middleware::caps))
+        .layer(from_fn_with_state(
             state.clone(),
-            gateway::caps::enforce,
-        ))
-        .layer(middleware::from_fn_with_state(
-            state.clone(),
-            count_requests,
+            middleware::count_requests,
         ))
         .with_state(state)
 }
@@ -111,19 +110,10 @@ fn api() -> OpenApiRouter<AppState> {
         .routes(routes!(orders::get))
         .routes(routes!(orders::pay))
         .routes(routes!(orders::cancel))
-        .routes(routes!(dashboard::routes::public_route))
-        .routes(routes!(dashboard::routes::admin_route))
+        .routes(routes!(routes::dashboard::public_route))
+        .routes(routes!(routes::dashboard::admin_route))
         .routes(routes!(reconcile_routes::report_route))
         .routes(routes!(reconcile_routes::repair_route))
-        .merge(gateway::routes::router())
-        .merge(risk::routes::router())
-}
-
-/// Counts every answer by route template and status.
-async fn count_requests(State(_): State<AppState>, req: Request, next: Next) -> Response {
-    let route = req.extensions().get::<MatchedPath>().cloned();
-    let response = next.run(req).await;
-    let route = route.as_ref().map_or("unmatched", MatchedPath::as_str);
-    hot_metrics::http_request(route, response.status().as_u16());
-    response
+        .merge(routes::admin::gateway::router())
+        .merge(routes::admin::risk::router())
 }

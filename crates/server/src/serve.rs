@@ -17,8 +17,8 @@ use crate::gateway::blacklist::{RedisBlacklist, SqliteBlacklist};
 use crate::gateway::BlacklistStore;
 use crate::state::AppState;
 use crate::tunables::Tunables;
-use flashsale_engine::backends::workers;
-use flashsale_engine::reconcile::{ReconcileWorker, Reconciler};
+use flashsale_engine::backends::{workers, Background};
+use flashsale_engine::reconcile::ReconcileWorker;
 use flashsale_engine::runner::Runner;
 use flashsale_engine::settings::Settings;
 use flashsale_engine::workers::RestockWorker;
@@ -94,6 +94,8 @@ pub struct Workers {
 }
 
 impl Workers {
+    /// The engine's background work ([`flashsale_engine::backends::Background`]), and the
+    /// probe routes over its backends.
     pub async fn start(config: &Config) -> anyhow::Result<Workers> {
         let listener = TcpListener::bind(config.listen)
             .await
@@ -101,23 +103,18 @@ impl Workers {
         let addr = listener.local_addr()?;
         // Before any worker runs, so the recorder sees their first metrics.
         let metrics = crate::metrics::handle();
-        let (ledger, store) = flashsale_engine::backends::open(&config.engine).await?;
-        let mut tasks = Runner::default();
+        let Background {
+            ledger,
+            store,
+            mut tasks,
+        } = Background::start(&config.engine).await?;
         let probes = crate::routes::health::Probes {
-            ledger: ledger.clone(),
-            store: store.clone(),
+            ledger,
+            store,
             metrics,
         };
         let router = crate::routes::health::router(probes);
         tasks.spawn_task("probes", |stop| serve_probes(listener, router, stop));
-        let journal = Arc::new(flashsale_engine::reconcile::Journal::default());
-        let reconciler = Reconciler::new(ledger.clone(), store.clone(), journal.clone());
-        if let Some(worker) = ReconcileWorker::boxed(reconciler, config.engine.reconcile, None) {
-            tasks.spawn(worker);
-        }
-        for worker in workers(&config.engine, ledger, store, journal) {
-            tasks.spawn(worker);
-        }
         tracing::info!(%addr, "flashsale worker: /healthz, /readyz and /metrics");
         Ok(Workers { addr, tasks })
     }
@@ -173,7 +170,7 @@ impl Server {
                 .await?;
             Ok(())
         });
-        tasks.spawn(Box::new(crate::gateway::worker::GatewayWorker::new(&state)));
+        tasks.spawn(Box::new(crate::workers::GatewayWorker::new(&state)));
         if let Some(identity) = state.auth.identity() {
             let identity = identity.clone();
             tasks.spawn(Box::new(crate::identity::RefreshWorker::new(identity)));

@@ -55,12 +55,12 @@ pub trait Backend: sqlx::Database {
     /// Its SQL where the dialects differ.
     const DIALECT: &'static Dialect;
     /// What begins a write transaction (`None`: the driver's `BEGIN`).
-    const BEGIN_WRITE: Option<&'static str>;
+    const BEGIN_WRITE: Option<&'static str> = None;
     /// What begins a read transaction that sees one snapshot (`None`: the driver's `BEGIN`).
-    const BEGIN_SNAPSHOT: Option<&'static str>;
+    const BEGIN_SNAPSHOT: Option<&'static str> = None;
     /// Whether `apply_events` first tries the short way for a spike's batch (a row-locking
     /// database with many writers; SQLite's embedded ledger has a writer of its own).
-    const SHORT_WAY: bool;
+    const SHORT_WAY: bool = true;
 
     /// A row of a result.
     type Record: Columns + Send;
@@ -141,6 +141,30 @@ macro_rules! sqlx_steps {
     };
 }
 pub(crate) use sqlx_steps;
+
+/// The backend's `bind`: one [`Arg`] as its driver takes it. Backends differ only in how an
+/// id (`u64`) and a small count (`u32`) are bound: `id` maps one (and may refuse it), `small`
+/// widens the other.
+macro_rules! bind_args {
+    ($q:lifetime, $db:ty, $args:ty, id: $id:expr, small: $small:expr) => {
+        fn bind<$q>(
+            q: sqlx::query::Query<$q, $db, $args>,
+            a: &$q $crate::backend::Arg<$q>,
+        ) -> Result<sqlx::query::Query<$q, $db, $args>, flashsale_core::StoreError> {
+            use $crate::backend::Arg;
+            Ok(match *a {
+                Arg::Id(v) => q.bind($id(v)?),
+                Arg::OptId(v) => q.bind(v.map($id).transpose()?),
+                Arg::Int(v) => q.bind(v),
+                Arg::Small(v) => q.bind($small(v)),
+                Arg::Flag(v) => q.bind(v),
+                Arg::Text(v) => q.bind(v),
+                Arg::OptText(v) => q.bind(v),
+            })
+        }
+    };
+}
+pub(crate) use bind_args;
 
 /// `Columns` methods that decode a column straight into the domain's type (`name: type`).
 macro_rules! decoded_columns {

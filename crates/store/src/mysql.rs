@@ -6,13 +6,12 @@
 //! writers of one sale serialize on it; the guarded counter update is the last word either way.
 
 use sqlx::mysql::{MySqlArguments, MySqlConnection, MySqlRow};
-use sqlx::query::Query;
 use sqlx::{MySql, Row};
 
 use flashsale_core::StoreError;
 
 use crate::backend::{
-    as_is, decoded_columns, sqlx_steps, Arg, Backend, BoxFuture, Columns, Server,
+    as_is, bind_args, decoded_columns, sqlx_steps, Arg, Backend, BoxFuture, Columns, Server,
 };
 use crate::rows::db_error;
 use crate::sql::{self, Dialect};
@@ -24,29 +23,12 @@ pub type MySqlStore = Store<MySql>;
 /// How long an instance waits for another one's migrations.
 const MIGRATE_LOCK_WAIT_S: i64 = 60;
 
-fn bind<'q>(
-    q: Query<'q, MySql, MySqlArguments>,
-    a: &'q Arg<'q>,
-) -> Result<Query<'q, MySql, MySqlArguments>, StoreError> {
-    Ok(match *a {
-        Arg::Id(v) => q.bind(v),
-        Arg::OptId(v) => q.bind(v),
-        Arg::Int(v) => q.bind(v),
-        Arg::Small(v) => q.bind(v),
-        Arg::Flag(v) => q.bind(v),
-        Arg::Text(v) => q.bind(v),
-        Arg::OptText(v) => q.bind(v),
-    })
-}
+bind_args!('q, MySql, MySqlArguments, id: Ok::<u64, StoreError>, small: |v: u32| v);
 
 impl Backend for MySql {
     const STORE: &'static str = "MySqlStore";
     const DIALECT: &'static Dialect = &sql::mysql::DIALECT;
-    const BEGIN_WRITE: Option<&'static str> = None;
-    // InnoDB's REPEATABLE READ: one snapshot per transaction.
-    const BEGIN_SNAPSHOT: Option<&'static str> = None;
-    const SHORT_WAY: bool = true;
-
+    // InnoDB's REPEATABLE READ: one snapshot per transaction, so the driver's BEGIN will do.
     type Record = MySqlRow;
 
     sqlx_steps!(bind, as_is);

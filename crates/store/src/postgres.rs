@@ -10,13 +10,12 @@
 //! as the previous writer committed them.
 
 use sqlx::postgres::{PgArguments, PgConnection, PgRow};
-use sqlx::query::Query;
 use sqlx::{Postgres, Row};
 
 use flashsale_core::StoreError;
 
 use crate::backend::{
-    decoded_columns, signed, sqlx_steps, unsigned, Arg, Backend, BoxFuture, Columns, Server,
+    bind_args, decoded_columns, signed, sqlx_steps, unsigned, Backend, BoxFuture, Columns, Server,
 };
 use crate::rows::db_error;
 use crate::sql::postgres::numbered;
@@ -29,30 +28,14 @@ pub type PgStore = Store<Postgres>;
 /// How long an instance waits for another one's migrations.
 const MIGRATE_LOCK_WAIT: &str = "60s";
 
-fn bind<'q>(
-    q: Query<'q, Postgres, PgArguments>,
-    a: &'q Arg<'q>,
-) -> Result<Query<'q, Postgres, PgArguments>, StoreError> {
-    Ok(match *a {
-        Arg::Id(v) => q.bind(signed(v)?),
-        Arg::OptId(v) => q.bind(v.map(signed).transpose()?),
-        Arg::Int(v) => q.bind(v),
-        Arg::Small(v) => q.bind(i64::from(v)),
-        Arg::Flag(v) => q.bind(v),
-        Arg::Text(v) => q.bind(v),
-        Arg::OptText(v) => q.bind(v),
-    })
-}
+bind_args!('q, Postgres, PgArguments, id: signed, small: i64::from);
 
 impl Backend for Postgres {
     const STORE: &'static str = "PgStore";
     const DIALECT: &'static Dialect = &sql::postgres::DIALECT;
-    const BEGIN_WRITE: Option<&'static str> = None;
     // READ COMMITTED (the default) takes a snapshot per statement.
     const BEGIN_SNAPSHOT: Option<&'static str> =
         Some("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY");
-    const SHORT_WAY: bool = true;
-
     type Record = PgRow;
 
     sqlx_steps!(bind, numbered);

@@ -140,14 +140,12 @@ pub mod sqlite {
 pub mod postgres {
     use super::Dialect;
 
+    /// SQLite's where both speak standard SQL (upsert, quoting, `RETURNING`).
     pub const DIALECT: Dialect = Dialect {
         lock_row: " FOR UPDATE",
         insert_ignore: ("INSERT INTO ", " ON CONFLICT DO NOTHING"),
-        upsert_dead_letter: " ON CONFLICT (sku_id, entry_id) DO UPDATE SET seq = excluded.seq, \
-             payload = excluded.payload, error = excluded.error, attempts = excluded.attempts",
         touch: ", updated_at = CURRENT_TIMESTAMP",
-        trigger: "\"trigger\"",
-        returning_id: " RETURNING id",
+        ..super::sqlite::DIALECT
     };
 
     /// `sql` with its `?` placeholders numbered `$1, $2, ...` in order (the statements of

@@ -23,7 +23,7 @@ use sqlx::{Row, Sqlite};
 
 use flashsale_core::{Counters, Sale, SkuId, StoreError, UserId};
 
-use crate::backend::{as_is, decoded_columns, sqlx_steps, Arg, Backend, Columns};
+use crate::backend::{as_is, bind_args, decoded_columns, sqlx_steps, Backend, Columns};
 use crate::rows::{self, db_error};
 use crate::sql::{self, Dialect};
 use crate::store::Store;
@@ -44,30 +44,15 @@ fn u(v: i64) -> u64 {
     v as u64
 }
 
-fn bind<'q>(
-    q: Query<'q, Sqlite, SqliteArguments<'q>>,
-    a: &'q Arg<'q>,
-) -> Result<Query<'q, Sqlite, SqliteArguments<'q>>, StoreError> {
-    Ok(match *a {
-        Arg::Id(v) => q.bind(i(v)),
-        Arg::OptId(v) => q.bind(v.map(i)),
-        Arg::Int(v) => q.bind(v),
-        Arg::Small(v) => q.bind(v),
-        Arg::Flag(v) => q.bind(v),
-        Arg::Text(v) => q.bind(v),
-        Arg::OptText(v) => q.bind(v),
-    })
-}
+bind_args!('q, Sqlite, SqliteArguments<'q>, id: |v| Ok::<i64, StoreError>(i(v)), small: |v: u32| v);
 
 impl Backend for Sqlite {
     const STORE: &'static str = "SqliteStore";
     const DIALECT: &'static Dialect = &sql::sqlite::DIALECT;
     // The writer connection plus BEGIN IMMEDIATE is the lock on the sale row.
     const BEGIN_WRITE: Option<&'static str> = Some("BEGIN IMMEDIATE");
-    // A read transaction is one WAL snapshot.
-    const BEGIN_SNAPSHOT: Option<&'static str> = None;
+    // A read transaction is one WAL snapshot, so the driver's BEGIN will do.
     const SHORT_WAY: bool = false;
-
     type Record = SqliteRow;
 
     sqlx_steps!(bind, as_is);
@@ -134,16 +119,28 @@ impl Store<Sqlite> {
         Ok(Store::new(writer, reader))
     }
 
-    /// Blacklist entries as `(kind, value)`, kind `user` or `ip` (the gateway's cache).
-    pub async fn blacklist(&self) -> Result<Vec<(String, String)>, StoreError> {
-        let rows = sqlx::query("SELECT kind, value FROM blacklist")
+    /// Every row `sql` selects (no arguments), on a reader.
+    async fn read_all(&self, sql: &str) -> Result<Vec<SqliteRow>, StoreError> {
+        sqlx::query(sql)
             .fetch_all(&self.reader)
             .await
-            .map_err(db_error)?;
-        Ok(rows
-            .iter()
-            .map(|r| (r.get::<String, _>("kind"), r.get::<String, _>("value")))
-            .collect())
+            .map_err(db_error)
+    }
+
+    /// Runs one statement on the writer.
+    async fn write_one<'q>(
+        &self,
+        q: Query<'q, Sqlite, SqliteArguments<'q>>,
+    ) -> Result<(), StoreError> {
+        q.execute(&self.writer).await.map_err(db_error)?;
+        Ok(())
+    }
+
+    /// Blacklist entries as `(kind, value)`, kind `user` or `ip` (the gateway's cache).
+    pub async fn blacklist(&self) -> Result<Vec<(String, String)>, StoreError> {
+        let rows = self.read_all("SELECT kind, value FROM blacklist").await?;
+        let entry = |r: &SqliteRow| (r.get("kind"), r.get("value"));
+        Ok(rows.iter().map(entry).collect())
     }
 
     /// Adds (`blocked`) or removes a blacklist entry; idempotent.
@@ -163,50 +160,32 @@ impl Store<Sqlite> {
             .bind(value)
             .bind(now_ms)
         } else {
-            sqlx::query("DELETE FROM blacklist WHERE kind = ? AND value = ?")
-                .bind(kind)
-                .bind(value)
+            let q = sqlx::query("DELETE FROM blacklist WHERE kind = ? AND value = ?");
+            q.bind(kind).bind(value)
         };
-        q.execute(&self.writer).await.map_err(db_error)?;
-        Ok(())
+        self.write_one(q).await
     }
 
     /// Skus of the sales that require a purchase token (anti-scalping).
     pub async fn token_sales(&self) -> Result<Vec<SkuId>, StoreError> {
-        let rows = sqlx::query("SELECT sku_id FROM sale_guards WHERE purchase_token = 1")
-            .fetch_all(&self.reader)
-            .await
-            .map_err(db_error)?;
-        Ok(rows
-            .iter()
-            .map(|r| SkuId(r.get::<i64, _>("sku_id") as u64))
-            .collect())
+        let sql = "SELECT sku_id FROM sale_guards WHERE purchase_token = 1";
+        let rows = self.read_all(sql).await?;
+        Ok(rows.iter().map(|r| SkuId(u(r.get("sku_id")))).collect())
     }
 
     /// Turns the purchase-token requirement of a sale on or off; idempotent.
     pub async fn set_token_sale(&self, sku: SkuId, on: bool) -> Result<(), StoreError> {
-        sqlx::query(
+        let q = sqlx::query(
             "INSERT INTO sale_guards (sku_id, purchase_token) VALUES (?, ?) \
              ON CONFLICT (sku_id) DO UPDATE SET purchase_token = excluded.purchase_token",
-        )
-        .bind(i(sku.0))
-        .bind(i64::from(on))
-        .execute(&self.writer)
-        .await
-        .map_err(db_error)?;
-        Ok(())
+        );
+        self.write_one(q.bind(i(sku.0)).bind(i64::from(on))).await
     }
 
     /// Users on the risk allowlist (admitted by the fallback rule `allowlist`).
     pub async fn risk_allowlist(&self) -> Result<Vec<UserId>, StoreError> {
-        let rows = sqlx::query("SELECT user_id FROM risk_allowlist")
-            .fetch_all(&self.reader)
-            .await
-            .map_err(db_error)?;
-        Ok(rows
-            .iter()
-            .map(|r| UserId(r.get::<i64, _>("user_id") as u64))
-            .collect())
+        let rows = self.read_all("SELECT user_id FROM risk_allowlist").await?;
+        Ok(rows.iter().map(|r| UserId(u(r.get("user_id")))).collect())
     }
 
     /// Adds (`on`) or removes a user of the risk allowlist; idempotent.
@@ -226,25 +205,15 @@ impl Store<Sqlite> {
         } else {
             sqlx::query("DELETE FROM risk_allowlist WHERE user_id = ?").bind(i(user.0))
         };
-        q.execute(&self.writer).await.map_err(db_error)?;
-        Ok(())
+        self.write_one(q).await
     }
 
     /// Sales with a fallback rule of their own, as `(sku, rule)`.
     pub async fn risk_fallbacks(&self) -> Result<Vec<(SkuId, String)>, StoreError> {
-        let rows = sqlx::query(
-            "SELECT sku_id, risk_fallback FROM sale_guards WHERE risk_fallback IS NOT NULL",
-        )
-        .fetch_all(&self.reader)
-        .await
-        .map_err(db_error)?;
-        Ok(rows
-            .iter()
-            .map(|r| {
-                let sku = SkuId(r.get::<i64, _>("sku_id") as u64);
-                (sku, r.get::<String, _>("risk_fallback"))
-            })
-            .collect())
+        let sql = "SELECT sku_id, risk_fallback FROM sale_guards WHERE risk_fallback IS NOT NULL";
+        let rows = self.read_all(sql).await?;
+        let rule = |r: &SqliteRow| (SkuId(u(r.get("sku_id"))), r.get("risk_fallback"));
+        Ok(rows.iter().map(rule).collect())
     }
 
     /// Sets a sale's own fallback rule (`allow`, `deny`, `allowlist`), or drops it (`None`).
@@ -253,16 +222,11 @@ impl Store<Sqlite> {
         sku: SkuId,
         rule: Option<&str>,
     ) -> Result<(), StoreError> {
-        sqlx::query(
+        let q = sqlx::query(
             "INSERT INTO sale_guards (sku_id, risk_fallback) VALUES (?, ?) \
              ON CONFLICT (sku_id) DO UPDATE SET risk_fallback = excluded.risk_fallback",
-        )
-        .bind(i(sku.0))
-        .bind(rule)
-        .execute(&self.writer)
-        .await
-        .map_err(db_error)?;
-        Ok(())
+        );
+        self.write_one(q.bind(i(sku.0)).bind(rule)).await
     }
 
     /// Creates or overwrites a sale's definition, state, counters (`applied_seq` =

@@ -94,6 +94,17 @@ impl<B: Backend> Store<B> {
         B::fetch(&mut *conn, sql, args).await
     }
 
+    /// Every row of `table` (its columns `cols`) for one sale, oldest first.
+    async fn sale_rows(
+        &self,
+        table: &str,
+        cols: &str,
+        sku: SkuId,
+    ) -> Result<Vec<B::Record>, StoreError> {
+        let sql = format!("SELECT {cols} FROM {table} WHERE sku_id = ? ORDER BY id");
+        self.read(&sql, &[Arg::Id(sku.0)]).await
+    }
+
     /// A write outside a transaction; answers the rows it matched.
     pub(crate) async fn write(&self, sql: &str, args: &[Arg<'_>]) -> Result<u64, StoreError> {
         let mut conn = self.writer.acquire().await.map_err(db_error)?;
@@ -542,11 +553,7 @@ impl<B: Backend> OrderStore for Store<B> {
     }
 
     async fn orders(&self, sku: SkuId) -> Result<Vec<HotOrder>, StoreError> {
-        let sql = format!(
-            "SELECT {} FROM orders WHERE sku_id = ? ORDER BY id",
-            sql::ORDER_COLUMNS
-        );
-        let rows = self.read(&sql, &[Arg::Id(sku.0)]).await?;
+        let rows = self.sale_rows("orders", sql::ORDER_COLUMNS, sku).await?;
         rows.iter().map(rows::order).collect()
     }
 
@@ -597,12 +604,8 @@ impl<B: Backend> OrderStore for Store<B> {
     }
 
     async fn dead_letters(&self, sku: SkuId) -> Result<Vec<DeadLetter>, StoreError> {
-        let sql = format!(
-            "SELECT {} FROM dead_letters WHERE sku_id = ? ORDER BY id",
-            sql::DEAD_LETTER_COLUMNS
-        );
-        let rows = self.read(&sql, &[Arg::Id(sku.0)]).await?;
-        rows.iter().map(rows::dead_letter).collect()
+        let rows = self.sale_rows("dead_letters", sql::DEAD_LETTER_COLUMNS, sku);
+        rows.await?.iter().map(rows::dead_letter).collect()
     }
 
     async fn apply_events(&self, sku: SkuId, events: &[Event]) -> Result<ApplyReport, StoreError> {

@@ -179,6 +179,15 @@ pub async fn buy_refused(
 }
 
 /// A live (unresolved) order's status: PENDING or the mode's own status.
+/// Pays `paid` and cancels `cancelled` (reservations), each by its buyer; both must succeed.
+pub async fn pay_and_cancel(ledger: &dyn Ledger, paid: &HotOrder, cancelled: &HotOrder) {
+    let pay = ledger.pay(&paid.order_no, paid.user_id).await;
+    assert!(matches!(pay, Ok(Ok(_))), "pay {}: {pay:?}", paid.order_no);
+    let cancel = ledger.cancel(&cancelled.order_no, cancelled.user_id).await;
+    let order = &cancelled.order_no;
+    assert!(matches!(cancel, Ok(Ok(_))), "cancel {order}: {cancel:?}");
+}
+
 pub fn assert_unresolved(status: OrderStatus, mode: SaleMode) {
     let own = match mode {
         SaleMode::Direct => OrderStatus::Created,
@@ -580,23 +589,20 @@ pub async fn one_resolution_per_reservation(ledger: &dyn Ledger) {
     let past = || async move { (now_ms() > deadline + 20).then_some(()) };
     wait::until("the hold's deadline", Duration::from_secs(5), past).await;
     let no = &late.order_no;
-    assert_eq!(
-        resolve(ledger, pay, no, 2).await,
-        Some(ErrorCode::HoldExpired)
-    );
-    assert_eq!(
-        resolve(ledger, cancel, no, 2).await,
-        Some(ErrorCode::HoldExpired)
-    );
-    expire_until(ledger, sku, 1).await;
-    assert_eq!(
-        resolve(ledger, pay, no, 2).await,
-        Some(ErrorCode::HoldExpired)
-    );
-    assert_eq!(
-        resolve(ledger, cancel, no, 2).await,
-        Some(ErrorCode::HoldExpired)
-    );
+    // Past its deadline, before and after the expiry sweep: neither paid nor cancelled.
+    for sweep in [false, true] {
+        if sweep {
+            expire_until(ledger, sku, 1).await;
+        }
+        for paying in [pay, cancel] {
+            let expired = resolve(ledger, paying, no, 2).await;
+            assert_eq!(
+                expired,
+                Some(ErrorCode::HoldExpired),
+                "pay {paying}, swept {sweep}"
+            );
+        }
+    }
     assert_eq!(stock(ledger, sku).await, (9, 0, 1, 4));
 
     let cancelled = buy_ok(ledger, sku, 3, "c", 1).await.order_no;

@@ -57,3 +57,28 @@ pub(crate) fn block_on_thread(work: impl std::future::Future<Output = ()> + Send
     })
     .join();
 }
+
+/// Runs `sql` (a CREATE or DROP DATABASE) over a connection of its own to the server at `url`.
+pub(crate) async fn execute_once<C>(url: &str, sql: &str) -> Result<(), sqlx::Error>
+where
+    C: sqlx::Connection,
+    for<'c> &'c mut C: sqlx::Executor<'c, Database = C::Database>,
+{
+    use sqlx::Executor as _;
+    let mut conn = C::connect(url).await?;
+    (&mut conn).execute(sql).await?;
+    Ok(())
+}
+
+/// [`execute_once`] from a `Drop` (on a thread of its own, see [`block_on_thread`]), a failure
+/// ignored: a test database's guard dropping its database.
+pub(crate) fn execute_on_drop<C>(url: &str, sql: &str)
+where
+    C: sqlx::Connection + 'static,
+    for<'c> &'c mut C: sqlx::Executor<'c, Database = C::Database>,
+{
+    let (url, sql) = (url.to_owned(), sql.to_owned());
+    block_on_thread(async move {
+        let _ = execute_once::<C>(&url, &sql).await;
+    });
+}

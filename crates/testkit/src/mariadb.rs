@@ -4,13 +4,12 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-use sqlx::{Connection, Executor, MySqlConnection};
+use sqlx::{Connection, MySqlConnection};
 use tempfile::TempDir;
 
 /// URL of the shared server (the machine's, or `FLASHSALE_TEST_MYSQL_URL`), no database.
 pub fn shared_server_url() -> String {
-    std::env::var("FLASHSALE_TEST_MYSQL_URL")
-        .unwrap_or_else(|_| "mysql://root@127.0.0.1:3306".into())
+    crate::process::env_or("FLASHSALE_TEST_MYSQL_URL", "mysql://root@127.0.0.1:3306")
 }
 
 /// A database created for one test and dropped when this guard drops.
@@ -29,12 +28,9 @@ impl TestDatabase {
     /// Creates a fresh, empty database on the server at `server_url`.
     pub async fn create_on(server_url: &str) -> TestDatabase {
         let name = crate::unique_name("fstest");
-        let mut conn = MySqlConnection::connect(server_url)
-            .await
-            .expect("connect to MariaDB");
-        conn.execute(format!("CREATE DATABASE `{name}`").as_str())
-            .await
-            .expect("create database");
+        let create = format!("CREATE DATABASE `{name}`");
+        let created = crate::execute_once::<MySqlConnection>(server_url, &create).await;
+        created.unwrap_or_else(|e| panic!("{create} on MariaDB: {e}"));
         let url = format!("{server_url}/{name}");
         TestDatabase {
             url,
@@ -46,14 +42,8 @@ impl TestDatabase {
 
 impl Drop for TestDatabase {
     fn drop(&mut self) {
-        let (server_url, name) = (self.server_url.clone(), self.name.clone());
-        crate::block_on_thread(async move {
-            if let Ok(mut conn) = MySqlConnection::connect(&server_url).await {
-                let _ = conn
-                    .execute(format!("DROP DATABASE IF EXISTS `{name}`").as_str())
-                    .await;
-            }
-        });
+        let drop = format!("DROP DATABASE IF EXISTS `{}`", self.name);
+        crate::execute_on_drop::<MySqlConnection>(&self.server_url, &drop);
     }
 }
 
@@ -96,10 +86,12 @@ impl MariaDbServer {
     }
 
     pub async fn start(&mut self) {
-        assert!(self.child.is_none(), "already running");
         let dir = self.dir.path();
-        let child = Command::new(binary("FLASHSALE_TEST_MARIADBD", "mariadbd"))
-            .arg("--no-defaults")
+        let mut cmd = Command::new(crate::process::env_or(
+            "FLASHSALE_TEST_MARIADBD",
+            "mariadbd",
+        ));
+        cmd.arg("--no-defaults")
             .arg(format!("--datadir={}", self.data_dir().display()))
             .arg(format!("--socket={}", dir.join("mysqld.sock").display()))
             .arg(format!("--pid-file={}", dir.join("mysqld.pid").display()))
@@ -109,30 +101,16 @@ impl MariaDbServer {
             .args([
                 "--innodb-buffer-pool-size=32M",
                 "--innodb-log-file-size=16M",
-            ])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("spawn mariadbd");
-        self.child = Some(child);
+            ]);
+        let ready = ("mariadbd to accept connections", Duration::from_secs(60));
         let url = self.url();
-        crate::wait::until(
-            "mariadbd to accept connections",
-            Duration::from_secs(60),
-            || {
-                let url = url.clone();
-                async move { MySqlConnection::connect(&url).await.ok().map(|_| ()) }
-            },
-        )
-        .await;
+        let up = |url: String| async move { MySqlConnection::connect(&url).await.is_ok() };
+        crate::process::spawn_server(&mut self.child, &mut cmd, "mariadbd", ready, url, up).await;
     }
 
     /// SIGKILL, like a crash.
     pub fn kill(&mut self) {
-        if let Some(mut child) = self.child.take() {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
+        crate::process::kill(&mut self.child);
     }
 }
 
@@ -143,7 +121,7 @@ impl Drop for MariaDbServer {
 }
 
 fn install_db(dir: &Path) {
-    let status = Command::new(binary(
+    let status = Command::new(crate::process::env_or(
         "FLASHSALE_TEST_MARIADB_INSTALL_DB",
         "mariadb-install-db",
     ))
@@ -159,8 +137,4 @@ fn install_db(dir: &Path) {
     .status()
     .expect("run mariadb-install-db");
     assert!(status.success(), "mariadb-install-db failed");
-}
-
-fn binary(var: &str, default: &str) -> String {
-    std::env::var(var).unwrap_or_else(|_| default.into())
 }

@@ -1,12 +1,14 @@
 //! PostgreSQL for tests: a database of the test's own on the shared server, dropped on drop.
 
-use sqlx::{Connection, Executor, PgConnection};
+use sqlx::PgConnection;
 
 /// URL of the shared server (the machine's, or `FLASHSALE_TEST_POSTGRES_URL`), no database:
 /// the role `postgres` over TCP without a password.
 pub fn shared_server_url() -> String {
-    std::env::var("FLASHSALE_TEST_POSTGRES_URL")
-        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432".into())
+    crate::process::env_or(
+        "FLASHSALE_TEST_POSTGRES_URL",
+        "postgres://postgres@127.0.0.1:5432",
+    )
 }
 
 /// A database created for one test on the shared server, dropped when this guard drops.
@@ -22,13 +24,9 @@ impl TestDatabase {
     pub async fn create() -> TestDatabase {
         let server = shared_server_url().trim_end_matches('/').to_owned();
         let (admin, name) = (format!("{server}/postgres"), crate::unique_name("fstest"));
-        let mut conn = PgConnection::connect(&admin)
-            .await
-            .expect("connect to PostgreSQL");
         let create = format!("CREATE DATABASE \"{name}\"");
-        conn.execute(create.as_str())
-            .await
-            .expect("create database");
+        let created = crate::execute_once::<PgConnection>(&admin, &create).await;
+        created.unwrap_or_else(|e| panic!("{create} on PostgreSQL: {e}"));
         TestDatabase {
             url: format!("{server}/{name}"),
             admin,
@@ -39,13 +37,8 @@ impl TestDatabase {
 
 impl Drop for TestDatabase {
     fn drop(&mut self) {
-        let (admin, name) = (self.admin.clone(), self.name.clone());
         // FORCE ends the connections a test's pool still holds.
-        crate::block_on_thread(async move {
-            if let Ok(mut conn) = PgConnection::connect(&admin).await {
-                let drop = format!("DROP DATABASE IF EXISTS \"{name}\" WITH (FORCE)");
-                let _ = conn.execute(drop.as_str()).await;
-            }
-        });
+        let drop = format!("DROP DATABASE IF EXISTS \"{}\" WITH (FORCE)", self.name);
+        crate::execute_on_drop::<PgConnection>(&self.admin, &drop);
     }
 }

@@ -2,8 +2,10 @@
 //! command line, its output appended to a log file; killed on drop, also when the test panics.
 
 use std::fs::OpenOptions;
+use std::future::Future;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
+use std::time::Duration;
 
 /// A restartable child: program, arguments, environment and working directory are fixed at
 /// creation so that every start is the same process again.
@@ -66,10 +68,7 @@ impl Proc {
 
     /// SIGKILL and reap: no shutdown hook runs.
     pub fn kill(&mut self) {
-        if let Some(mut child) = self.child.take() {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
+        kill(&mut self.child);
     }
 
     pub fn is_running(&self) -> bool {
@@ -100,4 +99,45 @@ impl Drop for Proc {
     fn drop(&mut self) {
         self.kill();
     }
+}
+
+/// SIGKILL and reap the child in `slot`, if any.
+pub(crate) fn kill(slot: &mut Option<Child>) {
+    if let Some(mut child) = slot.take() {
+        let _ = child.kill();
+        let _ = child.wait();
+    }
+}
+
+/// Spawns a throwaway server's `cmd` (`name` in the panic when it cannot be) with its output
+/// discarded, into `slot` (so that its owner's drop kills it, also when the wait panics), then
+/// polls `up(url)` until it holds, or panics after `limit` naming `waiting_for`.
+pub(crate) async fn spawn_server<F, Fut>(
+    slot: &mut Option<Child>,
+    cmd: &mut Command,
+    name: &str,
+    (waiting_for, limit): (&str, Duration),
+    url: String,
+    up: F,
+) where
+    F: Fn(String) -> Fut,
+    Fut: Future<Output = bool>,
+{
+    assert!(slot.is_none(), "already running");
+    let child = cmd
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap_or_else(|e| panic!("spawn {name}: {e}"));
+    *slot = Some(child);
+    crate::wait::until(waiting_for, limit, || {
+        let answered = up(url.clone());
+        async move { answered.await.then_some(()) }
+    })
+    .await;
+}
+
+/// `var` from the environment, else `default`: where a test finds a server or a binary.
+pub(crate) fn env_or(var: &str, default: &str) -> String {
+    std::env::var(var).unwrap_or_else(|_| default.into())
 }

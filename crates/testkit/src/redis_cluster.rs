@@ -282,9 +282,14 @@ pub async fn spawn_node(node_timeout_ms: u64) -> RedisServer {
     // The bus port is port + 10000 unless set: past 55535 that is no port at all.
     let bus_port = crate::free_port().to_string();
     let timeout = node_timeout_ms.to_string();
-    RedisServer::spawn_with(&[
+    RedisServer::spawn_with(&node_args(&bus_port, &timeout)).await
+}
+
+/// The settings of every test cluster node (see the module doc), its bus on `bus_port`.
+pub(crate) fn node_args<'a>(bus_port: &'a str, node_timeout_ms: &'a str) -> Vec<&'a str> {
+    vec![
         "--cluster-port",
-        &bus_port,
+        bus_port,
         "--save",
         "",
         "--appendonly",
@@ -294,13 +299,12 @@ pub async fn spawn_node(node_timeout_ms: u64) -> RedisServer {
         "--cluster-config-file",
         "nodes.conf",
         "--cluster-node-timeout",
-        &timeout,
+        node_timeout_ms,
         "--cluster-require-full-coverage",
         "no",
         "--cluster-replica-validity-factor",
         "0",
-    ])
-    .await
+    ]
 }
 
 /// `INFO <section>` of the node at `url`, `None` when it does not answer.
@@ -315,7 +319,7 @@ pub(crate) async fn info(url: &str, section: &str) -> Option<String> {
 }
 
 /// `Some` when every node at `urls` answers `cluster_state:ok`.
-pub(crate) async fn all_say_ok(urls: &[String]) -> Option<()> {
+pub async fn all_say_ok(urls: &[String]) -> Option<()> {
     for url in urls {
         info(url, "cluster")
             .await
@@ -325,7 +329,7 @@ pub(crate) async fn all_say_ok(urls: &[String]) -> Option<()> {
 }
 
 /// Whether the replica at `url` says `master_link_status:up`.
-pub(crate) async fn link_up(url: &str) -> bool {
+pub async fn link_up(url: &str) -> bool {
     info(url, "replication")
         .await
         .is_some_and(|i| i.contains("master_link_status:up"))

@@ -12,7 +12,7 @@ use std::net::Ipv4Addr;
 use std::time::Duration;
 
 use crate::netns::{Host, Net};
-use crate::redis_cluster::{all_say_ok, connect, link_up, parse_node_line, NodeInfo};
+use crate::redis_cluster::{all_say_ok, connect, link_up, node_args, parse_node_line, NodeInfo};
 use crate::redis_server::RedisServer;
 use crate::wait;
 
@@ -328,31 +328,10 @@ async fn spawn_node(net: &Net, host: &Host, node_timeout_ms: u64) -> RedisServer
         BUS_PORT.to_string(),
         node_timeout_ms.to_string(),
     );
-    let args = [
-        "--cluster-announce-ip",
-        &addr,
-        "--cluster-port",
-        &bus,
-        "--save",
-        "",
-        "--appendonly",
-        "no",
-        "--cluster-enabled",
-        "yes",
-        "--cluster-config-file",
-        "nodes.conf",
-        "--cluster-node-timeout",
-        &timeout,
-        "--cluster-require-full-coverage",
-        "no",
-        "--cluster-replica-validity-factor",
-        "0",
-        "--protected-mode",
-        "no",
-        // A full sync starts at once (the default waits 5 s for more replicas to share it):
-        // replicas attach, and a demoted primary resyncs, within the test's bounds.
-        "--repl-diskless-sync-delay",
-        "0",
-    ];
+    let mut args = vec!["--cluster-announce-ip", &addr];
+    args.extend(node_args(&bus, &timeout));
+    // A full sync starts at once (the default waits 5 s for more replicas to share it):
+    // replicas attach, and a demoted primary resyncs, within the test's bounds.
+    args.extend(["--protected-mode", "no", "--repl-diskless-sync-delay", "0"]);
     RedisServer::spawn_wrapped(net.exec_prefix(host), &addr, PORT, &args).await
 }

@@ -1,14 +1,14 @@
 //! Redis for tests: a unique key prefix on the shared server, or a throwaway server.
 
 use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command};
 use std::time::Duration;
 
 use tempfile::TempDir;
 
 /// URL of the shared Redis (the machine's, or `FLASHSALE_TEST_REDIS_URL`).
 pub fn shared_url() -> String {
-    std::env::var("FLASHSALE_TEST_REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".into())
+    crate::process::env_or("FLASHSALE_TEST_REDIS_URL", "redis://127.0.0.1:6379")
 }
 
 /// A key prefix no other test uses; tests on the shared server put all their keys under it.
@@ -96,7 +96,6 @@ impl RedisServer {
 
     /// Starts (again) on the same port and directory.
     pub async fn start(&mut self) {
-        assert!(self.child.is_none(), "already running");
         let mut cmd = match &self.wrapper {
             Some((program, args)) => {
                 let mut cmd = Command::new(program);
@@ -105,33 +104,19 @@ impl RedisServer {
             }
             None => Command::new(redis_binary()),
         };
-        let child = cmd
-            .args(["--port", &self.port.to_string(), "--bind", &self.bind])
+        cmd.args(["--port", &self.port.to_string(), "--bind", &self.bind])
             .args(["--dir", self.dir.path().to_str().expect("utf-8 path")])
-            .args(&self.args)
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("spawn redis-server (is it installed? see scripts/services.sh)");
-        self.child = Some(child);
+            .args(&self.args);
+        let name = "redis-server (is it installed? see scripts/services.sh)";
+        let ready = ("redis-server to answer PING", Duration::from_secs(10));
         let url = self.url();
-        crate::wait::until(
-            "redis-server to answer PING",
-            Duration::from_secs(10),
-            || {
-                let url = url.clone();
-                async move { ping(&url).await.then_some(()) }
-            },
-        )
-        .await;
+        let up = |url: String| async move { ping(&url).await };
+        crate::process::spawn_server(&mut self.child, &mut cmd, name, ready, url, up).await;
     }
 
     /// SIGKILL: whatever was not persisted is gone.
     pub fn kill(&mut self) {
-        if let Some(mut child) = self.child.take() {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
+        crate::process::kill(&mut self.child);
     }
 
     /// SIGSTOP: the server holds its connections but answers nothing (a replica that stops
@@ -179,5 +164,5 @@ async fn ping(url: &str) -> bool {
 }
 
 fn redis_binary() -> String {
-    std::env::var("FLASHSALE_TEST_REDIS_SERVER").unwrap_or_else(|_| "redis-server".into())
+    crate::process::env_or("FLASHSALE_TEST_REDIS_SERVER", "redis-server")
 }

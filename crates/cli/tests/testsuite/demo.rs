@@ -8,9 +8,9 @@ use sqlx::{Connection, Row, SqliteConnection};
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn demo_sells_exactly_the_stock_and_its_report_matches_the_database() {
     let dir = tempfile::tempdir().unwrap();
-    let out = Command::new(env!("CARGO_BIN_EXE_flashsale"))
-        .args([
-            "demo",
+    let stdout = demo(
+        &dir,
+        &[
             "--stock",
             "300",
             "--users",
@@ -19,17 +19,7 @@ async fn demo_sells_exactly_the_stock_and_its_report_matches_the_database() {
             "32",
             "--ramp-ms",
             "300",
-        ])
-        .arg("--data-dir")
-        .arg(dir.path())
-        .env_remove("FLASHSALE_REDIS_URL")
-        .output()
-        .expect("run flashsale demo");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "demo failed:\n{stdout}\n{}",
-        String::from_utf8_lossy(&out.stderr)
+        ],
     );
     assert!(stdout.contains("report: "), "{stdout}");
 
@@ -84,28 +74,22 @@ async fn demo_sells_exactly_the_stock_and_its_report_matches_the_database() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn reserve_demo_resolves_every_hold_and_resells_what_comes_back() {
     let dir = tempfile::tempdir().unwrap();
-    let out = Command::new(env!("CARGO_BIN_EXE_flashsale"))
-        .args([
-            "demo", "--mode", "reserve", "--stock", "100", "--users", "1000",
-        ])
-        .args([
+    demo(
+        &dir,
+        &[
+            "--mode",
+            "reserve",
+            "--stock",
+            "100",
+            "--users",
+            "1000",
             "--concurrency",
             "32",
             "--ramp-ms",
             "200",
             "--hold-ms",
             "2000",
-        ])
-        .arg("--data-dir")
-        .arg(dir.path())
-        .env_remove("FLASHSALE_REDIS_URL")
-        .output()
-        .expect("run flashsale demo");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "demo failed:\n{stdout}\n{}",
-        String::from_utf8_lossy(&out.stderr)
+        ],
     );
     let json = std::fs::read_dir(dir.path().join("reports"))
         .unwrap()
@@ -152,4 +136,24 @@ async fn reserve_demo_resolves_every_hold_and_resells_what_comes_back() {
         .unwrap();
     let counters: (i64, i64, i64) = (row.get("sold"), row.get("reserved"), row.get("available"));
     assert_eq!(counters, (100, 0, 0), "every unit ends paid");
+}
+
+/// Runs `flashsale demo <args>` in `dir` without Redis; asserts it succeeded and returns its
+/// stdout.
+fn demo(dir: &tempfile::TempDir, args: &[&str]) -> String {
+    let out = Command::new(env!("CARGO_BIN_EXE_flashsale"))
+        .arg("demo")
+        .args(args)
+        .arg("--data-dir")
+        .arg(dir.path())
+        .env_remove("FLASHSALE_REDIS_URL")
+        .output()
+        .expect("run flashsale demo");
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "demo failed:\n{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    stdout
 }

@@ -194,15 +194,8 @@ impl Deployment {
     /// `flashsale_persisted_events_total` of one instance, by sku.
     async fn persisted(&self, i: usize) -> HashMap<u64, f64> {
         let url = format!("http://127.0.0.1:{}/metrics", self.ports[i]);
-        let text = self
-            .http
-            .get(url)
-            .send()
-            .await
-            .unwrap()
-            .text()
-            .await
-            .unwrap();
+        let resp = self.http.get(url).send().await.unwrap();
+        let text = resp.text().await.unwrap();
         flashsale_testkit::prometheus::by_label(&text, "flashsale_persisted_events_total", "sku")
             .into_iter()
             .filter_map(|(sku, n)| Some((sku.parse().ok()?, n)))
@@ -272,19 +265,16 @@ async fn stored(db: &TestDatabase, sku: u64) -> (HashMap<String, u64>, i64, i64)
     .iter()
     .map(|r| (r.get::<String, _>("order_no"), r.get::<u64, _>("user_id")))
     .collect();
-    let sold: i64 = sqlx::query("SELECT CAST(sold AS SIGNED) AS s FROM sales WHERE sku_id = ?")
-        .bind(sku)
-        .fetch_one(&mut conn)
-        .await
-        .unwrap()
-        .get("s");
-    let events: i64 = sqlx::query("SELECT COUNT(*) AS n FROM stock_events WHERE sku_id = ?")
-        .bind(sku)
-        .fetch_one(&mut conn)
-        .await
-        .unwrap()
-        .get("n");
-    (orders, sold, events)
+    let sold = "SELECT CAST(sold AS SIGNED) FROM sales WHERE sku_id = ?";
+    let events = "SELECT COUNT(*) FROM stock_events WHERE sku_id = ?";
+    let sold = count(&mut conn, sold, sku).await;
+    (orders, sold, count(&mut conn, events, sku).await)
+}
+
+/// The one number `sql` selects for sale `sku`.
+async fn count(conn: &mut sqlx::MySqlConnection, sql: &str, sku: u64) -> i64 {
+    let row = sqlx::query(sql).bind(sku).fetch_one(conn).await.unwrap();
+    row.get(0)
 }
 
 /// Waits until MariaDB holds `n` orders of the sale.

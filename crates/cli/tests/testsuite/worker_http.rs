@@ -130,13 +130,9 @@ async fn worker_serves_health_readiness_and_metrics() {
         serde_json::from_str::<Value>(&body).unwrap(),
         json!({"status": "ok"})
     );
-    let (status, _, body) = get(&http, &format!("{base}/readyz")).await;
-    assert_eq!(status, StatusCode::OK, "{body}");
-    let ready: Value = serde_json::from_str(&body).unwrap();
-    assert_eq!(
-        (&ready["ledger"], &ready["database"]),
-        (&json!("ok"), &json!("ok"))
-    );
+    let (status, ready) = readiness(&http, &base).await;
+    assert_eq!(status, StatusCode::OK, "{ready:?}");
+    assert_eq!(ready, [json!("ok"), json!("ok")]);
 
     sell(&http, &format!("http://{}", api.addr)).await;
     let persisted = "flashsale_persisted_events_total{sku=\"31\"} 3";
@@ -166,12 +162,16 @@ async fn worker_is_not_ready_without_redis() {
     let prefix = redis_server::unique_prefix();
     let (mut w, _dir) = worker("worker-no-redis", &dead_redis, &prefix, &db, port);
     let http = reqwest::Client::new();
-    let (status, _, body) = get(&http, &format!("http://127.0.0.1:{port}/readyz")).await;
-    assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "{body}");
-    let ready: Value = serde_json::from_str(&body).unwrap();
-    assert_eq!(
-        (&ready["ledger"], &ready["database"]),
-        (&json!("unreachable"), &json!("ok"))
-    );
+    let (status, ready) = readiness(&http, &format!("http://127.0.0.1:{port}")).await;
+    assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "{ready:?}");
+    assert_eq!(ready, [json!("unreachable"), json!("ok")]);
     w.kill();
+}
+
+/// `GET /readyz` of the worker at `base`: its status and what it says of its ledger and its
+/// database.
+async fn readiness(http: &reqwest::Client, base: &str) -> (StatusCode, [Value; 2]) {
+    let (status, _, body) = get(http, &format!("{base}/readyz")).await;
+    let ready: Value = serde_json::from_str(&body).unwrap_or_else(|_| panic!("{body}"));
+    (status, [ready["ledger"].clone(), ready["database"].clone()])
 }

@@ -14,9 +14,41 @@ use flashsale_core::{
 };
 use flashsale_embedded::EmbeddedLedger;
 use flashsale_store::SqliteStore;
-use flashsale_testkit::conformance::{accepted, buy, buy_ok, buy_refused, live_sale, req, warm};
+use flashsale_testkit::conformance::{
+    accepted, buy, buy_ok, buy_refused, live_sale, pay_and_cancel, req, warm,
+};
 
 const HOLD_MS: u64 = 1_500;
+
+/// A new store in a temp dir of its own (removed when the first value drops) and its ledger.
+async fn open_fresh() -> (tempfile::TempDir, Arc<SqliteStore>, EmbeddedLedger) {
+    let dir = tempfile::tempdir().unwrap();
+    let (store, ledger) = open(&dir.path().join("fs.db")).await;
+    (dir, store, ledger)
+}
+
+/// A direct sale of `stock` units (limit 1) warmed on `ledger`, one unit sold to user 1.
+pub async fn one_sold(ledger: &EmbeddedLedger, stock: u64) -> SkuId {
+    let sku = warm(ledger, &live_sale(SaleMode::Direct, stock, 1)).await;
+    buy_ok(ledger, sku, 1, "a", 1).await;
+    sku
+}
+
+/// Sets the stored sale's `available` and `sold` behind the ledger's back.
+pub async fn set_stock_behind_the_ledger(
+    store: &SqliteStore,
+    sku: SkuId,
+    available: i64,
+    sold: i64,
+) {
+    sqlx::query("UPDATE sales SET available = ?, sold = ? WHERE sku_id = ?")
+        .bind(available)
+        .bind(sold)
+        .bind(sku.0 as i64)
+        .execute(store.writer())
+        .await
+        .unwrap();
+}
 
 async fn open(path: &Path) -> (Arc<SqliteStore>, EmbeddedLedger) {
     let store = Arc::new(
@@ -59,16 +91,7 @@ async fn a_reopened_ledger_remembers_everything() {
         held = buy_ok(&ledger, r, 1, "h", 1).await;
         paid = buy_ok(&ledger, r, 2, "p", 2).await;
         cancelled = buy_ok(&ledger, r, 3, "c", 1).await;
-        ledger
-            .pay(&paid.order_no, UserId(2))
-            .await
-            .unwrap()
-            .unwrap();
-        ledger
-            .cancel(&cancelled.order_no, UserId(3))
-            .await
-            .unwrap()
-            .unwrap();
+        pay_and_cancel(&ledger, &paid, &cancelled).await;
         ledger.set_state(d, SaleState::Paused).await.unwrap();
         before_d = check(&store, &ledger, d).await;
         before_r = check(&store, &ledger, r).await;
@@ -132,9 +155,7 @@ async fn a_reopened_ledger_remembers_everything() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn warm_takes_a_sale_created_in_the_store() {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("fs.db");
-    let (store, ledger) = open(&path).await;
+    let (_dir, store, ledger) = open_fresh().await;
     let sale = live_sale(SaleMode::Direct, 3, 1);
     let sku = sale.sku_id;
     let stored = store.create_sale(&sale).await.unwrap();
@@ -175,12 +196,8 @@ async fn warm_takes_a_sale_created_in_the_store() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_failed_commit_answers_unavailable_and_keeps_the_book_equal_to_sqlite() {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("fs.db");
-    let (store, ledger) = open(&path).await;
-    let sale = live_sale(SaleMode::Direct, 10, 1);
-    let sku = warm(&ledger, &sale).await;
-    buy_ok(&ledger, sku, 1, "a", 1).await;
+    let (_dir, store, ledger) = open_fresh().await;
+    let sku = one_sold(&ledger, 10).await;
 
     // Inject a fault: SQLite refuses any event of user 666 (the whole group rolls back).
     sqlx::query(
@@ -220,9 +237,7 @@ async fn a_failed_commit_answers_unavailable_and_keeps_the_book_equal_to_sqlite(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn concurrent_callers_are_group_committed_and_all_answered_after_commit() {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("fs.db");
-    let (store, ledger) = open(&path).await;
+    let (_dir, store, ledger) = open_fresh().await;
     let ledger = Arc::new(ledger);
     let mut sale = live_sale(SaleMode::Reserve, 300, 1);
     sale.payment_timeout_ms = 600_000; // no hold comes due during the test
@@ -270,16 +285,9 @@ async fn concurrent_callers_are_group_committed_and_all_answered_after_commit() 
 /// refused order is kept as REJECTED (a retry sees it), never silently dropped.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_guard_rejection_rebuilds_the_book_from_sqlite() {
-    let dir = tempfile::tempdir().unwrap();
-    let (store, ledger) = open(&dir.path().join("fs.db")).await;
-    let sale = live_sale(SaleMode::Direct, 2, 1);
-    let sku = warm(&ledger, &sale).await;
-    buy_ok(&ledger, sku, 1, "a", 1).await;
-    sqlx::query("UPDATE sales SET available = 0, sold = 2 WHERE sku_id = ?")
-        .bind(sku.0 as i64)
-        .execute(store.writer())
-        .await
-        .unwrap();
+    let (_dir, store, ledger) = open_fresh().await;
+    let sku = one_sold(&ledger, 2).await;
+    set_stock_behind_the_ledger(&store, sku, 0, 2).await;
     let r = ledger.purchase_batch(sku, &[req(sku, 2, "b", 1)]).await;
     assert!(matches!(r, Err(LedgerError::Unavailable(_))), "{r:?}");
     assert_eq!(

@@ -8,60 +8,32 @@ use std::time::Duration;
 
 use flashsale_core::{
     HotCopies, HotLedger, OrderStore, PurchaseOutcome, Sale, SaleMode, SkuId, SoldOutSupport,
-    UserId,
 };
 use flashsale_embedded::{EmbeddedLedger, GroupWriter};
 use flashsale_store::SqliteStore;
-use flashsale_testkit::conformance::{buy_ok, live_sale, req, warm};
+use flashsale_testkit::conformance::{buy_ok, live_sale, pay_and_cancel, req, warm};
 use sqlx::Row;
 
 /// Every row a run leaves, as text.
 async fn rows(store: &SqliteStore, skus: &[SkuId]) -> Vec<String> {
-    let mut out = Vec::new();
-    for r in sqlx::query(
+    let mut out = lines(
+        store,
+        "order",
         "SELECT order_no, sku_id, user_id, request_id, quantity, status, \
-         deadline_ms - created_at_ms AS hold, updated_at_ms >= created_at_ms AS later \
+         MAX(deadline_ms - created_at_ms, -1) AS hold, updated_at_ms >= created_at_ms AS later \
          FROM orders ORDER BY id",
     )
-    .fetch_all(store.pool())
-    .await
-    .unwrap()
-    {
-        out.push(format!(
-            "order {} {} {} {} {} {} {} {}",
-            r.get::<String, _>(0),
-            r.get::<i64, _>(1),
-            r.get::<i64, _>(2),
-            r.get::<String, _>(3),
-            r.get::<i64, _>(4),
-            r.get::<String, _>(5),
-            r.get::<i64, _>(6).max(-1),
-            r.get::<bool, _>(7)
-        ));
-    }
-    for r in sqlx::query(
-        "SELECT sku_id, epoch, seq, kind, order_no, request_id, user_id, quantity, \
-         CASE deadline_ms WHEN 0 THEN 0 ELSE deadline_ms - at_ms END, rejected \
-         FROM stock_events ORDER BY sku_id, seq",
-    )
-    .fetch_all(store.pool())
-    .await
-    .unwrap()
-    {
-        out.push(format!(
-            "event {} {} {} {} {} {} {} {} {} {}",
-            r.get::<i64, _>(0),
-            r.get::<i64, _>(1),
-            r.get::<i64, _>(2),
-            r.get::<String, _>(3),
-            r.get::<String, _>(4),
-            r.get::<String, _>(5),
-            r.get::<i64, _>(6),
-            r.get::<i64, _>(7),
-            r.get::<i64, _>(8),
-            r.get::<i64, _>(9)
-        ));
-    }
+    .await;
+    out.extend(
+        lines(
+            store,
+            "event",
+            "SELECT sku_id, epoch, seq, kind, order_no, request_id, user_id, quantity, \
+             CASE deadline_ms WHEN 0 THEN 0 ELSE deadline_ms - at_ms END, rejected \
+             FROM stock_events ORDER BY sku_id, seq",
+        )
+        .await,
+    );
     for sku in skus {
         let s = store.sale(*sku).await.unwrap().expect("sale");
         out.push(format!("sale {sku} {:?} epoch {}", s.counters, s.epoch));
@@ -73,6 +45,22 @@ async fn rows(store: &SqliteStore, skus: &[SkuId]) -> Vec<String> {
         .get(0);
     out.push(format!("fenced {n}"));
     out
+}
+
+/// Each row of `sql` as `<what> <column> <column> …`: integers and text as they are.
+async fn lines(store: &SqliteStore, what: &str, sql: &str) -> Vec<String> {
+    let rows = sqlx::query(sql).fetch_all(store.pool()).await.unwrap();
+    let text = |r: &sqlx::sqlite::SqliteRow, c: usize| match r.try_get::<i64, _>(c) {
+        Ok(n) => n.to_string(),
+        Err(_) => r.get::<String, _>(c),
+    };
+    let line = |r| {
+        let columns = (0..Row::len(r)).map(|c| text(r, c));
+        std::iter::once(what.to_owned())
+            .chain(columns)
+            .collect::<Vec<_>>()
+    };
+    rows.iter().map(|r| line(r).join(" ")).collect()
 }
 
 /// One run of the same operations: a direct sale bought in one group of 300 (every chunk
@@ -106,16 +94,7 @@ async fn run(path: &Path, writer: GroupWriter, direct: &Sale, reserve: &Sale) ->
     let paid = buy_ok(&ledger, r, 1, "p", 2).await;
     let cancelled = buy_ok(&ledger, r, 2, "c", 1).await;
     let _expiring = buy_ok(&ledger, r, 3, "e", 1).await;
-    ledger
-        .pay(&paid.order_no, UserId(1))
-        .await
-        .unwrap()
-        .unwrap();
-    ledger
-        .cancel(&cancelled.order_no, UserId(2))
-        .await
-        .unwrap()
-        .unwrap();
+    pay_and_cancel(&ledger, &paid, &cancelled).await;
     tokio::time::sleep(Duration::from_millis(1_600)).await;
     assert_eq!(ledger.expire_due(r, 10).await.unwrap(), 1);
     let keys = ledger.accepted_keys(d, 1_000).await.unwrap().unwrap();
@@ -142,20 +121,14 @@ async fn the_writer_thread_writes_the_rows_the_store_writes() {
     let direct = live_sale(SaleMode::Direct, 1_000, 1);
     let mut reserve = live_sale(SaleMode::Reserve, 10, 2);
     reserve.payment_timeout_ms = 1_500;
-    let by_store = run(
-        &dir.path().join("store.db"),
-        GroupWriter::Store,
-        &direct,
-        &reserve,
-    )
-    .await;
-    let by_thread = run(
-        &dir.path().join("thread.db"),
-        GroupWriter::Thread,
-        &direct,
-        &reserve,
-    )
-    .await;
+    let mut runs = Vec::new();
+    for (file, writer) in [
+        ("store.db", GroupWriter::Store),
+        ("thread.db", GroupWriter::Thread),
+    ] {
+        runs.push(run(&dir.path().join(file), writer, &direct, &reserve).await);
+    }
+    let (by_store, by_thread) = (&runs[0], &runs[1]);
     assert!(by_store.len() > 300);
     assert_eq!(by_thread, by_store);
 }
@@ -172,16 +145,9 @@ async fn a_group_the_database_disagrees_with_is_never_answered() {
     let ledger = EmbeddedLedger::open_with(store.clone(), GroupWriter::Thread)
         .await
         .unwrap();
-    let sale = live_sale(SaleMode::Direct, 5, 1);
-    let sku = sale.sku_id;
-    warm(&ledger, &sale).await;
-    buy_ok(&ledger, sku, 1, "a", 1).await;
+    let sku = crate::recovery::one_sold(&ledger, 5).await;
     // Behind the ledger's back: the stored stock drops to 1 (conserved: 1 + 4 sold).
-    sqlx::query("UPDATE sales SET available = 1, sold = 4 WHERE sku_id = ?")
-        .bind(sku.0 as i64)
-        .execute(store.writer())
-        .await
-        .unwrap();
+    crate::recovery::set_stock_behind_the_ledger(&store, sku, 1, 4).await;
     let refused = ledger
         .purchase_batch(sku, &[req(sku, 2, "b", 1), req(sku, 3, "c", 1)])
         .await;

@@ -20,18 +20,9 @@ async fn one_node_cluster() -> RedisServer {
         .query_async(&mut conn)
         .await
         .unwrap();
-    wait::until("the cluster to be ok", Duration::from_secs(10), || {
-        let mut conn = conn.clone();
-        async move {
-            let info: String = redis::cmd("CLUSTER")
-                .arg("INFO")
-                .query_async(&mut conn)
-                .await
-                .ok()?;
-            info.contains("cluster_state:ok").then_some(())
-        }
-    })
-    .await;
+    let urls = [server.url()];
+    let ok = || redis_cluster::all_say_ok(&urls);
+    wait::until("the cluster to be ok", Duration::from_secs(10), ok).await;
     server
 }
 

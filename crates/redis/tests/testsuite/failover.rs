@@ -24,6 +24,13 @@ async fn primary_and_replica() -> (RedisServer, RedisServer) {
     (primary, replica)
 }
 
+/// [`primary_and_replica`] and a ledger on the primary.
+async fn ledger_on_primary() -> (RedisServer, RedisServer, RedisLedger) {
+    let (primary, replica) = primary_and_replica().await;
+    let on_primary = RedisLedger::connect(&primary.url(), "fs").await.unwrap();
+    (primary, replica, on_primary)
+}
+
 async fn in_sync(primary: &RedisServer) {
     let mut conn = raw(primary).await;
     wait::until(
@@ -59,8 +66,7 @@ async fn promote(replica: &RedisServer) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_promoted_replica_fences_the_copy_instead_of_selling_from_it() {
-    let (primary, replica) = primary_and_replica().await;
-    let on_primary = RedisLedger::connect(&primary.url(), "fs").await.unwrap();
+    let (primary, replica, on_primary) = ledger_on_primary().await;
     let sale = live_sale(SaleMode::Reserve, 10, 1);
     let sku = warm(&on_primary, &sale).await;
     let order = buy_ok(&on_primary, sku, 1, "a", 1).await;
@@ -92,8 +98,7 @@ async fn a_promoted_replica_fences_the_copy_instead_of_selling_from_it() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_copy_opened_on_the_promoted_node_sells_again() {
-    let (primary, replica) = primary_and_replica().await;
-    let on_primary = RedisLedger::connect(&primary.url(), "fs").await.unwrap();
+    let (primary, replica, on_primary) = ledger_on_primary().await;
     let sale = live_sale(SaleMode::Direct, 10, 1);
     let sku = warm(&on_primary, &sale).await;
     buy_ok(&on_primary, sku, 1, "a", 1).await;
@@ -242,8 +247,7 @@ async fn a_replica_attached_after_warm_up_is_no_failover() {
 /// (and the copy is marked for an immediate rebuild); the rebuild starting over there opens.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_failover_midway_through_a_rebuild_makes_it_start_over() {
-    let (primary, replica) = primary_and_replica().await;
-    let on_primary = RedisLedger::connect(&primary.url(), "fs").await.unwrap();
+    let (primary, replica, on_primary) = ledger_on_primary().await;
     let sale = live_sale(SaleMode::Direct, 10, 1);
     let sku = sale.sku_id;
     let counters = sale.fresh_counters();

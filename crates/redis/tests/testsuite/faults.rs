@@ -2,7 +2,7 @@
 
 use std::time::{Duration, Instant};
 
-use flashsale_core::{HotLedger, LedgerError, SaleMode};
+use flashsale_core::{HotLedger, LedgerError, SaleMode, SkuId};
 use flashsale_redis::RedisLedger;
 use flashsale_testkit::conformance::{buy, buy_ok, live_sale, req, stock, warm};
 use flashsale_testkit::redis_server::RedisServer;
@@ -118,75 +118,72 @@ async fn connecting_to_nothing_is_unavailable_quickly() {
 
 #[tokio::test]
 async fn script_flush_between_calls_is_recovered() {
-    let server = RedisServer::spawn().await;
-    let ledger = RedisLedger::connect(&server.url(), "fs").await.unwrap();
-    let mut conn = raw(&server).await;
-    let sku = warm(&ledger, &live_sale(SaleMode::Reserve, 10, 1)).await;
+    let (_server, ledger, mut conn, sku) = sale_on_own_server(SaleMode::Reserve).await;
     let mut orders = Vec::new();
     for user in 1..=3u64 {
-        let _: () = redis::cmd("SCRIPT")
-            .arg("FLUSH")
-            .query_async(&mut conn)
-            .await
-            .unwrap();
+        command(&mut conn, &["SCRIPT", "FLUSH"]).await;
         orders.push(buy_ok(&ledger, sku, user, "a", 1).await);
     }
-    let _: () = redis::cmd("SCRIPT")
-        .arg("FLUSH")
-        .query_async(&mut conn)
-        .await
-        .unwrap();
-    let paid = ledger
-        .pay(&orders[0].order_no, orders[0].user_id)
-        .await
-        .unwrap();
-    assert!(paid.is_ok());
-    let _: () = redis::cmd("SCRIPT")
-        .arg("FLUSH")
-        .query_async(&mut conn)
-        .await
-        .unwrap();
-    let cancelled = ledger
-        .cancel(&orders[1].order_no, orders[1].user_id)
-        .await
-        .unwrap();
-    assert!(cancelled.is_ok());
-    let _: () = redis::cmd("SCRIPT")
-        .arg("FLUSH")
-        .query_async(&mut conn)
-        .await
-        .unwrap();
+    command(&mut conn, &["SCRIPT", "FLUSH"]).await;
+    let (paid, cancelled) = (&orders[0], &orders[1]);
+    let resolution = ledger.pay(&paid.order_no, paid.user_id).await.unwrap();
+    assert!(resolution.is_ok());
+    command(&mut conn, &["SCRIPT", "FLUSH"]).await;
+    let resolution = ledger.cancel(&cancelled.order_no, cancelled.user_id);
+    assert!(resolution.await.unwrap().is_ok());
+    command(&mut conn, &["SCRIPT", "FLUSH"]).await;
     assert_eq!(ledger.expire_due(sku, 10).await.unwrap(), 0);
     assert_eq!(stock(&ledger, sku).await, (8, 1, 1, 5));
 }
 
-#[tokio::test]
-async fn out_of_memory_refuses_scripts_before_any_write() {
+/// A sale of 10 units (limit 1) warmed on a ledger on a server of its own, and a raw
+/// connection to that server.
+async fn sale_on_own_server(
+    mode: SaleMode,
+) -> (
+    RedisServer,
+    RedisLedger,
+    redis::aio::MultiplexedConnection,
+    SkuId,
+) {
     let server = RedisServer::spawn().await;
     let ledger = RedisLedger::connect(&server.url(), "fs").await.unwrap();
-    let mut conn = raw(&server).await;
-    let sku = warm(&ledger, &live_sale(SaleMode::Direct, 10, 1)).await;
+    let conn = raw(&server).await;
+    let sku = warm(&ledger, &live_sale(mode, 10, 1)).await;
+    (server, ledger, conn, sku)
+}
+
+/// One command (`SCRIPT FLUSH`, `CONFIG SET …`) that must succeed.
+async fn command(conn: &mut redis::aio::MultiplexedConnection, args: &[&str]) {
+    let _: () = redis::cmd(args[0])
+        .arg(&args[1..])
+        .query_async(conn)
+        .await
+        .unwrap();
+}
+
+#[tokio::test]
+async fn out_of_memory_refuses_scripts_before_any_write() {
+    let (_server, ledger, mut conn, sku) = sale_on_own_server(SaleMode::Direct).await;
     buy_ok(&ledger, sku, 1, "a", 1).await;
-    let ballast = vec![b'x'; 4 << 20];
-    let _: () = redis::cmd("SET")
-        .arg("ballast")
-        .arg(ballast)
-        .query_async(&mut conn)
-        .await
-        .unwrap();
-    let _: () = redis::cmd("CONFIG")
-        .arg(&["SET", "maxmemory", "2mb", "maxmemory-policy", "noeviction"])
-        .query_async(&mut conn)
-        .await
-        .unwrap();
+    let ballast = "x".repeat(4 << 20);
+    command(&mut conn, &["SET", "ballast", &ballast]).await;
+    command(
+        &mut conn,
+        &[
+            "CONFIG",
+            "SET",
+            "maxmemory",
+            "2mb",
+            "maxmemory-policy",
+            "noeviction",
+        ],
+    )
+    .await;
     let r = buy_refused_by_oom(&ledger, sku).await;
     assert!(matches!(r, Err(LedgerError::Unavailable(_))), "{r:?}");
     assert_eq!(stock(&ledger, sku).await, (9, 0, 1, 1));
-    let _: () = redis::cmd("CONFIG")
-        .arg(&["SET", "maxmemory", "0"])
-        .query_async(&mut conn)
-        .await
-        .unwrap();
+    command(&mut conn, &["CONFIG", "SET", "maxmemory", "0"]).await;
     buy_ok(&ledger, sku, 2, "b", 1).await;
 }
 

@@ -30,13 +30,42 @@ async fn state_of(conn: &mut redis::aio::MultiplexedConnection, keys: &Keys, sku
     pipe.query_async(conn).await.expect("state")
 }
 
-#[tokio::test]
-async fn bad_quantities_are_invalid_and_change_nothing() {
+/// A ledger of its own and its sale's keys as they were before the test's calls.
+struct Before {
+    t: TestLedger,
+    state: Value,
+}
+
+impl Before {
+    /// Asserts that the sale's keys are as they were, and removes the ledger's keys.
+    async fn unchanged(
+        self,
+        conn: &mut redis::aio::MultiplexedConnection,
+        keys: &Keys,
+        sku: SkuId,
+    ) {
+        assert_eq!(state_of(conn, keys, sku).await, self.state);
+        self.t.cleanup().await;
+    }
+}
+
+/// A sale warmed on a ledger of its own, the ledger's keys and a raw connection.
+async fn warmed(
+    mode: SaleMode,
+    stock: u64,
+    limit: u32,
+) -> (Before, Keys, SkuId, redis::aio::MultiplexedConnection) {
     let t = TestLedger::new().await;
     let keys = t.ledger.keys().clone();
-    let sku = warm(t.ledger.as_ref(), &live_sale(SaleMode::Reserve, 5, 3)).await;
+    let sku = warm(t.ledger.as_ref(), &live_sale(mode, stock, limit)).await;
     let mut conn = raw().await;
-    let before = state_of(&mut conn, &keys, sku).await;
+    let state = state_of(&mut conn, &keys, sku).await;
+    (Before { t, state }, keys, sku, conn)
+}
+
+#[tokio::test]
+async fn bad_quantities_are_invalid_and_change_nothing() {
+    let (before, keys, sku, mut conn) = warmed(SaleMode::Reserve, 5, 3).await;
     for q in ["0", "-1", "x", "1e12", "", " 1", "1.5", "0x1", "01"] {
         let cmd = purchase_call(&keys, sku, &["1", "7", "r1", q]);
         let out: Vec<String> = cmd.query_async(&mut conn).await.expect("answered");
@@ -67,17 +96,12 @@ async fn bad_quantities_are_invalid_and_change_nothing() {
         ["X", "LIMIT_EXCEEDED", ""],
         "an integer above the limit"
     );
-    assert_eq!(state_of(&mut conn, &keys, sku).await, before);
-    t.cleanup().await;
+    before.unchanged(&mut conn, &keys, sku).await;
 }
 
 #[tokio::test]
 async fn malformed_calls_are_refused_before_any_write() {
-    let t = TestLedger::new().await;
-    let keys = t.ledger.keys().clone();
-    let sku = warm(t.ledger.as_ref(), &live_sale(SaleMode::Direct, 5, 1)).await;
-    let mut conn = raw().await;
-    let before = state_of(&mut conn, &keys, sku).await;
+    let (before, keys, sku, mut conn) = warmed(SaleMode::Direct, 5, 1).await;
     let bad_batches: [&[&str]; 6] = [
         &[],
         &["0"],
@@ -130,18 +154,11 @@ async fn malformed_calls_are_refused_before_any_write() {
             .await;
         assert_eq!(r.expect_err("refused").code(), Some("INVALID_ARGS"));
     }
-    assert_eq!(state_of(&mut conn, &keys, sku).await, before);
-    t.cleanup().await;
+    before.unchanged(&mut conn, &keys, sku).await;
 }
 
 fn restore_keys(keys: &Keys, sku: SkuId) -> Vec<String> {
-    vec![
-        keys.sale(sku),
-        keys.buyers(sku),
-        keys.requests(sku),
-        keys.orders(sku),
-        keys.holds(sku),
-    ]
+    keys.copy_state(sku).to_vec()
 }
 
 fn five_keys(keys: &Keys, sku: SkuId) -> Vec<String> {
@@ -160,17 +177,15 @@ async fn load_validates_its_arguments_and_replaces_only_older_copies() {
     let keys = t.ledger.keys().clone();
     let sku = SkuId(77);
     let mut conn = raw().await;
-    let k = [
-        keys.sale(sku),
-        keys.buyers(sku),
-        keys.requests(sku),
-        keys.orders(sku),
-        keys.holds(sku),
-    ];
+    let k = keys.copy_state(sku);
     let good = [
         "77", "10", "10", "0", "0", "0", "1", "1", "direct", "0", "0", "100", "live",
     ];
-    let warm = Script::new(scripts::LOAD);
+    let script = Script::new(scripts::LOAD);
+    let load = |argv: [&'static str; 13], mut conn: redis::aio::MultiplexedConnection| {
+        let (script, k) = (&script, &k);
+        async move { script.key(k).arg(&argv).invoke_async(&mut conn).await }
+    };
     let bad_at = [
         (0, "78"),
         (2, "9"),
@@ -186,7 +201,7 @@ async fn load_validates_its_arguments_and_replaces_only_older_copies() {
     for (i, value) in bad_at {
         let mut argv = good;
         argv[i] = value;
-        let r: RedisResult<String> = warm.key(&k).arg(&argv).invoke_async(&mut conn).await;
+        let r: RedisResult<String> = load(argv, conn.clone()).await;
         assert_eq!(
             r.expect_err("refused").code(),
             Some("INVALID_ARGS"),
@@ -199,29 +214,14 @@ async fn load_validates_its_arguments_and_replaces_only_older_copies() {
         .await
         .unwrap();
     assert_eq!(exists, 0);
-    let ok: String = warm
-        .key(&k)
-        .arg(&good)
-        .invoke_async(&mut conn)
-        .await
-        .unwrap();
+    let ok: String = load(good, conn.clone()).await.unwrap();
     assert_eq!(ok, "OK");
     assert_eq!(stock(t.ledger.as_ref(), sku).await, (10, 0, 0, 0));
-    let again: String = warm
-        .key(&k)
-        .arg(&good)
-        .invoke_async(&mut conn)
-        .await
-        .unwrap();
+    let again: String = load(good, conn.clone()).await.unwrap();
     assert_eq!(again, "ALREADY_WARM", "a copy of the same epoch stands");
     let mut newer = good;
     newer[6] = "2";
-    let ok: String = warm
-        .key(&k)
-        .arg(&newer)
-        .invoke_async(&mut conn)
-        .await
-        .unwrap();
+    let ok: String = load(newer, conn.clone()).await.unwrap();
     assert_eq!(ok, "OK", "an older copy is replaced");
     t.cleanup().await;
 }

@@ -8,14 +8,13 @@
 //!   configured) and script latency ([`view::admin`]).
 //! - [`live`]: per-sale answers and latency of this instance, fed by the purchase handler.
 //! - [`prom`]: reads back the numbers the process's Prometheus recorder exports.
-//! - [`routes`]: the page and the two JSON routes, computed from the shared state.
 //!
 //! This module holds what the dashboard keeps between requests ([`Dashboard`], part of the
-//! shared state); only [`routes`] reads the state.
+//! shared state); its routes (`routes::dashboard`: the page and the two JSON routes) read the
+//! state.
 
 pub mod live;
 pub mod prom;
-pub mod routes;
 pub mod view;
 
 use std::time::Instant;

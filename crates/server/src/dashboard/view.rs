@@ -17,9 +17,9 @@ use super::live::Series;
 use super::prom::{self, Buckets, Sample};
 
 /// Sales shown at most (live ones first).
-pub(super) const SALES_SHOWN_MAX: usize = 50;
+pub(crate) const SALES_SHOWN_MAX: usize = 50;
 /// Seconds of answers and latency per sale in one answer.
-pub(super) const SERIES_S: u64 = 60;
+pub(crate) const SERIES_S: u64 = 60;
 /// Script latency percentiles are read over the last few seconds, not since start.
 const SCRIPT_WINDOW: Duration = Duration::from_secs(5);
 const SCRIPT_LATENCY: &str = "flashsale_script_latency_seconds";
@@ -104,7 +104,7 @@ pub struct ScriptReadings {
 
 impl ScriptReadings {
     /// Percentiles per script between the oldest reading in the window and `samples`.
-    pub(super) fn latency(&self, samples: &[Sample]) -> Vec<ScriptLatency> {
+    pub(crate) fn latency(&self, samples: &[Sample]) -> Vec<ScriptLatency> {
         let now = script_buckets(samples);
         let mut readings = self.readings.lock().expect("readings lock");
         let due = readings
@@ -149,7 +149,7 @@ fn script_buckets(samples: &[Sample]) -> HashMap<String, Buckets> {
         .collect()
 }
 
-pub(super) fn verdict(run: ReconcileRun) -> ReconcileVerdict {
+pub(crate) fn verdict(run: ReconcileRun) -> ReconcileVerdict {
     let report: Value = serde_json::from_str(&run.report).unwrap_or(Value::Null);
     ReconcileVerdict {
         at_ms: run.at_ms,

@@ -3,19 +3,21 @@
 //! body. Body size is axum's `DefaultBodyLimit` (413 PAYLOAD_TOO_LARGE); quantities and id
 //! lengths are checked by the handlers.
 
-use axum::extract::{Request, State};
+use std::time::Duration;
+
+use axum::extract::Request;
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use flashsale_core::ErrorCode;
 
+use super::Gateway;
 use crate::error::AppError;
-use crate::state::AppState;
 
 pub use flashsale_core::metric_names::{SHED, TIMEOUTS};
 
-/// Outermost layer: headers, in-flight cap, request timeout.
-pub async fn enforce(State(st): State<AppState>, req: Request, next: Next) -> Response {
-    let c = &st.gateway.config;
+/// Outermost layer: headers, in-flight cap, request timeout (`middleware::caps` installs it).
+pub async fn enforce(gateway: &Gateway, timeout: Duration, req: Request, next: Next) -> Response {
+    let c = &gateway.config;
     let headers = req.headers();
     if headers.len() > c.headers_max {
         return AppError::invalid(format!("too many headers (at most {})", c.headers_max))
@@ -32,7 +34,7 @@ pub async fn enforce(State(st): State<AppState>, req: Request, next: Next) -> Re
         ))
         .into_response();
     }
-    let Ok(_permit) = st.gateway.inflight.clone().try_acquire_owned() else {
+    let Ok(_permit) = gateway.inflight.clone().try_acquire_owned() else {
         metrics::counter!(SHED).increment(1);
         return AppError::new(
             ErrorCode::Unavailable,
@@ -42,7 +44,7 @@ pub async fn enforce(State(st): State<AppState>, req: Request, next: Next) -> Re
     };
     // A purchase cut short here still completes in the ledger (the batcher owns it); the
     // client's retry with the same request_id gets its first outcome.
-    match tokio::time::timeout(st.tunables.request_timeout, next.run(req)).await {
+    match tokio::time::timeout(timeout, next.run(req)).await {
         Ok(response) => response,
         Err(_) => {
             metrics::counter!(TIMEOUTS).increment(1);

@@ -10,9 +10,10 @@
 //! - [`listener`]: a connection cap, and the peer address of each request.
 //! - [`caps`]: the outermost middleware: header caps, in-flight cap and the request timeout,
 //!   all in our error shape.
-//! - [`routes`]: admin API for the blacklist and token sales; the purchase-token route.
-//! - [`worker`]: `GatewayWorker`, the periodic work (blacklist reload, limiter sweep,
-//!   back-pressure monitor), joined at shutdown with the other workers.
+//!
+//! This module holds what the shared state keeps; what reads the state lives elsewhere: the
+//! admin API in `routes::admin::gateway`, the middleware in `middleware`, the periodic work
+//! in `workers`.
 //!
 //! Per request the gateway does O(1) work and no I/O, except the single-use check of a
 //! purchase token (one Redis `SET NX` on the Redis deployment, only for token-only sales) and
@@ -25,9 +26,7 @@ pub mod idempotency;
 pub mod listener;
 pub mod pressure;
 pub mod ratelimit;
-pub mod routes;
 pub mod scalping;
-pub mod worker;
 
 use std::net::IpAddr;
 use std::sync::Arc;

@@ -13,7 +13,7 @@ use std::cell::Cell;
 use std::net::IpAddr;
 use std::num::NonZeroU32;
 
-use axum::extract::{Request, State};
+use axum::extract::Request;
 use axum::http::{HeaderMap, HeaderName, HeaderValue};
 use axum::middleware::Next;
 use axum::response::Response;
@@ -24,7 +24,6 @@ use governor::{DefaultDirectRateLimiter, DefaultKeyedRateLimiter, NotUntil, Quot
 
 use super::config::{GatewayConfig, TokenRate};
 use crate::error::AppError;
-use crate::state::AppState;
 
 pub use flashsale_core::metric_names::RATE_LIMITED;
 
@@ -137,14 +136,14 @@ pub struct RateLimits {
 
 /// Opens the slot the checks write to, and writes `RateLimit-Policy` and `RateLimit` on the
 /// answer of a request that met a rate limit (user routes; never admin or public ones).
-pub async fn headers(State(st): State<AppState>, req: Request, next: Next) -> Response {
+pub async fn headers(rates: &RateLimits, req: Request, next: Next) -> Response {
     let (seen, mut response) = SEEN
         .scope(Cell::new(Seen::default()), async {
             let response = next.run(req).await;
             (SEEN.with(Cell::get), response)
         })
         .await;
-    st.gateway.rates.write_headers(seen, response.headers_mut());
+    rates.write_headers(seen, response.headers_mut());
     response
 }
 

@@ -4,7 +4,8 @@
 //! - [`config`]: `RiskConfig` (every knob and its default) and the `Fallback` rule.
 //! - [`circuit`]: the breaker in front of the service (one circuit, one probe at a time).
 //! - [`replays`]: accepted purchases seen here, whose retries skip the service.
-//! - [`routes`]: the admin API: the risk allowlist and a sale's own fallback rule.
+//!
+//! Its admin API (the allowlist and a sale's own fallback rule) is `routes::admin::risk`.
 //!
 //! The contract a shop implements (docs/DESIGN.md, "The shop's risk check"): the service
 //! receives `{sku_id, user_id, quantity, request_id, client_ip}` as JSON and answers 2xx with
@@ -18,7 +19,6 @@
 pub mod circuit;
 pub mod config;
 pub mod replays;
-pub mod routes;
 
 use std::net::IpAddr;
 use std::time::Instant;
@@ -37,14 +37,20 @@ const ANSWER_BYTES_MAX: usize = 4_096;
 /// Most characters of a denial's reason passed on to the buyer.
 const REASON_CHARS_MAX: usize = 200;
 
-/// What the service is asked about one purchase.
-#[derive(Debug, Serialize)]
+/// What the shop's risk service receives (`POST` to `FLASHSALE_RISK_URL`, JSON) before each
+/// purchase reaches the hot ledger: the contract a shop implements, not an operation of this
+/// API.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+#[schema(as = RiskCheckRequest)]
 pub struct RiskQuery<'a> {
     pub sku_id: u64,
     pub user_id: u64,
+    #[schema(minimum = 1, maximum = 1_000)]
     pub quantity: u32,
+    /// The buyer's request id: the same on every retry of one purchase attempt.
     pub request_id: &'a str,
-    /// `null` when the request came without a known peer address.
+    /// The buyer's address as the gateway sees it; `null` when unknown.
+    #[schema(value_type = Option<String>)]
     pub client_ip: Option<IpAddr>,
 }
 
@@ -60,10 +66,14 @@ impl<'a> RiskQuery<'a> {
     }
 }
 
-/// What the service answers.
-#[derive(Debug, Deserialize)]
-struct Answer {
+/// What the shop's risk service answers (2xx, JSON, at most 4 KiB). `allow: false` refuses the
+/// purchase with 403 `RISK_DENIED` and the reason. Any other answer, or none within
+/// `FLASHSALE_RISK_TIMEOUT_MS`, leaves the decision to the fallback rule.
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
+#[schema(as = RiskCheckAnswer)]
+pub(crate) struct Answer {
     allow: bool,
+    /// Shown to the buyer in the refusal's message (first 200 characters).
     #[serde(default)]
     reason: Option<String>,
 }

@@ -11,7 +11,8 @@ use axum::routing::get;
 use axum::{Json, Router};
 use flashsale_core::{ErrorCode, Ledger, OrderStore};
 use metrics_exporter_prometheus::PrometheusHandle;
-use serde_json::json;
+use serde::Serialize;
+use utoipa::ToSchema;
 
 use crate::error::AppError;
 use crate::state::AppState;
@@ -47,22 +48,40 @@ pub fn router(probes: Probes) -> Router {
 /// How long readiness waits for each dependency.
 const PING_TIMEOUT: Duration = Duration::from_secs(1);
 
-#[utoipa::path(get, path = "/healthz", tag = "ops", operation_id = "healthz", responses((status = 200, description = "alive", body = crate::openapi::Health)))]
+/// The liveness answer.
+#[derive(Serialize, ToSchema)]
+pub struct Health {
+    status: &'static str,
+}
+
+/// The readiness answer: each dependency `ok` or `unreachable`, and the ledger's kind.
+#[derive(Serialize, ToSchema)]
+pub struct Ready {
+    ledger: &'static str,
+    database: &'static str,
+    ledger_kind: &'static str,
+}
+
+#[utoipa::path(get, path = "/healthz", tag = "ops", operation_id = "healthz", responses((status = 200, description = "alive", body = Health)))]
 pub async fn healthz() -> impl IntoResponse {
-    Json(json!({"status": "ok"}))
+    Json(Health { status: "ok" })
 }
 
 // Ready only while both the hot ledger and the database answer.
 #[utoipa::path(get, path = "/readyz", tag = "ops", operation_id = "readyz", responses(
-    (status = 200, description = "ledger and database answer", body = crate::openapi::Ready),
-    (status = 503, description = "a dependency does not answer", body = crate::openapi::Ready)))]
+    (status = 200, description = "ledger and database answer", body = Ready),
+    (status = 503, description = "a dependency does not answer", body = Ready)))]
 pub async fn readyz(State(st): State<Probes>) -> impl IntoResponse {
     let ledger = tokio::time::timeout(PING_TIMEOUT, st.ledger.ping()).await;
     let store = tokio::time::timeout(PING_TIMEOUT, st.store.ping()).await;
     let ledger_ok = matches!(ledger, Ok(Ok(())));
     let store_ok = matches!(store, Ok(Ok(())));
     let word = |ok: bool| if ok { "ok" } else { "unreachable" };
-    let body = json!({"ledger": word(ledger_ok), "database": word(store_ok), "ledger_kind": st.ledger.kind()});
+    let body = Ready {
+        ledger: word(ledger_ok),
+        database: word(store_ok),
+        ledger_kind: st.ledger.kind(),
+    };
     let status = if ledger_ok && store_ok {
         StatusCode::OK
     } else {

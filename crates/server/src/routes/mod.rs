@@ -3,6 +3,7 @@
 //! [`User`] (a user token, not blacklisted) and [`Admin`] (the admin token).
 
 pub mod admin;
+pub mod dashboard;
 pub mod health;
 pub mod orders;
 pub mod purchases;
@@ -12,6 +13,7 @@ use std::sync::Arc;
 
 use axum::extract::FromRequestParts;
 use axum::http::request::Parts;
+use axum::Json;
 use flashsale_core::ledger::StoredSale;
 use flashsale_core::{ErrorCode, HotOrder, OrderStatus, SkuId, UserId};
 use serde::Serialize;
@@ -30,6 +32,39 @@ pub struct ApiPath<T>(pub T);
 #[derive(axum::extract::FromRequest)]
 #[from_request(via(axum::Json), rejection(AppError))]
 pub struct ApiJson<T>(pub T);
+
+/// A call on one resource: the state, the caller (`Admin` or `User`: its token checked),
+/// then the path's value (`p`), in that order (an unknown caller hears 401 before a bad
+/// path's 400).
+pub struct Call<C, T> {
+    pub st: AppState,
+    pub caller: C,
+    pub p: T,
+}
+
+/// An admin's call on one resource.
+pub type AdminOn<T> = Call<Admin, T>;
+/// A user's call on one resource (the user not blacklisted).
+pub type UserOn<T> = Call<User, T>;
+
+impl<C, T> FromRequestParts<AppState> for Call<C, T>
+where
+    C: FromRequestParts<AppState, Rejection = AppError> + Send,
+    T: Send,
+    ApiPath<T>: FromRequestParts<AppState, Rejection = AppError>,
+{
+    type Rejection = AppError;
+
+    async fn from_request_parts(parts: &mut Parts, st: &AppState) -> Result<Self, AppError> {
+        let caller = C::from_request_parts(parts, st).await?;
+        let ApiPath(p) = ApiPath::<T>::from_request_parts(parts, st).await?;
+        let st = st.clone();
+        Ok(Call { st, caller, p })
+    }
+}
+
+/// A handler's JSON answer, or the API's error.
+pub type Answer<T> = Result<Json<T>, AppError>;
 
 /// The sale as the database has it now (no cache): what an admin change reads first.
 pub async fn stored_sale(st: &AppState, sku: SkuId) -> Result<StoredSale, AppError> {
@@ -83,8 +118,8 @@ pub async fn sale(st: &AppState, sku: SkuId) -> Result<Arc<StoredSale>, AppError
     cached.ok_or_else(|| AppError::from_code(ErrorCode::SaleNotFound))
 }
 
-/// An order as the API shows it.
-#[derive(Debug, Serialize)]
+/// An order.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
 pub struct OrderView {
     pub order_no: String,
     pub sku_id: u64,
@@ -95,6 +130,7 @@ pub struct OrderView {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub deadline_ms: Option<i64>,
     pub created_at_ms: i64,
+    /// True when this answer repeats the first outcome of the request.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub replayed: Option<bool>,
 }

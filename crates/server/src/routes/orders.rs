@@ -1,6 +1,5 @@
 //! Orders: status for their owner, pay and cancel.
 
-use axum::extract::State;
 use axum::Json;
 use flashsale_core::{
     ErrorCode, EventKind, HotOrder, LedgerError, OrderNo, OrderStatus, Resolution, SkuId, UserId,
@@ -9,7 +8,7 @@ use flashsale_core::{
 use super::OrderView;
 use crate::auth::User;
 use crate::error::AppError;
-use crate::routes::ApiPath;
+use crate::routes::{Answer, UserOn};
 use crate::state::AppState;
 
 fn parse(p: String) -> Result<OrderNo, AppError> {
@@ -20,12 +19,14 @@ fn parse(p: String) -> Result<OrderNo, AppError> {
 
 // The database's status once stored; PENDING from the hot ledger until then.
 #[utoipa::path(get, path = "/orders/{order_no}", tag = "orders", operation_id = "get_order", security(("bearer" = [])),
-    params(("order_no" = String, Path)), responses((status = 200, description = "the caller's order", body = crate::openapi::OrderView)))]
+    params(("order_no" = String, Path)), responses((status = 200, description = "the caller's order", body = OrderView)))]
 pub async fn get(
-    State(st): State<AppState>,
-    User(user): User,
-    ApiPath(p): ApiPath<String>,
-) -> Result<Json<OrderView>, AppError> {
+    UserOn {
+        st,
+        caller: User(user),
+        p,
+    }: UserOn<String>,
+) -> Answer<OrderView> {
     let no = parse(p)?;
     match st.store.order(&no).await {
         Ok(Some(order)) => {
@@ -82,24 +83,28 @@ async fn resolve(
 }
 
 #[utoipa::path(post, path = "/orders/{order_no}/pay", tag = "orders", operation_id = "pay_order", security(("bearer" = [])),
-    params(("order_no" = String, Path)), responses((status = 200, description = "paid", body = crate::openapi::OrderView)))]
+    params(("order_no" = String, Path)), responses((status = 200, description = "paid", body = OrderView)))]
 pub async fn pay(
-    State(st): State<AppState>,
-    User(user): User,
-    ApiPath(p): ApiPath<String>,
-) -> Result<Json<OrderView>, AppError> {
+    UserOn {
+        st,
+        caller: User(user),
+        p,
+    }: UserOn<String>,
+) -> Answer<OrderView> {
     let no = parse(p)?;
     let result = st.ledger.pay(&no, user).await;
     resolve(&st, no.sku(), EventKind::Paid, result).await
 }
 
 #[utoipa::path(post, path = "/orders/{order_no}/cancel", tag = "orders", operation_id = "cancel_order", security(("bearer" = [])),
-    params(("order_no" = String, Path)), responses((status = 200, description = "cancelled", body = crate::openapi::OrderView)))]
+    params(("order_no" = String, Path)), responses((status = 200, description = "cancelled", body = OrderView)))]
 pub async fn cancel(
-    State(st): State<AppState>,
-    User(user): User,
-    ApiPath(p): ApiPath<String>,
-) -> Result<Json<OrderView>, AppError> {
+    UserOn {
+        st,
+        caller: User(user),
+        p,
+    }: UserOn<String>,
+) -> Answer<OrderView> {
     let no = parse(p)?;
     let result = st.ledger.cancel(&no, user).await;
     let answer = resolve(&st, no.sku(), EventKind::Cancelled, result).await;

@@ -13,9 +13,10 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::Json;
 use flashsale_core::limits::PER_USER_LIMIT_MAX;
 use flashsale_core::{
-    ErrorCode, LedgerError, PurchaseOutcome, PurchaseRequest, RequestId, SaleState, SkuId, UserId,
+    ErrorCode, PurchaseOutcome, PurchaseRequest, RequestId, SaleState, SkuId, UserId,
 };
 use serde::Deserialize;
+use utoipa::ToSchema;
 
 use super::{ApiJson, ApiPath, ClientIp, OrderView};
 use crate::auth::User;
@@ -23,22 +24,28 @@ use crate::error::AppError;
 use crate::risk::{Fallback, RiskQuery, Verdict};
 use crate::state::AppState;
 use flashsale_core::metric_names::{RISK_DENIALS, RISK_FALLBACKS, RISK_REPLAYS};
+use flashsale_engine::purchase::{self, EarlyRefusal};
 
 /// The header that may carry the request id (IETF httpapi `Idempotency-Key`).
 pub const IDEMPOTENCY_KEY: &str = "idempotency-key";
 
 const REQUEST_ID_RULE: &str = "request_id must be 1..=64 of [A-Za-z0-9_-]";
 
-#[derive(Debug, Deserialize)]
+/// Body of a purchase.
+#[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct PurchaseBody {
-    /// Optional only when the `Idempotency-Key` header names the attempt.
+    /// Chosen by the client, one per attempt, reused on retry. Required unless the
+    /// `Idempotency-Key` header carries it (both: they must be equal).
     #[serde(default)]
+    #[schema(min_length = 1, max_length = 64, pattern = "^[A-Za-z0-9_-]{1,64}$")]
     pub request_id: Option<String>,
-    /// Units. Signed so that a negative number gets our message, not a parse error's.
+    // Signed so that a negative number gets our message, not a parse error's.
+    #[schema(minimum = 1, maximum = 1_000)]
     pub quantity: i64,
-    /// Anti-scalping token (`POST /sales/{sku}/purchase-token`), for sales that require one.
+    /// Required when the sale requires purchase tokens (anti-scalping).
     #[serde(default)]
+    #[schema(max_length = 512)]
     pub purchase_token: Option<String>,
 }
 
@@ -130,8 +137,8 @@ impl PurchaseBody {
         ("Idempotency-Key" = Option<String>, Header, pattern = "^\"?[A-Za-z0-9_-]{1,64}\"?$",
          description = "The attempt's request id (IETF httpapi Idempotency-Key; quoted or bare), \
             instead of or equal to the body's `request_id`. Reused with another quantity or sale: 422.")),
-    request_body = crate::openapi::PurchaseBody,
-    responses((status = 202, description = "accepted (or the replay of the first outcome)", body = crate::openapi::OrderView),
+    request_body = PurchaseBody,
+    responses((status = 202, description = "accepted (or the replay of the first outcome)", body = OrderView),
         (status = 403, description = "RISK_DENIED: refused by the shop's risk service (schemas RiskCheckRequest, RiskCheckAnswer), or by the fallback rule while it gives no answer; BLACKLISTED; FORBIDDEN (purchase token)", body = crate::openapi::Error, content_type = "application/problem+json"),
         (status = 422, description = "IDEMPOTENCY_KEY_REUSED: the request id was sent before with another quantity, or (header key) on another sale",
          body = crate::openapi::Error, content_type = "application/problem+json")))]
@@ -170,63 +177,21 @@ pub async fn purchase(
     result.map(|view| (StatusCode::ACCEPTED, Json(view)))
 }
 
-/// A sale past `scheduled` whose hot copy is missing lost it (Redis restarted empty, a
-/// failover): a rebuild puts it back, so the client retries (503); it is not "not started".
-fn copy_missing(state: SaleState) -> LedgerError {
-    match state {
-        SaleState::Scheduled => LedgerError::NotWarmed,
-        _ => LedgerError::Unavailable(
-            "the sale's hot copy is being restored; retry with the same request_id".into(),
-        ),
-    }
-}
-
 async fn decide(
     st: &AppState,
     req: PurchaseRequest,
     state: SaleState,
     ip: Option<IpAddr>,
 ) -> Result<OrderView, AppError> {
-    if st.batcher.sold_out_here(&req) {
-        crate::hot_metrics::sold_out_local();
-        return Err(AppError::from_code(ErrorCode::SoldOut));
-    }
-    let (sku, quantity) = (req.sku_id, req.quantity);
-    if !st.breaker.allows(sku) {
-        return Err(AppError::new(
-            ErrorCode::Unavailable,
-            "hot ledger unavailable; retry shortly",
-        ));
-    }
+    refuse_early(st, &req)?;
     // After the sold-out flag and the ledger's breaker: a sale known sold out, or a ledger
     // known down, answers without asking the shop.
     risk_check(st, &req, ip).await?;
-    let key = req.key();
-    // A SOLD_OUT answer sets the sale's local flag inside the batcher.
-    let outcome = st.batcher.purchase(req).await;
+    let (sku, quantity, key) = (req.sku_id, req.quantity, req.key());
+    let outcome = purchase::ask_ledger(&st.batcher, &st.breaker, &st.nudges, req, state).await;
     if matches!(outcome, Ok(PurchaseOutcome::Accepted { .. })) && st.risk.enabled() {
         st.risk.replays.remember(sku, &key);
     }
-    // The breaker counts the ledger's own faults: a missing copy is not one (Redis answered).
-    match &outcome {
-        Err(e) if e.is_unavailable() => st.breaker.failure(sku),
-        Ok(_) => st.breaker.success(sku),
-        Err(_) => {}
-    }
-    // A copy that is fenced (a failover moved it) or missing is rebuilt now, not at the next pass.
-    let outcome = match outcome {
-        Err(LedgerError::NotWarmed) => {
-            if state != SaleState::Scheduled {
-                st.nudges.nudge(sku);
-            }
-            Err(copy_missing(state))
-        }
-        Ok(PurchaseOutcome::Rejected(ErrorCode::Unavailable)) => {
-            st.nudges.nudge(sku);
-            outcome
-        }
-        other => other,
-    };
     match outcome? {
         // A retry must ask for what the first request asked for: the replayed order is the
         // first request's, quantity included (both ledgers keep it with the replay).
@@ -246,6 +211,21 @@ async fn decide(
             Ok(view)
         }
         PurchaseOutcome::Rejected(code) => Err(AppError::from_code(code)),
+    }
+}
+
+/// The engine's local refusals as answers.
+fn refuse_early(st: &AppState, req: &PurchaseRequest) -> Result<(), AppError> {
+    match purchase::refuse_early(&st.batcher, &st.breaker, req) {
+        Some(EarlyRefusal::SoldOut) => {
+            crate::hot_metrics::sold_out_local();
+            Err(AppError::from_code(ErrorCode::SoldOut))
+        }
+        Some(EarlyRefusal::LedgerDown) => Err(AppError::new(
+            ErrorCode::Unavailable,
+            "hot ledger unavailable; retry shortly",
+        )),
+        None => Ok(()),
     }
 }
 

@@ -7,8 +7,9 @@ use axum::Json;
 use flashsale_core::ledger::StoredSale;
 use flashsale_core::{Counters, ErrorCode, LedgerError, Sale, SaleMode, SaleState, SkuId};
 use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
 
-use super::{stored_sale, ApiJson, ApiPath};
+use super::{stored_sale, AdminOn, Answer, ApiJson, ApiPath};
 use crate::auth::Admin;
 use crate::error::AppError;
 use crate::state::AppState;
@@ -18,23 +19,32 @@ const PAYMENT_TIMEOUT_MS_DEFAULT: u64 = 15 * 60 * 1_000;
 /// Default length of a sale when `ends_at_ms` is not given.
 const SALE_LENGTH_MS_DEFAULT: i64 = 24 * 3_600 * 1_000;
 
-#[derive(Debug, Deserialize)]
+/// Body of `POST /api/v1/sales`.
+#[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct CreateSale {
+    /// At most 2^53 − 1 (the Redis scripts hold numbers as Lua doubles).
+    #[schema(minimum = 1, maximum = 9_007_199_254_740_991_u64)]
     pub sku_id: u64,
+    #[schema(min_length = 1, max_length = 200)]
     pub name: String,
+    #[schema(minimum = 1, maximum = 1_000_000_000)]
     pub total_stock: u64,
+    #[schema(minimum = 1, maximum = 1_000)]
     pub per_user_limit: Option<u32>,
     pub mode: Option<SaleMode>,
     pub payment_timeout_ms: Option<u64>,
+    #[schema(minimum = 0, maximum = 9_007_199_254_740_991_i64)]
     pub starts_at_ms: Option<i64>,
+    #[schema(minimum = 1, maximum = 9_007_199_254_740_991_i64)]
     pub ends_at_ms: Option<i64>,
 }
 
-/// A sale as the API shows it, with its stock.
-#[derive(Debug, Serialize)]
+/// A sale with its stock.
+#[derive(Debug, Serialize, ToSchema)]
 pub struct SaleView {
     #[serde(flatten)]
+    #[schema(inline)]
     pub sale: Sale,
     pub available: u64,
     pub reserved: u64,
@@ -85,7 +95,7 @@ impl CreateSale {
 }
 
 #[utoipa::path(post, path = "/sales", tag = "sales", operation_id = "create_sale", security(("bearer" = [])),
-    request_body = crate::openapi::CreateSale, responses((status = 201, description = "created", body = crate::openapi::SaleView)))]
+    request_body = CreateSale, responses((status = 201, description = "created", body = SaleView)))]
 pub async fn create(
     State(st): State<AppState>,
     _: Admin,
@@ -102,7 +112,7 @@ pub async fn create(
 
 #[utoipa::path(get, path = "/sales/{sku_id}", tag = "sales", operation_id = "get_sale",
     params(("sku_id" = u64, Path, minimum = 0)),
-    responses((status = 200, description = "the sale (counters may be 1 s old)", body = crate::openapi::SaleView)))]
+    responses((status = 200, description = "the sale (counters may be 1 s old)", body = SaleView)))]
 pub async fn get(
     State(st): State<AppState>,
     ApiPath(p): ApiPath<u64>,
@@ -142,7 +152,7 @@ pub struct WarmQuery {
 // handed out twice, and nothing the old copy accepted is lost while it is readable.
 #[utoipa::path(post, path = "/sales/{sku_id}/warm", tag = "sales", operation_id = "warm_sale", security(("bearer" = [])),
     params(("sku_id" = u64, Path, minimum = 0), ("force" = Option<bool>, Query, description = "rebuild a hot sale that sold units")),
-    responses((status = 200, description = "warm and live", body = crate::openapi::SaleView)))]
+    responses((status = 200, description = "warm and live", body = SaleView)))]
 pub async fn warm(
     State(st): State<AppState>,
     _: Admin,
@@ -234,31 +244,19 @@ async fn set_state(st: AppState, p: u64, state: SaleState) -> Result<Json<SaleVi
 }
 
 #[utoipa::path(post, path = "/sales/{sku_id}/pause", tag = "sales", operation_id = "pause_sale", security(("bearer" = [])),
-    params(("sku_id" = u64, Path, minimum = 0)), responses((status = 200, description = "paused", body = crate::openapi::SaleView)))]
-pub async fn pause(
-    State(st): State<AppState>,
-    _: Admin,
-    ApiPath(p): ApiPath<u64>,
-) -> Result<Json<SaleView>, AppError> {
+    params(("sku_id" = u64, Path, minimum = 0)), responses((status = 200, description = "paused", body = SaleView)))]
+pub async fn pause(AdminOn { st, p, .. }: AdminOn<u64>) -> Answer<SaleView> {
     set_state(st, p, SaleState::Paused).await
 }
 
 #[utoipa::path(post, path = "/sales/{sku_id}/resume", tag = "sales", operation_id = "resume_sale", security(("bearer" = [])),
-    params(("sku_id" = u64, Path, minimum = 0)), responses((status = 200, description = "live", body = crate::openapi::SaleView)))]
-pub async fn resume(
-    State(st): State<AppState>,
-    _: Admin,
-    ApiPath(p): ApiPath<u64>,
-) -> Result<Json<SaleView>, AppError> {
+    params(("sku_id" = u64, Path, minimum = 0)), responses((status = 200, description = "live", body = SaleView)))]
+pub async fn resume(AdminOn { st, p, .. }: AdminOn<u64>) -> Answer<SaleView> {
     set_state(st, p, SaleState::Live).await
 }
 
 #[utoipa::path(post, path = "/sales/{sku_id}/end", tag = "sales", operation_id = "end_sale", security(("bearer" = [])),
-    params(("sku_id" = u64, Path, minimum = 0)), responses((status = 200, description = "ended", body = crate::openapi::SaleView)))]
-pub async fn end(
-    State(st): State<AppState>,
-    _: Admin,
-    ApiPath(p): ApiPath<u64>,
-) -> Result<Json<SaleView>, AppError> {
+    params(("sku_id" = u64, Path, minimum = 0)), responses((status = 200, description = "ended", body = SaleView)))]
+pub async fn end(AdminOn { st, p, .. }: AdminOn<u64>) -> Answer<SaleView> {
     set_state(st, p, SaleState::Ended).await
 }

@@ -428,6 +428,28 @@ mod tests {
         }
     }
 
+    /// The answers of the two stored orders' purchases, then `third`.
+    fn stored_two_and(third: Answer) -> [Answer; 3] {
+        [
+            answer(0, 7, "a", "1-1-1"),
+            answer(1, 8, "b", "1-1-2"),
+            third,
+        ]
+    }
+
+    /// The verdict on the two stored orders, nothing lost or killed.
+    fn plain(answers: &[Answer], hot_copy_lost: bool) -> Verdict {
+        verdict(answers, &two_orders(), hot_copy_lost, &Timeline::default())
+    }
+
+    fn assert_fails(v: &Verdict, check: &str) {
+        assert!(
+            v.failed_checks().contains(&check),
+            "{check}: {:?}",
+            v.failures
+        );
+    }
+
     fn verdict(
         answers: &[Answer],
         stored: &Stored,
@@ -446,39 +468,23 @@ mod tests {
     #[test]
     fn clean_rows_pass() {
         let answers = [answer(0, 7, "a", "1-1-1"), answer(1, 8, "b", "1-1-2")];
-        let v = verdict(&answers, &two_orders(), false, &Timeline::default());
+        let v = plain(&answers, false);
         assert!(v.failures.is_empty(), "{:?}", v.failures);
     }
 
     #[test]
     fn an_order_number_answered_twice_is_caught() {
         // User 9's purchase was answered with user 8's number (a re-used epoch).
-        let answers = [
-            answer(0, 7, "a", "1-1-1"),
-            answer(1, 8, "b", "1-1-2"),
-            answer(1, 9, "c", "1-1-2"),
-        ];
-        let v = verdict(&answers, &two_orders(), false, &Timeline::default());
-        assert!(
-            v.failed_checks().contains(&"no-order-number-twice"),
-            "{:?}",
-            v.failures
-        );
-        assert!(
-            v.failed_checks().contains(&"no-acked-loss"),
-            "{:?}",
-            v.failures
-        );
+        let answers = stored_two_and(answer(1, 9, "c", "1-1-2"));
+        let v = plain(&answers, false);
+        assert_fails(&v, "no-order-number-twice");
+        assert_fails(&v, "no-acked-loss");
     }
 
     #[test]
     fn an_unreported_loss_is_caught_and_a_reported_one_only_where_a_hot_copy_was_lost() {
-        let answers = [
-            answer(0, 7, "a", "1-1-1"),
-            answer(1, 8, "b", "1-1-2"),
-            answer(0, 9, "c", "1-1-3"),
-        ];
-        let v = verdict(&answers, &two_orders(), true, &Timeline::default());
+        let answers = stored_two_and(answer(0, 9, "c", "1-1-3"));
+        let v = plain(&answers, true);
         assert_eq!(v.failed_checks(), ["no-acked-loss"], "{:?}", v.failures);
 
         let mut reported = two_orders();
@@ -514,12 +520,12 @@ mod tests {
         let mut retry = answer(1, 7, "a", "1-1-2");
         retry.at_ms = 30;
         let answers = [answer(0, 7, "a", "1-1-1"), retry];
-        let v = verdict(&answers, &two_orders(), false, &Timeline::default());
-        assert!(v.failed_checks().contains(&"I4"), "{:?}", v.failures);
+        let v = plain(&answers, false);
+        assert_fails(&v, "I4");
 
         let mut pay = answer(0, 7, "a", "1-1-1");
         (pay.op, pay.status, pay.order_status) = (Op::Pay, 200, Some("PAID".into()));
-        let v = verdict(&[pay], &two_orders(), false, &Timeline::default());
+        let v = plain(&[pay], false);
         assert_eq!(v.failed_checks(), ["paid-kept"], "{:?}", v.failures);
     }
 

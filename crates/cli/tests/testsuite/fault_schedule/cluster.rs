@@ -19,12 +19,8 @@
 //! fault_schedule_cluster -- --nocapture`; soak many: `scripts/soak.sh --cluster N`. Needs
 //! root (network namespaces) and iproute2.
 
-use std::time::Instant;
-
 use super::cluster_plan::ClusterPlan;
-use super::cluster_run::{self, Outcome};
-use super::run::clip;
-use super::seeds;
+use super::{cluster_run, report, seeds};
 
 /// Seeds CI runs when `FLASHSALE_CLUSTER_SEEDS` is unset (about 20 s each), chosen so that
 /// together they land every kind of fault with WAIT on and off: 1 (WAIT off) leaves a primary
@@ -34,8 +30,6 @@ use super::seeds;
 /// off) cuts a primary from its replica, kills a primary, cuts instances from primaries;
 /// 28 (WAIT on) kills a sale's primary twice, the window of the WAIT bug under investigation.
 const DEFAULT: &[u64] = &[1, 2, 5, 8, 28];
-/// Failure lines shown per check.
-const LINES_PER_CHECK: usize = 6;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn seeded_cluster_fault_schedules_keep_i1_to_i8() {
@@ -43,72 +37,12 @@ async fn seeded_cluster_fault_schedules_keep_i1_to_i8() {
     seeds::run_all("fault_schedule_cluster", &seeds, run_one, replay).await;
 }
 
-/// Runs one seed in its own task (a panic is that seed's failure: its namespaces and
-/// processes go on unwind); prints a passing one, returns a failing one's report.
+/// Runs one seed; prints a passing one, returns a failing one's report.
 async fn run_one(seed: u64) -> Option<String> {
-    let started = Instant::now();
-    let result = tokio::spawn(cluster_run::run_seed(seed)).await;
-    let secs = started.elapsed().as_secs_f64();
-    match result {
-        Ok(o) if o.verdict.failures.is_empty() => {
-            println!("{}", o.timeline.lines.join("\n"));
-            let notes = o.verdict.notes.join("; ");
-            println!(
-                "fault_schedule_cluster seed {seed}: PASS in {secs:.1}s; {}; {notes}",
-                o.drawn
-            );
-            None
-        }
-        Ok(o) => Some(failure_report(seed, secs, &o)),
-        Err(e) => {
-            let why = e.try_into_panic().map(panic_text);
-            let why = clip(&why.unwrap_or_else(|e| e.to_string()), 2_000);
-            let plan = ClusterPlan::from_seed(seed);
-            Some(format!("fault_schedule_cluster seed {seed}: FAIL in {secs:.1}s\nseed {seed} FAIL [harness] {why}\n{plan}"))
-        }
-    }
+    let run = cluster_run::run_seed(seed);
+    report::run_one("fault_schedule_cluster", seed, run, ClusterPlan::from_seed).await
 }
 
 fn replay(seed: u64) -> String {
     format!("replay: FLASHSALE_CLUSTER_SEEDS={seed} cargo test -p flashsale --test testsuite fault_schedule::cluster -- --nocapture")
-}
-
-/// The seed, what it drew, what broke (bounded), the schedule as planned and as it happened.
-fn failure_report(seed: u64, secs: f64, o: &Outcome) -> String {
-    let checks = o.verdict.failed_checks();
-    let mut lines = vec![format!(
-        "fault_schedule_cluster seed {seed}: FAIL in {secs:.1}s ({} requests); {}; failed: {}",
-        o.answers,
-        o.drawn,
-        checks.join(", ")
-    )];
-    for check in checks {
-        let all: Vec<_> = (o.verdict.failures.iter())
-            .filter(|f| f.check == check)
-            .collect();
-        for f in all.iter().take(LINES_PER_CHECK) {
-            lines.push(format!(
-                "seed {seed} FAIL [{check}] {}",
-                clip(&f.detail, 600)
-            ));
-        }
-        if all.len() > LINES_PER_CHECK {
-            let more = all.len() - LINES_PER_CHECK;
-            lines.push(format!("seed {seed} FAIL [{check}] … and {more} more"));
-        }
-    }
-    lines.push(format!("notes: {}", o.verdict.notes.join("; ")));
-    lines.push(format!(
-        "schedule as planned:\n{}",
-        o.plan.to_string().trim_end()
-    ));
-    lines.push(format!("as it happened:\n{}", o.timeline.lines.join("\n")));
-    lines.join("\n")
-}
-
-fn panic_text(p: Box<dyn std::any::Any + Send>) -> String {
-    match p.downcast::<String>() {
-        Ok(s) => *s,
-        Err(p) => (p.downcast_ref::<&str>()).map_or("(no message)".into(), |s| s.to_string()),
-    }
 }

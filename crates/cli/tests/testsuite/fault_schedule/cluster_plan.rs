@@ -211,14 +211,7 @@ impl fmt::Display for ClusterPlan {
         if let Some(node) = self.late_replica {
             writeln!(f, "  replica node {node} attaches late")?;
         }
-        for s in &b.sales {
-            let mode = match s.payment_timeout_ms {
-                Some(t) => format!("reserve {t} ms"),
-                None => "direct".into(),
-            };
-            let (stock, limit) = (s.stock, s.per_user_limit);
-            writeln!(f, "  sale {}: {mode}, stock {stock}, limit {limit}", s.sku)?;
-        }
+        super::plan::write_sales(f, &b.sales)?;
         for s in &self.steps {
             writeln!(f, "  at {:>5} ms: {:?}", s.at_ms, s.fault)?;
         }

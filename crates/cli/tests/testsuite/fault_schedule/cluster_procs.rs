@@ -21,7 +21,6 @@ pub const NODE_TIMEOUT_MS: u64 = 1_000;
 const SERVE_PORT: u16 = 8080;
 const WORKER_PORT: u16 = 8081;
 const RECONCILE_INTERVAL_MS: &str = "500";
-const CLI_LIMIT: Duration = Duration::from_secs(30);
 const READY_LIMIT: Duration = Duration::from_secs(30);
 
 pub struct NsStack {
@@ -95,32 +94,12 @@ impl NsStack {
 
     pub async fn ready_within(&self, i: usize, limit: Duration) -> bool {
         let url = format!("{}/readyz", self.base(i));
-        let ok = flashsale_testkit::wait::within_every(limit, Duration::from_millis(20), || {
-            let (http, url) = (self.http.clone(), url.clone());
-            async move {
-                let resp = http.get(&url).send().await.ok()?;
-                resp.status().is_success().then_some(())
-            }
-        })
-        .await;
-        ok.is_some()
+        procs::answers_200(&self.http, &url, limit).await
     }
 
     /// Processes that died by themselves, started again so that the run can be checked.
     pub async fn revive_crashed(&mut self) -> Vec<String> {
-        let mut crashed = Vec::new();
-        let procs = (self.serves.iter_mut()).chain(std::iter::once(&mut self.worker));
-        for p in procs {
-            if let Some(status) = p.exited() {
-                let tail = p.log_tail(6);
-                crashed.push(format!(
-                    "{} exited by itself ({status}); its log ends: {tail}",
-                    p.name
-                ));
-                p.kill();
-                p.start();
-            }
-        }
+        let crashed = procs::restart_exited(self.serves.iter_mut().chain([&mut self.worker]));
         for i in 0..INSTANCES {
             self.ready(i).await;
         }
@@ -147,22 +126,11 @@ impl Stack for NsStack {
             .env("FLASHSALE_DATA_DIR", &data)
             .current_dir(self.dir.path())
             .kill_on_drop(true);
-        let args: Vec<String> = args.iter().map(|a| a.to_string()).collect();
-        async move {
-            match tokio::time::timeout(CLI_LIMIT, cmd.output()).await {
-                Ok(Ok(out)) => CliRun {
-                    code: out.status.code(),
-                    stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
-                    stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
-                },
-                Ok(Err(e)) => panic!("run flashsale {args:?}: {e}"),
-                Err(_) => CliRun {
-                    code: None,
-                    stdout: String::new(),
-                    stderr: format!("flashsale {args:?} did not finish in {CLI_LIMIT:?}"),
-                },
-            }
-        }
+        procs::output(cmd, args)
+    }
+
+    fn revive_crashed(&mut self) -> impl std::future::Future<Output = Vec<String>> + Send {
+        NsStack::revive_crashed(self)
     }
 }
 

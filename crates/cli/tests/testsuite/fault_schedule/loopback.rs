@@ -23,14 +23,8 @@
 //! `FLASHSALE_SEEDS=<seed> cargo test -p flashsale --test testsuite fault_schedule::loopback -- --nocapture`;
 //! soak many: `scripts/soak.sh N`.
 
-use std::time::Instant;
-
-use super::checker::Verdict;
-use super::run::{clip, Outcome};
-use super::{plan, run, seeds};
-
-/// Failure lines shown per check: a broken run must not print a million lines.
-const LINES_PER_CHECK: usize = 6;
+use super::plan::Plan;
+use super::{report, run, seeds};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn seeded_fault_schedules_keep_i1_to_i8() {
@@ -40,78 +34,9 @@ async fn seeded_fault_schedules_keep_i1_to_i8() {
 
 /// Runs one seed; prints a passing one, returns a failing one's report.
 async fn run_one(seed: u64) -> Option<String> {
-    let started = Instant::now();
-    // Its own task: a panic in one seed (processes killed on unwind) is that seed's failure,
-    // and the next seed still runs.
-    let result = tokio::spawn(run::run_seed(seed)).await;
-    let secs = started.elapsed().as_secs_f64();
-    match result {
-        Ok(outcome) if outcome.verdict.failures.is_empty() => {
-            println!("{}", outcome.timeline.lines.join("\n"));
-            let notes = notes(&outcome.verdict);
-            println!("fault_schedule seed {seed}: PASS in {secs:.1}s; {notes}");
-            None
-        }
-        Ok(outcome) => Some(failure_report(seed, secs, &outcome)),
-        Err(e) => {
-            let why = e.try_into_panic().map(panic_text);
-            let why = why.unwrap_or_else(|e| e.to_string());
-            let plan = plan::Plan::from_seed(seed);
-            let why = clip(&why, 2_000);
-            Some(format!("fault_schedule seed {seed}: FAIL in {secs:.1}s\nseed {seed} FAIL [harness] {why}\n{plan}"))
-        }
-    }
+    report::run_one("fault_schedule", seed, run::run_seed(seed), Plan::from_seed).await
 }
 
 fn replay(seed: u64) -> String {
     format!("replay: FLASHSALE_SEEDS={seed} cargo test -p flashsale --test testsuite fault_schedule::loopback -- --nocapture")
-}
-
-fn notes(v: &Verdict) -> String {
-    v.notes.join("; ")
-}
-
-/// The seed, the whole schedule as planned and as it happened, and what broke (bounded).
-fn failure_report(seed: u64, secs: f64, o: &Outcome) -> String {
-    let mut lines = vec![format!(
-        "fault_schedule seed {seed}: FAIL in {secs:.1}s ({} requests); failed: {}",
-        o.answers,
-        o.verdict.failed_checks().join(", ")
-    )];
-    for check in o.verdict.failed_checks() {
-        let all: Vec<_> = o
-            .verdict
-            .failures
-            .iter()
-            .filter(|f| f.check == check)
-            .collect();
-        for f in all.iter().take(LINES_PER_CHECK) {
-            lines.push(format!(
-                "seed {seed} FAIL [{check}] {}",
-                clip(&f.detail, 600)
-            ));
-        }
-        if all.len() > LINES_PER_CHECK {
-            lines.push(format!(
-                "seed {seed} FAIL [{check}] … and {} more",
-                all.len() - LINES_PER_CHECK
-            ));
-        }
-    }
-    lines.push(format!("notes: {}", notes(&o.verdict)));
-    lines.push(format!(
-        "schedule as planned:\n{}",
-        o.plan.to_string().trim_end()
-    ));
-    lines.push(format!("as it happened:\n{}", o.timeline.lines.join("\n")));
-    lines.join("\n")
-}
-
-fn panic_text(p: Box<dyn std::any::Any + Send>) -> String {
-    match p.downcast::<String>() {
-        Ok(s) => *s,
-        Err(p) => p
-            .downcast_ref::<&str>()
-            .map_or("(no message)".into(), |s| s.to_string()),
-    }
 }

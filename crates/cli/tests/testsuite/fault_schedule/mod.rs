@@ -13,6 +13,7 @@ pub mod nemesis;
 pub mod plan;
 pub mod probe;
 pub mod procs;
+pub mod report;
 pub mod run;
 pub mod seeds;
 pub mod workload;

@@ -197,22 +197,25 @@ impl fmt::Display for Plan {
         if let Some(sku) = self.hot_sku {
             writeln!(f, "  sale {sku} routed to a hot Redis of its own")?;
         }
-        for s in &self.sales {
-            let mode = match s.payment_timeout_ms {
-                Some(t) => format!("reserve {t} ms"),
-                None => "direct".into(),
-            };
-            writeln!(
-                f,
-                "  sale {}: {mode}, stock {}, limit {}",
-                s.sku, s.stock, s.per_user_limit
-            )?;
-        }
+        write_sales(f, &self.sales)?;
         for s in &self.steps {
             writeln!(f, "  at {:>5} ms: {:?}", s.at_ms, s.fault)?;
         }
         Ok(())
     }
+}
+
+/// A line per sale: its mode, stock and limit (both schedules print their plans so).
+pub fn write_sales(f: &mut fmt::Formatter<'_>, sales: &[SaleSpec]) -> fmt::Result {
+    for s in sales {
+        let mode = match s.payment_timeout_ms {
+            Some(t) => format!("reserve {t} ms"),
+            None => "direct".into(),
+        };
+        let (stock, limit) = (s.stock, s.per_user_limit);
+        writeln!(f, "  sale {}: {mode}, stock {stock}, limit {limit}", s.sku)?;
+    }
+    Ok(())
 }
 
 #[test]

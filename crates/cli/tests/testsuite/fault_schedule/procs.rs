@@ -110,6 +110,11 @@ async fn cli(env: &Env, args: &[&str]) -> CliRun {
         .envs(env.vars("cli"))
         .current_dir(&env.dir)
         .kill_on_drop(true);
+    output(cmd, args).await
+}
+
+/// Runs `cmd` (`flashsale <args>`) to its end, bounded by `CLI_LIMIT`.
+pub async fn output(mut cmd: tokio::process::Command, args: &[&str]) -> CliRun {
     match tokio::time::timeout(CLI_LIMIT, cmd.output()).await {
         Ok(Ok(out)) => CliRun {
             code: out.status.code(),
@@ -133,6 +138,9 @@ pub trait Stack {
     fn http(&self) -> &reqwest::Client;
     /// One `flashsale <args>` on this run's Redis and MariaDB.
     fn cli(&self, args: &[&str]) -> impl std::future::Future<Output = CliRun> + Send;
+    /// Processes that died by themselves (they should not), each started again so that the
+    /// run can still quiesce and be checked: one line each.
+    fn revive_crashed(&mut self) -> impl std::future::Future<Output = Vec<String>> + Send;
 }
 
 impl Stack for Cluster {
@@ -146,6 +154,10 @@ impl Stack for Cluster {
 
     fn cli(&self, args: &[&str]) -> impl std::future::Future<Output = CliRun> + Send {
         cli(&self.env, args)
+    }
+
+    fn revive_crashed(&mut self) -> impl std::future::Future<Output = Vec<String>> + Send {
+        Cluster::revive_crashed(self)
     }
 }
 
@@ -215,18 +227,8 @@ impl Cluster {
     /// Waits until the instance answers `/readyz` 200.
     pub async fn ready(&mut self, instance: usize) {
         let url = format!("{}/readyz", self.base(instance));
-        let http = self.http.clone();
         let name = self.serves[instance].name.clone();
-        let ok =
-            flashsale_testkit::wait::within_every(READY_LIMIT, Duration::from_millis(20), || {
-                let (http, url) = (http.clone(), url.clone());
-                async move {
-                    let resp = http.get(&url).send().await.ok()?;
-                    resp.status().is_success().then_some(())
-                }
-            })
-            .await;
-        if ok.is_none() {
+        if !answers_200(&self.http, &url, READY_LIMIT).await {
             let tail = self.serves[instance].log_tail(20);
             panic!("{name} never became ready; its log ends:\n{tail}");
         }
@@ -235,22 +237,7 @@ impl Cluster {
     /// Processes that died by themselves (they should not), each started again so that the
     /// run can still quiesce and be checked.
     pub async fn revive_crashed(&mut self) -> Vec<String> {
-        let mut crashed = Vec::new();
-        let procs = self
-            .serves
-            .iter_mut()
-            .chain(std::iter::once(&mut self.worker));
-        for p in procs {
-            if let Some(status) = p.exited() {
-                let tail = p.log_tail(6);
-                crashed.push(format!(
-                    "{} exited by itself ({status}); its log ends: {tail}",
-                    p.name
-                ));
-                p.kill();
-                p.start();
-            }
-        }
+        let crashed = restart_exited(self.serves.iter_mut().chain([&mut self.worker]));
         for i in 0..self.serves.len() {
             self.ready(i).await;
         }
@@ -261,6 +248,33 @@ impl Cluster {
     pub async fn cli(&self, args: &[&str]) -> CliRun {
         cli(&self.env, args).await
     }
+}
+
+/// Polls `url` until it answers 200, for at most `limit`.
+pub async fn answers_200(http: &reqwest::Client, url: &str, limit: Duration) -> bool {
+    let ok = flashsale_testkit::wait::within_every(limit, Duration::from_millis(20), || async {
+        let resp = http.get(url).send().await.ok()?;
+        resp.status().is_success().then_some(())
+    })
+    .await;
+    ok.is_some()
+}
+
+/// Starts again each of `procs` that exited by itself; says which and how each log ends.
+pub fn restart_exited<'a>(procs: impl Iterator<Item = &'a mut Proc>) -> Vec<String> {
+    let mut crashed = Vec::new();
+    for p in procs {
+        if let Some(status) = p.exited() {
+            let tail = p.log_tail(6);
+            crashed.push(format!(
+                "{} exited by itself ({status}); its log ends: {tail}",
+                p.name
+            ));
+            p.kill();
+            p.start();
+        }
+    }
+    crashed
 }
 
 async fn redis_server(keeps: RedisKeeps) -> RedisServer {

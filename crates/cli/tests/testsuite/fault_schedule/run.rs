@@ -7,6 +7,7 @@ use std::time::{Duration, Instant};
 use serde_json::{json, Value};
 
 use super::checker::{self, Facts, Failure, Verdict};
+use super::db::Stored;
 use super::nemesis::{self, Timeline};
 use super::plan::Plan;
 use super::procs::{Cluster, Stack, ADMIN};
@@ -17,14 +18,17 @@ const SETTLE_LIMIT: Duration = Duration::from_secs(15);
 /// How long after the harness's own `reconcile --repair`, when they did not.
 const REPAIRED_LIMIT: Duration = Duration::from_secs(8);
 
-pub struct Outcome {
-    pub plan: Plan,
+/// One seed's run, whichever schedule drove it: its plan (`P`), what happened, the verdict.
+pub struct Outcome<P> {
+    pub plan: P,
     pub timeline: Timeline,
     pub verdict: Verdict,
     pub answers: usize,
+    /// What the schedule drew and met beyond its plan, when it says (the cluster's does).
+    pub drawn: Option<String>,
 }
 
-pub async fn run_seed(seed: u64) -> Outcome {
+pub async fn run_seed(seed: u64) -> Outcome<Plan> {
     let plan = Plan::from_seed(seed);
     print!("{plan}");
     let t0 = Instant::now();
@@ -36,63 +40,102 @@ pub async fn run_seed(seed: u64) -> Outcome {
     let reconciled = quiesce(&cluster, &plan).await;
     let settle_s = t1.elapsed().as_secs_f64();
     let stored = db::read(&cluster.db_url).await;
+    let hot_copy_lost = plan.may_lose_hot_copy();
+    let phases = [up_s, plan.workload_ms as f64 / 1000.0, settle_s];
+    judge(plan, sold, &stored, hot_copy_lost, reconciled, phases)
+}
+
+/// The checker's verdict on a run (plus what broke while selling, the answers met and the
+/// phases' lengths, start, workload and settle, in seconds).
+pub fn judge<P>(
+    plan: P,
+    sold: Sold,
+    stored: &Stored,
+    hot_copy_lost: bool,
+    reconciled: Result<(), String>,
+    [up_s, sell_s, settle_s]: [f64; 3],
+) -> Outcome<P> {
     let mut verdict = checker::check(&Facts {
         answers: &sold.answers,
-        stored: &stored,
+        stored,
         timeline: &sold.timeline,
-        hot_copy_lost: plan.may_lose_hot_copy(),
+        hot_copy_lost,
         reconciled,
     });
     verdict.failures.extend(sold.failures);
     verdict.notes.push(answer_counts(&sold.answers));
     verdict.notes.push(format!(
-        "phases: start {up_s:.1}s, workload {:.1}s, settle {settle_s:.1}s",
-        plan.workload_ms as f64 / 1000.0
+        "phases: start {up_s:.1}s, workload {sell_s:.1}s, settle {settle_s:.1}s"
     ));
     Outcome {
         answers: sold.answers.len(),
         plan,
         timeline: sold.timeline,
         verdict,
+        drawn: None,
     }
 }
 
 /// What the selling phase left: every answer (the probes' too), what the nemesis did, and
 /// what already broke (a process that died by itself, a sale that did not come back).
-struct Sold {
-    answers: Vec<workload::Answer>,
-    timeline: Timeline,
-    failures: Vec<Failure>,
+pub struct Sold {
+    pub answers: Vec<workload::Answer>,
+    pub timeline: Timeline,
+    pub failures: Vec<Failure>,
 }
 
 /// The workload and the nemesis together for the plan's length, then everything back and
 /// every sale probed.
 async fn sell_under_faults(plan: &Plan, cluster: &mut Cluster) -> Sold {
     let start = Instant::now();
-    let stop = Arc::new(AtomicBool::new(false));
-    let bases = (0..2).map(|i| cluster.base(i)).collect();
-    let caller = workload::Caller::new(bases, cluster.http.clone(), start);
-    let clients = workload::run(Arc::new(plan.clone()), caller.clone(), stop.clone());
-    let clients = tokio::spawn(clients);
+    let selling = Selling::start(cluster, 2, plan, start);
     let timeline = nemesis::run(plan, cluster, start).await;
     // The schedule's end: the workload runs its planned length, faults or not.
     tokio::time::sleep_until((start + Duration::from_millis(plan.workload_ms)).into()).await;
-    stop.store(true, Ordering::Relaxed);
-    let mut answers = clients.await.expect("the workload panicked");
-    let mut failures: Vec<Failure> = (cluster.revive_crashed().await)
-        .into_iter()
-        .map(|detail| Failure {
-            check: "no-crash",
-            detail,
-        })
-        .collect();
-    let (probes, not_back) = probe::sales_back(plan, &caller).await;
-    answers.extend(probes);
-    failures.extend(not_back);
-    Sold {
-        answers,
-        timeline,
-        failures,
+    selling.finish(cluster, plan, timeline).await
+}
+
+/// The workload running on a stack's instances.
+pub struct Selling {
+    caller: workload::Caller,
+    stop: Arc<AtomicBool>,
+    clients: tokio::task::JoinHandle<Vec<workload::Answer>>,
+}
+
+impl Selling {
+    /// Starts `plan`'s clients on the first `instances` serve instances of `stack`.
+    pub fn start(stack: &impl Stack, instances: usize, plan: &Plan, start: Instant) -> Selling {
+        let stop = Arc::new(AtomicBool::new(false));
+        let bases = (0..instances).map(|i| stack.base(i)).collect();
+        let caller = workload::Caller::new(bases, stack.http().clone(), start);
+        let clients = workload::run(Arc::new(plan.clone()), caller.clone(), stop.clone());
+        Selling {
+            caller,
+            stop,
+            clients: tokio::spawn(clients),
+        }
+    }
+
+    /// Stops the clients, starts again every process that died by itself (a failure each)
+    /// and probes every sale.
+    pub async fn finish(self, stack: &mut impl Stack, plan: &Plan, timeline: Timeline) -> Sold {
+        self.stop.store(true, Ordering::Relaxed);
+        let mut answers = self.clients.await.expect("the workload panicked");
+        let mut failures: Vec<Failure> = (stack.revive_crashed().await)
+            .into_iter()
+            .map(|detail| Failure {
+                check: "no-crash",
+                detail,
+            })
+            .collect();
+        let (probes, not_back) = probe::sales_back(plan, &self.caller).await;
+        answers.extend(probes);
+        failures.extend(not_back);
+        Sold {
+            answers,
+            timeline,
+            failures,
+        }
     }
 }
 

@@ -8,7 +8,7 @@ use serde::Deserialize;
 
 use crate::auth::Admin;
 use crate::error::AppError;
-use crate::routes::ApiPath;
+use crate::routes::{AdminOn, Answer};
 use crate::state::AppState;
 use flashsale_engine::reconcile::{RebuildError, SaleReport, Trigger};
 
@@ -40,11 +40,7 @@ pub async fn report_route(
 #[utoipa::path(post, path = "/admin/reconcile/{sku_id}/repair", tag = "admin", operation_id = "reconcile_repair", security(("bearer" = [])),
     params(("sku_id" = u64, Path, minimum = 0)),
     responses((status = 200, description = "a reconciler run with repairs (replay, rebuild, expire)")))]
-pub async fn repair_route(
-    State(st): State<AppState>,
-    _: Admin,
-    ApiPath(p): ApiPath<u64>,
-) -> Result<Json<SaleReport>, AppError> {
+pub async fn repair_route(AdminOn { st, p, .. }: AdminOn<u64>) -> Answer<SaleReport> {
     let sku = SkuId(p);
     if st.store.sale(sku).await?.is_none() {
         return Err(AppError::from_code(flashsale_core::ErrorCode::SaleNotFound));

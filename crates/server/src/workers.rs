@@ -1,5 +1,5 @@
-//! The gateway's periodic work as one worker: the blacklist reload, the rate limiters' sweep
-//! and the back-pressure monitor (with its auto-pause).
+//! The server's own worker over the shared state: the gateway's periodic work (the blacklist
+//! reload, the rate limiters' sweep and the back-pressure monitor with its auto-pause).
 
 use std::sync::{Arc, Weak};
 use std::time::Duration;
@@ -9,7 +9,7 @@ use flashsale_core::SkuId;
 use flashsale_engine::runner::{every, Worker, WorkerState};
 use tokio::time::Interval;
 
-use super::pressure::{self, Bounds};
+use crate::gateway::pressure::{self, Bounds};
 use crate::state::{AppState, Shared};
 
 /// The gateway's periodic work as one worker, stopped and joined with the others at

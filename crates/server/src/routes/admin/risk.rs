@@ -9,10 +9,12 @@ use serde::{Deserialize, Serialize};
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
-use super::Fallback;
 use crate::auth::Admin;
 use crate::error::AppError;
-use crate::routes::{gateway_store_error, gateway_write, stored_sale, user_id, ApiJson, ApiPath};
+use crate::risk::Fallback;
+use crate::routes::{
+    gateway_store_error, gateway_write, stored_sale, user_id, AdminOn, Answer, ApiJson, ApiPath,
+};
 use crate::state::AppState;
 
 /// Routes to nest under `/api/v1`, with their OpenAPI.
@@ -105,21 +107,13 @@ async fn set_allowed(st: &AppState, p: u64, on: bool) -> Result<Json<AllowlistEn
 
 #[utoipa::path(put, path = "/admin/risk/allowlist/users/{user_id}", tag = "admin", operation_id = "risk_allow_user", security(("bearer" = [])),
     params(("user_id" = u64, Path, minimum = 1)), responses((status = 200, description = "on the allowlist", body = AllowlistEntry)))]
-pub async fn allow_user(
-    State(st): State<AppState>,
-    _: Admin,
-    ApiPath(p): ApiPath<u64>,
-) -> Result<Json<AllowlistEntry>, AppError> {
+pub async fn allow_user(AdminOn { st, p, .. }: AdminOn<u64>) -> Answer<AllowlistEntry> {
     set_allowed(&st, p, true).await
 }
 
 #[utoipa::path(delete, path = "/admin/risk/allowlist/users/{user_id}", tag = "admin", operation_id = "risk_disallow_user", security(("bearer" = [])),
     params(("user_id" = u64, Path, minimum = 1)), responses((status = 200, description = "off the allowlist", body = AllowlistEntry)))]
-pub async fn disallow_user(
-    State(st): State<AppState>,
-    _: Admin,
-    ApiPath(p): ApiPath<u64>,
-) -> Result<Json<AllowlistEntry>, AppError> {
+pub async fn disallow_user(AdminOn { st, p, .. }: AdminOn<u64>) -> Answer<AllowlistEntry> {
     set_allowed(&st, p, false).await
 }
 
@@ -153,10 +147,6 @@ pub async fn set_sale_fallback(
 #[utoipa::path(delete, path = "/admin/sales/{sku_id}/risk-fallback", tag = "admin", operation_id = "drop_risk_fallback", security(("bearer" = [])),
     params(("sku_id" = u64, Path, minimum = 0)),
     responses((status = 200, description = "the sale follows this instance's rule again", body = SaleFallbackView)))]
-pub async fn drop_sale_fallback(
-    State(st): State<AppState>,
-    _: Admin,
-    ApiPath(p): ApiPath<u64>,
-) -> Result<Json<SaleFallbackView>, AppError> {
+pub async fn drop_sale_fallback(AdminOn { st, p, .. }: AdminOn<u64>) -> Answer<SaleFallbackView> {
     set_fallback(&st, p, None).await
 }

@@ -1,4 +1,4 @@
-//! The dashboard's routes: the page at `/` and the JSON it polls, computed from the shared
+//! The dashboard's routes (its parts are in [`crate::dashboard`]): the page at `/` and the JSON it polls, computed from the shared
 //! state (the stores, the gateway's gates and the process's own metrics).
 
 use std::time::{Duration, Instant};
@@ -11,24 +11,26 @@ use flashsale_core::clock::now_ms;
 use flashsale_core::ledger::StoredSale;
 use flashsale_core::{Counters, SaleState, SkuId};
 
-use super::prom::{self, Sample};
-use super::view::{verdict, AdminView, PublicView, SaleCard, SaleOps, SALES_SHOWN_MAX, SERIES_S};
 use crate::auth::Admin;
+use crate::dashboard::prom::{self, Sample};
+use crate::dashboard::view::{
+    verdict, AdminView, PublicView, SaleCard, SaleOps, SALES_SHOWN_MAX, SERIES_S,
+};
 use crate::error::AppError;
 use crate::state::AppState;
 
 /// One self-contained answer, so the page needs no other route (and no document entry).
 const PAGE: &str = concat!(
-    include_str!("assets/head.html"),
+    include_str!("../dashboard/assets/head.html"),
     "<style>",
-    include_str!("assets/uPlot.min.css"),
-    include_str!("assets/app.css"),
+    include_str!("../dashboard/assets/uPlot.min.css"),
+    include_str!("../dashboard/assets/app.css"),
     "</style></head>",
-    include_str!("assets/body.html"),
+    include_str!("../dashboard/assets/body.html"),
     "<script>",
-    include_str!("assets/uPlot.iife.min.js"),
+    include_str!("../dashboard/assets/uPlot.iife.min.js"),
     "</script><script>",
-    include_str!("assets/app.js"),
+    include_str!("../dashboard/assets/app.js"),
     "</script></body></html>\n",
 );
 

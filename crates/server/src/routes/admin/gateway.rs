@@ -12,7 +12,9 @@ use utoipa_axum::routes;
 
 use crate::auth::{Admin, User};
 use crate::error::AppError;
-use crate::routes::{gateway_store_error, gateway_write, stored_sale, user_id, ApiPath};
+use crate::routes::{
+    gateway_store_error, gateway_write, stored_sale, user_id, AdminOn, Answer, UserOn,
+};
 use crate::state::AppState;
 
 /// Routes to nest under `/api/v1`, with their OpenAPI.
@@ -98,41 +100,25 @@ async fn set_ip(st: &AppState, ip: IpAddr, on: bool) -> Result<Json<BlacklistEnt
 
 #[utoipa::path(put, path = "/admin/blacklist/users/{user_id}", tag = "admin", operation_id = "block_user", security(("bearer" = [])),
     params(("user_id" = u64, Path, minimum = 1)), responses((status = 200, description = "blocked", body = BlacklistEntry)))]
-pub async fn block_user(
-    State(st): State<AppState>,
-    _: Admin,
-    ApiPath(p): ApiPath<u64>,
-) -> Result<Json<BlacklistEntry>, AppError> {
+pub async fn block_user(AdminOn { st, p, .. }: AdminOn<u64>) -> Answer<BlacklistEntry> {
     set_user(&st, user_id(p)?, true).await
 }
 
 #[utoipa::path(delete, path = "/admin/blacklist/users/{user_id}", tag = "admin", operation_id = "unblock_user", security(("bearer" = [])),
     params(("user_id" = u64, Path, minimum = 1)), responses((status = 200, description = "unblocked", body = BlacklistEntry)))]
-pub async fn unblock_user(
-    State(st): State<AppState>,
-    _: Admin,
-    ApiPath(p): ApiPath<u64>,
-) -> Result<Json<BlacklistEntry>, AppError> {
+pub async fn unblock_user(AdminOn { st, p, .. }: AdminOn<u64>) -> Answer<BlacklistEntry> {
     set_user(&st, user_id(p)?, false).await
 }
 
 #[utoipa::path(put, path = "/admin/blacklist/ips/{ip}", tag = "admin", operation_id = "block_ip", security(("bearer" = [])),
     params(("ip" = String, Path)), responses((status = 200, description = "blocked", body = BlacklistEntry)))]
-pub async fn block_ip(
-    State(st): State<AppState>,
-    _: Admin,
-    ApiPath(p): ApiPath<String>,
-) -> Result<Json<BlacklistEntry>, AppError> {
+pub async fn block_ip(AdminOn { st, p, .. }: AdminOn<String>) -> Answer<BlacklistEntry> {
     set_ip(&st, ip(p)?, true).await
 }
 
 #[utoipa::path(delete, path = "/admin/blacklist/ips/{ip}", tag = "admin", operation_id = "unblock_ip", security(("bearer" = [])),
     params(("ip" = String, Path)), responses((status = 200, description = "unblocked", body = BlacklistEntry)))]
-pub async fn unblock_ip(
-    State(st): State<AppState>,
-    _: Admin,
-    ApiPath(p): ApiPath<String>,
-) -> Result<Json<BlacklistEntry>, AppError> {
+pub async fn unblock_ip(AdminOn { st, p, .. }: AdminOn<String>) -> Answer<BlacklistEntry> {
     set_ip(&st, ip(p)?, false).await
 }
 
@@ -148,21 +134,13 @@ async fn set_token_sale(st: &AppState, p: u64, on: bool) -> Result<Json<TokenSal
 
 #[utoipa::path(put, path = "/admin/sales/{sku_id}/purchase-token", tag = "admin", operation_id = "require_token", security(("bearer" = [])),
     params(("sku_id" = u64, Path, minimum = 0)), responses((status = 200, description = "purchases now need a token", body = TokenSaleView)))]
-pub async fn require_token(
-    State(st): State<AppState>,
-    _: Admin,
-    ApiPath(p): ApiPath<u64>,
-) -> Result<Json<TokenSaleView>, AppError> {
+pub async fn require_token(AdminOn { st, p, .. }: AdminOn<u64>) -> Answer<TokenSaleView> {
     set_token_sale(&st, p, true).await
 }
 
 #[utoipa::path(delete, path = "/admin/sales/{sku_id}/purchase-token", tag = "admin", operation_id = "drop_token", security(("bearer" = [])),
     params(("sku_id" = u64, Path, minimum = 0)), responses((status = 200, description = "purchases need no token", body = TokenSaleView)))]
-pub async fn drop_token(
-    State(st): State<AppState>,
-    _: Admin,
-    ApiPath(p): ApiPath<u64>,
-) -> Result<Json<TokenSaleView>, AppError> {
+pub async fn drop_token(AdminOn { st, p, .. }: AdminOn<u64>) -> Answer<TokenSaleView> {
     set_token_sale(&st, p, false).await
 }
 
@@ -171,10 +149,12 @@ pub async fn drop_token(
     params(("sku_id" = u64, Path, minimum = 0)),
     responses((status = 200, description = "a single-use purchase token (only while the sale is live)", body = PurchaseTokenView)))]
 pub async fn issue_token(
-    State(st): State<AppState>,
-    User(user): User,
-    ApiPath(p): ApiPath<u64>,
-) -> Result<Json<PurchaseTokenView>, AppError> {
+    UserOn {
+        st,
+        caller: User(user),
+        p,
+    }: UserOn<u64>,
+) -> Answer<PurchaseTokenView> {
     let sku = SkuId(p);
     let stored = crate::routes::sale(&st, sku).await?;
     let sale = &stored.sale;

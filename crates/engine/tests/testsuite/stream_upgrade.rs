@@ -5,25 +5,14 @@
 //! the lease given up, until a newer reader handles it; then the sale goes on. An entry
 //! whose version is not a version is corrupt and dead-letters as before.
 
-use std::sync::{Arc, OnceLock};
-use std::time::Duration;
+use std::sync::OnceLock;
 
-use flashsale_core::{
-    Event, EventKind, HotCopies, HotLedger, OrderNo, OrderStore, RequestId, Sale, SaleMode,
-    SaleState, SkuId, UserId,
-};
-use flashsale_engine::persister::{Persister, PersisterConfig};
-use flashsale_redis::{RedisLedger, StreamReader};
-use flashsale_store::MySqlStore;
+use flashsale_core::{Event, EventKind, HotLedger, OrderNo, RequestId, SaleMode, SkuId, UserId};
 use flashsale_testkit::conformance::{live_sale, req};
-use flashsale_testkit::mariadb::TestDatabase;
-use flashsale_testkit::redis_server::{shared_url, unique_prefix};
 use flashsale_testkit::wait;
 use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
-use tokio::sync::broadcast;
 
-const EPOCH: u64 = 1;
-const LIMIT: Duration = Duration::from_secs(20);
+use crate::common::{self, Rig, Sor, EPOCH, LIMIT};
 const ALARM: &str = "flashsale_stream_unknown_format";
 
 /// The metrics this test binary records (one recorder per process).
@@ -45,110 +34,10 @@ fn alarm(sku: SkuId) -> Option<f64> {
         .find_map(|l| l.strip_prefix(&head).and_then(|v| v.parse().ok()))
 }
 
-struct Rig {
-    store: Arc<MySqlStore>,
-    ledger: RedisLedger,
-    prefix: String,
-    sku: SkuId,
-    conn: redis::aio::MultiplexedConnection,
-    _db: TestDatabase,
-}
-
-/// A live sale in the database and in Redis (epoch 1), nothing sold.
+/// A live sale on MariaDB and in Redis (epoch 1), nothing sold.
 async fn rig() -> Rig {
     metrics();
-    let db = TestDatabase::create().await;
-    let store = Arc::new(MySqlStore::connect(&db.url).await.expect("connect"));
-    let prefix = unique_prefix();
-    let ledger = RedisLedger::connect(&shared_url(), &prefix)
-        .await
-        .expect("shared redis");
-    let sale: Sale = live_sale(SaleMode::Direct, 100, 5);
-    let sku = sale.sku_id;
-    store.create_sale(&sale).await.unwrap();
-    store.set_state(sku, SaleState::Live).await.unwrap();
-    assert_eq!(store.take_epoch(sku, 0).await.unwrap(), Some(EPOCH));
-    ledger
-        .warm(&sale, &sale.fresh_counters(), EPOCH)
-        .await
-        .unwrap();
-    let client = redis::Client::open(shared_url()).unwrap();
-    let conn = client.get_multiplexed_async_connection().await.unwrap();
-    Rig {
-        store,
-        ledger,
-        prefix,
-        sku,
-        conn,
-        _db: db,
-    }
-}
-
-impl Rig {
-    async fn xadd(&mut self, fields: &[(String, String)]) -> String {
-        let mut cmd = redis::cmd("XADD");
-        cmd.arg(self.ledger.keys().events(self.sku)).arg("*");
-        for (k, v) in fields {
-            cmd.arg(k).arg(v);
-        }
-        cmd.query_async(&mut self.conn).await.unwrap()
-    }
-
-    /// A persister named `consumer` with short bounds, until the sender fires.
-    fn start(&self, consumer: &str) -> (broadcast::Sender<()>, tokio::task::JoinHandle<()>) {
-        let mut config = PersisterConfig::new(&shared_url(), &self.prefix, consumer);
-        (
-            config.bounds.block_ms,
-            config.bounds.lease_ttl_ms,
-            config.bounds.claim_idle_ms,
-        ) = (50, 600, 200);
-        config.bounds.attempts_max = 2;
-        config.bounds.discover_every = Duration::from_millis(50);
-        let (stop, rx) = broadcast::channel(1);
-        let persister = Persister::new(config, self.store.clone());
-        let task = tokio::spawn(async move { persister.run(rx).await.unwrap() });
-        (stop, task)
-    }
-
-    async fn reader(&self, consumer: &str) -> StreamReader {
-        StreamReader::connect(&shared_url(), &self.prefix, consumer)
-            .await
-            .unwrap()
-    }
-
-    async fn applied_seq(&self) -> u64 {
-        let sale = self.store.sale(self.sku).await.unwrap().unwrap();
-        sale.counters.seq
-    }
-
-    async fn wait_applied(&self, seq: u64) {
-        wait::until(&format!("applied_seq {seq}"), LIMIT, || async {
-            (self.applied_seq().await == seq).then_some(())
-        })
-        .await;
-    }
-
-    /// Deletes every key under the prefix.
-    async fn cleanup(mut self) {
-        let pattern = format!("{}:*", self.prefix);
-        let keys: Vec<String> = redis::cmd("KEYS")
-            .arg(pattern)
-            .query_async(&mut self.conn)
-            .await
-            .unwrap();
-        if !keys.is_empty() {
-            let _: i64 = redis::cmd("DEL")
-                .arg(&keys)
-                .query_async(&mut self.conn)
-                .await
-                .unwrap();
-        }
-    }
-
-    async fn assert_not_parked(&self) {
-        assert!(self.store.dead_letters(self.sku).await.unwrap().is_empty());
-        assert!(!self.store.stream_paused(self.sku).await.unwrap());
-    }
+    common::rig(Sor::MariaDb, live_sale(SaleMode::Direct, 100, 5)).await
 }
 
 fn pairs(kv: &[(&str, String)], version: Option<&str>) -> Vec<(String, String)> {
@@ -230,7 +119,7 @@ async fn a_newer_format_stops_the_sale_until_a_newer_reader_handles_it() {
     let future_id = rig.xadd(&future).await;
     rig.xadd(&one_event(sku, 8, Some("1"))).await;
 
-    let (stop, task) = rig.start("old");
+    let persister = rig.start("old");
     rig.wait_applied(6).await;
     // The lease is given up for a newer instance to take: "newer" gets it.
     let newer = rig.reader("newer").await;
@@ -267,8 +156,7 @@ async fn a_newer_format_stops_the_sale_until_a_newer_reader_handles_it() {
     })
     .await;
     rig.assert_not_parked().await;
-    stop.send(()).unwrap();
-    task.await.unwrap();
+    persister.stop().await;
     rig.cleanup().await;
 }
 
@@ -281,7 +169,7 @@ async fn parks_on(entries: impl Fn(SkuId) -> Vec<Vec<(String, String)>>, bad: us
     for fields in entries(rig.sku) {
         ids.push(rig.xadd(&fields).await);
     }
-    let (stop, task) = rig.start("old");
+    let persister = rig.start("old");
     wait::until("the stream paused", LIMIT, || async {
         rig.store
             .stream_paused(rig.sku)
@@ -295,8 +183,7 @@ async fn parks_on(entries: impl Fn(SkuId) -> Vec<Vec<(String, String)>>, bad: us
     assert_eq!(letters[0].entry_id, ids[bad]);
     assert_eq!(rig.applied_seq().await, bad as u64);
     assert_eq!(alarm(rig.sku), None);
-    stop.send(()).unwrap();
-    task.await.unwrap();
+    persister.stop().await;
     rig.cleanup().await;
 }
 
