@@ -540,7 +540,7 @@ async fn hot_sales_go_to_their_own_redis() {
     // Orders, pay/cancel and the persisters route the same way.
     let (_, order) = stack.buy(30, 91, "a", json!(1)).await;
     let no = order["order_no"].as_str().unwrap();
-    let (s, b) = stack.order(30, &no).await;
+    let (s, b) = stack.order(30, no).await;
     assert_eq!(s, StatusCode::OK, "{b}");
     stack.drain(91).await;
     stack.drain(92).await;

@@ -149,7 +149,7 @@ async fn every_bad_token_is_401_and_roles_hold(stack: &Stack) {
             "{method} {p}"
         );
     }
-    let (s, b) = stack.order(1, &no).await;
+    let (s, b) = stack.order(1, no).await;
     assert_eq!(s, StatusCode::OK, "{b}");
     assert_ne!(b["status"], json!("CANCELLED"));
 }
