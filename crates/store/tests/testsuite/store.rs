@@ -102,6 +102,12 @@ fn req(user: u64, rid: &str, q: u32) -> PurchaseRequest {
 }
 
 /// Runs purchases through the book; returns the events of the accepted ones.
+/// The status of each order of the sale, in the store's order.
+async fn statuses<C: FromIterator<OrderStatus>>(store: &dyn OrderStore) -> C {
+    let orders = store.orders(SKU).await.unwrap();
+    orders.into_iter().map(|o| o.status).collect()
+}
+
 /// Everything the store holds of the sale, to compare before and after a refused change.
 async fn snapshot(store: &dyn OrderStore) -> (Option<StoredSale>, Vec<HotOrder>, Vec<Event>) {
     (
@@ -111,10 +117,14 @@ async fn snapshot(store: &dyn OrderStore) -> (Option<StoredSale>, Vec<HotOrder>,
     )
 }
 
-/// A direct sale of 10 (limit 1) created in `store`, and the events of `reqs` in its book
-/// (not applied yet).
-async fn bought(store: &dyn OrderStore, reqs: &[PurchaseRequest]) -> (SaleBook, Vec<Event>) {
-    let s = sale(10, 1, SaleMode::Direct);
+/// A direct sale of 10 (per-user `limit`) created in `store`, and the events of `reqs` in its
+/// book (not applied yet).
+async fn bought(
+    store: &dyn OrderStore,
+    limit: u32,
+    reqs: &[PurchaseRequest],
+) -> (SaleBook, Vec<Event>) {
+    let s = sale(10, limit, SaleMode::Direct);
     create(store, &s).await;
     let mut b = book(&s);
     let events = buy(&mut b, reqs);
@@ -123,13 +133,13 @@ async fn bought(store: &dyn OrderStore, reqs: &[PurchaseRequest]) -> (SaleBook, 
 
 /// [`bought`] by three buyers, one unit each.
 async fn three_buyers(store: &dyn OrderStore) -> (SaleBook, Vec<Event>) {
-    bought(store, &[req(1, "a", 1), req(2, "b", 1), req(3, "c", 1)]).await
+    bought(store, 1, &[req(1, "a", 1), req(2, "b", 1), req(3, "c", 1)]).await
 }
 
 /// [`bought`] by six buyers, one unit each.
 async fn six_buyers(store: &dyn OrderStore) -> (SaleBook, Vec<Event>) {
     let reqs: Vec<PurchaseRequest> = (1..=6).map(|u| req(u, "r", 1)).collect();
-    bought(store, &reqs).await
+    bought(store, 1, &reqs).await
 }
 
 fn buy(book: &mut SaleBook, reqs: &[PurchaseRequest]) -> Vec<Event> {
@@ -225,11 +235,9 @@ async fn sale_lifecycle(store: &dyn OrderStore) {
 }
 
 async fn batch_applies_orders_events_and_counters(store: &dyn OrderStore) {
-    let s = sale(10, 2, SaleMode::Direct);
-    create(store, &s).await;
-    let mut b = book(&s);
-    let events = buy(
-        &mut b,
+    let (b, events) = bought(
+        store,
+        2,
         &[
             req(1, "a", 2),
             req(2, "a", 1),
@@ -237,7 +245,8 @@ async fn batch_applies_orders_events_and_counters(store: &dyn OrderStore) {
             req(3, "c", 2),
             req(4, "d", 1),
         ],
-    );
+    )
+    .await;
     assert_eq!(events.len(), 4);
     let report = store.apply_events(SKU, &events).await.unwrap();
     assert_eq!((report.applied, report.duplicates), (4, 0));
@@ -387,13 +396,7 @@ async fn oversell_guard_rejects_and_keeps_counters(store: &dyn OrderStore) {
     let stored = store.sale(SKU).await.unwrap().unwrap();
     let c = stored.counters;
     assert_eq!((c.available, c.reserved, c.sold, c.seq), (0, 0, 2, 4));
-    let statuses: Vec<OrderStatus> = store
-        .orders(SKU)
-        .await
-        .unwrap()
-        .into_iter()
-        .map(|o| o.status)
-        .collect();
+    let statuses: Vec<OrderStatus> = statuses(store).await;
     assert_eq!(
         statuses,
         vec![
@@ -482,13 +485,7 @@ async fn reserve_mode_pay_cancel_expire(store: &dyn OrderStore) {
     assert_matches_book(store, &b).await;
     let c = store.sale(SKU).await.unwrap().unwrap().counters;
     assert!(c.reserved > 0 && c.sold > 0 && c.available > 0, "{c:?}");
-    let statuses: std::collections::HashSet<OrderStatus> = store
-        .orders(SKU)
-        .await
-        .unwrap()
-        .into_iter()
-        .map(|o| o.status)
-        .collect();
+    let statuses: std::collections::HashSet<OrderStatus> = statuses(store).await;
     for st in [
         OrderStatus::Paid,
         OrderStatus::Cancelled,
@@ -522,13 +519,12 @@ async fn large_batch_is_chunked(store: &dyn OrderStore) {
 }
 
 async fn request_ids_are_case_sensitive(store: &dyn OrderStore) {
-    let s = sale(10, 3, SaleMode::Direct);
-    create(store, &s).await;
-    let mut b = book(&s);
-    let events = buy(
-        &mut b,
+    let (b, events) = bought(
+        store,
+        3,
         &[req(1, "abc", 1), req(1, "ABC", 1), req(1, "aBc", 1)],
-    );
+    )
+    .await;
     assert_eq!(events.len(), 3);
     let report = store.apply_events(SKU, &events).await.unwrap();
     assert!(report.rejected.is_empty(), "{report:?}");
