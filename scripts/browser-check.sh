@@ -2,7 +2,7 @@
 # Checks that a headless browser and its WebDriver are installed: Debian's `chromium` and
 # `chromium-driver` (scripts/test-deps.sh installs them before the tests; this installs
 # nothing, so tests running at once never race for apt's lock). Called by the dashboard browser test
-# (crates/server/tests/dashboard.rs); prints the two paths, one a line, when they are ready.
+# (crates/server/tests/testsuite/dashboard.rs); prints the two paths, one a line, when they are ready.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 

@@ -5,7 +5,7 @@
 //! bodies' schemas (derived on the real types), the error answers every
 //! `/api/v1` operation may give, and the `/openapi.json` and `/docs` routes.
 //! A handler's notes are `//` comments, not `///`: utoipa would make a doc comment the
-//! operation's summary. `tests/openapi.rs` checks that the routes and the document agree, and `scripts/fuzz.sh`
+//! operation's summary. `tests/testsuite/openapi.rs` checks that the routes and the document agree, and `scripts/fuzz.sh`
 //! fuzzes the service against this document with schemathesis.
 
 use axum::Router;

@@ -19,9 +19,11 @@
 
 pub mod conformance;
 pub mod mariadb;
+pub mod model;
 pub mod netns;
 pub mod postgres;
 pub mod process;
+pub mod prometheus;
 pub mod redis_cluster;
 pub mod redis_cluster_ns;
 pub mod redis_server;

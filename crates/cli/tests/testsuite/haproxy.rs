@@ -196,13 +196,9 @@ impl Deployment {
         let url = format!("http://127.0.0.1:{}/metrics", self.ports[i]);
         let resp = self.http.get(url).send().await.unwrap();
         let text = resp.text().await.unwrap();
-        text.lines()
-            .filter(|l| l.starts_with("flashsale_persisted_events_total{"))
-            .filter_map(|l| {
-                let sku = l.split("sku=\"").nth(1)?.split('"').next()?.parse().ok()?;
-                let n = l.rsplit(' ').next()?.parse().ok()?;
-                Some((sku, n))
-            })
+        flashsale_testkit::prometheus::by_label(&text, "flashsale_persisted_events_total", "sku")
+            .into_iter()
+            .filter_map(|(sku, n)| Some((sku.parse().ok()?, n)))
             .collect()
     }
 }

@@ -2,11 +2,9 @@
 //! finishes in-flight purchases, and every purchase answered 202 is in the database or in the
 //! sale's stream (Redis) afterwards.
 
-mod common;
-
 use std::time::Duration;
 
-use common::Stack;
+use crate::common::Stack;
 use flashsale_core::{OrderNo, OrderStore};
 use futures::StreamExt;
 use serde_json::{json, Value};

@@ -7,15 +7,14 @@
 //! `scripts/browser-check.sh` checks that chromium and chromium-driver are there (the test
 //! command installs them before any test runs: scripts/test-deps.sh).
 
-mod common;
-
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{Stack, ADMIN};
+use crate::common::{Stack, ADMIN};
 use fantoccini::{Client, ClientBuilder, Locator};
+use flashsale_testkit::wait;
 use futures::stream::{self, StreamExt};
 use reqwest::StatusCode;
 use serde_json::{json, Value};
@@ -95,32 +94,18 @@ async fn start_driver(chromedriver: &str) -> Driver {
     };
     let http = reqwest::Client::new();
     let status_url = format!("{}/status", driver.url);
-    let ready = poll(Duration::from_secs(20), || async {
-        let resp = http.get(&status_url).send().await.ok()?;
-        let body: Value = resp.json().await.ok()?;
-        body["value"]["ready"].as_bool().filter(|r| *r)
-    })
+    let ready = wait::within_every(
+        Duration::from_secs(20),
+        Duration::from_millis(100),
+        || async {
+            let resp = http.get(&status_url).send().await.ok()?;
+            let body: Value = resp.json().await.ok()?;
+            body["value"]["ready"].as_bool().filter(|r| *r)
+        },
+    )
     .await;
     assert!(ready.is_some(), "chromedriver not ready at {}", driver.url);
     driver
-}
-
-/// Calls `f` until it returns `Some` or `deadline` passes, pausing 100 ms between tries.
-async fn poll<T, F, Fut>(deadline: Duration, mut f: F) -> Option<T>
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = Option<T>>,
-{
-    let until = Instant::now() + deadline;
-    loop {
-        if let Some(v) = f().await {
-            return Some(v);
-        }
-        if Instant::now() >= until {
-            return None;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
 }
 
 async fn open_browser(driver: &Driver, chromium: &str) -> Client {
@@ -289,14 +274,7 @@ async fn the_dashboard_shows_a_spike_selling_out() {
         .filter(|s| **s == StatusCode::ACCEPTED)
         .count();
     assert_eq!(accepted as u64, UNITS, "every unit sold, no more");
-    let (s, b) = stack
-        .admin(
-            "POST",
-            &format!("/api/v1/admin/reconcile/{SKU}/repair"),
-            None,
-        )
-        .await;
-    assert_eq!(s, StatusCode::OK, "{b}");
+    stack.repair(SKU).await;
 
     let shown = wait_for_page(&browser, sold_out_and_drawn).await;
     let desktop = screenshot(&browser, "dashboard.png").await;

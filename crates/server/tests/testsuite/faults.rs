@@ -1,11 +1,11 @@
 //! Faults on the production path, with throwaway servers where a server must die.
 
-mod common;
+use crate::common;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use common::Stack;
+use crate::common::Stack;
 use flashsale_core::{OrderStore, SkuId};
 use flashsale_engine::persister::{Persister, PersisterConfig};
 use flashsale_redis::StreamReader;
@@ -148,7 +148,7 @@ async fn a_dead_persisters_entries_are_claimed_and_applied_exactly_once() {
     let events = store.events(sku).await.unwrap();
     assert_eq!(events.len(), 40, "each event stored once");
     common::assert_invariants(store.as_ref(), 43).await;
-    let (n, units, sold) = common::mysql_counts(&stack.db.as_ref().unwrap().url, 43).await;
+    let (n, units, sold) = common::sql_counts(stack.database_url(), 43).await.live();
     assert_eq!((n, units, sold), (40, 40, 40));
     let _: Arc<dyn OrderStore> = store;
 }

@@ -1,12 +1,11 @@
 //! Gateway protections over real HTTP: rate limits, blacklist, back-pressure, per-sale
 //! isolation, hot sales on their own Redis, purchase tokens, limits on everything.
 
-#[macro_use]
-mod common;
+use crate::common;
 
 use std::time::{Duration, Instant};
 
-use common::Stack;
+use crate::common::{code, Stack};
 use flashsale_server::gateway::{GatewayConfig, TokenRate};
 use flashsale_server::Config;
 use flashsale_testkit::mariadb::TestDatabase;
@@ -15,22 +14,12 @@ use futures::StreamExt;
 use reqwest::StatusCode;
 use serde_json::{json, Value};
 
-fn code(body: &Value) -> &str {
-    body["code"].as_str().unwrap_or("")
-}
-
 fn embedded_config(dir: &tempfile::TempDir) -> Config {
-    common::config(
-        None,
-        format!("sqlite://{}/flashsale.db", dir.path().display()),
-    )
+    common::config(None, common::sqlite_url(dir))
 }
 
 async fn embedded_with(edit: impl FnOnce(&mut Config)) -> Stack {
-    let dir = tempfile::tempdir().unwrap();
-    let mut config = embedded_config(&dir);
-    edit(&mut config);
-    Stack::start(config, None, Some(dir)).await
+    Stack::embedded_with(edit).await
 }
 
 async fn buy_with_token(
@@ -59,19 +48,10 @@ async fn per_user_and_per_sale_rates_answer_429_with_retry_after() {
     .await;
     stack.live_sale(51, 100, 10).await;
     for rid in ["a", "b"] {
-        assert_eq!(
-            stack.buy(1, 51, rid, json!(1)).await.0,
-            StatusCode::ACCEPTED
-        );
+        stack.buy_ok(1, 51, rid, 1).await;
     }
-    let resp = stack
-        .http
-        .post(format!("{}/api/v1/sales/51/purchases", stack.base))
-        .bearer_auth(stack.token(1))
-        .json(&json!({"request_id": "c", "quantity": 1}))
-        .send()
-        .await
-        .unwrap();
+    let body = json!({"request_id": "c", "quantity": 1});
+    let resp = stack.purchase_request(1, 51, &body).send().await.unwrap();
     assert_eq!(resp.status(), StatusCode::TOO_MANY_REQUESTS);
     let retry: u64 = resp.headers()["retry-after"]
         .to_str()
@@ -83,10 +63,7 @@ async fn per_user_and_per_sale_rates_answer_429_with_retry_after() {
     assert_eq!(code(&b), "RATE_LIMITED", "{b}");
     // Another user is not limited by user 1, but the sale's own bucket (4, refilled at 1/s)
     // runs out: within a few more buyers (more than 4 only on a very slow machine).
-    assert_eq!(
-        stack.buy(2, 51, "a", json!(1)).await.0,
-        StatusCode::ACCEPTED
-    );
+    stack.buy_ok(2, 51, "a", 1).await;
     let mut sold = 3;
     let mut refused = false;
     for user in 3..=12 {
@@ -134,10 +111,7 @@ async fn blacklist_blocks_users_and_ips(stack: &Stack) {
     assert_eq!((s, code(&b)), (StatusCode::FORBIDDEN, "BLACKLISTED"));
     let (_, list) = stack.admin("GET", "/api/v1/admin/blacklist", None).await;
     assert_eq!(list["users"], json!([5]));
-    assert_eq!(
-        stack.buy(6, 52, "a", json!(1)).await.0,
-        StatusCode::ACCEPTED
-    );
+    stack.buy_ok(6, 52, "a", 1).await;
     // Kept where the deployment keeps it.
     if let Some(url) = &stack.config.engine.ledger.redis_url {
         let client = redis::Client::open(url.as_str()).unwrap();
@@ -159,10 +133,7 @@ async fn blacklist_blocks_users_and_ips(stack: &Stack) {
             .0,
         StatusCode::OK
     );
-    assert_eq!(
-        stack.buy(5, 52, "a", json!(1)).await.0,
-        StatusCode::ACCEPTED
-    );
+    stack.buy_ok(5, 52, "a", 1).await;
 
     assert_eq!(
         stack
@@ -180,10 +151,7 @@ async fn blacklist_blocks_users_and_ips(stack: &Stack) {
             .0,
         StatusCode::OK
     );
-    assert_eq!(
-        stack.buy(7, 52, "a", json!(1)).await.0,
-        StatusCode::ACCEPTED
-    );
+    stack.buy_ok(7, 52, "a", 1).await;
 
     for bad in [
         "/api/v1/admin/blacklist/users/0",
@@ -210,7 +178,7 @@ async fn blacklist_reaches_other_instances_within_a_second() {
     config.engine.persister.run = false;
     let b = Stack::start(config, None, None).await;
     a.live_sale(53, 100, 1).await;
-    assert_eq!(b.buy(8, 53, "a", json!(1)).await.0, StatusCode::ACCEPTED);
+    b.buy_ok(8, 53, "a", 1).await;
     assert_eq!(
         a.admin("PUT", "/api/v1/admin/blacklist/users/9", None)
             .await
@@ -266,10 +234,7 @@ async fn backpressure_engages_on_stream_lag_and_lets_go_when_persisted() {
     let stack = Stack::start(config.clone(), Some(db), None).await;
     stack.live_sale(61, 100, 1).await;
     for user in 1..=5 {
-        assert_eq!(
-            stack.buy(user, 61, "a", json!(1)).await.0,
-            StatusCode::ACCEPTED
-        );
+        stack.buy_ok(user, 61, "a", 1).await;
     }
     let started = Instant::now();
     let mut user = 100;
@@ -356,21 +321,12 @@ async fn purchase_tokens_guard_a_sale(stack: &Stack) {
     stack.live_sale(81, 100, 1).await;
     stack.live_sale(83, 100, 1).await;
     let (s, _) = stack
-        .admin(
-            "POST",
-            "/api/v1/sales",
-            Some(json!({"sku_id": 82, "name": "cold", "total_stock": 5})),
-        )
+        .create_sale(json!({"sku_id": 82, "name": "cold", "total_stock": 5}))
         .await;
     assert_eq!(s, StatusCode::CREATED);
     for sku in [81, 83] {
-        let (s, b) = stack
-            .admin(
-                "PUT",
-                &format!("/api/v1/admin/sales/{sku}/purchase-token"),
-                None,
-            )
-            .await;
+        let path = format!("/api/v1/admin/sales/{sku}/purchase-token");
+        let (s, b) = stack.admin("PUT", &path, None).await;
         assert_eq!(
             (s, &b["purchase_token"]),
             (StatusCode::OK, &json!(true)),
@@ -457,10 +413,7 @@ async fn purchase_tokens_guard_a_sale(stack: &Stack) {
             .0,
         StatusCode::OK
     );
-    assert_eq!(
-        stack.buy(3, 81, "a", json!(1)).await.0,
-        StatusCode::ACCEPTED
-    );
+    stack.buy_ok(3, 81, "a", 1).await;
     let (_, view) = stack.call("GET", "/api/v1/sales/81", None, None).await;
     assert_eq!(
         view["seq"].as_u64(),
@@ -540,14 +493,8 @@ async fn limits_answer_in_our_error_shape() {
     config.tunables.request_timeout = Duration::ZERO;
     stack.stop().await;
     let slow = Stack::start(config, None, None).await;
-    let resp = slow
-        .http
-        .post(format!("{}/api/v1/sales/56/purchases", slow.base))
-        .bearer_auth(slow.token(1))
-        .json(&json!({"request_id": "a", "quantity": 1}))
-        .send()
-        .await
-        .unwrap();
+    let body = json!({"request_id": "a", "quantity": 1});
+    let resp = slow.purchase_request(1, 56, &body).send().await.unwrap();
     assert_eq!(resp.status(), StatusCode::SERVICE_UNAVAILABLE);
     assert!(resp.headers().contains_key("retry-after"));
     assert_eq!(code(&resp.json::<Value>().await.unwrap()), "UNAVAILABLE");
@@ -565,14 +512,8 @@ async fn hot_sales_go_to_their_own_redis() {
     stack.live_sale(91, 50, 1).await;
     stack.live_sale(92, 50, 1).await;
     for user in 1..=20 {
-        assert_eq!(
-            stack.buy(user, 91, "a", json!(1)).await.0,
-            StatusCode::ACCEPTED
-        );
-        assert_eq!(
-            stack.buy(user, 92, "a", json!(1)).await.0,
-            StatusCode::ACCEPTED
-        );
+        stack.buy_ok(user, 91, "a", 1).await;
+        stack.buy_ok(user, 92, "a", 1).await;
     }
     let sold = |url: String, sku: u64| {
         let prefix = config.engine.ledger.redis_prefix.clone();
@@ -599,14 +540,7 @@ async fn hot_sales_go_to_their_own_redis() {
     // Orders, pay/cancel and the persisters route the same way.
     let (_, order) = stack.buy(30, 91, "a", json!(1)).await;
     let no = order["order_no"].as_str().unwrap();
-    let (s, b) = stack
-        .call(
-            "GET",
-            &format!("/api/v1/orders/{no}"),
-            Some(&stack.token(30)),
-            None,
-        )
-        .await;
+    let (s, b) = stack.order(30, no).await;
     assert_eq!(s, StatusCode::OK, "{b}");
     stack.drain(91).await;
     stack.drain(92).await;
@@ -643,24 +577,14 @@ async fn the_hot_sale_redis_waits_for_replicas_too() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn dashboard_and_docs_are_served() {
     let stack = embedded_with(|_| {}).await;
-    let resp = stack
-        .http
-        .get(format!("{}/", stack.base))
-        .send()
-        .await
-        .unwrap();
+    let resp = stack.raw_get("/").await;
     assert_eq!(resp.status(), StatusCode::OK);
     assert!(resp.headers()["content-type"]
         .to_str()
         .unwrap()
         .starts_with("text/html"));
     assert!(resp.text().await.unwrap().contains("/api/v1/dashboard"));
-    let resp = stack
-        .http
-        .get(format!("{}/docs/", stack.base))
-        .send()
-        .await
-        .unwrap();
+    let resp = stack.raw_get("/docs/").await;
     assert_eq!(resp.status(), StatusCode::OK);
     assert!(resp
         .text()
@@ -672,11 +596,8 @@ async fn dashboard_and_docs_are_served() {
 
 /// A purchase by `user` whose request carries these `X-Forwarded-For` lines.
 async fn buy_forwarded(stack: &Stack, user: u64, sku: u64, lines: &[&str]) -> (StatusCode, String) {
-    let mut req = stack
-        .http
-        .post(format!("{}/api/v1/sales/{sku}/purchases", stack.base))
-        .bearer_auth(stack.token(user))
-        .json(&json!({"request_id": format!("xff-{user}"), "quantity": 1}));
+    let body = json!({"request_id": format!("xff-{user}"), "quantity": 1});
+    let mut req = stack.purchase_request(user, sku, &body);
     for line in lines {
         req = req.header("x-forwarded-for", *line);
     }
@@ -782,12 +703,7 @@ async fn rate_limited_answers_carry_ratelimit_headers() {
     );
     assert_eq!(header(&refused, "ratelimit-policy"), "\"user\";q=4;w=4");
     // Public reads and admin calls are not rate limited, and say nothing of it.
-    let public = stack
-        .http
-        .get(format!("{}/api/v1/sales/59", stack.base))
-        .send()
-        .await
-        .unwrap();
+    let public = stack.raw_get("/api/v1/sales/59").await;
     let admin = stack
         .http
         .get(format!("{}/api/v1/admin/blacklist", stack.base))

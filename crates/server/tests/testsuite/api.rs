@@ -1,22 +1,13 @@
 //! The HTTP API on both ledgers: outcomes, replay, limits, windows, bad input, auth.
 
-#[macro_use]
-mod common;
+use crate::common;
 
-use common::Stack;
+use crate::common::{code, Stack};
 use reqwest::StatusCode;
 use serde_json::{json, Value};
 
-fn code(body: &Value) -> &str {
-    body["code"].as_str().unwrap_or("")
-}
-
 async fn sale_view(stack: &Stack, sku: u64) -> Value {
-    let (s, b) = stack
-        .call("GET", &format!("/api/v1/sales/{sku}"), None, None)
-        .await;
-    assert_eq!(s, StatusCode::OK, "{b}");
-    b
+    stack.get_ok(&format!("/api/v1/sales/{sku}")).await
 }
 
 both_ledgers!(sells_replays_and_refuses);
@@ -31,14 +22,9 @@ async fn sells_replays_and_refuses(stack: &Stack) {
         "a retry answers the first outcome"
     );
     assert_eq!(again["replayed"], json!(true));
-    let (s, b) = stack.buy(1, 11, "b", json!(1)).await;
-    assert_eq!((s, code(&b)), (StatusCode::CONFLICT, "LIMIT_EXCEEDED"));
-    assert_eq!(
-        stack.buy(2, 11, "a", json!(1)).await.0,
-        StatusCode::ACCEPTED
-    );
-    let (s, b) = stack.buy(3, 11, "a", json!(1)).await;
-    assert_eq!((s, code(&b)), (StatusCode::CONFLICT, "SOLD_OUT"));
+    stack.buy_refused(1, 11, "b", 1, "LIMIT_EXCEEDED").await;
+    stack.buy_ok(2, 11, "a", 1).await;
+    stack.buy_refused(3, 11, "a", 1, "SOLD_OUT").await;
     // Sold out, yet the first buyer's retry still gets its order.
     let (s, again) = stack.buy(1, 11, "a", json!(1)).await;
     assert_eq!(
@@ -57,22 +43,11 @@ async fn sells_replays_and_refuses(stack: &Stack) {
 both_ledgers!(per_user_limit_counts_units);
 async fn per_user_limit_counts_units(stack: &Stack) {
     stack.live_sale(12, 100, 3).await;
-    assert_eq!(
-        stack.buy(1, 12, "a", json!(2)).await.0,
-        StatusCode::ACCEPTED
-    );
-    let (s, b) = stack.buy(1, 12, "b", json!(2)).await;
-    assert_eq!((s, code(&b)), (StatusCode::CONFLICT, "LIMIT_EXCEEDED"));
-    assert_eq!(
-        stack.buy(1, 12, "c", json!(1)).await.0,
-        StatusCode::ACCEPTED
-    );
-    let (s, b) = stack.buy(2, 12, "a", json!(4)).await;
-    assert_eq!((s, code(&b)), (StatusCode::CONFLICT, "LIMIT_EXCEEDED"));
-    assert_eq!(
-        stack.buy(2, 12, "d", json!(3)).await.0,
-        StatusCode::ACCEPTED
-    );
+    stack.buy_ok(1, 12, "a", 2).await;
+    stack.buy_refused(1, 12, "b", 2, "LIMIT_EXCEEDED").await;
+    stack.buy_ok(1, 12, "c", 1).await;
+    stack.buy_refused(2, 12, "a", 4, "LIMIT_EXCEEDED").await;
+    stack.buy_ok(2, 12, "d", 3).await;
     stack.drain(12).await;
     let view = sale_view(stack, 12).await;
     assert_eq!(view["sold"].as_u64(), Some(6));
@@ -108,31 +83,20 @@ async fn bad_input_is_400_and_changes_nothing(stack: &Stack) {
             "{body} → {b}"
         );
     }
-    let raw = stack
-        .http
-        .post(format!("{}{path}", stack.base))
-        .bearer_auth(&token);
-    let resp = raw
-        .header("content-type", "application/json")
-        .body("{not json")
-        .send()
-        .await
-        .unwrap();
+    let raw = |body: String| {
+        let req = stack.http.post(format!("{}{path}", stack.base));
+        let req = req
+            .bearer_auth(&token)
+            .header("content-type", "application/json");
+        req.body(body).send()
+    };
+    let resp = raw("{not json".into()).await.unwrap();
     assert_eq!(resp.status(), StatusCode::BAD_REQUEST);
     let huge = format!(
         "{{\"request_id\":\"{}\",\"quantity\":1}}",
         "x".repeat(10_000)
     );
-    let raw = stack
-        .http
-        .post(format!("{}{path}", stack.base))
-        .bearer_auth(&token);
-    let resp = raw
-        .header("content-type", "application/json")
-        .body(huge)
-        .send()
-        .await
-        .unwrap();
+    let resp = raw(huge).await.unwrap();
     assert_eq!(resp.status(), StatusCode::PAYLOAD_TOO_LARGE);
     let (s, b) = stack.buy(1, 999_999, "a", json!(1)).await;
     assert_eq!((s, code(&b)), (StatusCode::NOT_FOUND, "SALE_NOT_FOUND"));
@@ -159,19 +123,13 @@ async fn window_and_operator_state(stack: &Stack) {
     let later =
         json!({"sku_id": 14, "name": "later", "total_stock": 5, "starts_at_ms": now + 3_600_000});
     stack.live_sale_with(later).await;
-    let (s, b) = stack.buy(1, 14, "a", json!(1)).await;
-    assert_eq!((s, code(&b)), (StatusCode::CONFLICT, "NOT_STARTED"));
+    stack.buy_refused(1, 14, "a", 1, "NOT_STARTED").await;
     let over = json!({"sku_id": 15, "name": "over", "total_stock": 5, "starts_at_ms": now - 7_200_000, "ends_at_ms": now - 3_600_000});
     stack.live_sale_with(over).await;
-    let (s, b) = stack.buy(1, 15, "a", json!(1)).await;
-    assert_eq!((s, code(&b)), (StatusCode::CONFLICT, "ENDED"));
+    stack.buy_refused(1, 15, "a", 1, "ENDED").await;
 
     let (s, _) = stack
-        .admin(
-            "POST",
-            "/api/v1/sales",
-            Some(json!({"sku_id": 16, "name": "cold", "total_stock": 5})),
-        )
+        .create_sale(json!({"sku_id": 16, "name": "cold", "total_stock": 5}))
         .await;
     assert_eq!(s, StatusCode::CREATED);
     let (s, b) = stack.buy(1, 16, "a", json!(1)).await;
@@ -180,31 +138,14 @@ async fn window_and_operator_state(stack: &Stack) {
         (StatusCode::CONFLICT, "NOT_STARTED"),
         "known but not warm"
     );
-    assert_eq!(
-        stack.admin("POST", "/api/v1/sales/16/warm", None).await.0,
-        StatusCode::OK
-    );
-    assert_eq!(
-        stack.admin("POST", "/api/v1/sales/16/pause", None).await.0,
-        StatusCode::OK
-    );
-    let (s, b) = stack.buy(1, 16, "a", json!(1)).await;
-    assert_eq!((s, code(&b)), (StatusCode::CONFLICT, "PAUSED"));
-    assert_eq!(
-        stack.admin("POST", "/api/v1/sales/16/resume", None).await.0,
-        StatusCode::OK
-    );
-    assert_eq!(
-        stack.buy(1, 16, "a", json!(1)).await.0,
-        StatusCode::ACCEPTED
-    );
-    assert_eq!(
-        stack.admin("POST", "/api/v1/sales/16/end", None).await.0,
-        StatusCode::OK
-    );
-    let (s, b) = stack.buy(2, 16, "b", json!(1)).await;
-    assert_eq!((s, code(&b)), (StatusCode::CONFLICT, "ENDED"));
-    let (s, b) = stack.admin("POST", "/api/v1/sales/16/warm", None).await;
+    assert_eq!(stack.sale_action(16, "warm").await.0, StatusCode::OK);
+    assert_eq!(stack.sale_action(16, "pause").await.0, StatusCode::OK);
+    stack.buy_refused(1, 16, "a", 1, "PAUSED").await;
+    assert_eq!(stack.sale_action(16, "resume").await.0, StatusCode::OK);
+    stack.buy_ok(1, 16, "a", 1).await;
+    assert_eq!(stack.sale_action(16, "end").await.0, StatusCode::OK);
+    stack.buy_refused(2, 16, "b", 1, "ENDED").await;
+    let (s, b) = stack.sale_action(16, "warm").await;
     assert_eq!((s, code(&b)), (StatusCode::CONFLICT, "ENDED"));
     // An unknown sale is not found, whatever its state would be.
     assert_eq!(
@@ -216,14 +157,8 @@ async fn window_and_operator_state(stack: &Stack) {
 both_ledgers!(admin_create_validates_and_refuses_duplicates);
 async fn admin_create_validates_and_refuses_duplicates(stack: &Stack) {
     let ok = json!({"sku_id": 17, "name": "x", "total_stock": 3});
-    assert_eq!(
-        stack
-            .admin("POST", "/api/v1/sales", Some(ok.clone()))
-            .await
-            .0,
-        StatusCode::CREATED
-    );
-    let (s, b) = stack.admin("POST", "/api/v1/sales", Some(ok)).await;
+    assert_eq!(stack.create_sale(ok.clone()).await.0, StatusCode::CREATED);
+    let (s, b) = stack.create_sale(ok).await;
     assert_eq!((s, code(&b)), (StatusCode::CONFLICT, "SALE_EXISTS"));
     for bad in [
         json!({"sku_id": 18, "name": "x", "total_stock": 0}),
@@ -235,9 +170,7 @@ async fn admin_create_validates_and_refuses_duplicates(stack: &Stack) {
         json!({"sku_id": 18, "name": "x", "total_stock": 3, "mode": "weird"}),
         json!({"sku_id": 0, "name": "x", "total_stock": 3}),
     ] {
-        let (s, b) = stack
-            .admin("POST", "/api/v1/sales", Some(bad.clone()))
-            .await;
+        let (s, b) = stack.create_sale(bad.clone()).await;
         assert_eq!(
             (s, code(&b)),
             (StatusCode::BAD_REQUEST, "INVALID_REQUEST"),
@@ -248,11 +181,8 @@ async fn admin_create_validates_and_refuses_duplicates(stack: &Stack) {
     assert_eq!((s, code(&b)), (StatusCode::NOT_FOUND, "SALE_NOT_FOUND"));
     // Warm twice over sold units is refused without force.
     stack.live_sale(19, 3, 1).await;
-    assert_eq!(
-        stack.buy(1, 19, "a", json!(1)).await.0,
-        StatusCode::ACCEPTED
-    );
-    let (s, b) = stack.admin("POST", "/api/v1/sales/19/warm", None).await;
+    stack.buy_ok(1, 19, "a", 1).await;
+    let (s, b) = stack.sale_action(19, "warm").await;
     assert_eq!((s, code(&b)), (StatusCode::CONFLICT, "SALE_EXISTS"));
 }
 
@@ -292,27 +222,13 @@ async fn auth_and_order_privacy(stack: &Stack) {
 
     let (_, order) = stack.buy(1, 21, "a", json!(1)).await;
     let no = order["order_no"].as_str().unwrap().to_owned();
-    let (s, mine) = stack
-        .call(
-            "GET",
-            &format!("/api/v1/orders/{no}"),
-            Some(&stack.token(1)),
-            None,
-        )
-        .await;
+    let (s, mine) = stack.order(1, &no).await;
     assert_eq!(s, StatusCode::OK);
     assert!(
         ["PENDING", "CREATED"].contains(&mine["status"].as_str().unwrap()),
         "{mine}"
     );
-    let (s, b) = stack
-        .call(
-            "GET",
-            &format!("/api/v1/orders/{no}"),
-            Some(&stack.token(2)),
-            None,
-        )
-        .await;
+    let (s, b) = stack.order(2, &no).await;
     assert_eq!((s, code(&b)), (StatusCode::NOT_FOUND, "ORDER_NOT_FOUND"));
     let (s, _) = stack
         .call(
@@ -324,14 +240,7 @@ async fn auth_and_order_privacy(stack: &Stack) {
         .await;
     assert_eq!(s, StatusCode::NOT_FOUND);
     stack.drain(21).await;
-    let (_, stored) = stack
-        .call(
-            "GET",
-            &format!("/api/v1/orders/{no}"),
-            Some(&stack.token(1)),
-            None,
-        )
-        .await;
+    let (_, stored) = stack.order(1, &no).await;
     assert_eq!(stored["status"], json!("CREATED"));
     let (s, b) = stack.call("GET", "/api/v1/nowhere", None, None).await;
     assert_eq!((s, code(&b)), (StatusCode::NOT_FOUND, "ROUTE_NOT_FOUND"));
@@ -343,8 +252,7 @@ async fn health_ready_and_metrics(stack: &Stack) {
         stack.call("GET", "/healthz", None, None).await.0,
         StatusCode::OK
     );
-    let (s, b) = stack.call("GET", "/readyz", None, None).await;
-    assert_eq!(s, StatusCode::OK, "{b}");
+    stack.get_ok("/readyz").await;
     stack.live_sale(22, 1, 1).await;
     stack.buy(1, 22, "a", json!(1)).await;
     let text = stack.metrics_text().await;
@@ -377,10 +285,7 @@ async fn raw_call(req: reqwest::RequestBuilder) -> (StatusCode, String, Value) {
 async fn errors_are_problem_details() {
     let stack = Stack::embedded().await;
     stack.live_sale(19, 1, 1).await;
-    assert_eq!(
-        stack.buy(1, 19, "a", json!(1)).await.0,
-        StatusCode::ACCEPTED
-    );
+    stack.buy_ok(1, 19, "a", 1).await;
     let buy = |token: Option<String>, body: String| {
         let mut req = stack
             .http
@@ -446,11 +351,7 @@ async fn buy_keyed(
     keys: &[&str],
     body: Value,
 ) -> (StatusCode, Value) {
-    let mut req = stack
-        .http
-        .post(format!("{}/api/v1/sales/{sku}/purchases", stack.base))
-        .bearer_auth(stack.token(user))
-        .json(&body);
+    let mut req = stack.purchase_request(user, sku, &body);
     for k in keys {
         req = req.header("idempotency-key", *k);
     }

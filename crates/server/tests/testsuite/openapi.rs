@@ -1,11 +1,9 @@
 //! `/openapi.json` describes exactly the routes the service has: every documented operation
 //! is routed (not 404 ROUTE_NOT_FOUND or 405), and every routed operation is documented.
 
-mod common;
-
 use std::collections::BTreeSet;
 
-use common::Stack;
+use crate::common::Stack;
 use reqwest::StatusCode;
 use serde_json::Value;
 
@@ -54,12 +52,7 @@ fn concrete(path: &str) -> String {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_document_matches_the_router() {
     let stack = Stack::embedded().await;
-    let resp = stack
-        .http
-        .get(format!("{}/openapi.json", stack.base))
-        .send()
-        .await
-        .unwrap();
+    let resp = stack.raw_get("/openapi.json").await;
     assert_eq!(resp.status(), StatusCode::OK);
     let doc: Value = resp.json().await.unwrap();
     assert!(doc["openapi"].as_str().unwrap().starts_with("3."));

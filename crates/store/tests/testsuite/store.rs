@@ -5,8 +5,9 @@
 
 use flashsale_core::invariants::check_sale;
 use flashsale_core::{
-    DeadLetter, Event, OrderNo, OrderStatus, OrderStore, PurchaseOutcome, PurchaseRequest,
-    RequestId, Sale, SaleBook, SaleMode, SaleState, SkuId, StoreError, UserId,
+    DeadLetter, Event, HotOrder, OrderNo, OrderStatus, OrderStore, PurchaseOutcome,
+    PurchaseRequest, RequestId, Sale, SaleBook, SaleMode, SaleState, SkuId, StoreError, StoredSale,
+    UserId,
 };
 use flashsale_store::{MySqlStore, PgStore, SqliteStore, Store};
 use flashsale_testkit::mariadb::TestDatabase;
@@ -101,6 +102,46 @@ fn req(user: u64, rid: &str, q: u32) -> PurchaseRequest {
 }
 
 /// Runs purchases through the book; returns the events of the accepted ones.
+/// The status of each order of the sale, in the store's order.
+async fn statuses<C: FromIterator<OrderStatus>>(store: &dyn OrderStore) -> C {
+    let orders = store.orders(SKU).await.unwrap();
+    orders.into_iter().map(|o| o.status).collect()
+}
+
+/// Everything the store holds of the sale, to compare before and after a refused change.
+async fn snapshot(store: &dyn OrderStore) -> (Option<StoredSale>, Vec<HotOrder>, Vec<Event>) {
+    (
+        store.sale(SKU).await.unwrap(),
+        store.orders(SKU).await.unwrap(),
+        store.events(SKU).await.unwrap(),
+    )
+}
+
+/// A direct sale of 10 (per-user `limit`) created in `store`, and the events of `reqs` in its
+/// book (not applied yet).
+async fn bought(
+    store: &dyn OrderStore,
+    limit: u32,
+    reqs: &[PurchaseRequest],
+) -> (SaleBook, Vec<Event>) {
+    let s = sale(10, limit, SaleMode::Direct);
+    create(store, &s).await;
+    let mut b = book(&s);
+    let events = buy(&mut b, reqs);
+    (b, events)
+}
+
+/// [`bought`] by three buyers, one unit each.
+async fn three_buyers(store: &dyn OrderStore) -> (SaleBook, Vec<Event>) {
+    bought(store, 1, &[req(1, "a", 1), req(2, "b", 1), req(3, "c", 1)]).await
+}
+
+/// [`bought`] by six buyers, one unit each.
+async fn six_buyers(store: &dyn OrderStore) -> (SaleBook, Vec<Event>) {
+    let reqs: Vec<PurchaseRequest> = (1..=6).map(|u| req(u, "r", 1)).collect();
+    bought(store, 1, &reqs).await
+}
+
 fn buy(book: &mut SaleBook, reqs: &[PurchaseRequest]) -> Vec<Event> {
     reqs.iter()
         .filter_map(|r| book.purchase(r, NOW).1)
@@ -194,11 +235,9 @@ async fn sale_lifecycle(store: &dyn OrderStore) {
 }
 
 async fn batch_applies_orders_events_and_counters(store: &dyn OrderStore) {
-    let s = sale(10, 2, SaleMode::Direct);
-    create(store, &s).await;
-    let mut b = book(&s);
-    let events = buy(
-        &mut b,
+    let (b, events) = bought(
+        store,
+        2,
         &[
             req(1, "a", 2),
             req(2, "a", 1),
@@ -206,7 +245,8 @@ async fn batch_applies_orders_events_and_counters(store: &dyn OrderStore) {
             req(3, "c", 2),
             req(4, "d", 1),
         ],
-    );
+    )
+    .await;
     assert_eq!(events.len(), 4);
     let report = store.apply_events(SKU, &events).await.unwrap();
     assert_eq!((report.applied, report.duplicates), (4, 0));
@@ -236,26 +276,15 @@ async fn batch_applies_orders_events_and_counters(store: &dyn OrderStore) {
 }
 
 async fn redelivery_is_a_no_op(store: &dyn OrderStore) {
-    let s = sale(10, 1, SaleMode::Direct);
-    create(store, &s).await;
-    let mut b = book(&s);
-    let events = buy(&mut b, &[req(1, "a", 1), req(2, "b", 1), req(3, "c", 1)]);
+    let (b, events) = three_buyers(store).await;
     store.apply_events(SKU, &events).await.unwrap();
-    let before = (
-        store.sale(SKU).await.unwrap(),
-        store.orders(SKU).await.unwrap(),
-        store.events(SKU).await.unwrap(),
-    );
+    let before = snapshot(store).await;
     for _ in 0..2 {
         let again = store.apply_events(SKU, &events).await.unwrap();
         assert_eq!((again.applied, again.duplicates), (0, 3));
         assert!(again.rejected.is_empty());
     }
-    let after = (
-        store.sale(SKU).await.unwrap(),
-        store.orders(SKU).await.unwrap(),
-        store.events(SKU).await.unwrap(),
-    );
+    let after = snapshot(store).await;
     assert_eq!(before, after);
     assert_matches_book(store, &b).await;
 }
@@ -264,10 +293,7 @@ async fn redelivery_is_a_no_op(store: &dyn OrderStore) {
 /// never applied, never taken for redeliveries: they are kept in `fenced_events` and reported
 /// once.
 async fn the_epoch_fence_keeps_refused_events_apart(store: &dyn OrderStore) {
-    let s = sale(10, 1, SaleMode::Direct);
-    create(store, &s).await;
-    let mut old = book(&s);
-    let events = buy(&mut old, &[req(1, "a", 1), req(2, "b", 1), req(3, "c", 1)]);
+    let (old, events) = three_buyers(store).await;
     store.apply_events(SKU, &events[..2]).await.unwrap();
     // A rebuild takes epoch 2 at applied_seq 2: the old copy's third event is fenced.
     assert_eq!(store.take_epoch(SKU, 1).await.unwrap(), Some(2));
@@ -307,11 +333,7 @@ async fn the_epoch_fence_keeps_refused_events_apart(store: &dyn OrderStore) {
 }
 
 async fn overlapping_batch_applies_only_the_new_part(store: &dyn OrderStore) {
-    let s = sale(10, 1, SaleMode::Direct);
-    create(store, &s).await;
-    let mut b = book(&s);
-    let reqs: Vec<PurchaseRequest> = (1..=6).map(|u| req(u, "r", 1)).collect();
-    let events = buy(&mut b, &reqs);
+    let (b, events) = six_buyers(store).await;
     store.apply_events(SKU, &events[..4]).await.unwrap();
     let report = store.apply_events(SKU, &events[2..]).await.unwrap();
     assert_eq!((report.applied, report.duplicates), (2, 2));
@@ -321,17 +343,9 @@ async fn overlapping_batch_applies_only_the_new_part(store: &dyn OrderStore) {
 }
 
 async fn gap_is_refused_and_changes_nothing(store: &dyn OrderStore) {
-    let s = sale(10, 1, SaleMode::Direct);
-    create(store, &s).await;
-    let mut b = book(&s);
-    let reqs: Vec<PurchaseRequest> = (1..=6).map(|u| req(u, "r", 1)).collect();
-    let events = buy(&mut b, &reqs);
+    let (b, events) = six_buyers(store).await;
     store.apply_events(SKU, &events[..2]).await.unwrap();
-    let snapshot = (
-        store.sale(SKU).await.unwrap(),
-        store.orders(SKU).await.unwrap(),
-        store.events(SKU).await.unwrap(),
-    );
+    let before = snapshot(store).await;
     // Starts past applied_seq + 1.
     match store.apply_events(SKU, &events[3..]).await {
         Err(StoreError::Gap {
@@ -346,12 +360,8 @@ async fn gap_is_refused_and_changes_nothing(store: &dyn OrderStore) {
         store.apply_events(SKU, &holed).await,
         Err(StoreError::Gap { .. })
     ));
-    let after = (
-        store.sale(SKU).await.unwrap(),
-        store.orders(SKU).await.unwrap(),
-        store.events(SKU).await.unwrap(),
-    );
-    assert_eq!(snapshot, after);
+    let after = snapshot(store).await;
+    assert_eq!(before, after);
     // The missing part still applies afterwards.
     let report = store.apply_events(SKU, &events[2..]).await.unwrap();
     assert_eq!(report.applied, 4);
@@ -386,13 +396,7 @@ async fn oversell_guard_rejects_and_keeps_counters(store: &dyn OrderStore) {
     let stored = store.sale(SKU).await.unwrap().unwrap();
     let c = stored.counters;
     assert_eq!((c.available, c.reserved, c.sold, c.seq), (0, 0, 2, 4));
-    let statuses: Vec<OrderStatus> = store
-        .orders(SKU)
-        .await
-        .unwrap()
-        .into_iter()
-        .map(|o| o.status)
-        .collect();
+    let statuses: Vec<OrderStatus> = statuses(store).await;
     assert_eq!(
         statuses,
         vec![
@@ -481,13 +485,7 @@ async fn reserve_mode_pay_cancel_expire(store: &dyn OrderStore) {
     assert_matches_book(store, &b).await;
     let c = store.sale(SKU).await.unwrap().unwrap().counters;
     assert!(c.reserved > 0 && c.sold > 0 && c.available > 0, "{c:?}");
-    let statuses: std::collections::HashSet<OrderStatus> = store
-        .orders(SKU)
-        .await
-        .unwrap()
-        .into_iter()
-        .map(|o| o.status)
-        .collect();
+    let statuses: std::collections::HashSet<OrderStatus> = statuses(store).await;
     for st in [
         OrderStatus::Paid,
         OrderStatus::Cancelled,
@@ -521,13 +519,12 @@ async fn large_batch_is_chunked(store: &dyn OrderStore) {
 }
 
 async fn request_ids_are_case_sensitive(store: &dyn OrderStore) {
-    let s = sale(10, 3, SaleMode::Direct);
-    create(store, &s).await;
-    let mut b = book(&s);
-    let events = buy(
-        &mut b,
+    let (b, events) = bought(
+        store,
+        3,
         &[req(1, "abc", 1), req(1, "ABC", 1), req(1, "aBc", 1)],
-    );
+    )
+    .await;
     assert_eq!(events.len(), 3);
     let report = store.apply_events(SKU, &events).await.unwrap();
     assert!(report.rejected.is_empty(), "{report:?}");

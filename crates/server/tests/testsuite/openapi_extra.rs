@@ -1,9 +1,7 @@
 //! The OpenAPI document says what the code does for `u64` ids (every value up to 2^64−1 is
 //! taken, one past it is refused) and links a sale's life together for stateful clients.
 
-mod common;
-
-use common::Stack;
+use crate::common::Stack;
 use reqwest::StatusCode;
 use serde_json::Value;
 
@@ -54,13 +52,8 @@ async fn u64_ids_are_documented_and_served_to_their_top() {
         .await;
     assert_eq!(s, StatusCode::OK, "{b}");
     let past = "18446744073709551616";
-    let (s, b) = stack
-        .admin(
-            "PUT",
-            &format!("/api/v1/admin/blacklist/users/{past}"),
-            None,
-        )
-        .await;
+    let path = format!("/api/v1/admin/blacklist/users/{past}");
+    let (s, b) = stack.admin("PUT", &path, None).await;
     assert_eq!(s, StatusCode::BAD_REQUEST, "{b}");
 }
 

@@ -2,14 +2,14 @@
 //! rebuild after Redis lost its data, loss reported by order_no), and the fault suite with
 //! throwaway servers and real processes. Every test ends with I1–I7 from the database.
 
-mod common;
+use crate::common;
 
 use std::collections::{BTreeSet, HashMap};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use common::Stack;
+use crate::common::{code, Stack};
 use flashsale_core::{OrderNo, OrderStatus, OrderStore, SkuId};
 use flashsale_engine::persister::{Persister, PersisterConfig};
 use flashsale_server::gateway::GatewayConfig;
@@ -21,25 +21,16 @@ use reqwest::StatusCode;
 use serde_json::{json, Value};
 use tokio::sync::broadcast;
 
-fn code(body: &Value) -> &str {
-    body["code"].as_str().unwrap_or("")
-}
-
-fn unlimited(mut cfg: flashsale_server::Config) -> flashsale_server::Config {
-    cfg.tunables.gateway = GatewayConfig::unlimited();
-    cfg
-}
-
 async fn stack_on(redis_url: &str, db: TestDatabase, run_persister: bool) -> Stack {
-    let mut cfg = unlimited(common::config(Some(redis_url.to_owned()), db.url.clone()));
-    cfg.engine.persister.run = run_persister;
-    Stack::start(cfg, Some(db), None).await
+    Stack::on_redis(redis_url, db, |cfg| {
+        cfg.tunables.gateway = GatewayConfig::unlimited();
+        cfg.engine.persister.run = run_persister;
+    })
+    .await
 }
 
 async fn embedded_stack() -> Stack {
-    let dir = tempfile::tempdir().unwrap();
-    let url = format!("sqlite://{}/flashsale.db", dir.path().display());
-    Stack::start(unlimited(common::config(None, url)), None, Some(dir)).await
+    Stack::embedded_with(|cfg| cfg.tunables.gateway = GatewayConfig::unlimited()).await
 }
 
 async fn reserve_sale(stack: &Stack, sku: u64, total: u64, timeout_ms: u64) {
@@ -92,6 +83,16 @@ async fn assert_reconciled(stack: &Stack, sku: u64) {
 
 // ---------------------------------------------------------------- reserve mode over HTTP
 
+/// `action` (pay, cancel) on order `no` as `user`, which must answer 200 with `status`.
+async fn resolved(stack: &Stack, user: u64, no: &str, action: &str, status: &str) {
+    let (s, b) = order_call(stack, user, no, action).await;
+    assert_eq!(
+        (s, b["status"].as_str()),
+        (StatusCode::OK, Some(status)),
+        "{b}"
+    );
+}
+
 async fn reserve_pay_cancel_expire(stack: &Stack) {
     let sku = 71;
     reserve_sale(stack, sku, 3, 2_000).await;
@@ -102,18 +103,12 @@ async fn reserve_pay_cancel_expire(stack: &Stack) {
         assert!(b["deadline_ms"].as_i64().unwrap() > 0, "{b}");
         orders.insert(u, b["order_no"].as_str().unwrap().to_owned());
     }
-    let (s, b) = stack.buy(4, sku, "r4", json!(1)).await;
-    assert_eq!((s, code(&b)), (StatusCode::CONFLICT, "SOLD_OUT"));
+    stack.buy_refused(4, sku, "r4", 1, "SOLD_OUT").await;
 
     // Pay once; a second pay answers PAID again (a retry's first outcome), a cancel is
     // ALREADY_RESOLVED; a stranger sees nothing.
     for _ in 0..2 {
-        let (s, b) = order_call(stack, 1, &orders[&1], "pay").await;
-        assert_eq!(
-            (s, b["status"].as_str()),
-            (StatusCode::OK, Some("PAID")),
-            "{b}"
-        );
+        resolved(stack, 1, &orders[&1], "pay", "PAID").await;
     }
     let (s, b) = order_call(stack, 1, &orders[&1], "cancel").await;
     assert_eq!((s, code(&b)), (StatusCode::CONFLICT, "ALREADY_RESOLVED"));
@@ -121,12 +116,7 @@ async fn reserve_pay_cancel_expire(stack: &Stack) {
     assert_eq!((s, code(&b)), (StatusCode::NOT_FOUND, "ORDER_NOT_FOUND"));
 
     // Cancel gives the unit back and clears the sold-out flag: user 4 buys it.
-    let (s, b) = order_call(stack, 2, &orders[&2], "cancel").await;
-    assert_eq!(
-        (s, b["status"].as_str()),
-        (StatusCode::OK, Some("CANCELLED")),
-        "{b}"
-    );
+    resolved(stack, 2, &orders[&2], "cancel", "CANCELLED").await;
     let (s, b) = order_call(stack, 2, &orders[&2], "pay").await;
     assert_eq!((s, code(&b)), (StatusCode::CONFLICT, "ALREADY_RESOLVED"));
     let (s, b) = stack.buy(4, sku, "r4", json!(1)).await;
@@ -286,20 +276,8 @@ async fn reconcile_diff_is_zero_during_a_live_spike() {
 
     // On demand from the command line, with repairs: nothing to repair, all reconciled.
     let dir = tempfile::tempdir().unwrap();
-    let out = std::process::Command::new(flashsale_bin())
+    let out = flashsale_command(&stack, dir.path())
         .args(["reconcile", "--sku", &sku.to_string(), "--repair"])
-        .env(
-            "FLASHSALE_REDIS_URL",
-            stack.config.engine.ledger.redis_url.as_ref().unwrap(),
-        )
-        .env(
-            "FLASHSALE_REDIS_PREFIX",
-            &stack.config.engine.ledger.redis_prefix,
-        )
-        .env("FLASHSALE_DATABASE_URL", &stack.config.engine.database_url)
-        .env("FLASHSALE_DATA_DIR", dir.path())
-        .env("FLASHSALE_JWT_SECRET", common::JWT_SECRET)
-        .env("FLASHSALE_ADMIN_TOKEN", common::ADMIN)
         .output()
         .unwrap();
     let text = String::from_utf8_lossy(&out.stdout);
@@ -315,25 +293,25 @@ async fn reconcile_diff_is_zero_during_a_live_spike() {
     assert_eq!(runs[0].trigger, "cli");
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn redis_restarted_with_aof_always_mid_spike_loses_nothing() {
-    let mut redis =
-        RedisServer::spawn_with(&["--appendonly", "yes", "--appendfsync", "always"]).await;
-    let stack = stack_on(&redis.url(), TestDatabase::create().await, true).await;
-    let sku = 73;
+/// Waits until `progress` counts `answered` answers of a spike.
+async fn until_answered(progress: &AtomicUsize, answered: usize, what: &str) {
+    wait::until(what, Duration::from_secs(20), || async {
+        (progress.load(Ordering::Relaxed) >= answered).then_some(())
+    })
+    .await;
+}
+
+/// Sale `sku` (300 units) bought by 400 buyers while `fault` runs (`progress` counts the
+/// answers): every unit is sold once the retries got through, every accepted purchase
+/// reaches the database, the invariants hold and a reconciliation finds nothing to repair.
+async fn spike_through(
+    stack: &Stack,
+    sku: u64,
+    progress: &AtomicUsize,
+    fault: impl std::future::Future<Output = ()>,
+) {
     stack.live_sale(sku, 300, 1).await;
-    let progress = AtomicUsize::new(0);
-    let buying = spike(&stack, sku, 1..=400, &progress);
-    let fault = async {
-        wait::until(
-            "the spike to be under way",
-            Duration::from_secs(20),
-            || async { (progress.load(Ordering::Relaxed) >= 60).then_some(()) },
-        )
-        .await;
-        redis.kill();
-        redis.start().await;
-    };
+    let buying = spike(stack, sku, 1..=400, progress);
     let (results, ()) = tokio::join!(buying, fault);
     let accepted = accepted(&results);
     assert_eq!(
@@ -349,7 +327,21 @@ async fn redis_restarted_with_aof_always_mid_spike_loses_nothing() {
         "every accepted purchase reached the database"
     );
     common::assert_invariants(store.as_ref(), sku).await;
-    assert_reconciled(&stack, sku).await;
+    assert_reconciled(stack, sku).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_restarted_with_aof_always_mid_spike_loses_nothing() {
+    let mut redis =
+        RedisServer::spawn_with(&["--appendonly", "yes", "--appendfsync", "always"]).await;
+    let stack = stack_on(&redis.url(), TestDatabase::create().await, true).await;
+    let progress = AtomicUsize::new(0);
+    let fault = async {
+        until_answered(&progress, 60, "the spike to be under way").await;
+        redis.kill();
+        redis.start().await;
+    };
+    spike_through(&stack, 73, &progress, fault).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -357,34 +349,15 @@ async fn mariadb_killed_mid_spike_then_everything_lands() {
     let mut maria = MariaDbServer::spawn().await;
     let db = TestDatabase::create_on(&maria.url()).await;
     let stack = stack_on(&redis_server::shared_url(), db, true).await;
-    let sku = 74;
-    stack.live_sale(sku, 300, 1).await;
     let progress = AtomicUsize::new(0);
-    let buying = spike(&stack, sku, 1..=400, &progress);
     let fault = async {
-        wait::until(
-            "the spike to be under way",
-            Duration::from_secs(20),
-            || async { (progress.load(Ordering::Relaxed) >= 60).then_some(()) },
-        )
-        .await;
+        until_answered(&progress, 60, "the spike to be under way").await;
         maria.kill();
-        wait::until(
-            "more buyers answered while the database is down",
-            Duration::from_secs(20),
-            || async { (progress.load(Ordering::Relaxed) >= 200).then_some(()) },
-        )
-        .await;
+        let what = "more buyers answered while the database is down";
+        until_answered(&progress, 200, what).await;
         maria.start().await;
     };
-    let (results, ()) = tokio::join!(buying, fault);
-    let accepted = accepted(&results);
-    assert_eq!(accepted.len(), 300);
-    stack.drain(sku).await;
-    let store = stack.store();
-    assert_eq!(stored_order_nos(store.as_ref(), sku).await, accepted);
-    common::assert_invariants(store.as_ref(), sku).await;
-    assert_reconciled(&stack, sku).await;
+    spike_through(&stack, 74, &progress, fault).await;
 }
 
 // ---------------------------------------------------------------- Redis loses its data
@@ -429,13 +402,8 @@ async fn redis_restarted_without_persistence_is_rebuilt_and_the_loss_reported() 
     // is then in its stored run).
     // 503 while the ledger's connection finds the new server; then 200.
     let b = wait::until("a repair run", Duration::from_secs(20), || async {
-        let (s, b) = stack
-            .admin(
-                "POST",
-                &format!("/api/v1/admin/reconcile/{sku}/repair"),
-                None,
-            )
-            .await;
+        let path = format!("/api/v1/admin/reconcile/{sku}/repair");
+        let (s, b) = stack.admin("POST", &path, None).await;
         assert!(
             s == StatusCode::OK || s == StatusCode::SERVICE_UNAVAILABLE,
             "{s} {b}"
@@ -467,8 +435,9 @@ async fn redis_restarted_without_persistence_is_rebuilt_and_the_loss_reported() 
     assert_eq!(s, StatusCode::ACCEPTED, "{b}");
     assert_eq!(b["replayed"], json!(true));
     assert!(first.contains(b["order_no"].as_str().unwrap()));
-    let (s, b) = stack.buy(1, sku, "another", json!(1)).await;
-    assert_eq!((s, code(&b)), (StatusCode::CONFLICT, "LIMIT_EXCEEDED"));
+    stack
+        .buy_refused(1, sku, "another", 1, "LIMIT_EXCEEDED")
+        .await;
     let (stop, task) = persister("p2");
     let after = spike(&stack, sku, 31..=140, &progress).await;
     let again = accepted(&after);
@@ -602,21 +571,24 @@ fn flashsale_bin() -> std::path::PathBuf {
     bin
 }
 
-fn spawn_worker(stack: &Stack, data_dir: &std::path::Path) -> std::process::Child {
-    std::process::Command::new(flashsale_bin())
-        .arg("worker")
-        .env(
-            "FLASHSALE_REDIS_URL",
-            stack.config.engine.ledger.redis_url.as_ref().unwrap(),
-        )
-        .env(
-            "FLASHSALE_REDIS_PREFIX",
-            &stack.config.engine.ledger.redis_prefix,
-        )
-        .env("FLASHSALE_DATABASE_URL", &stack.config.engine.database_url)
+/// The `flashsale` binary configured like `stack` (its Redis, prefix, database, secrets),
+/// with `data_dir` as its data directory.
+fn flashsale_command(stack: &Stack, data_dir: &std::path::Path) -> std::process::Command {
+    let ledger = &stack.config.engine.ledger;
+    let mut command = std::process::Command::new(flashsale_bin());
+    command
+        .env("FLASHSALE_REDIS_URL", ledger.redis_url.as_ref().unwrap())
+        .env("FLASHSALE_REDIS_PREFIX", &ledger.redis_prefix)
+        .env("FLASHSALE_DATABASE_URL", stack.database_url())
         .env("FLASHSALE_DATA_DIR", data_dir)
         .env("FLASHSALE_JWT_SECRET", common::JWT_SECRET)
-        .env("FLASHSALE_ADMIN_TOKEN", common::ADMIN)
+        .env("FLASHSALE_ADMIN_TOKEN", common::ADMIN);
+    command
+}
+
+fn spawn_worker(stack: &Stack, data_dir: &std::path::Path) -> std::process::Child {
+    flashsale_command(stack, data_dir)
+        .arg("worker")
         .env("FLASHSALE_RECONCILE_INTERVAL_MS", "0")
         .env(
             "FLASHSALE_WORKER_LISTEN",

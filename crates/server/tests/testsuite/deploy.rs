@@ -8,14 +8,12 @@
 //! `scripts/promtool.sh` runs the promtool checks (promtool comes from Debian's `prometheus`
 //! package, which the test command installs before any test runs: scripts/test-deps.sh).
 
-mod common;
-
 use std::collections::BTreeSet;
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
-use common::Stack;
+use crate::common::Stack;
 
 use serde_json::{json, Value};
 
@@ -189,15 +187,7 @@ async fn the_exported_metrics_pass_promtool_check_metrics() {
     for user in 1..=4 {
         stack.buy(user, 3, &format!("r{user}"), json!(1)).await;
     }
-    let text = stack
-        .http
-        .get(format!("{}/metrics", stack.base))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let text = stack.metrics_text().await;
     assert!(text.contains("flashsale_purchases_total"), "{text}");
     let mut check = Command::new("promtool")
         .args(["check", "metrics"])

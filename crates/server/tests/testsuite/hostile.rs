@@ -3,14 +3,13 @@
 //! parsing through the whole router: any body, path or header gets a 4xx in our error shape
 //! (never 5xx) and a refused request changes nothing.
 
-#[macro_use]
-mod common;
+use crate::common;
 
 use std::time::{SystemTime, UNIX_EPOCH};
 
+use crate::common::{code, Stack};
 use axum::body::Body;
 use axum::http::{Request, StatusCode as HttpStatus};
-use common::Stack;
 use flashsale_core::{SkuId, UserId};
 use flashsale_server::auth::Auth;
 use flashsale_server::gateway::GatewayConfig;
@@ -19,10 +18,6 @@ use proptest::prelude::*;
 use reqwest::StatusCode;
 use serde_json::{json, Value};
 use tower::ServiceExt;
-
-fn code(body: &Value) -> &str {
-    body["code"].as_str().unwrap_or("")
-}
 
 fn now_s() -> u64 {
     SystemTime::now()
@@ -154,14 +149,7 @@ async fn every_bad_token_is_401_and_roles_hold(stack: &Stack) {
             "{method} {p}"
         );
     }
-    let (s, b) = stack
-        .call(
-            "GET",
-            &format!("/api/v1/orders/{no}"),
-            Some(&stack.token(1)),
-            None,
-        )
-        .await;
+    let (s, b) = stack.order(1, no).await;
     assert_eq!(s, StatusCode::OK, "{b}");
     assert_ne!(b["status"], json!("CANCELLED"));
 }
@@ -169,8 +157,7 @@ async fn every_bad_token_is_401_and_roles_hold(stack: &Stack) {
 /// An in-process service on the embedded ledger, without rate limits.
 async fn in_process() -> (axum::Router, AppState, tempfile::TempDir) {
     let dir = tempfile::tempdir().unwrap();
-    let url = format!("sqlite://{}/flashsale.db", dir.path().display());
-    let mut config = common::config(None, url);
+    let mut config = common::config(None, common::sqlite_url(&dir));
     config.tunables = Tunables {
         gateway: GatewayConfig::unlimited(),
         ..Tunables::default()

@@ -6,24 +6,22 @@
 //! spike with the check on sells exactly the stock (invariants from the database); the
 //! allowlist and the sales' own rules are kept where the blacklist is.
 
-#[macro_use]
-mod common;
+use crate::common;
 
 use std::collections::HashSet;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use crate::common::{code, Stack};
 use axum::extract::State;
 use axum::http::StatusCode as AxumStatus;
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use axum::{Json, Router};
-use common::Stack;
 use flashsale_core::{PurchaseRequest, RequestId, SkuId, UserId};
 use flashsale_server::risk::{Fallback, RiskConfig};
-use flashsale_testkit::mariadb::TestDatabase;
-use flashsale_testkit::{redis_server, wait};
+use flashsale_testkit::wait;
 use futures::StreamExt;
 use reqwest::StatusCode;
 use serde_json::{json, Value};
@@ -144,22 +142,11 @@ impl Drop for RiskService {
 }
 
 async fn embedded(risk: RiskConfig) -> Stack {
-    let dir = tempfile::tempdir().unwrap();
-    let url = format!("sqlite://{}/flashsale.db", dir.path().display());
-    let mut cfg = common::config(None, url);
-    cfg.tunables.risk = risk;
-    Stack::start(cfg, None, Some(dir)).await
+    Stack::embedded_with(|cfg| cfg.tunables.risk = risk).await
 }
 
 async fn redis_mysql(risk: RiskConfig) -> Stack {
-    let db = TestDatabase::create().await;
-    let mut cfg = common::config(Some(redis_server::shared_url()), db.url.clone());
-    cfg.tunables.risk = risk;
-    Stack::start(cfg, Some(db), None).await
-}
-
-fn code(b: &Value) -> &str {
-    b["code"].as_str().unwrap_or("")
+    Stack::redis_mysql_with(|cfg| cfg.tunables.risk = risk).await
 }
 
 /// Buyers `users` each try once (request id `r`), `concurrency` at a time: every answer.
@@ -191,6 +178,31 @@ async fn breaker_open(stack: &Stack) -> bool {
     let (s, view) = stack.admin("GET", "/api/v1/admin/risk", None).await;
     assert_eq!(s, StatusCode::OK, "{view}");
     view["breaker_open"].as_bool().unwrap()
+}
+
+/// Runs one test body (`async fn name(&Stack, &RiskService)`) on both ledgers, each with a
+/// risk service of its own that the service calls with `fallback` and `timeout`: tests
+/// `name::embedded` and `name::redis_mysql`.
+macro_rules! with_risk_service {
+    ($name:ident, $fallback:expr, $timeout:expr) => {
+        mod $name {
+            use super::*;
+
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn embedded() {
+                let service = RiskService::start();
+                let stack = super::embedded(service.config($fallback, $timeout)).await;
+                super::$name(&stack, &service).await;
+            }
+
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn redis_mysql() {
+                let service = RiskService::start();
+                let stack = super::redis_mysql(service.config($fallback, $timeout)).await;
+                super::$name(&stack, &service).await;
+            }
+        }
+    };
 }
 
 async fn denied_users_never_hold_stock(stack: &Stack, service: &RiskService) {
@@ -239,23 +251,7 @@ async fn denied_users_never_hold_stock(stack: &Stack, service: &RiskService) {
     assert_eq!(buyers(stack, 301).await, vec![8]);
 }
 
-mod denied_users_never_hold_stock {
-    use super::*;
-
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn embedded() {
-        let service = RiskService::start();
-        let stack = super::embedded(service.config(Fallback::Allow, PATIENT)).await;
-        denied_users_never_hold_stock(&stack, &service).await;
-    }
-
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn redis_mysql() {
-        let service = RiskService::start();
-        let stack = super::redis_mysql(service.config(Fallback::Allow, PATIENT)).await;
-        denied_users_never_hold_stock(&stack, &service).await;
-    }
-}
+with_risk_service!(denied_users_never_hold_stock, Fallback::Allow, PATIENT);
 
 /// A retry that lands on another instance (no memory of it there) while the service now
 /// refuses the buyer still gets its first outcome: the ledger's request key overrules.
@@ -349,10 +345,7 @@ async fn a_slow_risk_service_leaves_the_fallback_rule_to_decide_in_time() {
         stack.admin("DELETE", &path(312), None).await.0,
         StatusCode::OK
     );
-    assert_eq!(
-        stack.buy(9, 312, "r", json!(1)).await.0,
-        StatusCode::ACCEPTED
-    );
+    stack.buy_ok(9, 312, "r", 1).await;
     let off = stack.admin("DELETE", "/api/v1/admin/risk/allowlist/users/4", None);
     assert_eq!(off.await.0, StatusCode::OK);
     assert_eq!(
@@ -444,7 +437,10 @@ async fn a_risk_service_that_dies_mid_spike_does_not_stop_the_sale() {
     assert_eq!(buyers(&stack, 331).await.len(), 120);
     common::assert_invariants(stack.store().as_ref(), 331).await;
     let db = stack.db.as_ref().unwrap();
-    assert_eq!(common::mysql_counts(&db.url, 331).await, (120, 120, 120));
+    assert_eq!(
+        common::sql_counts(&db.url, 331).await.live(),
+        (120, 120, 120)
+    );
 }
 
 /// 500s open the breaker: purchases skip the service (the fallback decides) until a probe
@@ -462,10 +458,7 @@ async fn the_breaker_opens_on_errors_and_a_probe_closes_it() {
     let stack = embedded(config).await;
     stack.live_sale(341, 1_000, 1).await;
     for user in 1..=3 {
-        assert_eq!(
-            stack.buy(user, 341, "r", json!(1)).await.0,
-            StatusCode::ACCEPTED
-        );
+        stack.buy_ok(user, 341, "r", 1).await;
     }
     assert_eq!(service.shop.calls(), 3);
     assert!(breaker_open(&stack).await);
@@ -506,8 +499,7 @@ async fn the_sold_out_path_never_calls_the_risk_service() {
     stack.live_sale(351, 1, 1).await;
     let (s, first) = stack.buy(1, 351, "r", json!(1)).await;
     assert_eq!(s, StatusCode::ACCEPTED, "{first}");
-    let (s, b) = stack.buy(2, 351, "r", json!(1)).await;
-    assert_eq!((s, code(&b)), (StatusCode::CONFLICT, "SOLD_OUT"));
+    stack.buy_refused(2, 351, "r", 1, "SOLD_OUT").await;
     let state = stack.server.as_ref().unwrap().state.clone();
     let probe = PurchaseRequest {
         sku_id: SkuId(351),
@@ -542,7 +534,8 @@ async fn the_sold_out_path_never_calls_the_risk_service() {
 
 /// A spike with the check on: every fifth buyer is denied, the rest buy until the stock is
 /// gone; exactly the stock is sold, to allowed buyers only, invariants from the database.
-async fn a_spike_with_the_risk_check_sells_exactly_the_stock(stack: &Stack, shop: &Shop) {
+async fn a_spike_with_the_risk_check_sells_exactly_the_stock(stack: &Stack, service: &RiskService) {
+    let shop = &service.shop;
     shop.deny_every.store(5, Ordering::Relaxed);
     stack.live_sale(361, 150, 1).await;
     let answers = spike(stack, 361, 1..=400, 64).await;
@@ -569,32 +562,24 @@ async fn a_spike_with_the_risk_check_sells_exactly_the_stock(stack: &Stack, shop
     );
     common::assert_invariants(stack.store().as_ref(), 361).await;
     if let Some(db) = &stack.db {
-        assert_eq!(common::mysql_counts(&db.url, 361).await, (150, 150, 150));
+        assert_eq!(
+            common::sql_counts(&db.url, 361).await.live(),
+            (150, 150, 150)
+        );
     }
 }
 
-mod a_spike_with_the_risk_check_sells_exactly_the_stock {
-    use super::*;
-
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn embedded() {
-        let service = RiskService::start();
-        let stack = super::embedded(service.config(Fallback::Deny, PATIENT)).await;
-        a_spike_with_the_risk_check_sells_exactly_the_stock(&stack, &service.shop).await;
-    }
-
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn redis_mysql() {
-        let service = RiskService::start();
-        let stack = super::redis_mysql(service.config(Fallback::Deny, PATIENT)).await;
-        a_spike_with_the_risk_check_sells_exactly_the_stock(&stack, &service.shop).await;
-    }
-}
+with_risk_service!(
+    a_spike_with_the_risk_check_sells_exactly_the_stock,
+    Fallback::Deny,
+    PATIENT
+);
 
 /// The allowlist and a sale's own rule are kept where the deployment keeps the blacklist
 /// (Redis sets and hash, or SQLite), read back by the admin view, and decide while the
 /// service is slow.
-async fn the_fallback_lists_are_stored_with_the_blacklist(stack: &Stack, shop: &Shop) {
+async fn the_fallback_lists_are_stored_with_the_blacklist(stack: &Stack, service: &RiskService) {
+    let shop = &service.shop;
     shop.slow.store(true, Ordering::Relaxed);
     stack.live_sale(371, 10, 1).await;
     let rule = json!({"fallback": "allowlist"});
@@ -606,10 +591,7 @@ async fn the_fallback_lists_are_stored_with_the_blacklist(stack: &Stack, shop: &
     assert_eq!(view["allowlist"], json!([5]), "{view}");
     let own = json!([{"sku_id": 371, "fallback": "allowlist", "own": true}]);
     assert_eq!(view["sales"], own, "{view}");
-    assert_eq!(
-        stack.buy(5, 371, "r", json!(1)).await.0,
-        StatusCode::ACCEPTED
-    );
+    stack.buy_ok(5, 371, "r", 1).await;
     let (s, b) = stack.buy(6, 371, "r", json!(1)).await;
     assert_eq!((s, code(&b)), (StatusCode::FORBIDDEN, "RISK_DENIED"), "{b}");
     if let Some(url) = &stack.config.engine.ledger.redis_url {
@@ -632,20 +614,8 @@ async fn the_fallback_lists_are_stored_with_the_blacklist(stack: &Stack, shop: &
     }
 }
 
-mod the_fallback_lists_are_stored_with_the_blacklist {
-    use super::*;
-
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn embedded() {
-        let service = RiskService::start();
-        let stack = super::embedded(service.config(Fallback::Allow, TIMEOUT)).await;
-        the_fallback_lists_are_stored_with_the_blacklist(&stack, &service.shop).await;
-    }
-
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn redis_mysql() {
-        let service = RiskService::start();
-        let stack = super::redis_mysql(service.config(Fallback::Allow, TIMEOUT)).await;
-        the_fallback_lists_are_stored_with_the_blacklist(&stack, &service.shop).await;
-    }
-}
+with_risk_service!(
+    the_fallback_lists_are_stored_with_the_blacklist,
+    Fallback::Allow,
+    TIMEOUT
+);

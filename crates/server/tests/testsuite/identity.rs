@@ -4,17 +4,16 @@
 //! cooldown, served stale while the provider is down, and a key rotation mid-spike costs no
 //! valid buyer a 401 while the spike sells exactly the stock.
 
-#[macro_use]
-mod common;
+use crate::common;
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use crate::common::{code, Stack};
 use axum::http::StatusCode as AxumStatus;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use base64::Engine;
-use common::Stack;
 use flashsale_server::identity::{IdentityConfig, JwksSource};
 use futures::StreamExt;
 use jsonwebtoken::{Algorithm, EncodingKey, Header};
@@ -171,18 +170,14 @@ async fn stack_with(provider: &Provider, cooldown: Duration, redis: bool) -> Sta
     let source = JwksSource::Url(provider.url.clone());
     let stack = match redis {
         true => {
-            let db = flashsale_testkit::mariadb::TestDatabase::create().await;
-            let url = flashsale_testkit::redis_server::shared_url();
-            let mut config = common::config(Some(url), db.url.clone());
-            config.identity = Some(identity_config(source, cooldown));
-            Stack::start(config, Some(db), None).await
+            Stack::redis_mysql_with(|config| {
+                config.identity = Some(identity_config(source, cooldown))
+            })
+            .await
         }
         false => {
-            let dir = tempfile::tempdir().unwrap();
-            let url = format!("sqlite://{}/flashsale.db", dir.path().display());
-            let mut config = common::config(None, url);
-            config.identity = Some(identity_config(source, cooldown));
-            Stack::start(config, None, Some(dir)).await
+            Stack::embedded_with(|config| config.identity = Some(identity_config(source, cooldown)))
+                .await
         }
     };
     stack
@@ -192,17 +187,6 @@ async fn buy(stack: &Stack, token: &str, sku: u64, rid: &str) -> (StatusCode, Va
     let body = json!({"request_id": rid, "quantity": 1});
     let path = format!("/api/v1/sales/{sku}/purchases");
     stack.call("POST", &path, Some(token), Some(body)).await
-}
-
-/// A sample's value in Prometheus text (0 when absent).
-fn metric(text: &str, sample: &str) -> f64 {
-    text.lines()
-        .find_map(|l| l.strip_prefix(sample)?.trim().parse().ok())
-        .unwrap_or(0.0)
-}
-
-fn code(body: &Value) -> &str {
-    body["code"].as_str().unwrap_or("")
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -313,7 +297,7 @@ async fn a_spike_of_forged_kids_costs_one_fetch() {
     let forger = ec_key("unused");
     let before = provider.fetches();
     const UNKNOWN: &str = "flashsale_jwks_unknown_kid_total";
-    let unknown_before = metric(&stack.metrics_text().await, UNKNOWN);
+    let unknown_before = stack.metric(UNKNOWN).await;
     let answers: Vec<StatusCode> = futures::stream::iter(0..300u64)
         .map(|i| {
             let mut forged = forger.clone();
@@ -327,7 +311,7 @@ async fn a_spike_of_forged_kids_costs_one_fetch() {
         .await;
     assert!(answers.iter().all(|s| *s == StatusCode::UNAUTHORIZED));
     assert_eq!(provider.fetches(), before + 1, "300 forged kids, one fetch");
-    let unknown = metric(&stack.metrics_text().await, UNKNOWN);
+    let unknown = stack.metric(UNKNOWN).await;
     assert!(
         unknown - unknown_before >= 300.0,
         "{unknown_before} → {unknown}"
@@ -351,7 +335,7 @@ async fn the_cached_set_is_served_while_the_provider_is_down_or_broken() {
         .clone();
     // The recorder is one per test binary: counters are compared with their start.
     const ERRORS: &str = "flashsale_jwks_fetches_total{result=\"error\"}";
-    let errors_before = metric(&stack.metrics_text().await, ERRORS);
+    let errors_before = stack.metric(ERRORS).await;
     let broken: [Option<&[u8]>; 3] = [
         None,
         Some(b"<html>not a key set</html>"),
@@ -370,7 +354,7 @@ async fn the_cached_set_is_served_while_the_provider_is_down_or_broken() {
         assert_eq!(s, StatusCode::ACCEPTED, "case {i}: {b}");
     }
     assert!(identity.is_stale());
-    let errors = metric(&stack.metrics_text().await, ERRORS);
+    let errors = stack.metric(ERRORS).await;
     assert!(errors - errors_before >= 3.0, "{errors_before} → {errors}");
     // Back up: the next fetch clears the flag.
     provider.publish(&[&rsa]);
@@ -383,7 +367,7 @@ async fn a_key_set_file_that_does_not_parse_stops_the_start() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("jwks.json");
     std::fs::write(&path, b"{\"keys\": [").unwrap();
-    let url = format!("sqlite://{}/flashsale.db", dir.path().display());
+    let url = common::sqlite_url(&dir);
     let mut config = common::config(None, url.clone());
     config.identity = Some(identity_config(
         JwksSource::File(path.clone()),

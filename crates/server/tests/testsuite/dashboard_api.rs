@@ -2,12 +2,9 @@
 //! view counts this instance's answers per sale and second, and on Redis also shows the
 //! stream lag and the Lua scripts' latency.
 
-#[macro_use]
-mod common;
-
 use std::time::{Duration, Instant};
 
-use common::Stack;
+use crate::common::Stack;
 use reqwest::StatusCode;
 use serde_json::{json, Value};
 
@@ -47,8 +44,7 @@ async fn dashboard_counts_a_small_sale(stack: &Stack) {
         stack.buy(user, SKU, &format!("r{user}"), json!(1)).await;
     }
 
-    let (s, public) = stack.call("GET", "/api/v1/dashboard", None, None).await;
-    assert_eq!(s, StatusCode::OK, "{public}");
+    let public = stack.get_ok("/api/v1/dashboard").await;
     let card = sale(&public, SKU);
     assert_eq!(card["sold"], json!(UNITS), "{card}");
     assert_eq!(card["total"], json!(UNITS));

@@ -2,12 +2,12 @@
 //! itself, promises lost with Redis are reported) and the faults found around it, each with a
 //! test that fails without its fix. Real Redis, real MariaDB, real HTTP.
 
-mod common;
+use crate::common;
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::Stack;
+use crate::common::{code, order_no, Stack};
 use flashsale_core::{SaleState, SkuId};
 use flashsale_engine::reconcile::{Journal, ReconcileConfig, Reconciler, Trigger};
 use flashsale_server::Config;
@@ -15,38 +15,26 @@ use flashsale_testkit::mariadb::TestDatabase;
 use flashsale_testkit::redis_server::{self, RedisServer};
 use flashsale_testkit::wait;
 use reqwest::StatusCode;
-use serde_json::{json, Value};
+use serde_json::json;
 
 /// Redis at `redis_url`, a database of its own, no persister and no reconcile worker: the
 /// test decides when events move.
 async fn quiet_stack(redis_url: &str, edit: impl FnOnce(&mut Config)) -> Stack {
-    let db = TestDatabase::create().await;
-    let mut cfg = common::config(Some(redis_url.to_owned()), db.url.clone());
-    cfg.engine.persister.run = false;
-    cfg.engine.reconcile.interval = Duration::ZERO;
-    edit(&mut cfg);
-    Stack::start(cfg, Some(db), None).await
+    Stack::on_redis(redis_url, TestDatabase::create().await, |cfg| {
+        cfg.engine.persister.run = false;
+        cfg.engine.reconcile.interval = Duration::ZERO;
+        edit(cfg);
+    })
+    .await
 }
 
 fn key(text: &str) -> flashsale_core::RequestKey {
     flashsale_core::RequestKey::parse(text).unwrap()
 }
 
-fn order_no(body: &Value) -> String {
-    body["order_no"]
-        .as_str()
-        .expect("an order number")
-        .to_owned()
-}
-
-fn code(body: &Value) -> &str {
-    body["code"].as_str().unwrap_or("")
-}
-
+/// One unit bought by `user`; its order number.
 async fn buy_ok(stack: &Stack, user: u64, sku: u64, rid: &str) -> String {
-    let (s, b) = stack.buy(user, sku, rid, json!(1)).await;
-    assert_eq!(s, StatusCode::ACCEPTED, "{b}");
-    order_no(&b)
+    order_no(&stack.buy_ok(user, sku, rid, 1).await)
 }
 
 /// Runs the persister of `stack`'s config until the database holds every hot event.
@@ -71,7 +59,7 @@ async fn a_forced_warm_never_hands_an_order_number_out_twice() {
         nos.push(buy_ok(&stack, user, 42, "r").await);
     }
     assert_eq!(nos, ["42-1-1", "42-1-2", "42-1-3"]);
-    let (s, b) = stack.admin("POST", "/api/v1/sales/42/warm", None).await;
+    let (s, b) = stack.sale_action(42, "warm").await;
     assert_eq!((s, code(&b)), (StatusCode::CONFLICT, "SALE_EXISTS"), "{b}");
     let (s, b) = stack
         .admin("POST", "/api/v1/sales/42/warm?force=true", None)
@@ -87,8 +75,7 @@ async fn a_forced_warm_never_hands_an_order_number_out_twice() {
         "42-1-1",
         "a retry, first outcome"
     );
-    let (s, b) = stack.buy(1, 42, "again", json!(1)).await;
-    assert_eq!((s, code(&b)), (StatusCode::CONFLICT, "LIMIT_EXCEEDED"));
+    stack.buy_refused(1, 42, "again", 1, "LIMIT_EXCEEDED").await;
 
     persist(&stack, 42).await;
     let orders = stack.store().orders(SkuId(42)).await.unwrap();
@@ -160,10 +147,7 @@ async fn a_payment_lost_with_redis_is_reported() {
     let paid = buy_ok(&stack, 1, 44, "a").await;
     let kept = buy_ok(&stack, 2, 44, "b").await;
     // The deductions reach the database; the payment never does.
-    let (s, b) = stack
-        .admin("POST", "/api/v1/admin/reconcile/44/repair", None)
-        .await;
-    assert_eq!(s, StatusCode::OK, "{b}");
+    stack.repair(44).await;
     let pay = format!("/api/v1/orders/{paid}/pay");
     let (s, b) = stack.call("POST", &pay, Some(&stack.token(1)), None).await;
     assert_eq!(
@@ -212,14 +196,7 @@ async fn a_payment_lost_with_redis_is_reported() {
         .iter()
         .any(|r| r.lost_resolutions == [format!("{paid} paid")]));
     // The order the database holds is back, with its hold.
-    let (s, b) = stack
-        .call(
-            "GET",
-            &format!("/api/v1/orders/{kept}"),
-            Some(&stack.token(2)),
-            None,
-        )
-        .await;
+    let (s, b) = stack.order(2, &kept).await;
     assert_eq!(
         (s, b["status"].as_str()),
         (StatusCode::OK, Some("RESERVED"))
@@ -232,8 +209,7 @@ async fn sold_out_for_two_units_does_not_flag_a_sale_with_one_left() {
     stack.live_sale(45, 3, 2).await;
     let (s, _) = stack.buy(1, 45, "a", json!(2)).await;
     assert_eq!(s, StatusCode::ACCEPTED);
-    let (s, b) = stack.buy(2, 45, "b", json!(2)).await;
-    assert_eq!((s, code(&b)), (StatusCode::CONFLICT, "SOLD_OUT"));
+    stack.buy_refused(2, 45, "b", 2, "SOLD_OUT").await;
     // Had the flag been set, it would be within this bound (a local load).
     let flags = state(&stack).sold_out.clone();
     let set = wait::within(Duration::from_millis(300), || {
@@ -296,9 +272,9 @@ async fn serve_starts_while_redis_is_down_and_serves_once_it_is_up() {
     let (s, _) = stack.call("GET", "/readyz", None, None).await;
     assert_eq!(s, StatusCode::SERVICE_UNAVAILABLE);
     let body = json!({"sku_id": 47, "name": "t", "total_stock": 5, "per_user_limit": 1});
-    let (s, b) = stack.admin("POST", "/api/v1/sales", Some(body)).await;
+    let (s, b) = stack.create_sale(body).await;
     assert_eq!(s, StatusCode::CREATED, "{b}");
-    let (s, b) = stack.admin("POST", "/api/v1/sales/47/warm", None).await;
+    let (s, b) = stack.sale_action(47, "warm").await;
     assert_eq!(
         (s, code(&b)),
         (StatusCode::SERVICE_UNAVAILABLE, "UNAVAILABLE")
@@ -313,7 +289,7 @@ async fn serve_starts_while_redis_is_down_and_serves_once_it_is_up() {
         },
     )
     .await;
-    let (s, b) = stack.admin("POST", "/api/v1/sales/47/warm", None).await;
+    let (s, b) = stack.sale_action(47, "warm").await;
     assert_eq!(s, StatusCode::OK, "{b}");
     wait::until("a purchase to go through", Duration::from_secs(20), || async move {
         (st.buy(1, 47, "a", json!(1)).await.0 == StatusCode::ACCEPTED).then_some(())
@@ -332,7 +308,7 @@ async fn large_skus_and_times_that_validate_also_warm() {
         .await;
     assert_eq!(buy_ok(&stack, 1, sku, "a").await, format!("{sku}-1-1"));
     let body = json!({"sku_id": 1u64 << 53, "name": "too big", "total_stock": 5});
-    let (s, b) = stack.admin("POST", "/api/v1/sales", Some(body)).await;
+    let (s, b) = stack.create_sale(body).await;
     assert_eq!(
         (s, code(&b)),
         (StatusCode::BAD_REQUEST, "INVALID_REQUEST"),
@@ -367,10 +343,10 @@ async fn workers_and_the_reconciler_find_hot_sales_where_they_live() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn one_broken_sale_does_not_stop_expiry_or_reconciliation_of_the_others() {
     let redis = RedisServer::spawn().await;
-    let db = TestDatabase::create().await;
-    let mut cfg = common::config(Some(redis.url()), db.url.clone());
-    cfg.engine.reconcile.interval = Duration::ZERO;
-    let stack = Stack::start(cfg, Some(db), None).await;
+    let stack = Stack::on_redis(&redis.url(), TestDatabase::create().await, |cfg| {
+        cfg.engine.reconcile.interval = Duration::ZERO;
+    })
+    .await;
     for sku in [49, 50] {
         stack
             .live_sale_with(json!({"sku_id": sku, "name": "t", "total_stock": 5,
@@ -453,7 +429,7 @@ async fn auto_pause_never_reopens_a_sale_an_operator_ended() {
         || async { (hot_state().await == "paused").then_some(()) },
     )
     .await;
-    let (s, b) = stack.admin("POST", "/api/v1/sales/51/end", None).await;
+    let (s, b) = stack.sale_action(51, "end").await;
     assert_eq!(s, StatusCode::OK, "{b}");
     persist(&stack, 51).await;
     let st = &stack;
@@ -495,9 +471,7 @@ async fn a_settled_sale_is_no_longer_audited_by_every_pass() {
         persist(&stack, sku).await;
     }
     for sku in [51, 52] {
-        let (s, b) = stack
-            .admin("POST", &format!("/api/v1/sales/{sku}/end"), None)
-            .await;
+        let (s, b) = stack.sale_action(sku, "end").await;
         assert_eq!(s, StatusCode::OK, "{b}");
     }
     let reconciler = state(&stack).reconciler();

@@ -3,14 +3,14 @@
 //! Invariants are checked on what MariaDB holds; the failover numbers are printed (see
 //! docs/DEPLOY.md for what they were on the reference machine).
 
-mod common;
+use crate::common;
 
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use common::{assert_invariants, Stack};
+use crate::common::{assert_invariants, Stack};
 use flashsale_core::SkuId;
 use flashsale_engine::reconcile::Trigger;
 use flashsale_redis::{slot, Keys, Replication};
@@ -176,13 +176,18 @@ fn statuses(answers: &[Answer], sku: u64) -> HashMap<u16, usize> {
     counts
 }
 
-/// The 202 answers of `sku` that the database does not hold for the same buyer.
-async fn missing_in_db(stack: &Stack, answers: &[Answer], sku: u64) -> Vec<String> {
+/// The buyer of each order of `sku` the database holds, by order number.
+async fn held(stack: &Stack, sku: u64) -> HashMap<String, u64> {
     let orders = stack.store().orders(SkuId(sku)).await.unwrap();
-    let held: HashMap<String, u64> = orders
+    orders
         .iter()
         .map(|o| (o.order_no.to_string(), o.user_id.0))
-        .collect();
+        .collect()
+}
+
+/// The 202 answers of `sku` that the database does not hold for the same buyer.
+async fn missing_in_db(stack: &Stack, answers: &[Answer], sku: u64) -> Vec<String> {
+    let held = held(stack, sku).await;
     let mut missing = Vec::new();
     for a in answers.iter().filter(|a| a.sku == sku && a.status == 202) {
         let no = a.order_no.clone().unwrap();
@@ -246,8 +251,7 @@ async fn a_spike_on_every_shard_sells_exactly_the_stock() {
             counts.keys().all(|s| [202, 409].contains(s)),
             "sale {sku}: {counts:?}"
         );
-        let (orders, units, sold) =
-            common::mysql_counts(&stack.db.as_ref().unwrap().url, sku).await;
+        let (orders, units, sold) = common::sql_counts(stack.database_url(), sku).await.live();
         assert_eq!((orders, units, sold), (40, 40, 40), "sale {sku}");
         assert!(missing_in_db(&stack, &answers, sku).await.is_empty());
     }
@@ -273,27 +277,57 @@ fn error_window_ms(answers: &[Answer], sku: u64, from_ms: u64) -> u64 {
     }
 }
 
-/// A sale on the shard that fails over, one on another shard; stock enough for the whole run.
-async fn failover_setup(cluster: &RedisCluster) -> (Stack, u64, u64) {
-    let stack = cluster_stack(cluster).await;
+/// A failover test under way: a sale `hit` on the shard that fails over (its `primary` and the
+/// `replica` that takes over), one `other` on another shard, stock enough for the whole run,
+/// and a spike on both that `hit` has answered 202.
+struct Failover {
+    stack: Stack,
+    hit: u64,
+    other: u64,
+    primary: usize,
+    replica: usize,
+    spike: Spike,
+}
+
+/// Starts a [`Failover`] on `cluster` with `replication` (WAIT) in the service's config.
+async fn failover_setup(cluster: &RedisCluster, replication: Option<Replication>) -> Failover {
+    let db = TestDatabase::create().await;
+    let stack = Stack::on_redis(&cluster.urls(), db, |cfg| {
+        cfg.engine.ledger.replication = replication;
+    })
+    .await;
     let skus = sku_per_shard(cluster, 1_000).await;
     let (hit, other) = (skus[0], skus[1]);
     for sku in [hit, other] {
         stack.live_sale(sku, 1_000_000, 1).await;
     }
-    (stack, hit, other)
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_planned_failover_mid_spike_loses_no_accepted_purchase() {
-    let cluster = RedisCluster::spawn(NODE_TIMEOUT_MS).await;
-    let (stack, hit, other) = failover_setup(&cluster).await;
     let primary = cluster
         .primary_of_slot(slot(&Keys::default().sale(SkuId(hit))))
         .await;
     let replica = cluster.replica_of(primary).await;
     let spike = Spike::start(&stack, &[hit, other]);
     spike.accepted_again(hit, 0).await;
+    Failover {
+        stack,
+        hit,
+        other,
+        primary,
+        replica,
+        spike,
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_planned_failover_mid_spike_loses_no_accepted_purchase() {
+    let cluster = RedisCluster::spawn(NODE_TIMEOUT_MS).await;
+    let Failover {
+        stack,
+        hit,
+        other,
+        replica,
+        spike,
+        ..
+    } = failover_setup(&cluster, None).await;
     let failover_at = spike.now_ms();
     cluster.failover(replica).await;
     let refused_at = spike
@@ -377,21 +411,9 @@ impl KillOutcome {
 /// purchases the replica lacks when it is promoted.
 async fn kill_primary_mid_spike(replication: Option<Replication>, lagging: bool) -> KillOutcome {
     let mut cluster = RedisCluster::spawn(NODE_TIMEOUT_MS).await;
-    let db = TestDatabase::create().await;
-    let mut cfg = common::config(Some(cluster.urls()), db.url.clone());
-    cfg.engine.ledger.replication = replication;
-    let stack = Stack::start(cfg, Some(db), None).await;
-    let skus = sku_per_shard(&cluster, 1_000).await;
-    let (hit, other) = (skus[0], skus[1]);
-    for sku in [hit, other] {
-        stack.live_sale(sku, 1_000_000, 1).await;
-    }
-    let primary = cluster
-        .primary_of_slot(slot(&Keys::default().sale(SkuId(hit))))
-        .await;
-    let replica = cluster.replica_of(primary).await;
-    let spike = Spike::start(&stack, &[hit, other]);
-    spike.accepted_again(hit, 0).await;
+    let f = failover_setup(&cluster, replication).await;
+    let (stack, hit, other, spike) = (f.stack, f.hit, f.other, f.spike);
+    let (primary, replica) = (f.primary, f.replica);
     spike.accepted_again(hit, 1_000).await;
     let accepted_per_s = statuses(&spike.answers(), other)
         .get(&202)
@@ -569,11 +591,7 @@ async fn acked_purchases_a_promoted_replica_lacks_are_reported_by_order_number()
     worker.drain(sku).await;
     assert_invariants(stack.store().as_ref(), sku).await;
 
-    let orders = stack.store().orders(SkuId(sku)).await.unwrap();
-    let held: HashMap<String, u64> = orders
-        .iter()
-        .map(|o| (o.order_no.to_string(), o.user_id.0))
-        .collect();
+    let held = held(&stack, sku).await;
     for (no, user) in &replicated {
         assert_eq!(held.get(no), Some(user), "replicated order {no} survives");
     }

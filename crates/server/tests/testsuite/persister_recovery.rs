@@ -1,32 +1,56 @@
 //! The persister's recovery paths: its own pending entries behind a gap that a dead consumer
 //! holds, pending entries trimmed meanwhile, and a stream a dead letter stopped, across a
-//! restart. Real Redis, real MariaDB.
+//! restart. Real Redis, real MariaDB (and PostgreSQL for the first).
 
-mod common;
+use crate::common;
 
+use std::ops::RangeInclusive;
 use std::time::Duration;
 
-use common::Stack;
+use crate::common::Stack;
 use flashsale_core::{OrderStore, SkuId};
 use flashsale_engine::persister::{Persister, PersisterConfig};
 use flashsale_redis::StreamReader;
+use flashsale_server::Config;
 use flashsale_store::MySqlStore;
-use flashsale_testkit::mariadb::TestDatabase;
-use flashsale_testkit::redis_server;
 use flashsale_testkit::wait;
 use reqwest::StatusCode;
 use serde_json::json;
 use tokio::sync::broadcast;
 
-async fn stack_without_persister() -> Stack {
-    let db = TestDatabase::create().await;
-    let mut cfg = common::config(Some(redis_server::shared_url()), db.url.clone());
+/// No persister and no reconciler in the server: the tests run their own persisters.
+fn without_persister(cfg: &mut Config) {
     cfg.engine.persister.run = false;
     cfg.engine.reconcile.interval = Duration::ZERO;
-    Stack::start(cfg, Some(db), None).await
 }
 
-async fn buy(stack: &Stack, sku: u64, users: std::ops::RangeInclusive<u64>) {
+async fn stack_without_persister() -> Stack {
+    Stack::redis_mysql_with(without_persister).await
+}
+
+/// A live sale `sku` with a purchase of each of `users`, and the stream's consumer group read
+/// by a reader named `consumer`.
+async fn sold_to(
+    stack: &Stack,
+    sku: u64,
+    users: RangeInclusive<u64>,
+    consumer: &str,
+) -> StreamReader {
+    stack.live_sale(sku, 10, 1).await;
+    buy(stack, sku, users).await;
+    let reader = reader(stack, consumer).await;
+    reader.ensure_group(SkuId(sku)).await.unwrap();
+    reader
+}
+
+/// A connection to the stack's Redis.
+async fn redis_conn(stack: &Stack) -> redis::aio::MultiplexedConnection {
+    let url = stack.config.engine.ledger.redis_url.clone().unwrap();
+    let client = redis::Client::open(url).unwrap();
+    client.get_multiplexed_async_connection().await.unwrap()
+}
+
+async fn buy(stack: &Stack, sku: u64, users: RangeInclusive<u64>) {
     for u in users {
         let (s, b) = stack.buy(u, sku, "r", json!(1)).await;
         assert_eq!(s, StatusCode::ACCEPTED, "{b}");
@@ -57,47 +81,56 @@ async fn applied_seq(store: &dyn OrderStore, sku: u64) -> u64 {
     store.sale(SkuId(sku)).await.unwrap().unwrap().counters.seq
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn own_pending_entries_behind_a_gap_wait_for_the_dead_consumers_to_be_claimed() {
-    let stack = stack_without_persister().await;
-    stack.live_sale(61, 10, 1).await;
-    buy(&stack, 61, 1..=4).await;
+/// On both databases of the production path (the persister's writes are the store's).
+mod own_pending_entries_behind_a_gap_wait_for_the_dead_consumers_to_be_claimed {
+    use super::*;
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn redis_mysql() {
+        let stack = Stack::redis_mysql_with(without_persister).await;
+        super::own_pending_entries_behind_a_gap_wait_for_the_dead_consumers_to_be_claimed(&stack)
+            .await;
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn redis_postgres() {
+        let stack = Stack::redis_postgres_with(without_persister).await;
+        super::own_pending_entries_behind_a_gap_wait_for_the_dead_consumers_to_be_claimed(&stack)
+            .await;
+    }
+}
+
+async fn own_pending_entries_behind_a_gap_wait_for_the_dead_consumers_to_be_claimed(stack: &Stack) {
     let sku = SkuId(61);
-    let dead = reader(&stack, "dead").await;
-    dead.ensure_group(sku).await.unwrap();
+    let dead = sold_to(stack, 61, 1..=4, "dead").await;
     assert_eq!(dead.read_new(sku, 2, 0).await.unwrap().len(), 2);
     // The next owner held 3 and 4 before it restarted: its own pending entries have a gap.
-    let own = reader(&stack, "next").await;
+    let own = reader(stack, "next").await;
     assert_eq!(own.read_new(sku, 2, 0).await.unwrap().len(), 2);
-    let (stop, task) = start(&stack, "next");
+    let (stop, task) = start(stack, "next");
     stack.drain(61).await;
     stop.send(()).unwrap();
     task.await.unwrap();
     assert_eq!(own.pending_summary(sku).await.unwrap().count, 0);
     assert!(stack.store().dead_letters(sku).await.unwrap().is_empty());
     common::assert_invariants(stack.store().as_ref(), 61).await;
+    common::sql_counts(stack.database_url(), 61)
+        .await
+        .assert_invariants();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_pending_entry_trimmed_after_it_was_applied_is_acknowledged_not_parked() {
     let stack = stack_without_persister().await;
-    stack.live_sale(62, 10, 1).await;
-    buy(&stack, 62, 1..=2).await;
     let sku = SkuId(62);
-    let gone = reader(&stack, "gone").await;
-    gone.ensure_group(sku).await.unwrap();
+    let gone = sold_to(&stack, 62, 1..=2, "gone").await;
     let entries = gone.read_new(sku, 10, 0).await.unwrap();
     assert_eq!(entries.len(), 2);
     // Another writer (a reconciler's replay) applied them; then the stream was trimmed.
-    let (s, b) = stack
-        .admin("POST", "/api/v1/admin/reconcile/62/repair", None)
-        .await;
-    assert_eq!(s, StatusCode::OK, "{b}");
+    stack.repair(62).await;
     assert_eq!(applied_seq(stack.store().as_ref(), 62).await, 2);
     let last = entries.last().unwrap().0.clone();
-    let url = stack.config.engine.ledger.redis_url.clone().unwrap();
-    let client = redis::Client::open(url).unwrap();
-    let mut conn = client.get_multiplexed_async_connection().await.unwrap();
+    let mut conn = redis_conn(&stack).await;
     let key = gone.keys().events(sku);
     let _: i64 = redis::cmd("XDEL")
         .arg(&key)
@@ -141,9 +174,7 @@ async fn a_stream_stopped_by_a_dead_letter_stays_stopped_across_a_restart() {
     buy(&stack, 63, 1..=1).await;
     let (stop, task) = start(&stack, "restarted");
     // The lease is renewed on every step, parked or not: two renewals mean two steps taken.
-    let url = stack.config.engine.ledger.redis_url.clone().unwrap();
-    let client = redis::Client::open(url).unwrap();
-    let conn = client.get_multiplexed_async_connection().await.unwrap();
+    let conn = redis_conn(&stack).await;
     let lease = reader(&stack, "probe").await.keys().lease(SkuId(63));
     let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::<i64>::new()));
     wait::until("two lease renewals", Duration::from_secs(20), || {
@@ -178,9 +209,7 @@ async fn a_stream_stopped_by_a_dead_letter_stays_stopped_across_a_restart() {
 
 /// Whether some persister holds `sku`'s lease right now.
 async fn leased(stack: &Stack, sku: u64) -> bool {
-    let url = stack.config.engine.ledger.redis_url.clone().unwrap();
-    let client = redis::Client::open(url).unwrap();
-    let mut conn = client.get_multiplexed_async_connection().await.unwrap();
+    let mut conn = redis_conn(stack).await;
     let key = format!(
         "{}:{{{sku}}}:lease",
         stack.config.engine.ledger.redis_prefix
@@ -208,9 +237,7 @@ async fn a_settled_sale_retires_its_persister() {
         buy(&stack, sku, 1..=2).await;
     }
     for sku in [61, 63] {
-        let (s, b) = stack
-            .admin("POST", &format!("/api/v1/sales/{sku}/end"), None)
-            .await;
+        let (s, b) = stack.sale_action(sku, "end").await;
         assert_eq!(s, StatusCode::OK, "{b}");
     }
     let (stop, task) = start(&stack, "p1");

@@ -1,0 +1,25 @@
+//! The server's integration tests, one binary (each former test file is a module): the whole
+//! service over real HTTP on Redis+MariaDB, Redis+PostgreSQL and the embedded ledger, its
+//! gateway, identity, risk service, dashboard, deployment files and faults.
+
+#[macro_use]
+mod common;
+
+mod api;
+mod cluster;
+mod dashboard;
+mod dashboard_api;
+mod deploy;
+mod faults;
+mod gateway;
+mod hostile;
+mod hostile_model;
+mod identity;
+mod lifecycle;
+mod openapi;
+mod openapi_extra;
+mod persister_recovery;
+mod reconcile_faults;
+mod risk;
+mod shutdown;
+mod spike;

@@ -1,0 +1,7 @@
+//! The store's integration tests, one binary (each former test file is a module): every
+//! backend (MariaDB, PostgreSQL, SQLite) against the same bodies, the short apply path and
+//! rolling schema upgrades.
+
+mod schema_compat;
+mod short_apply;
+mod store;
