@@ -47,6 +47,9 @@ pub fn check_batch(sku: SkuId, reqs: &[PurchaseRequest]) -> Result<(), LedgerErr
     }
 }
 
+/// Whether a conditional change took place (`set_state_if`), or why it could not be tried.
+pub type Changed = Result<bool, LedgerError>;
+
 /// Result of pay or cancel: the order after the change, or why nothing changed.
 pub type Resolution = Result<HotOrder, ErrorCode>;
 
@@ -87,12 +90,7 @@ pub trait HotLedger: Send + Sync + 'static {
 
     /// Sets the operator state only when it is `from` now (back-pressure's auto-pause must
     /// never reopen a sale that an operator paused or ended meanwhile). True when it did.
-    async fn set_state_if(
-        &self,
-        sku: SkuId,
-        from: SaleState,
-        to: SaleState,
-    ) -> Result<bool, LedgerError>;
+    async fn set_state_if(&self, sku: SkuId, from: SaleState, to: SaleState) -> Changed;
 
     /// Judges a batch of purchases of one sale atomically, in order; one outcome per request.
     async fn purchase_batch(

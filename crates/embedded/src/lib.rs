@@ -23,7 +23,7 @@ use async_trait::async_trait;
 use tokio::sync::{oneshot, Mutex as AsyncMutex, OwnedMutexGuard};
 
 use flashsale_core::clock::now_ms;
-use flashsale_core::ledger::RestockListener;
+use flashsale_core::ledger::{Changed, RestockListener};
 use flashsale_core::limits::BATCH_LEN_MAX;
 use flashsale_core::{
     Counters, ErrorCode, Event, EventKind, HotCopies, HotLedger, HotOrder, LedgerError, OrderNo,
@@ -543,12 +543,7 @@ impl HotLedger for EmbeddedLedger {
 
     /// The book's state only: SQLite keeps the operator's word (as the database does for
     /// the Redis ledger), so an auto-pause never looks like an operator's pause.
-    async fn set_state_if(
-        &self,
-        sku: SkuId,
-        from: SaleState,
-        to: SaleState,
-    ) -> Result<bool, LedgerError> {
+    async fn set_state_if(&self, sku: SkuId, from: SaleState, to: SaleState) -> Changed {
         self.change_state(sku, Some(from), to).await
     }
 

@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
-use flashsale_core::ledger::{HotSnapshot, RestockFeed, RestockListener};
+use flashsale_core::ledger::{Changed, HotSnapshot, RestockFeed, RestockListener};
 use flashsale_core::limits::BATCH_LEN_MAX;
 use flashsale_core::{
     Counters, Durability, ErrorCode, HotCopies, HotLedger, HotOrder, LedgerError, OrderNo,
@@ -421,12 +421,7 @@ impl HotLedger for RedisLedger {
         self.state_answer(&inv).await.map(|_| ())
     }
 
-    async fn set_state_if(
-        &self,
-        sku: SkuId,
-        from: SaleState,
-        to: SaleState,
-    ) -> Result<bool, LedgerError> {
+    async fn set_state_if(&self, sku: SkuId, from: SaleState, to: SaleState) -> Changed {
         let mut inv = self.scripts.set_state.prepare_invoke();
         inv.key(self.keys.sale(sku))
             .arg(to.as_str())

@@ -8,7 +8,7 @@ use std::collections::HashSet;
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use flashsale_core::ledger::{HotSnapshot, RestockFeed, RestockListener};
+use flashsale_core::ledger::{Changed, HotSnapshot, RestockFeed, RestockListener};
 use flashsale_core::{
     Counters, HotCopies, HotLedger, HotOrder, Ledger, LedgerError, OrderNo, PurchaseOutcome,
     PurchaseRequest, Resolution, Sale, SaleState, SkuId, SoldOutSupport, UserId,
@@ -58,12 +58,7 @@ impl HotLedger for RoutedLedger {
         self.route(sku).set_state(sku, state).await
     }
 
-    async fn set_state_if(
-        &self,
-        sku: SkuId,
-        from: SaleState,
-        to: SaleState,
-    ) -> Result<bool, LedgerError> {
+    async fn set_state_if(&self, sku: SkuId, from: SaleState, to: SaleState) -> Changed {
         self.route(sku).set_state_if(sku, from, to).await
     }
 

@@ -500,14 +500,24 @@ async fn limits_answer_in_our_error_shape() {
     assert_eq!(code(&resp.json::<Value>().await.unwrap()), "UNAVAILABLE");
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn hot_sales_go_to_their_own_redis() {
-    let main = RedisServer::spawn().await;
-    let hot = RedisServer::spawn().await;
-    let db = TestDatabase::create().await;
+/// Redis `main` for every sale but `hot_sku`, which lives on Redis `hot`.
+fn hot_sale_config(
+    main: &RedisServer,
+    hot: &RedisServer,
+    db: &TestDatabase,
+    hot_sku: u64,
+) -> flashsale_server::Config {
     let mut config = common::config(Some(main.url()), db.url.clone());
     config.engine.ledger.hot_sales.redis_url = Some(hot.url());
-    config.engine.ledger.hot_sales.skus = vec![91];
+    config.engine.ledger.hot_sales.skus = vec![hot_sku];
+    config
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hot_sales_go_to_their_own_redis() {
+    let (main, hot) = (RedisServer::spawn().await, RedisServer::spawn().await);
+    let db = TestDatabase::create().await;
+    let config = hot_sale_config(&main, &hot, &db, 91);
     let stack = Stack::start(config.clone(), Some(db), None).await;
     stack.live_sale(91, 50, 1).await;
     stack.live_sale(92, 50, 1).await;
@@ -552,12 +562,9 @@ async fn hot_sales_go_to_their_own_redis() {
 /// accepted purchase of either sale is not confirmed (503), never 202.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_hot_sale_redis_waits_for_replicas_too() {
-    let main = RedisServer::spawn().await;
-    let hot = RedisServer::spawn().await;
+    let (main, hot) = (RedisServer::spawn().await, RedisServer::spawn().await);
     let db = TestDatabase::create().await;
-    let mut config = common::config(Some(main.url()), db.url.clone());
-    config.engine.ledger.hot_sales.redis_url = Some(hot.url());
-    config.engine.ledger.hot_sales.skus = vec![94];
+    let mut config = hot_sale_config(&main, &hot, &db, 94);
     config.engine.ledger.replication = Some(flashsale_redis::Replication {
         replicas: 1,
         timeout: Duration::from_millis(50),

@@ -225,8 +225,7 @@ async fn denied_users_never_hold_stock(stack: &Stack, service: &RiskService) {
     assert_eq!(service.shop.calls(), before + 1);
 
     // An accepted purchase's retry gets its first outcome without a call.
-    let (s, first) = stack.buy(8, 301, "a", json!(1)).await;
-    assert_eq!(s, StatusCode::ACCEPTED, "{first}");
+    let first = stack.buy_ok(8, 301, "a", 1).await;
     let before = service.shop.calls();
     let (s, again) = stack.buy(8, 301, "a", json!(1)).await;
     assert_eq!(
@@ -260,8 +259,7 @@ async fn a_retry_elsewhere_gets_its_first_outcome_whatever_the_service_says_now(
     let service = RiskService::start();
     let stack = redis_mysql(service.config(Fallback::Allow, PATIENT)).await;
     stack.live_sale(302, 5, 1).await;
-    let (s, first) = stack.buy(4, 302, "once", json!(1)).await;
-    assert_eq!(s, StatusCode::ACCEPTED, "{first}");
+    let first = stack.buy_ok(4, 302, "once", 1).await;
     service.shop.denied.lock().unwrap().insert(4);
     let mut other_cfg = stack.config.clone();
     other_cfg.engine.persister.run = false;
@@ -497,8 +495,7 @@ async fn the_sold_out_path_never_calls_the_risk_service() {
     let service = RiskService::start();
     let stack = embedded(service.config(Fallback::Allow, PATIENT)).await;
     stack.live_sale(351, 1, 1).await;
-    let (s, first) = stack.buy(1, 351, "r", json!(1)).await;
-    assert_eq!(s, StatusCode::ACCEPTED, "{first}");
+    let first = stack.buy_ok(1, 351, "r", 1).await;
     stack.buy_refused(2, 351, "r", 1, "SOLD_OUT").await;
     let state = stack.server.as_ref().unwrap().state.clone();
     let probe = PurchaseRequest {
