@@ -48,14 +48,9 @@ pub trait BlacklistStore: Send + Sync + 'static {
     async fn set_risk_allowed(&self, user: UserId, on: bool) -> Result<(), String>;
     /// Sets a sale's own risk fallback rule, or drops it (`None`: the instance's rule).
     async fn set_risk_fallback(&self, sku: SkuId, rule: Option<Fallback>) -> Result<(), String>;
-    /// Marks a purchase token used by `request_key`; true when it was unused, or used by
+    /// Marks a purchase token used by request `key`; true when it was unused, or used by
     /// this same request (a retry). Remembered for `ttl` (the token's remaining life).
-    async fn consume_token(
-        &self,
-        jti: &str,
-        request_key: &str,
-        ttl: Duration,
-    ) -> Result<bool, String>;
+    async fn consume_token(&self, jti: &str, key: &str, ttl: Duration) -> Result<bool, String>;
 }
 
 /// Used purchase tokens held in memory (one instance owns them all: embedded, tests).
@@ -94,46 +89,39 @@ pub struct MemoryBlacklist {
     tokens: UsedTokens,
 }
 
+impl MemoryBlacklist {
+    /// Changes the snapshot under its lock.
+    fn edit(&self, change: impl FnOnce(&mut BlacklistSnapshot)) -> Result<(), String> {
+        change(&mut self.snapshot.lock().expect("blacklist lock"));
+        Ok(())
+    }
+}
+
 #[async_trait]
 impl BlacklistStore for MemoryBlacklist {
     async fn load(&self) -> Result<BlacklistSnapshot, String> {
         Ok(self.snapshot.lock().expect("blacklist lock").clone())
     }
     async fn set_user(&self, user: UserId, blocked: bool) -> Result<(), String> {
-        let mut s = self.snapshot.lock().expect("blacklist lock");
-        toggle(&mut s.users, user.0, blocked);
-        Ok(())
+        self.edit(|s| toggle(&mut s.users, user.0, blocked))
     }
     async fn set_ip(&self, ip: IpAddr, blocked: bool) -> Result<(), String> {
-        let mut s = self.snapshot.lock().expect("blacklist lock");
-        toggle(&mut s.ips, ip, blocked);
-        Ok(())
+        self.edit(|s| toggle(&mut s.ips, ip, blocked))
     }
     async fn set_token_sale(&self, sku: SkuId, on: bool) -> Result<(), String> {
-        let mut s = self.snapshot.lock().expect("blacklist lock");
-        toggle(&mut s.token_sales, sku.0, on);
-        Ok(())
+        self.edit(|s| toggle(&mut s.token_sales, sku.0, on))
     }
     async fn set_risk_allowed(&self, user: UserId, on: bool) -> Result<(), String> {
-        let mut s = self.snapshot.lock().expect("blacklist lock");
-        toggle(&mut s.risk_allow, user.0, on);
-        Ok(())
+        self.edit(|s| toggle(&mut s.risk_allow, user.0, on))
     }
     async fn set_risk_fallback(&self, sku: SkuId, rule: Option<Fallback>) -> Result<(), String> {
-        let mut s = self.snapshot.lock().expect("blacklist lock");
-        match rule {
-            Some(rule) => s.risk_fallback.insert(sku.0, rule),
-            None => s.risk_fallback.remove(&sku.0),
-        };
-        Ok(())
+        self.edit(|s| match rule {
+            Some(rule) => _ = s.risk_fallback.insert(sku.0, rule),
+            None => _ = s.risk_fallback.remove(&sku.0),
+        })
     }
-    async fn consume_token(
-        &self,
-        jti: &str,
-        request_key: &str,
-        ttl: Duration,
-    ) -> Result<bool, String> {
-        Ok(self.tokens.consume(jti, request_key, ttl))
+    async fn consume_token(&self, jti: &str, key: &str, ttl: Duration) -> Result<bool, String> {
+        Ok(self.tokens.consume(jti, key, ttl))
     }
 }
 
@@ -231,13 +219,8 @@ impl BlacklistStore for SqliteBlacklist {
             .await
             .map_err(|e| e.to_string())
     }
-    async fn consume_token(
-        &self,
-        jti: &str,
-        request_key: &str,
-        ttl: Duration,
-    ) -> Result<bool, String> {
-        Ok(self.tokens.consume(jti, request_key, ttl))
+    async fn consume_token(&self, jti: &str, key: &str, ttl: Duration) -> Result<bool, String> {
+        Ok(self.tokens.consume(jti, key, ttl))
     }
 }
 
@@ -279,20 +262,7 @@ impl RedisBlacklist {
     /// The sales' own risk fallback rules (a hash sku → rule), bounded like the sets.
     async fn risk_fallbacks(&self) -> Result<HashMap<u64, Fallback>, String> {
         let key = self.risk_fallback_key();
-        let mut conn = self.conn.clone();
-        let n: usize = redis::cmd("HLEN")
-            .arg(&key)
-            .query_async(&mut conn)
-            .await
-            .map_err(|e| e.to_string())?;
-        if n > ENTRIES_MAX {
-            return Err(format!("{key} holds {n} entries, more than {ENTRIES_MAX}"));
-        }
-        let all: HashMap<String, String> = redis::cmd("HGETALL")
-            .arg(&key)
-            .query_async(&mut conn)
-            .await
-            .map_err(|e| e.to_string())?;
+        let all: HashMap<String, String> = self.read_bounded("HLEN", "HGETALL", &key).await?;
         Ok(all
             .iter()
             .filter_map(|(sku, rule)| Some((sku.parse().ok()?, Fallback::parse(rule).ok()?)))
@@ -300,17 +270,28 @@ impl RedisBlacklist {
     }
 
     async fn members(&self, key: String) -> Result<Vec<String>, String> {
+        self.read_bounded("SCARD", "SMEMBERS", &key).await
+    }
+
+    /// `read` of `key` (SMEMBERS, HGETALL) once `count` (SCARD, HLEN) says it holds at most
+    /// `ENTRIES_MAX` entries.
+    async fn read_bounded<T: redis::FromRedisValue>(
+        &self,
+        count: &str,
+        read: &str,
+        key: &str,
+    ) -> Result<T, String> {
         let mut conn = self.conn.clone();
-        let n: usize = redis::cmd("SCARD")
-            .arg(&key)
+        let n: usize = redis::cmd(count)
+            .arg(key)
             .query_async(&mut conn)
             .await
             .map_err(|e| e.to_string())?;
         if n > ENTRIES_MAX {
             return Err(format!("{key} holds {n} entries, more than {ENTRIES_MAX}"));
         }
-        redis::cmd("SMEMBERS")
-            .arg(&key)
+        redis::cmd(read)
+            .arg(key)
             .query_async(&mut conn)
             .await
             .map_err(|e| e.to_string())
@@ -377,18 +358,13 @@ impl BlacklistStore for RedisBlacklist {
             .map_err(|e| e.to_string())?;
         Ok(())
     }
-    async fn consume_token(
-        &self,
-        jti: &str,
-        request_key: &str,
-        ttl: Duration,
-    ) -> Result<bool, String> {
-        let key = format!("{}:ptok:{jti}", self.prefix);
+    async fn consume_token(&self, jti: &str, key: &str, ttl: Duration) -> Result<bool, String> {
+        let token_key = format!("{}:ptok:{jti}", self.prefix);
         let mut conn = self.conn.clone();
         let ms = ttl.as_millis().clamp(1, u64::MAX as u128) as u64;
         let set: Option<String> = redis::cmd("SET")
-            .arg(&key)
-            .arg(request_key)
+            .arg(&token_key)
+            .arg(key)
             .arg("NX")
             .arg("PX")
             .arg(ms)
@@ -399,11 +375,11 @@ impl BlacklistStore for RedisBlacklist {
             return Ok(true);
         }
         let holder: Option<String> = redis::cmd("GET")
-            .arg(&key)
+            .arg(&token_key)
             .query_async(&mut conn)
             .await
             .map_err(|e| e.to_string())?;
-        Ok(holder.as_deref() == Some(request_key))
+        Ok(holder.as_deref() == Some(key))
     }
 }
 
