@@ -57,6 +57,15 @@ pub struct Record {
 
 #[cfg(test)]
 impl Record {
+    /// Two purchases accepted in the first 100 ms (1 ms and 3 ms), one SOLD_OUT at 250 ms.
+    pub(crate) fn three_answers() -> Vec<Record> {
+        vec![
+            Record::answered(0, 1_000, "ACCEPTED"),
+            Record::answered(10_000, 3_000, "ACCEPTED"),
+            Record::answered(250_000, 500, "SOLD_OUT"),
+        ]
+    }
+
     /// A buyer answered on the first try (for the tests of what is computed from records).
     pub(crate) fn answered(due_us: u64, latency_us: u64, outcome: &str) -> Record {
         Record {

@@ -122,12 +122,7 @@ mod tests {
 
     #[test]
     fn answers_and_percentiles_per_bucket() {
-        let records = vec![
-            rec(0, 1_000, "ACCEPTED"),
-            rec(10_000, 3_000, "ACCEPTED"),
-            rec(250_000, 500, "SOLD_OUT"),
-        ];
-        let s = over_time(&records);
+        let s = over_time(&Record::three_answers());
         assert_eq!(s.t_ms, vec![0, 100, 200]);
         assert_eq!(s.answers_per_s["ACCEPTED"], vec![20.0, 0.0, 0.0]);
         assert_eq!(s.answers_per_s["SOLD_OUT"], vec![0.0, 0.0, 10.0]);

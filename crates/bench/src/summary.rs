@@ -144,18 +144,9 @@ fn timeline(
 mod tests {
     use super::*;
 
-    fn rec(due_us: u64, latency_us: u64, outcome: &str) -> Record {
-        Record::answered(due_us, latency_us, outcome)
-    }
-
     #[test]
     fn counts_outcomes_and_draws_the_stock_down() {
-        let records = vec![
-            rec(0, 1_000, "ACCEPTED"),
-            rec(50_000, 2_000, "ACCEPTED"),
-            rec(150_000, 500, "SOLD_OUT"),
-        ];
-        let s = summarize(&records, 2, 1);
+        let s = summarize(&Record::three_answers(), 2, 1);
         assert_eq!(s.outcomes["ACCEPTED"], 2);
         assert_eq!(s.accepted_units, 2);
         assert_eq!(s.timeline.last().unwrap().remaining, 0);
