@@ -8,7 +8,7 @@ use flashsale_core::{OrderStore, SkuId, UserId};
 use flashsale_server::auth::Auth;
 use flashsale_server::{Config, Server, Tunables};
 use flashsale_testkit::mariadb::TestDatabase;
-use flashsale_testkit::{postgres, redis_server};
+use flashsale_testkit::{postgres, redis_server, wait};
 use reqwest::StatusCode;
 use serde_json::{json, Value};
 
@@ -286,6 +286,15 @@ impl Stack {
     /// The Prometheus text of `/metrics`.
     pub async fn metrics_text(&self) -> String {
         self.raw_get("/metrics").await.text().await.unwrap()
+    }
+
+    /// Polls `/readyz` until it answers 200 (both the ledger and the database answer).
+    pub async fn until_ready(&self) {
+        let ready = || async {
+            let (s, _) = self.call("GET", "/readyz", None, None).await;
+            (s == StatusCode::OK).then_some(())
+        };
+        wait::until("/readyz to say ready", Duration::from_secs(20), ready).await;
     }
 
     /// The value of one sample of `/metrics` (name and labels as exported), 0 when absent.

@@ -280,15 +280,8 @@ async fn serve_starts_while_redis_is_down_and_serves_once_it_is_up() {
         (StatusCode::SERVICE_UNAVAILABLE, "UNAVAILABLE")
     );
     redis.start().await;
+    stack.until_ready().await;
     let st = &stack;
-    wait::until(
-        "/readyz to say ready",
-        Duration::from_secs(20),
-        || async move {
-            (st.call("GET", "/readyz", None, None).await.0 == StatusCode::OK).then_some(())
-        },
-    )
-    .await;
     let (s, b) = stack.sale_action(47, "warm").await;
     assert_eq!(s, StatusCode::OK, "{b}");
     wait::until("a purchase to go through", Duration::from_secs(20), || async move {
