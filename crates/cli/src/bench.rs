@@ -5,6 +5,7 @@
 //!   concurrency, same server; `--risk` puts a risk service of its own in the purchase path
 //!   (`bench_risk`).
 //! - `bench ledger`: the embedded ledger in-process (no HTTP): purchases committed per second.
+//! - `bench script` (`bench_script`): the purchase script's cost to Redis, part by part.
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -36,6 +37,8 @@ pub enum BenchCommand {
     Persister(PersisterArgs),
     /// A spike of buyers at running instances, with a report.
     Spike(Box<crate::spike::SpikeArgs>),
+    /// The purchase script's cost to Redis per purchase, part by part.
+    Script(crate::bench_script::ScriptArgs),
 }
 
 #[derive(Debug, Clone, Args)]
@@ -146,6 +149,7 @@ pub async fn run(cmd: BenchCommand) -> anyhow::Result<()> {
         BenchCommand::Strategies(args) => strategies(args).await,
         BenchCommand::Persister(args) => persister(args).await,
         BenchCommand::Spike(args) => crate::spike::run(*args).await,
+        BenchCommand::Script(args) => crate::bench_script::run(args).await,
     }
 }
 
@@ -554,6 +558,9 @@ async fn strategies(args: StrategiesArgs) -> anyhow::Result<()> {
         let dbs = [format!("{p}_rowlock"), format!("{p}_ours")];
         crate::strategies::drop_mysql(&args.mysql_url, &dbs).await?;
     }
+    // A persister stopping behind its strategy may have written its stream again after that
+    // strategy's cleanup: sweep every key of this run once more.
+    cleanup_redis(&mut admin, &format!("{prefix}*")).await?;
     print_strategies(&rows);
     let dir = std::path::Path::new("./flashsale-data/reports");
     std::fs::create_dir_all(dir)?;
@@ -677,7 +684,7 @@ async fn ours(
     }))
 }
 
-async fn cleanup_redis(
+pub(crate) async fn cleanup_redis(
     conn: &mut redis::aio::MultiplexedConnection,
     prefix: &str,
 ) -> anyhow::Result<()> {
@@ -689,6 +696,25 @@ async fn cleanup_redis(
         let _: i64 = redis::cmd("DEL").arg(&keys).query_async(conn).await?;
     }
     Ok(())
+}
+
+/// Where Redis spends per buyer, by command (the costliest six of each strategy).
+fn print_redis_commands(rows: &[crate::strategies::StrategyRow]) {
+    println!("\nRedis commands per buyer (INFO commandstats): command calls µs");
+    for r in rows.iter().filter(|r| !r.redis_by_command.is_empty()) {
+        let top: Vec<String> = r
+            .redis_by_command
+            .iter()
+            .take(6)
+            .map(|c| {
+                format!(
+                    "{} {:.3} {:.2}",
+                    c.command, c.calls_per_buyer, c.usec_per_buyer
+                )
+            })
+            .collect();
+        println!("{:<20} {}", r.strategy, top.join(", "));
+    }
 }
 
 fn print_strategies(rows: &[crate::strategies::StrategyRow]) {
@@ -736,6 +762,7 @@ fn print_strategies(rows: &[crate::strategies::StrategyRow]) {
             r.cpu_per_accepted.line()
         );
     }
+    print_redis_commands(rows);
     let find = |n: &str| rows.iter().find(|r| r.strategy == n);
     if let (Some(ours), Some(lua)) = (find("flashsale-redis"), find("redis-lua")) {
         // Per accepted purchase: what the success path costs Redis, whatever share of the

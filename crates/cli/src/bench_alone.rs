@@ -90,6 +90,8 @@ struct Child {
     db_server: String,
     secrets: (String, String),
     dir: PathBuf,
+    /// The Redis and key prefix of a Redis-ledger run, whose keys are deleted at the end.
+    redis: Option<(String, String)>,
 }
 
 /// What one (binary, ledger) run measured.
@@ -307,6 +309,7 @@ impl Child {
             db_server: record.server(args).unwrap_or_default().to_owned(),
             secrets: (jwt, admin),
             dir,
+            redis: (ledger == LedgerKind::Redis).then(|| (args.redis_url_alone(), tag.clone())),
         })
     }
 
@@ -344,6 +347,12 @@ impl Child {
         }
         if let Some((_, name)) = &self.db {
             crate::bench::drop_database(&self.db_server, name).await?;
+        }
+        if let Some((url, tag)) = &self.redis {
+            let mut conn = redis::Client::open(url.as_str())?
+                .get_multiplexed_async_connection()
+                .await?;
+            crate::bench::cleanup_redis(&mut conn, tag).await?;
         }
         let _ = std::fs::remove_dir_all(&self.dir);
         Ok(())

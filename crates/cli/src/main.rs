@@ -14,6 +14,7 @@
 mod bench;
 mod bench_alone;
 mod bench_risk;
+mod bench_script;
 mod demo;
 mod demo_reserve;
 mod reconcile;

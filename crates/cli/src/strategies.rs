@@ -53,6 +53,8 @@ pub struct StrategyRow {
     pub redis_usec_per_request: Option<f64>,
     /// Command µs per buyer as INFO commandstats counts them (a script's nested commands twice).
     pub redis_cmd_usec_per_request: Option<f64>,
+    /// Per command (INFO commandstats): calls and µs per buyer, the costliest first.
+    pub redis_by_command: Vec<CommandCost>,
     /// CPU of each process of the path (`/proc/<pid>/stat`), run and drain, µs per buyer.
     pub cpu_per_buyer: PhaseCpu,
     /// The same, µs per accepted purchase (units sold).
@@ -74,6 +76,15 @@ pub trait Strategy: Send + Sync {
     fn uses_redis(&self) -> bool {
         true
     }
+}
+
+/// One command's share of a run, per buyer (INFO commandstats: a script's nested commands
+/// are counted both on their own and inside the EVALSHA that called them).
+#[derive(Debug, Clone, Serialize)]
+pub struct CommandCost {
+    pub command: String,
+    pub calls_per_buyer: f64,
+    pub usec_per_buyer: f64,
 }
 
 pub struct Workload {
@@ -142,8 +153,9 @@ pub async fn measure(
         p50_ms: all.value_at_quantile(0.5) as f64 / 1e3,
         p99_ms: all.value_at_quantile(0.99) as f64 / 1e3,
         errors,
-        redis_usec_per_request: usec.map(|u| u.cpu),
-        redis_cmd_usec_per_request: usec.map(|u| u.commands),
+        redis_usec_per_request: usec.as_ref().map(|u| u.cpu),
+        redis_cmd_usec_per_request: usec.as_ref().map(|u| u.commands),
+        redis_by_command: usec.map(|u| u.by_command).unwrap_or_default(),
         cpu_per_buyer: meter.phase(&cpu_before, &cpu_after, w.users, wall),
         cpu_per_accepted: meter.phase(&cpu_before, &cpu_after, sold, wall),
         audit,
@@ -154,10 +166,12 @@ pub async fn measure(
 /// sys), everything a strategy costs Redis, reading requests and writing replies included.
 /// `commands`: the sum of INFO commandstats `usec`, the measure the issue names; it counts the
 /// commands a script calls twice (inside EVALSHA and on their own) and leaves out I/O.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 struct RedisUsec {
     cpu: f64,
     commands: f64,
+    /// Per command: (calls, usec), as INFO commandstats counts them.
+    by_command: Vec<CommandCost>,
 }
 
 impl RedisUsec {
@@ -175,24 +189,54 @@ impl RedisUsec {
             })
             .filter_map(|l| l.split(':').nth(1)?.trim().parse::<f64>().ok())
             .sum();
-        let commands = info
-            .lines()
-            .filter_map(|l| l.split(",usec=").nth(1))
-            .filter_map(|rest| rest.split(',').next()?.parse::<f64>().ok())
-            .sum();
+        let by_command: Vec<CommandCost> = info.lines().filter_map(command_stat).collect();
         Ok(RedisUsec {
             cpu: cpu_s * 1e6,
-            commands,
+            commands: by_command.iter().map(|c| c.usec_per_buyer).sum(),
+            by_command,
         })
     }
 
-    /// Per buyer since `before`.
+    /// Per buyer since `before`, the costliest command first.
     fn since(&self, before: &RedisUsec, buyers: u64) -> RedisUsec {
+        let per = buyers.max(1) as f64;
+        let mut by_command: Vec<CommandCost> = self
+            .by_command
+            .iter()
+            .map(|c| {
+                let b = before.by_command.iter().find(|b| b.command == c.command);
+                CommandCost {
+                    command: c.command.clone(),
+                    calls_per_buyer: (c.calls_per_buyer - b.map_or(0.0, |b| b.calls_per_buyer))
+                        / per,
+                    usec_per_buyer: (c.usec_per_buyer - b.map_or(0.0, |b| b.usec_per_buyer)) / per,
+                }
+            })
+            .filter(|c| c.calls_per_buyer > 0.0)
+            .collect();
+        by_command.sort_by(|a, b| b.usec_per_buyer.total_cmp(&a.usec_per_buyer));
         RedisUsec {
-            cpu: (self.cpu - before.cpu) / buyers as f64,
-            commands: (self.commands - before.commands) / buyers as f64,
+            cpu: (self.cpu - before.cpu) / per,
+            commands: (self.commands - before.commands) / per,
+            by_command,
         }
     }
+}
+
+/// `cmdstat_evalsha:calls=3,usec=41,usec_per_call=…` as totals (calls, usec) of one command.
+fn command_stat(line: &str) -> Option<CommandCost> {
+    let (name, rest) = line.strip_prefix("cmdstat_")?.split_once(':')?;
+    let field = |key: &str| -> Option<f64> {
+        rest.split(',')
+            .find_map(|kv| kv.strip_prefix(key))?
+            .parse()
+            .ok()
+    };
+    Some(CommandCost {
+        command: name.to_string(),
+        calls_per_buyer: field("calls=")?,
+        usec_per_buyer: field("usec=")?,
+    })
 }
 
 // ---- db-row-lock ------------------------------------------------------------------------

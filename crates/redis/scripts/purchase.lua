@@ -23,6 +23,9 @@
 -- The i-th (from 0) is the event of seq first_seq + i, order number <sku>-<epoch>-<seq>.
 -- Readers expand it into one event per change (codec.rs), as they read the one-event
 -- entries that resolve.lua and expire_due.lua write (and older purchase.lua wrote).
+--
+-- `--@stage NAME` lines mark where `flashsale bench script` cuts the script short (it inserts
+-- a return there) to measure what each part costs Redis per purchase.
 local K_SALE, K_BUYERS, K_REQUESTS, K_ORDERS, K_HOLDS, K_EVENTS =
   KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
 if #KEYS ~= 6 then
@@ -59,6 +62,7 @@ end
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 
+--@stage sale
 local function judge_window()
   -- A fenced copy is being replaced: the client retries with the same request_id.
   if fenced then return 'UNAVAILABLE' end
@@ -104,6 +108,7 @@ if m > 0 then
   end
 end
 
+--@stage replays
 -- Units held per user, read on first need for every user of the batch at once.
 local held_of = nil
 local function held(user)
@@ -177,6 +182,7 @@ for i = 1, n do
   out[3 * i - 2], out[3 * i - 1], out[3 * i] = tag, a, b
 end
 
+--@stage judged
 -- The deferred writes of the accepted requests, one command per key. A user accepted twice
 -- is written twice with the same final units.
 local w = 0
@@ -207,4 +213,5 @@ if w > 0 then
   redis.call('HSET', K_SALE, 'available', int(available), 'reserved', int(reserved),
     'sold', int(sold), 'seq', int(seq))
 end
+--@stage written
 return out
