@@ -210,3 +210,41 @@ fn print(rows: &[StageCost]) {
         "(µs per purchase; cpu: Redis main thread, INFO cpu; part: this stage less the one before)"
     );
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_shipped_script_is_cut_at_each_stage_in_order() {
+        let script = flashsale_redis::scripts::PURCHASE;
+        let cuts = variants(script);
+        let names: Vec<&str> = cuts.iter().map(|(s, _)| s.as_str()).collect();
+        assert_eq!(
+            names,
+            [
+                "sale",
+                "replays",
+                "judged",
+                "written",
+                "reply (whole script)"
+            ]
+        );
+        for (stage, text) in &cuts[..cuts.len() - 1] {
+            assert_eq!(text.matches("do return {} end").count(), 1, "{stage}");
+            assert!(!text.contains(&format!("--@stage {stage}\n")), "{stage}");
+        }
+        assert_eq!(cuts.last().map(|(_, t)| t.as_str()), Some(script));
+    }
+
+    #[test]
+    fn info_fields_are_read_by_exact_name() {
+        let info = "# CPU\r\nused_cpu_user_main_thread:1.5\r\nused_cpu_user:9\r\n";
+        assert_eq!(
+            info_field(info, "used_cpu_user").as_deref(),
+            Some("9"),
+            "a name that prefixes another is not confused with it"
+        );
+        assert_eq!(info_field(info, "missing"), None);
+    }
+}

@@ -595,3 +595,18 @@ pub async fn drop_mysql(server_url: &str, names: &[String]) -> anyhow::Result<()
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::command_stat;
+
+    #[test]
+    fn command_stats_read_calls_and_usec_not_usec_per_call() {
+        let c =
+            command_stat("cmdstat_evalsha:calls=3,usec=41,usec_per_call=13.67,rejected_calls=0")
+                .expect("a command line");
+        assert_eq!(c.command, "evalsha");
+        assert_eq!((c.calls_per_buyer, c.usec_per_buyer), (3.0, 41.0));
+        assert!(command_stat("used_cpu_sys:1.0").is_none());
+    }
+}
