@@ -96,6 +96,52 @@ async fn a_promoted_replica_fences_the_copy_instead_of_selling_from_it() {
     buy_ok(&on_primary, sku, 3, "c", 1).await;
 }
 
+/// `REPLICAOF <primary>`: `node` takes `primary`'s data (a full sync: what it wrote alone is gone).
+async fn follow(node: &RedisServer, primary: &RedisServer) {
+    let _: () = redis::cmd("REPLICAOF")
+        .arg(&primary.bind)
+        .arg(primary.port)
+        .query_async(&mut raw(node).await)
+        .await
+        .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_primary_promoted_back_with_a_replicas_data_fences_the_copy() {
+    // A primary cut off with a minority keeps selling (its persister may store what it
+    // sold), its replica is promoted, the old primary rejoins as that replica's replica and
+    // takes its data, then is promoted back: the same process (run_id) as the one the copy
+    // was opened on, with a copy that lacks what it sold alone.
+    let (primary, replica, on_primary) = ledger_on_primary().await;
+    let sale = live_sale(SaleMode::Direct, 10, 2);
+    let sku = warm(&on_primary, &sale).await;
+    buy_ok(&on_primary, sku, 1, "a", 1).await;
+    in_sync(&primary).await;
+    promote(&replica).await;
+    let alone = buy_ok(&on_primary, sku, 2, "b", 1).await;
+
+    follow(&primary, &replica).await;
+    wait::until("the old primary to hold its replica's data", Duration::from_secs(10), || {
+        let on_primary = &on_primary;
+        async move {
+            let c = on_primary.counters(sku).await.ok()??;
+            (c.seq == 1).then_some(())
+        }
+    })
+    .await;
+    promote(&primary).await;
+
+    let outcome = buy(&on_primary, sku, 3, "c", 1).await;
+    assert_eq!(
+        outcome,
+        PurchaseOutcome::Rejected(ErrorCode::Unavailable),
+        "order {} was sold alone on this node; its number must not be handed out again",
+        alone.order_no
+    );
+    let c = on_primary.counters(sku).await.unwrap().unwrap();
+    assert_eq!(c.seq, 1, "nothing was written on the copy that lost a sale");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_copy_opened_on_the_promoted_node_sells_again() {
     let (primary, replica, on_primary) = ledger_on_primary().await;
