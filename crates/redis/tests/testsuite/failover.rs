@@ -122,13 +122,17 @@ async fn a_primary_promoted_back_with_a_replicas_data_fences_the_copy() {
     let alone = buy_ok(&on_primary, sku, 2, "b", 1).await;
 
     follow(&primary, &replica).await;
-    wait::until("the old primary to hold its replica's data", Duration::from_secs(10), || {
-        let on_primary = &on_primary;
-        async move {
-            let c = on_primary.counters(sku).await.ok()??;
-            (c.seq == 1).then_some(())
-        }
-    })
+    wait::until(
+        "the old primary to hold its replica's data",
+        Duration::from_secs(10),
+        || {
+            let on_primary = &on_primary;
+            async move {
+                let c = on_primary.counters(sku).await.ok()??;
+                (c.seq == 1).then_some(())
+            }
+        },
+    )
     .await;
     promote(&primary).await;
 
