@@ -3,6 +3,7 @@
 //! Map of the crate:
 //! - [`ids`]: `SkuId`, `UserId`, `RequestId`, `RequestKey`, `OrderNo`: validation and text forms.
 //! - [`sale`]: a sale's definition, mode, state and counters.
+//! - [`buckets`]: a sale's stock split over several hot copies: counts and their bounds.
 //! - [`order`]: order status, hot orders, events and the counter delta of each event.
 //! - [`error`]: the error codes of the HTTP contract and the errors of ledgers and stores.
 //! - [`rules`]: `SaleBook`, the reference state machine of one sale. The embedded ledger
@@ -17,6 +18,7 @@
 //! May depend on serde, serde_json, thiserror and async-trait only; never on tokio, redis or
 //! sqlx. Every other crate may depend on it.
 
+pub mod buckets;
 pub mod clock;
 pub mod error;
 pub mod ids;
