@@ -85,6 +85,12 @@ pub trait HotLedger: Send + Sync + 'static {
     /// When an accepted purchase is durable, relative to its answer.
     fn durability(&self) -> Durability;
 
+    /// The most buckets a sale on this ledger may have ([`Sale::buckets`]). A ledger with
+    /// no shards runs a bucketed sale as one book and takes up to
+    /// [`BUCKETS_MAX`](crate::buckets::BUCKETS_MAX); one that places buckets on shards takes
+    /// what it can place. The service refuses a sale with more, before storing it.
+    fn buckets_max(&self) -> u16;
+
     /// Sets the operator state (live, paused, ended) of an open sale.
     async fn set_state(&self, sku: SkuId, state: SaleState) -> Result<(), LedgerError>;
 

@@ -2,6 +2,7 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::buckets::{self, BUCKETS_MAX};
 use crate::ids::SkuId;
 use crate::limits::{
     PAYMENT_TIMEOUT_MS_MAX, PER_USER_LIMIT_MAX, SALE_NAME_LEN_MAX, SCRIPT_INT_MAX, TOTAL_STOCK_MAX,
@@ -84,6 +85,15 @@ pub struct Sale {
     pub starts_at_ms: i64,
     pub ends_at_ms: i64,
     pub state: SaleState,
+    /// How many hot copies (buckets) the stock is split over, 1..=[`BUCKETS_MAX`]; 1 (the
+    /// default) is one hot copy, the layout of a sale without buckets.
+    #[serde(default = "one_bucket")]
+    #[cfg_attr(feature = "openapi", schema(minimum = 1, maximum = 64, default = 1))]
+    pub buckets: u16,
+}
+
+fn one_bucket() -> u16 {
+    1
 }
 
 impl Sale {
@@ -101,6 +111,7 @@ impl Sale {
             starts_at_ms: 0,
             ends_at_ms: SCRIPT_INT_MAX as i64,
             state: SaleState::Live,
+            buckets: 1,
         }
     }
 
@@ -129,6 +140,9 @@ impl Sale {
         }
         if self.ends_at_ms as u64 > SCRIPT_INT_MAX {
             return Err(format!("ends_at_ms must be at most {SCRIPT_INT_MAX}"));
+        }
+        if !buckets::valid_count(self.buckets) {
+            return Err(format!("buckets must be 1..={BUCKETS_MAX}"));
         }
         Ok(())
     }
@@ -241,6 +255,7 @@ mod tests {
             starts_at_ms: 0,
             ends_at_ms: 1,
             state: SaleState::Scheduled,
+            buckets: 1,
         }
     }
 
@@ -257,6 +272,8 @@ mod tests {
             (with(|s| s.per_user_limit = 0), "per_user_limit"),
             (with(|s| s.mode = SaleMode::Reserve), "payment_timeout_ms"),
             (with(|s| s.ends_at_ms = 0), "ends_at_ms"),
+            (with(|s| s.buckets = 0), "buckets"),
+            (with(|s| s.buckets = BUCKETS_MAX + 1), "buckets"),
         ];
         for (bad, field) in cases {
             assert!(bad.validate().unwrap_err().contains(field), "{field}");

@@ -537,6 +537,12 @@ impl HotLedger for EmbeddedLedger {
         flashsale_core::Durability::BeforeAnswer
     }
 
+    /// All: the embedded ledger has no shards, so a bucketed sale runs as one book (one
+    /// writer, one SQLite database); its buckets are only the sale's definition.
+    fn buckets_max(&self) -> u16 {
+        flashsale_core::buckets::BUCKETS_MAX
+    }
+
     async fn set_state(&self, sku: SkuId, state: SaleState) -> Result<(), LedgerError> {
         self.change_state(sku, None, state).await.map(|_| ())
     }

@@ -415,6 +415,11 @@ impl HotLedger for RedisLedger {
         Durability::Streamed
     }
 
+    /// One: every key of a sale carries one hash tag, so its stock lives on one shard.
+    fn buckets_max(&self) -> u16 {
+        1
+    }
+
     async fn set_state(&self, sku: SkuId, state: SaleState) -> Result<(), LedgerError> {
         let mut inv = self.scripts.set_state.prepare_invoke();
         inv.key(self.keys.sale(sku)).arg(state.as_str());
@@ -554,6 +559,12 @@ impl HotLedger for RedisLedger {
 impl HotCopies for RedisLedger {
     async fn load(&self, sale: &Sale, counters: &Counters, epoch: u64) -> Result<(), LedgerError> {
         sale.validate().map_err(LedgerError::Internal)?;
+        if sale.buckets > self.buckets_max() {
+            return Err(LedgerError::Internal(format!(
+                "a sale of {} buckets: this ledger holds a sale's stock on one shard",
+                sale.buckets
+            )));
+        }
         if !counters.conserved() || counters.total != sale.total_stock {
             return Err(LedgerError::Internal(format!(
                 "counters do not fit the sale: {counters:?}"

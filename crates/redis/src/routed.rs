@@ -54,6 +54,10 @@ impl HotLedger for RoutedLedger {
         self.main.durability()
     }
 
+    fn buckets_max(&self) -> u16 {
+        self.main.buckets_max()
+    }
+
     async fn set_state(&self, sku: SkuId, state: SaleState) -> Result<(), LedgerError> {
         self.route(sku).set_state(sku, state).await
     }

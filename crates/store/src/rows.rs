@@ -26,6 +26,7 @@ pub(crate) struct SaleRow {
     pub starts_at_ms: i64,
     pub ends_at_ms: i64,
     pub state: String,
+    pub buckets: u32,
 }
 
 fn count(what: &str, v: i64) -> Result<u64, StoreError> {
@@ -52,6 +53,7 @@ impl SaleRow {
             starts_at_ms: row.int("starts_at_ms")?,
             ends_at_ms: row.int("ends_at_ms")?,
             state: row.text("state")?,
+            buckets: row.small("buckets")?,
         })
     }
 
@@ -84,6 +86,9 @@ impl SaleRow {
                 starts_at_ms: self.starts_at_ms,
                 ends_at_ms: self.ends_at_ms,
                 state,
+                buckets: u16::try_from(self.buckets).map_err(|_| {
+                    StoreError::Internal(format!("buckets out of range: {}", self.buckets))
+                })?,
             },
             counters,
             epoch: self.epoch,

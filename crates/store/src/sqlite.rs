@@ -247,8 +247,8 @@ impl Store<Sqlite> {
         }
         sqlx::query(
             "INSERT INTO sales (sku_id, name, total_stock, available, reserved, sold, applied_seq, \
-             epoch, per_user_limit, mode, payment_timeout_ms, starts_at_ms, ends_at_ms, state) \
-             VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) \
+             epoch, per_user_limit, mode, payment_timeout_ms, starts_at_ms, ends_at_ms, state, \
+             buckets) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) \
              ON CONFLICT (sku_id) DO UPDATE SET name = excluded.name, \
              total_stock = excluded.total_stock, available = excluded.available, \
              reserved = excluded.reserved, sold = excluded.sold, \
@@ -256,7 +256,7 @@ impl Store<Sqlite> {
              per_user_limit = excluded.per_user_limit, mode = excluded.mode, \
              payment_timeout_ms = excluded.payment_timeout_ms, \
              starts_at_ms = excluded.starts_at_ms, ends_at_ms = excluded.ends_at_ms, \
-             state = excluded.state, updated_at = strftime('%Y-%m-%dT%H:%M:%fZ', 'now')",
+             state = excluded.state, buckets = excluded.buckets, updated_at = strftime('%Y-%m-%dT%H:%M:%fZ', 'now')",
         )
         .bind(i(sale.sku_id.0))
         .bind(&sale.name)
@@ -272,6 +272,7 @@ impl Store<Sqlite> {
         .bind(sale.starts_at_ms)
         .bind(sale.ends_at_ms)
         .bind(sale.state.as_str())
+        .bind(sale.buckets)
         .execute(&self.writer)
         .await
         .map_err(db_error)?;

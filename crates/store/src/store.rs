@@ -461,6 +461,7 @@ impl<B: Backend> OrderStore for Store<B> {
             Arg::Int(s.starts_at_ms),
             Arg::Int(s.ends_at_ms),
             Arg::Text(s.state.as_str()),
+            Arg::Small(u32::from(s.buckets)),
         ];
         match self.write(sql::INSERT_SALE, &args).await {
             Ok(_) => Ok(stored),

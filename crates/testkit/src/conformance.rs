@@ -12,6 +12,7 @@ use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use flashsale_core::buckets::BUCKETS_MAX;
 use flashsale_core::limits::BATCH_LEN_MAX;
 use flashsale_core::{
     Counters, ErrorCode, HotOrder, Ledger, LedgerError, OrderNo, OrderStatus, PurchaseOutcome,
@@ -29,6 +30,7 @@ pub const PAYMENT_TIMEOUT_MS: u64 = 300;
 pub async fn run_all(ledger: Arc<dyn Ledger>) {
     let l = ledger.as_ref();
     accepts_until_sold_out(l).await;
+    a_bucketed_sale_is_held_whole_or_refused(l).await;
     per_user_limit_counts_units(l).await;
     window_and_state_are_judged(l).await;
     not_warmed_sales_are_refused(l).await;
@@ -109,6 +111,7 @@ pub fn live_sale(mode: SaleMode, total: u64, limit: u32) -> Sale {
         starts_at_ms: now - HOUR_MS,
         ends_at_ms: now + HOUR_MS,
         state: SaleState::Live,
+        buckets: 1,
     }
 }
 
@@ -249,6 +252,31 @@ pub async fn accepts_until_sold_out(ledger: &dyn Ledger) {
     buy_refused(ledger, sku, 4, "r1", 1, ErrorCode::SoldOut).await;
     buy_refused(ledger, sku, 1, "r2", 1, ErrorCode::SoldOut).await;
     assert_eq!(stock(ledger, sku).await, (0, 0, 3, 3));
+}
+
+/// A sale of [`BUCKETS_MAX`] buckets: a ledger that says it holds them sells exactly the
+/// stock with the per-user limit kept, whichever buyers come; one that does not refuses the
+/// copy and holds nothing of it.
+pub async fn a_bucketed_sale_is_held_whole_or_refused(ledger: &dyn Ledger) {
+    let sale = Sale {
+        buckets: BUCKETS_MAX,
+        ..live_sale(SaleMode::Direct, 10, 2)
+    };
+    let sku = sale.sku_id;
+    if ledger.buckets_max() < sale.buckets {
+        let refused = ledger.warm(&sale, &sale.fresh_counters(), 1).await;
+        assert!(refused.is_err(), "a copy it cannot hold was loaded");
+        assert_eq!(ledger.counters(sku).await.expect("counters"), None);
+        return;
+    }
+    warm(ledger, &sale).await;
+    for user in 1..=4 {
+        buy_ok(ledger, sku, user, "a", 2).await;
+    }
+    buy_refused(ledger, sku, 1, "b", 1, ErrorCode::LimitExceeded).await;
+    buy_ok(ledger, sku, 5, "a", 2).await;
+    buy_refused(ledger, sku, 6, "a", 1, ErrorCode::SoldOut).await;
+    assert_eq!(stock(ledger, sku).await, (0, 0, 10, 5));
 }
 
 /// The per-user limit counts units across orders; quantity 0 is invalid, above the limit is

@@ -14,6 +14,7 @@ fn sale(total: u64, limit: u32, mode: SaleMode) -> Sale {
         starts_at_ms: 500,
         ends_at_ms: 5_000,
         state: SaleState::Live,
+        buckets: 1,
     }
 }
 

@@ -30,6 +30,7 @@ fn sale() -> Sale {
         starts_at_ms: now - 3_600_000,
         ends_at_ms: now + 3_600_000,
         state: SaleState::Live,
+        buckets: 1,
     }
 }
 

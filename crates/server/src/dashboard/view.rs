@@ -31,6 +31,8 @@ pub struct SaleCard {
     pub name: String,
     pub state: SaleState,
     pub mode: String,
+    /// Hot copies the stock is split over (1: one).
+    pub buckets: u16,
     pub total: u64,
     pub available: u64,
     pub reserved: u64,

@@ -136,6 +136,7 @@ async fn card(st: &AppState, stored: &StoredSale) -> SaleCard {
         name: stored.sale.name.clone(),
         state: stored.sale.state,
         mode: stored.sale.mode.as_str().to_owned(),
+        buckets: stored.sale.buckets,
         total: c.total,
         available: c.available,
         reserved: c.reserved,

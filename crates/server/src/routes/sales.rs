@@ -38,6 +38,10 @@ pub struct CreateSale {
     pub starts_at_ms: Option<i64>,
     #[schema(minimum = 1, maximum = 9_007_199_254_740_991_i64)]
     pub ends_at_ms: Option<i64>,
+    /// How many hot copies the stock is split over. The embedded ledger takes up to 64 and
+    /// runs them as one book; the Redis ledger takes 1 (a sale lives on one shard).
+    #[schema(minimum = 1, maximum = 64, default = 1)]
+    pub buckets: Option<u16>,
 }
 
 /// A sale with its stock.
@@ -88,6 +92,7 @@ impl CreateSale {
                 .ends_at_ms
                 .unwrap_or(starts_at_ms.saturating_add(SALE_LENGTH_MS_DEFAULT)),
             state: SaleState::Scheduled,
+            buckets: self.buckets.unwrap_or(1),
         };
         sale.validate().map_err(AppError::invalid)?;
         Ok(sale)
@@ -102,12 +107,25 @@ pub async fn create(
     ApiJson(body): ApiJson<CreateSale>,
 ) -> Result<(StatusCode, Json<SaleView>), AppError> {
     let sale = body.into_sale()?;
+    fits_the_ledger(&st, &sale)?;
     let stored = st.store.create_sale(&sale).await?;
     st.sales.forget(sale.sku_id);
     Ok((
         StatusCode::CREATED,
         Json(SaleView::new(&stored.sale, &stored.counters)),
     ))
+}
+
+/// Refuses a sale the hot ledger cannot hold, before anything is stored.
+fn fits_the_ledger(st: &AppState, sale: &Sale) -> Result<(), AppError> {
+    let max = st.ledger.buckets_max();
+    if sale.buckets <= max {
+        return Ok(());
+    }
+    Err(AppError::invalid(format!(
+        "buckets must be 1..={max} on the {} ledger (it holds a sale's stock on one shard)",
+        st.ledger.kind()
+    )))
 }
 
 #[utoipa::path(get, path = "/sales/{sku_id}", tag = "sales", operation_id = "get_sale",

@@ -1,11 +1,12 @@
 //! The server's integration tests, one binary (each former test file is a module): the whole
 //! service over real HTTP on Redis+MariaDB, Redis+PostgreSQL and the embedded ledger, its
-//! gateway, identity, risk service, dashboard, deployment files and faults.
+//! gateway, identity, risk service, dashboard, deployment files, stock buckets and faults.
 
 #[macro_use]
 mod common;
 
 mod api;
+mod buckets;
 mod cluster;
 mod dashboard;
 mod dashboard_api;

@@ -23,6 +23,7 @@ fn sale() -> Sale {
         starts_at_ms: 0,
         ends_at_ms: NOW * 2,
         state: SaleState::Live,
+        buckets: 1,
     }
 }
 

@@ -73,6 +73,8 @@ fn sale(total: u64, limit: u32, mode: SaleMode) -> Sale {
         starts_at_ms: 0,
         ends_at_ms: NOW * 2,
         state: SaleState::Scheduled,
+        // Not the default, so that every backend is seen to store and read the column.
+        buckets: 3,
     }
 }
 

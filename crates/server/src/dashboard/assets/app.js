@@ -127,6 +127,7 @@ function renderSale(main, sale, admin, view) {
   badge.textContent = sale.state;
   badge.className = 'badge ' + sale.state;
   for (const k of ['available', 'sold', 'reserved', 'total']) setField(el, k, fmt(sale[k]), sale[k]);
+  setField(el, 'buckets', fmt(sale.buckets), sale.buckets);
   $('.fill', el).style.width = (sale.total ? 100 * sale.sold / sale.total : 0) + '%';
   $('.ops', el).hidden = !admin;
   remember(card.history, view.at_ms / 1000, sale.available, admin ? sale.backlog : null);

@@ -1,0 +1,110 @@
+//! Stock buckets over HTTP: a sale's `buckets` is taken, validated, stored and shown; the
+//! embedded ledger runs a bucketed sale as one book and sells exactly its stock; the Redis
+//! ledger, which holds a sale on one shard, refuses more than one bucket and stores nothing.
+
+use std::collections::HashSet;
+
+use futures::stream::{self, StreamExt};
+use reqwest::StatusCode;
+use serde_json::{json, Value};
+
+use crate::common::{self, code, Stack};
+
+fn sale_body(sku: u64, total: u64, buckets: Value) -> Value {
+    json!({"sku_id": sku, "name": "bucketed", "total_stock": total, "per_user_limit": 1,
+           "buckets": buckets})
+}
+
+both_ledgers!(bad_bucket_counts_are_refused_and_change_nothing);
+/// Zero, too many, negative, fractional, text and null counts: each a 400 that names the
+/// field, and no sale is created by any of them.
+async fn bad_bucket_counts_are_refused_and_change_nothing(stack: &Stack) {
+    let sku = 301;
+    let bad = [
+        json!(0),
+        json!(65),
+        json!(70_000),
+        json!(-1),
+        json!(1.5),
+        json!("3"),
+    ];
+    for buckets in bad {
+        let (status, body) = stack.create_sale(sale_body(sku, 10, buckets.clone())).await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{buckets}: {body}");
+        assert_eq!(code(&body), "INVALID_REQUEST", "{buckets}: {body}");
+        let (status, _) = stack
+            .call("GET", &format!("/api/v1/sales/{sku}"), None, None)
+            .await;
+        assert_eq!(status, StatusCode::NOT_FOUND, "{buckets} created a sale");
+    }
+    let (status, body) = stack.create_sale(sale_body(sku, 10, Value::Null)).await;
+    assert_eq!(status, StatusCode::CREATED, "null is the default: {body}");
+    assert_eq!(body["buckets"], 1, "{body}");
+}
+
+on_systems!(the_redis_ledger_refuses_a_bucketed_sale_and_stores_nothing: redis_mysql);
+async fn the_redis_ledger_refuses_a_bucketed_sale_and_stores_nothing(stack: &Stack) {
+    let sku = 302;
+    let (status, body) = stack.create_sale(sale_body(sku, 10, json!(2))).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
+    assert_eq!(code(&body), "INVALID_REQUEST", "{body}");
+    let message = body["message"].as_str().unwrap_or_default();
+    assert!(
+        message.contains("buckets") && message.contains("redis"),
+        "{body}"
+    );
+    let stored = stack
+        .store()
+        .sale(flashsale_core::SkuId(sku))
+        .await
+        .unwrap();
+    assert_eq!(stored, None, "nothing stored");
+    let (status, body) = stack.create_sale(sale_body(sku, 10, json!(1))).await;
+    assert_eq!(
+        status,
+        StatusCode::CREATED,
+        "one bucket is every sale: {body}"
+    );
+}
+
+on_systems!(a_bucketed_sale_on_the_embedded_ledger_sells_exactly_its_stock: embedded);
+/// Three buckets on the embedded ledger: shown by the API, stored by the database, and sold
+/// as one book: a spike of five buyers a unit sells every unit once, one per buyer.
+async fn a_bucketed_sale_on_the_embedded_ledger_sells_exactly_its_stock(stack: &Stack) {
+    const SKU: u64 = 303;
+    const UNITS: u64 = 300;
+    const USERS: u64 = 1_500;
+    stack.live_sale_with(sale_body(SKU, UNITS, json!(3))).await;
+    let shown = stack.get_ok(&format!("/api/v1/sales/{SKU}")).await;
+    assert_eq!(shown["buckets"], 3, "{shown}");
+    let stored = stack
+        .store()
+        .sale(flashsale_core::SkuId(SKU))
+        .await
+        .unwrap();
+    assert_eq!(stored.map(|s| s.sale.buckets), Some(3));
+
+    let answers = stream::iter(1..=USERS)
+        .map(|user| async move { (user, stack.buy(user, SKU, "a", json!(1)).await) })
+        .buffer_unordered(64)
+        .collect::<Vec<_>>()
+        .await;
+    let mut buyers = HashSet::new();
+    for (user, (status, body)) in &answers {
+        match status.as_u16() {
+            202 => assert!(buyers.insert(*user), "{user} bought twice"),
+            409 => assert_eq!(code(body), "SOLD_OUT", "{body}"),
+            other => panic!("unexpected {other}: {body}"),
+        }
+    }
+    assert_eq!(buyers.len() as u64, UNITS, "every unit sold, one per buyer");
+    common::assert_invariants(stack.store().as_ref(), SKU).await;
+    let counts = common::sql_counts(stack.database_url(), SKU).await;
+    counts.assert_invariants();
+    let units = UNITS as i64;
+    assert_eq!(
+        (counts.live(), counts.available),
+        ((units, units, units), 0),
+        "counted by SQL"
+    );
+}
