@@ -5,7 +5,7 @@
 //! What this module holds, all pure (no I/O, no clock, no randomness):
 //! - the bound on the count ([`BUCKETS_MAX`], [`valid_count`]);
 //! - where a buyer lives ([`home_bucket`]): every purchase and replay of a buyer goes to one
-//!   bucket, so the per-user limit (I4) and replays (I3) stay decided by one atomic script.
+//!   bucket, so the per-user limit (I3) and replays (I4) stay decided by one atomic script.
 //!   Stock moves between buckets, buyers never do;
 //! - the initial stock of each bucket ([`split_stock`]);
 //! - how buckets share order numbers ([`bucket_of_epoch`], [`next_epoch`]): bucket `b` takes
