@@ -10,8 +10,7 @@ end
 local fenced = -1
 local at = tonumber(redis.call('HGET', KEYS[1], 'fenced_at_ms') or '')
 -- A copy opened on another node (node.lua) counts as fenced since time 0; read only here.
-local opened_on = redis.call('HGET', KEYS[1], 'node')
-if not at and opened_on and opened_on ~= node_id() then at = 0 end
+if not at and moved_from(redis.call('HGET', KEYS[1], 'node')) then at = 0 end
 if at then
   local t = redis.call('TIME')
   fenced = math.max(0, tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) - at)

@@ -107,7 +107,6 @@ async fn follow(node: &RedisServer, primary: &RedisServer) {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "known gap: the copy remembers its node by run_id only (docs/DESIGN.md, \"A copy on another node\")"]
 async fn a_primary_promoted_back_with_a_replicas_data_fences_the_copy() {
     // A primary cut off with a minority keeps selling (its persister may store what it
     // sold), its replica is promoted, the old primary rejoins as that replica's replica and
