@@ -99,12 +99,5 @@ async fn a_bucketed_sale_on_the_embedded_ledger_sells_exactly_its_stock(stack: &
     }
     assert_eq!(buyers.len() as u64, UNITS, "every unit sold, one per buyer");
     common::assert_invariants(stack.store().as_ref(), SKU).await;
-    let counts = common::sql_counts(stack.database_url(), SKU).await;
-    counts.assert_invariants();
-    let units = UNITS as i64;
-    assert_eq!(
-        (counts.live(), counts.available),
-        ((units, units, units), 0),
-        "counted by SQL"
-    );
+    common::assert_sold_out_in_units_of_one(stack.database_url(), SKU, UNITS).await;
 }

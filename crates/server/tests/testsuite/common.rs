@@ -456,6 +456,19 @@ where
     (0..row.len()).map(|i| row.get(i)).collect()
 }
 
+/// Counted by SQL in the database at `db_url`: the invariants hold and sale `sku` sold all its
+/// `units`, each in one live order of one unit (nothing left available).
+pub async fn assert_sold_out_in_units_of_one(db_url: &str, sku: u64, units: u64) {
+    let counts = sql_counts(db_url, sku).await;
+    counts.assert_invariants();
+    let units = units as i64;
+    assert_eq!(
+        (counts.live(), counts.available),
+        ((units, units, units), 0),
+        "counted by SQL in {db_url}"
+    );
+}
+
 /// [`SqlCounts`] of `sku` from the database at `db_url` (MariaDB, PostgreSQL or SQLite).
 pub async fn sql_counts(db_url: &str, sku: u64) -> SqlCounts {
     let values = if db_url.starts_with("postgres") {

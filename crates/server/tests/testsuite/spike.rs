@@ -102,13 +102,5 @@ async fn a_spike_sells_exactly_the_stock(stack: &Stack) {
         stored, answered,
         "the database holds exactly the orders that were answered accepted"
     );
-    let counts = common::sql_counts(stack.database_url(), SKU).await;
-    counts.assert_invariants();
-    let units = UNITS as i64;
-    assert_eq!(
-        (counts.live(), counts.available),
-        ((units, units, units), 0),
-        "counted by SQL in {}",
-        stack.database_url()
-    );
+    common::assert_sold_out_in_units_of_one(stack.database_url(), SKU, UNITS).await;
 }
