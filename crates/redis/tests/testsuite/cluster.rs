@@ -1,10 +1,11 @@
 //! Redis Cluster: the key schema keeps a sale on one slot, and the whole conformance suite
-//! runs through the cluster client on a one-node cluster that owns every slot.
+//! runs through the cluster client on a one-node cluster that owns every slot; the salts of a
+//! bucketed sale spread its buckets over the primaries of a six-node cluster.
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use flashsale_core::{Ledger, SkuId};
+use flashsale_core::{buckets, Ledger, SkuId};
 use flashsale_redis::{slot, Keys, RedisLedger};
 use flashsale_testkit::conformance;
 use flashsale_testkit::redis_cluster::{self, RedisCluster};
@@ -87,5 +88,41 @@ async fn one_seed_url_runs_the_whole_cluster() {
         }
         let sku = conformance::warm(&ledger, &sale).await;
         conformance::buy_ok(&ledger, sku, 1, "a", 1).await;
+    }
+}
+
+/// The salts the domain picks for a sale's buckets land its buckets on distinct primaries of a
+/// real six-node cluster, asked slot by slot of the cluster itself (`CLUSTER KEYSLOT`): three
+/// buckets on three primaries, six buckets two on each.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bucket_salts_put_a_sales_buckets_on_distinct_primaries() {
+    let cluster = RedisCluster::spawn(2_000).await;
+    let shards = cluster.shards().await;
+    let client = redis::Client::open(cluster.node(0).url()).unwrap();
+    let mut conn = client.get_multiplexed_async_connection().await.unwrap();
+    let shard_of_slot = |s: u16| {
+        shards
+            .iter()
+            .position(|&(a, b)| a <= s && s <= b)
+            .expect("every slot is served")
+    };
+    for sku in (1..=20).map(SkuId) {
+        for n in [3u16, 6] {
+            let primary_of = |tag: &str| shard_of_slot(slot(&format!("fs:{{{tag}}}:sale")));
+            let salts = buckets::place(sku, n, shards.len(), primary_of);
+            let mut buckets_on = [0; 3];
+            for (bucket, salt) in (0..n).zip(salts) {
+                let key = format!("fs:{{{}}}:sale", buckets::bucket_tag(sku, bucket, salt));
+                let theirs: u16 = redis::cmd("CLUSTER")
+                    .arg("KEYSLOT")
+                    .arg(&key)
+                    .query_async(&mut conn)
+                    .await
+                    .unwrap();
+                buckets_on[shard_of_slot(theirs)] += 1;
+            }
+            let each = usize::from(n) / 3;
+            assert_eq!(buckets_on, [each; 3], "sale {sku}, {n} buckets");
+        }
     }
 }
