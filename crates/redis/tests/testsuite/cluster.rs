@@ -27,6 +27,16 @@ async fn one_node_cluster() -> RedisServer {
     server
 }
 
+/// The slot the cluster itself gives `key` (`CLUSTER KEYSLOT`).
+async fn keyslot(conn: &mut redis::aio::MultiplexedConnection, key: &str) -> u16 {
+    redis::cmd("CLUSTER")
+        .arg("KEYSLOT")
+        .arg(key)
+        .query_async(conn)
+        .await
+        .unwrap()
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_conformance_suite_passes_on_a_cluster() {
     let server = one_node_cluster().await;
@@ -35,13 +45,7 @@ async fn the_conformance_suite_passes_on_a_cluster() {
     let keys = Keys::default();
     for sku in [1u64, 42, 123_456_789] {
         for key in keys.all_of_sale(SkuId(sku)) {
-            let theirs: u16 = redis::cmd("CLUSTER")
-                .arg("KEYSLOT")
-                .arg(&key)
-                .query_async(&mut conn)
-                .await
-                .unwrap();
-            assert_eq!(slot(&key), theirs, "{key}");
+            assert_eq!(slot(&key), keyslot(&mut conn, &key).await, "{key}");
         }
     }
     // Two URLs name a cluster (here the same node twice).
@@ -113,13 +117,7 @@ async fn bucket_salts_put_a_sales_buckets_on_distinct_primaries() {
             let mut buckets_on = [0; 3];
             for (bucket, salt) in (0..n).zip(salts) {
                 let key = format!("fs:{{{}}}:sale", buckets::bucket_tag(sku, bucket, salt));
-                let theirs: u16 = redis::cmd("CLUSTER")
-                    .arg("KEYSLOT")
-                    .arg(&key)
-                    .query_async(&mut conn)
-                    .await
-                    .unwrap();
-                buckets_on[shard_of_slot(theirs)] += 1;
+                buckets_on[shard_of_slot(keyslot(&mut conn, &key).await)] += 1;
             }
             let each = usize::from(n) / 3;
             assert_eq!(buckets_on, [each; 3], "sale {sku}, {n} buckets");
