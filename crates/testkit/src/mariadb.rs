@@ -1,7 +1,7 @@
 //! MariaDB for tests: a database of the test's own on the shared server, or a throwaway server.
 
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command};
 use std::time::Duration;
 
 use sqlx::{Connection, MySqlConnection};
@@ -95,6 +95,7 @@ impl MariaDbServer {
             .arg(format!("--datadir={}", self.data_dir().display()))
             .arg(format!("--socket={}", dir.join("mysqld.sock").display()))
             .arg(format!("--pid-file={}", dir.join("mysqld.pid").display()))
+            .arg(format!("--tmpdir={}", tmp_dir(dir).display()))
             .arg(format!("--port={}", self.port))
             .arg(format!("--bind-address={}", self.bind))
             .args(["--skip-grant-tables", "--user=root"])
@@ -120,21 +121,34 @@ impl Drop for MariaDbServer {
     }
 }
 
+/// Its own temporary directory: servers that share one (the default `/tmp`) collide on the
+/// names of their temporary tables when two bootstrap at once (`Unknown table
+/// 'mysql.tmp_user_sys'`), so tests that each spawn a server at the same time failed now and then.
+fn tmp_dir(dir: &Path) -> PathBuf {
+    let tmp = dir.join("tmp");
+    std::fs::create_dir_all(&tmp).expect("mariadbd's temp dir");
+    tmp
+}
+
 fn install_db(dir: &Path) {
-    let status = Command::new(crate::process::env_or(
+    let out = Command::new(crate::process::env_or(
         "FLASHSALE_TEST_MARIADB_INSTALL_DB",
         "mariadb-install-db",
     ))
     .arg("--no-defaults")
     .arg(format!("--datadir={}", dir.join("data").display()))
+    .arg(format!("--tmpdir={}", tmp_dir(dir).display()))
     .args([
         "--auth-root-authentication-method=normal",
         "--skip-test-db",
         "--user=root",
     ])
-    .stdout(Stdio::null())
-    .stderr(Stdio::null())
-    .status()
+    .output()
     .expect("run mariadb-install-db");
-    assert!(status.success(), "mariadb-install-db failed");
+    assert!(
+        out.status.success(),
+        "mariadb-install-db failed: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
 }

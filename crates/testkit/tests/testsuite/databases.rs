@@ -1,5 +1,5 @@
 //! A test database exists while its guard lives and is gone once the guard drops, on MariaDB
-//! and on PostgreSQL.
+//! and on PostgreSQL; throwaway MariaDB servers bootstrapped at once all start.
 
 use flashsale_testkit::{mariadb, postgres};
 use sqlx::{Connection, MySqlConnection, PgConnection};
@@ -48,4 +48,33 @@ async fn a_test_database_lives_as_long_as_its_guard() {
         (false, false),
         "{names:?} dropped"
     );
+}
+
+/// Throwaway MariaDB servers bootstrapped at the same moment all start and answer: each has
+/// its own temporary directory (with a shared one, two bootstraps at once collided on their
+/// temporary tables and one failed).
+#[test]
+fn throwaway_mariadb_servers_bootstrapped_at_once_all_answer() {
+    const SERVERS: usize = 8;
+    let threads: Vec<_> = (0..SERVERS)
+        .map(|_| {
+            std::thread::spawn(|| {
+                let rt = tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                    .expect("a runtime");
+                rt.block_on(async {
+                    let server = mariadb::MariaDbServer::spawn().await;
+                    let mut conn = MySqlConnection::connect(&server.url()).await;
+                    let one = sqlx::query_scalar::<_, i64>("SELECT 1")
+                        .fetch_one(conn.as_mut().expect("connect"))
+                        .await;
+                    one.expect("an answer")
+                })
+            })
+        })
+        .collect();
+    for t in threads {
+        assert_eq!(t.join().expect("a server started"), 1);
+    }
 }
