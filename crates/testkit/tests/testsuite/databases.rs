@@ -74,7 +74,9 @@ fn throwaway_mariadb_servers_bootstrapped_at_once_all_answer() {
             })
         })
         .collect();
-    for t in threads {
-        assert_eq!(t.join().expect("a server started"), 1);
+    // Every thread joined before any verdict, so that a failure leaves no server running.
+    let answers: Vec<_> = threads.into_iter().map(|t| t.join()).collect();
+    for answer in answers {
+        assert_eq!(answer.expect("a server started"), 1);
     }
 }
