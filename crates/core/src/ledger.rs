@@ -91,6 +91,20 @@ pub trait HotLedger: Send + Sync + 'static {
     /// what it can place. The service refuses a sale with more, before storing it.
     fn buckets_max(&self) -> u16;
 
+    /// Whether this ledger can hold `sale`'s buckets, or why not: the one check the service
+    /// makes before it stores a sale and a ledger makes again before it loads a copy.
+    fn check_buckets(&self, sale: &Sale) -> Result<(), String> {
+        let max = self.buckets_max();
+        if sale.buckets <= max {
+            return Ok(());
+        }
+        Err(format!(
+            "buckets must be 1..={max} on the {} ledger, this sale has {}",
+            self.kind(),
+            sale.buckets
+        ))
+    }
+
     /// Sets the operator state (live, paused, ended) of an open sale.
     async fn set_state(&self, sku: SkuId, state: SaleState) -> Result<(), LedgerError>;
 

@@ -559,12 +559,7 @@ impl HotLedger for RedisLedger {
 impl HotCopies for RedisLedger {
     async fn load(&self, sale: &Sale, counters: &Counters, epoch: u64) -> Result<(), LedgerError> {
         sale.validate().map_err(LedgerError::Internal)?;
-        if sale.buckets > self.buckets_max() {
-            return Err(LedgerError::Internal(format!(
-                "a sale of {} buckets: this ledger holds a sale's stock on one shard",
-                sale.buckets
-            )));
-        }
+        self.check_buckets(sale).map_err(LedgerError::Internal)?;
         if !counters.conserved() || counters.total != sale.total_stock {
             return Err(LedgerError::Internal(format!(
                 "counters do not fit the sale: {counters:?}"

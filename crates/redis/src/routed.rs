@@ -54,8 +54,9 @@ impl HotLedger for RoutedLedger {
         self.main.durability()
     }
 
+    /// What both ledgers hold: the service asks before it knows where the sale will live.
     fn buckets_max(&self) -> u16 {
-        self.main.buckets_max()
+        self.main.buckets_max().min(self.hot.buckets_max())
     }
 
     async fn set_state(&self, sku: SkuId, state: SaleState) -> Result<(), LedgerError> {

@@ -107,25 +107,14 @@ pub async fn create(
     ApiJson(body): ApiJson<CreateSale>,
 ) -> Result<(StatusCode, Json<SaleView>), AppError> {
     let sale = body.into_sale()?;
-    fits_the_ledger(&st, &sale)?;
+    // Refused before anything is stored: the ledger could not load the sale's copy.
+    st.ledger.check_buckets(&sale).map_err(AppError::invalid)?;
     let stored = st.store.create_sale(&sale).await?;
     st.sales.forget(sale.sku_id);
     Ok((
         StatusCode::CREATED,
         Json(SaleView::new(&stored.sale, &stored.counters)),
     ))
-}
-
-/// Refuses a sale the hot ledger cannot hold, before anything is stored.
-fn fits_the_ledger(st: &AppState, sale: &Sale) -> Result<(), AppError> {
-    let max = st.ledger.buckets_max();
-    if sale.buckets <= max {
-        return Ok(());
-    }
-    Err(AppError::invalid(format!(
-        "buckets must be 1..={max} on the {} ledger (it holds a sale's stock on one shard)",
-        st.ledger.kind()
-    )))
 }
 
 #[utoipa::path(get, path = "/sales/{sku_id}", tag = "sales", operation_id = "get_sale",
