@@ -1022,15 +1022,22 @@ mod tests {
         outcome
     }
 
-    #[test]
-    fn whenever_demand_covers_the_stock_the_sale_sells_exactly_its_stock() {
-        let mut transfers = 0;
+    /// Runs `run` on every case of `seeds` seeds (buyers homed per bucket count once) and
+    /// sums what it counts.
+    fn sum_over_cases(seeds: u64, run: fn(Case, &[Vec<UserId>]) -> u64) -> u64 {
+        let mut sum = 0;
         for n in COUNTS {
             let homed = homed_for(n);
-            for case in Case::all(8).into_iter().filter(|c| c.n == n) {
-                transfers += run_sale(case, &homed);
+            for case in Case::all(seeds).into_iter().filter(|c| c.n == n) {
+                sum += run(case, &homed);
             }
         }
+        sum
+    }
+
+    #[test]
+    fn whenever_demand_covers_the_stock_the_sale_sells_exactly_its_stock() {
+        let transfers = sum_over_cases(8, run_sale);
         assert!(transfers > 10_000, "only {transfers} transfers");
     }
 
@@ -1058,13 +1065,7 @@ mod tests {
 
     #[test]
     fn transfers_left_in_flight_by_a_crash_keep_conservation_and_sell_the_stock() {
-        let mut crashes = 0;
-        for n in COUNTS {
-            let homed = homed_for(n);
-            for case in Case::all(6).into_iter().filter(|c| c.n == n) {
-                crashes += run_sale_with_crashes(case, &homed);
-            }
-        }
+        let crashes = sum_over_cases(6, run_sale_with_crashes);
         assert!(crashes > 1_000, "only {crashes} crashes");
     }
 
