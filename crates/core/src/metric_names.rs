@@ -21,6 +21,15 @@ pub const BATCH_SIZE: &str = "flashsale_batch_size";
 pub const SOLD_OUT_LOCAL: &str = "flashsale_sold_out_local_total";
 /// Gauge: 1 while the hot ledger's circuit breaker is open.
 pub const BREAKER_OPEN: &str = "flashsale_breaker_open";
+/// Counter `{side = out | in}`: transfers of stock between the buckets of a sale, by side
+/// applied (an out whose in is missing is in flight).
+pub const BUCKET_TRANSFERS: &str = "flashsale_bucket_transfers_total";
+/// Counter: units moved between buckets (counted at the in side).
+pub const BUCKET_TRANSFER_UNITS: &str = "flashsale_bucket_transfer_units_total";
+/// Counter: purchases answered SOLD_OUT by a bucketed sale while its buckets together still
+/// held the quantity (after the bounded transfer rounds): must stay 0 outside the window of
+/// units in flight.
+pub const FALSE_SOLD_OUT: &str = "flashsale_false_sold_out_total";
 
 /// Gauge `{sku}`: events in a sale's stream not yet persisted.
 pub const STREAM_LAG: &str = "flashsale_stream_lag_events";

@@ -1,8 +1,41 @@
-//! The key schema. Every key of one sale carries the hash tag `{<sku>}`, so every script of a
-//! sale touches one Redis Cluster slot; the few keys shared by all sales are never touched
-//! inside a script.
+//! The key schema. Every key of one hot copy carries one hash tag, so every script of a copy
+//! touches one Redis Cluster slot; the few keys shared by all sales are never touched inside a
+//! script. A sale of one bucket is one copy tagged `{<sku>}`; a sale of several buckets has a
+//! copy per bucket, bucket 0 tagged `{<sku>}` and bucket b `{<sku>.<b>.<salt>}`
+//! ([`CopyTag`], `flashsale_core::buckets::bucket_tag`).
 
-use flashsale_core::SkuId;
+use flashsale_core::{buckets, SkuId};
+
+/// The hot copy a key belongs to: a sale's own (bucket 0) or one of its buckets.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct CopyTag {
+    pub sku: SkuId,
+    pub bucket: u16,
+    /// Chosen when the sale is placed (`buckets::place`); 0 for bucket 0.
+    pub salt: u32,
+}
+
+impl CopyTag {
+    pub fn new(sku: SkuId, bucket: u16, salt: u32) -> CopyTag {
+        CopyTag { sku, bucket, salt }
+    }
+}
+
+impl From<SkuId> for CopyTag {
+    fn from(sku: SkuId) -> CopyTag {
+        CopyTag::new(sku, 0, 0)
+    }
+}
+
+impl std::fmt::Display for CopyTag {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if self.bucket == 0 {
+            write!(f, "{}", self.sku.0)
+        } else {
+            f.write_str(&buckets::bucket_tag(self.sku, self.bucket, self.salt))
+        }
+    }
+}
 
 /// Builds the keys of a prefix (default `fs`).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -42,54 +75,67 @@ impl Keys {
         &self.prefix
     }
 
-    fn tagged(&self, sku: SkuId, what: &str) -> String {
-        format!("{}:{{{}}}:{}", self.prefix, sku.0, what)
+    fn tagged(&self, copy: impl Into<CopyTag>, what: &str) -> String {
+        format!("{}:{{{}}}:{}", self.prefix, copy.into(), what)
     }
 
     /// Hash: counters, seq, epoch, limit, mode, timeout_ms, starts_at_ms, ends_at_ms, state, sku.
-    pub fn sale(&self, sku: SkuId) -> String {
-        self.tagged(sku, "sale")
+    pub fn sale(&self, copy: impl Into<CopyTag>) -> String {
+        self.tagged(copy, "sale")
     }
 
     /// Hash: user id → units held in live orders.
-    pub fn buyers(&self, sku: SkuId) -> String {
-        self.tagged(sku, "buyers")
+    pub fn buyers(&self, copy: impl Into<CopyTag>) -> String {
+        self.tagged(copy, "buyers")
     }
 
     /// Hash: `<user>:<request_id>` → order_no of the accepted request (replay).
-    pub fn requests(&self, sku: SkuId) -> String {
-        self.tagged(sku, "requests")
+    pub fn requests(&self, copy: impl Into<CopyTag>) -> String {
+        self.tagged(copy, "requests")
     }
 
     /// Hash: order_no → encoded order (see `scripts::decode_order`).
-    pub fn orders(&self, sku: SkuId) -> String {
-        self.tagged(sku, "orders")
+    pub fn orders(&self, copy: impl Into<CopyTag>) -> String {
+        self.tagged(copy, "orders")
     }
 
     /// Sorted set: order_no of each hold, scored by its payment deadline (epoch ms).
-    pub fn holds(&self, sku: SkuId) -> String {
-        self.tagged(sku, "holds")
+    pub fn holds(&self, copy: impl Into<CopyTag>) -> String {
+        self.tagged(copy, "holds")
     }
 
     /// Stream: one entry per event of the sale.
-    pub fn events(&self, sku: SkuId) -> String {
-        self.tagged(sku, "events")
+    pub fn events(&self, copy: impl Into<CopyTag>) -> String {
+        self.tagged(copy, "events")
     }
 
     /// String: the persister lease of the sale (owner name, with a TTL).
-    pub fn lease(&self, sku: SkuId) -> String {
-        self.tagged(sku, "lease")
+    pub fn lease(&self, copy: impl Into<CopyTag>) -> String {
+        self.tagged(copy, "lease")
     }
 
     /// String: a counter bumped right after a write script when writes wait for replicas
     /// (`WAIT`, in the same pipeline): a replay writes nothing, and a server that moves a
     /// connection's WAIT offset only with its own writes would otherwise confirm it at once.
-    pub fn wait_mark(&self, sku: SkuId) -> String {
-        self.tagged(sku, "wait")
+    pub fn wait_mark(&self, copy: impl Into<CopyTag>) -> String {
+        self.tagged(copy, "wait")
+    }
+
+    /// Hash: transfer id → `<to bucket>:<units>` of each transfer out of this bucket whose in
+    /// side is not known done (`transfer_out.lua`; the mover deletes it once the in is done).
+    pub fn transfers_out(&self, copy: impl Into<CopyTag>) -> String {
+        self.tagged(copy, "xout")
+    }
+
+    /// Hash: transfer id → units of each transfer taken into this bucket (`transfer_in.lua`):
+    /// an in applied twice counts once.
+    pub fn transfers_in(&self, copy: impl Into<CopyTag>) -> String {
+        self.tagged(copy, "xin")
     }
 
     /// Every per-sale key, in a fixed order (for tests and tools).
-    pub fn all_of_sale(&self, sku: SkuId) -> [String; 8] {
+    pub fn all_of_sale(&self, copy: impl Into<CopyTag>) -> [String; 10] {
+        let sku = copy.into();
         [
             self.sale(sku),
             self.buyers(sku),
@@ -99,12 +145,15 @@ impl Keys {
             self.events(sku),
             self.lease(sku),
             self.wait_mark(sku),
+            self.transfers_out(sku),
+            self.transfers_in(sku),
         ]
     }
 
     /// The keys that hold a copy's state, in the order `load` and `restore_orders` take them:
     /// sale, buyers, requests, orders, holds.
-    pub fn copy_state(&self, sku: SkuId) -> [String; 5] {
+    pub fn copy_state(&self, copy: impl Into<CopyTag>) -> [String; 5] {
+        let sku = copy.into();
         [
             self.sale(sku),
             self.buyers(sku),

@@ -14,9 +14,10 @@ use flashsale_core::{
 };
 use redis::{Cmd, FromRedisValue, RedisError, ScriptInvocation, Value};
 
+use crate::bucketed::BucketTable;
 use crate::codec::{as_int, as_string, decode_order, parse_entries, unexpected, Entry};
 use crate::conn::{bounded, split_urls, Conn, Timeouts};
-use crate::keys::Keys;
+use crate::keys::{CopyTag, Keys};
 use crate::restock::RestockHub;
 use crate::scripts::Scripts;
 
@@ -25,11 +26,13 @@ pub const EXPIRE_MAX: usize = 10_000;
 
 /// The hot ledger on Redis: one script call per batch, pay, cancel, expiry or warm.
 pub struct RedisLedger {
-    conn: Conn,
+    pub(crate) conn: Conn,
     keys: Keys,
-    scripts: Scripts,
+    pub(crate) scripts: Scripts,
     restock: Arc<RestockHub>,
     replication: Option<Replication>,
+    /// Sales of several buckets, when this ledger takes them ([`RedisLedger::with_buckets`]).
+    pub(crate) buckets: Option<BucketTable>,
 }
 
 /// Longest WAIT timeout: below the connection's response timeout, so a WAIT that times out
@@ -80,6 +83,7 @@ impl RedisLedger {
             scripts: Scripts::new(),
             restock,
             replication: None,
+            buckets: None,
         })
     }
 
@@ -92,6 +96,16 @@ impl RedisLedger {
         }
         self.replication = Some(replication);
         Ok(self)
+    }
+
+    /// Takes sales of up to [`BUCKETS_MAX`](flashsale_core::buckets::BUCKETS_MAX) buckets,
+    /// each bucket a hot copy of its own placed on its own primary (docs/DESIGN.md, "Stock
+    /// buckets"). Off by default: the persister and the reconciler read one stream per sale,
+    /// so the service keeps to sales of one bucket on Redis until they read a stream per
+    /// bucket; the hot path (purchases, transfers, holds) is complete.
+    pub fn with_buckets(mut self) -> Self {
+        self.buckets = Some(BucketTable::default());
+        self
     }
 
     pub fn keys(&self) -> &Keys {
@@ -169,6 +183,7 @@ impl RedisLedger {
                 other.order_no
             )));
         }
+        self.layout(sku).await?.single_only("restoring orders")?;
         let mut added = 0;
         for chunk in orders.chunks(BATCH_LEN_MAX) {
             let mut inv = self.scripts.restore_orders.prepare_invoke();
@@ -205,19 +220,19 @@ impl RedisLedger {
         result
     }
 
-    fn resolve_keys<'a>(&self, inv: &mut ScriptInvocation<'a>, sku: SkuId) {
-        for key in self.resolve_key_list(sku) {
+    fn resolve_keys<'a>(&self, inv: &mut ScriptInvocation<'a>, copy: CopyTag) {
+        for key in self.resolve_key_list(copy) {
             inv.key(key);
         }
     }
 
-    fn resolve_key_list(&self, sku: SkuId) -> [String; 5] {
+    fn resolve_key_list(&self, copy: CopyTag) -> [String; 5] {
         [
-            self.keys.sale(sku),
-            self.keys.buyers(sku),
-            self.keys.orders(sku),
-            self.keys.holds(sku),
-            self.keys.events(sku),
+            self.keys.sale(copy),
+            self.keys.buyers(copy),
+            self.keys.orders(copy),
+            self.keys.holds(copy),
+            self.keys.events(copy),
         ]
     }
 
@@ -230,15 +245,15 @@ impl RedisLedger {
     /// one, whose replicas would then confirm a write they never saw. Returns the script's
     /// reply and, with replication, how many replicas acknowledged. Loads `source` (the
     /// script's text) once on NOSCRIPT (a restart, a failover, SCRIPT FLUSH) and tries again.
-    async fn run_write(
+    pub(crate) async fn run_write(
         &self,
         name: &'static str,
-        sku: SkuId,
+        copy: CopyTag,
         source: &'static str,
         cmd: &Cmd,
     ) -> Result<(Value, Option<i64>), LedgerError> {
         let started = Instant::now();
-        let mut result = self.send_write(sku, cmd).await;
+        let mut result = self.send_write(copy, cmd).await;
         if matches!(&result, Err(e) if e.kind() == redis::ErrorKind::NoScriptError) {
             // To every primary (the cluster client's routing of SCRIPT LOAD): a slot map that
             // is a failover behind would send a load for one slot to a node that is no longer
@@ -247,7 +262,7 @@ impl RedisLedger {
             load.arg("LOAD").arg(source);
             let mut conn = self.conn.clone();
             bounded::<String>(Timeouts::HOT.call, load.query_async(&mut conn)).await?;
-            result = self.send_write(sku, cmd).await;
+            result = self.send_write(copy, cmd).await;
         }
         let elapsed_s = started.elapsed().as_secs_f64();
         metrics::histogram!(flashsale_core::metric_names::SCRIPT_LATENCY, "script" => name)
@@ -264,7 +279,11 @@ impl RedisLedger {
     }
 
     /// One try of [`RedisLedger::run_write`].
-    async fn send_write(&self, sku: SkuId, cmd: &Cmd) -> Result<(Value, Option<i64>), RedisError> {
+    async fn send_write(
+        &self,
+        copy: CopyTag,
+        cmd: &Cmd,
+    ) -> Result<(Value, Option<i64>), RedisError> {
         let mut conn = self.conn.clone();
         let call = async {
             let Some(want) = self.replication else {
@@ -274,7 +293,7 @@ impl RedisLedger {
             let mut pipe = redis::pipe();
             pipe.add_command(cmd.clone())
                 .cmd("INCR")
-                .arg(self.keys.wait_mark(sku))
+                .arg(self.keys.wait_mark(copy))
                 .ignore()
                 .cmd("WAIT")
                 .arg(want.replicas)
@@ -300,10 +319,11 @@ impl RedisLedger {
         user: UserId,
     ) -> Result<Resolution, LedgerError> {
         let sku = order_no.sku();
-        let mut cmd = evalsha(&self.scripts.resolve, &self.resolve_key_list(sku));
+        let copy = self.layout(sku).await?.copy_of_order(order_no);
+        let mut cmd = evalsha(&self.scripts.resolve, &self.resolve_key_list(copy));
         cmd.arg(order_no.to_string()).arg(user.0).arg(kind);
         let (reply, acked) = self
-            .run_write(name, sku, crate::scripts::RESOLVE, &cmd)
+            .run_write(name, copy, crate::scripts::RESOLVE, &cmd)
             .await?;
         let reply: Vec<Value> = redis::from_redis_value(&reply).map_err(crate::conn::map_err)?;
         let head = reply.first().and_then(as_string);
@@ -345,6 +365,11 @@ impl RedisLedger {
         })
     }
 
+    /// [`RedisLedger::confirmed`] of a write that names no order (a transfer).
+    pub(crate) fn confirmed_write(&self, acked: Option<i64>) -> Result<(), LedgerError> {
+        self.confirmed(acked, Vec::new())
+    }
+
     /// `set_state.lua`'s answer: applied or skipped; a fenced copy is `Unavailable` (its
     /// rebuild opens it in the database's state).
     async fn state_answer(&self, inv: &ScriptInvocation<'_>) -> Result<bool, LedgerError> {
@@ -358,7 +383,7 @@ impl RedisLedger {
     }
 
     /// Tells this instance's listener at once, and every instance through the channel.
-    async fn announce_restock(&self, sku: SkuId) {
+    pub(crate) async fn announce_restock(&self, sku: SkuId) {
         if let Some(listener) = self.restock.listener() {
             listener(sku);
         }
@@ -375,7 +400,7 @@ impl RedisLedger {
 }
 
 /// `EVALSHA <script> <numkeys> <keys…>`; the script's arguments follow.
-fn evalsha(script: &redis::Script, keys: &[String]) -> Cmd {
+pub(crate) fn evalsha(script: &redis::Script, keys: &[String]) -> Cmd {
     let mut cmd = redis::cmd("EVALSHA");
     cmd.arg(script.get_hash()).arg(keys.len()).arg(keys);
     cmd
@@ -415,23 +440,42 @@ impl HotLedger for RedisLedger {
         Durability::Streamed
     }
 
-    /// One: every key of a sale carries one hash tag, so its stock lives on one shard.
+    /// One by default: every key of a sale carries one hash tag, so its stock lives on one
+    /// shard. [`BUCKETS_MAX`](flashsale_core::buckets::BUCKETS_MAX) with
+    /// [`RedisLedger::with_buckets`].
     fn buckets_max(&self) -> u16 {
-        1
+        match self.buckets {
+            Some(_) => flashsale_core::buckets::BUCKETS_MAX,
+            None => 1,
+        }
     }
 
+    /// Every bucket in turn (bucket 0 first): a purchase racing the change may be judged by a
+    /// bucket changed and another not yet, as it may be on one copy just before or after.
     async fn set_state(&self, sku: SkuId, state: SaleState) -> Result<(), LedgerError> {
-        let mut inv = self.scripts.set_state.prepare_invoke();
-        inv.key(self.keys.sale(sku)).arg(state.as_str());
-        self.state_answer(&inv).await.map(|_| ())
+        for copy in self.layout(sku).await?.copies() {
+            let mut inv = self.scripts.set_state.prepare_invoke();
+            inv.key(self.keys.sale(copy)).arg(state.as_str());
+            self.state_answer(&inv).await?;
+        }
+        Ok(())
     }
 
+    /// Decided by bucket 0; the others follow only when it changed.
     async fn set_state_if(&self, sku: SkuId, from: SaleState, to: SaleState) -> Changed {
-        let mut inv = self.scripts.set_state.prepare_invoke();
-        inv.key(self.keys.sale(sku))
-            .arg(to.as_str())
-            .arg(from.as_str());
-        self.state_answer(&inv).await
+        let mut changed = false;
+        for copy in self.layout(sku).await?.copies() {
+            let mut inv = self.scripts.set_state.prepare_invoke();
+            inv.key(self.keys.sale(copy))
+                .arg(to.as_str())
+                .arg(from.as_str());
+            let this = self.state_answer(&inv).await?;
+            if copy.bucket == 0 && !this {
+                return Ok(false);
+            }
+            changed |= this;
+        }
+        Ok(changed)
     }
 
     async fn purchase_batch(
@@ -443,13 +487,90 @@ impl HotLedger for RedisLedger {
             return Ok(Vec::new());
         }
         flashsale_core::ledger::check_batch(sku, reqs)?;
+        let layout = self.layout(sku).await?;
+        if layout.is_single() {
+            return self.purchase_copy(sku.into(), reqs).await;
+        }
+        self.purchase_bucketed(&layout, reqs).await
+    }
+
+    async fn pay(&self, order_no: &OrderNo, user: UserId) -> Result<Resolution, LedgerError> {
+        self.resolve("pay", "paid", order_no, user).await
+    }
+
+    async fn cancel(&self, order_no: &OrderNo, user: UserId) -> Result<Resolution, LedgerError> {
+        self.resolve("cancel", "cancelled", order_no, user).await
+    }
+
+    async fn expire_due(&self, sku: SkuId, max: usize) -> Result<usize, LedgerError> {
+        if max == 0 {
+            return Ok(0);
+        }
+        let layout = self.layout(sku).await?;
+        if !layout.is_single() {
+            // The worker that expires holds also finishes transfers left in flight.
+            self.finish_transfers(sku).await?;
+        }
+        let mut expired = 0;
+        let mut restocked = false;
+        for copy in layout.copies() {
+            let (n, back) = self.expire_copy(copy, max - expired).await?;
+            expired += n;
+            restocked |= back;
+            if expired >= max {
+                break;
+            }
+        }
+        if restocked {
+            self.announce_restock(sku).await;
+        }
+        Ok(expired)
+    }
+
+    async fn counters(&self, sku: SkuId) -> Result<Option<Counters>, LedgerError> {
+        let layout = self.layout(sku).await?;
+        let mut sum: Option<Counters> = None;
+        for copy in layout.copies() {
+            let Some(c) = self.counters_copy(copy).await? else {
+                return Ok(None);
+            };
+            sum = Some(crate::bucketed::add_counters(sum, &c));
+        }
+        Ok(sum)
+    }
+
+    async fn order(&self, order_no: &OrderNo) -> Result<Option<HotOrder>, LedgerError> {
+        let copy = self.layout(order_no.sku()).await?.copy_of_order(order_no);
+        let mut conn = self.conn.clone();
+        let cmd = redis::cmd("HGET")
+            .arg(self.keys.orders(copy))
+            .arg(order_no.to_string())
+            .clone();
+        let v: Option<String> = bounded(Timeouts::HOT.call, cmd.query_async(&mut conn)).await?;
+        v.map(|encoded| decode_order(&order_no.to_string(), &encoded))
+            .transpose()
+            .map_err(LedgerError::Internal)
+    }
+
+    async fn ping(&self) -> Result<(), LedgerError> {
+        bounded(Timeouts::HOT.call, self.conn.ready()).await
+    }
+}
+
+impl RedisLedger {
+    /// One purchase script call on one hot copy (a sale's own, or one of its buckets).
+    pub(crate) async fn purchase_copy(
+        &self,
+        copy: CopyTag,
+        reqs: &[PurchaseRequest],
+    ) -> Result<Vec<PurchaseOutcome>, LedgerError> {
         let keys = [
-            self.keys.sale(sku),
-            self.keys.buyers(sku),
-            self.keys.requests(sku),
-            self.keys.orders(sku),
-            self.keys.holds(sku),
-            self.keys.events(sku),
+            self.keys.sale(copy),
+            self.keys.buyers(copy),
+            self.keys.requests(copy),
+            self.keys.orders(copy),
+            self.keys.holds(copy),
+            self.keys.events(copy),
         ];
         let mut cmd = evalsha(&self.scripts.purchase, &keys);
         cmd.arg(reqs.len());
@@ -459,7 +580,7 @@ impl HotLedger for RedisLedger {
                 .arg(r.quantity);
         }
         let (reply, acked) = self
-            .run_write("purchase", sku, crate::scripts::PURCHASE, &cmd)
+            .run_write("purchase", copy, crate::scripts::PURCHASE, &cmd)
             .await?;
         // One flat array, three fields per request (see purchase.lua).
         let flat: Vec<String> = redis::from_redis_value(&reply).map_err(crate::conn::map_err)?;
@@ -487,20 +608,10 @@ impl HotLedger for RedisLedger {
         Ok(outcomes)
     }
 
-    async fn pay(&self, order_no: &OrderNo, user: UserId) -> Result<Resolution, LedgerError> {
-        self.resolve("pay", "paid", order_no, user).await
-    }
-
-    async fn cancel(&self, order_no: &OrderNo, user: UserId) -> Result<Resolution, LedgerError> {
-        self.resolve("cancel", "cancelled", order_no, user).await
-    }
-
-    async fn expire_due(&self, sku: SkuId, max: usize) -> Result<usize, LedgerError> {
-        if max == 0 {
-            return Ok(0);
-        }
+    /// Expires at most `max` due holds of one copy: how many, and whether stock came back.
+    async fn expire_copy(&self, copy: CopyTag, max: usize) -> Result<(usize, bool), LedgerError> {
         let mut inv = self.scripts.expire_due.prepare_invoke();
-        self.resolve_keys(&mut inv, sku);
+        self.resolve_keys(&mut inv, copy);
         inv.arg(max.min(EXPIRE_MAX));
         let reply: Vec<i64> = self.run("expire_due", &inv).await?;
         let [expired, restocked] = reply[..] else {
@@ -508,16 +619,20 @@ impl HotLedger for RedisLedger {
                 "unexpected expire_due reply {reply:?}"
             )));
         };
-        if restocked == 1 {
-            self.announce_restock(sku).await;
-        }
-        usize::try_from(expired).map_err(|_| LedgerError::Internal("negative count".into()))
+        let expired =
+            usize::try_from(expired).map_err(|_| LedgerError::Internal("negative count".into()))?;
+        Ok((expired, restocked == 1))
     }
 
-    async fn counters(&self, sku: SkuId) -> Result<Option<Counters>, LedgerError> {
+    /// The counters of one copy, `None` when it is not warm.
+    pub(crate) async fn counters_copy(
+        &self,
+        copy: CopyTag,
+    ) -> Result<Option<Counters>, LedgerError> {
+        let sku = copy.sku;
         let mut conn = self.conn.clone();
         let cmd = redis::cmd("HMGET")
-            .arg(self.keys.sale(sku))
+            .arg(self.keys.sale(copy))
             .arg(&["total", "available", "reserved", "sold", "seq"])
             .clone();
         let v: Vec<Option<u64>> = bounded(Timeouts::HOT.call, cmd.query_async(&mut conn)).await?;
@@ -537,22 +652,6 @@ impl HotLedger for RedisLedger {
             ))),
         }
     }
-
-    async fn order(&self, order_no: &OrderNo) -> Result<Option<HotOrder>, LedgerError> {
-        let mut conn = self.conn.clone();
-        let cmd = redis::cmd("HGET")
-            .arg(self.keys.orders(order_no.sku()))
-            .arg(order_no.to_string())
-            .clone();
-        let v: Option<String> = bounded(Timeouts::HOT.call, cmd.query_async(&mut conn)).await?;
-        v.map(|encoded| decode_order(&order_no.to_string(), &encoded))
-            .transpose()
-            .map_err(LedgerError::Internal)
-    }
-
-    async fn ping(&self) -> Result<(), LedgerError> {
-        bounded(Timeouts::HOT.call, self.conn.ready()).await
-    }
 }
 
 #[async_trait]
@@ -565,51 +664,39 @@ impl HotCopies for RedisLedger {
                 "counters do not fit the sale: {counters:?}"
             )));
         }
-        let sku = sale.sku_id;
-        let mut inv = self.scripts.load.prepare_invoke();
-        for key in self.keys.copy_state(sku) {
-            inv.key(key);
+        if sale.buckets > 1 {
+            return self.load_bucketed(sale, counters, epoch).await;
         }
-        inv.arg(sku.0)
-            .arg(counters.total)
-            .arg(counters.available)
-            .arg(counters.reserved)
-            .arg(counters.sold)
-            .arg(counters.seq)
-            .arg(epoch)
-            .arg(sale.per_user_limit)
-            .arg(sale.mode.as_str())
-            .arg(sale.payment_timeout_ms)
-            .arg(sale.starts_at_ms)
-            .arg(sale.ends_at_ms)
-            .arg(sale.state.as_str());
-        let answer: String = self.run("load", &inv).await?;
-        if answer == "ALREADY_WARM" {
-            return Err(LedgerError::AlreadyWarm);
-        }
-        let mut conn = self.conn.clone();
-        let cmd = redis::cmd("SADD").arg(self.keys.sales()).arg(sku.0).clone();
-        let _: i64 = bounded(Timeouts::HOT.call, cmd.query_async(&mut conn)).await?;
-        Ok(())
+        self.load_copy(sale.sku_id.into(), sale, counters, epoch, None)
+            .await
     }
 
     async fn fence(&self, sku: SkuId) -> Result<bool, LedgerError> {
-        let mut inv = self.scripts.fence.prepare_invoke();
-        inv.key(self.keys.sale(sku));
-        let present: i64 = self.run("fence", &inv).await?;
-        Ok(present == 1)
+        let mut present = false;
+        for copy in self.layout(sku).await?.copies() {
+            let mut inv = self.scripts.fence.prepare_invoke();
+            inv.key(self.keys.sale(copy));
+            present |= self.run::<i64>("fence", &inv).await? == 1;
+        }
+        Ok(present)
     }
 
     async fn open(&self, sku: SkuId, epoch: u64, state: SaleState) -> Result<(), LedgerError> {
-        let mut inv = self.scripts.open.prepare_invoke();
-        inv.key(self.keys.sale(sku)).arg(epoch).arg(state.as_str());
-        match self.run::<String>("open", &inv).await?.as_str() {
-            "OK" => Ok(()),
-            _ => Err(LedgerError::AlreadyWarm),
+        let layout = self.layout(sku).await?;
+        for copy in layout.copies() {
+            let mut inv = self.scripts.open.prepare_invoke();
+            inv.key(self.keys.sale(copy))
+                .arg(layout.epoch_of(copy.bucket, epoch))
+                .arg(state.as_str());
+            if self.run::<String>("open", &inv).await? != "OK" {
+                return Err(LedgerError::AlreadyWarm);
+            }
         }
+        Ok(())
     }
 
     async fn hot_snapshot(&self, sku: SkuId) -> Result<Option<HotSnapshot>, LedgerError> {
+        self.layout(sku).await?.single_only("a snapshot")?;
         let Some(snap) = self.snapshot(sku).await? else {
             return Ok(None);
         };
@@ -647,6 +734,49 @@ impl HotCopies for RedisLedger {
     }
 }
 
+impl RedisLedger {
+    /// Loads one copy: a sale's own, or one bucket of a sale of several (`layout`: the
+    /// sale's bucket count and salts, stored with every bucket).
+    pub(crate) async fn load_copy(
+        &self,
+        copy: CopyTag,
+        sale: &Sale,
+        counters: &Counters,
+        epoch: u64,
+        layout: Option<(u16, &str)>,
+    ) -> Result<(), LedgerError> {
+        let sku = sale.sku_id;
+        let mut inv = self.scripts.load.prepare_invoke();
+        for key in self.keys.copy_state(copy) {
+            inv.key(key);
+        }
+        inv.arg(sku.0)
+            .arg(counters.total)
+            .arg(counters.available)
+            .arg(counters.reserved)
+            .arg(counters.sold)
+            .arg(counters.seq)
+            .arg(epoch)
+            .arg(sale.per_user_limit)
+            .arg(sale.mode.as_str())
+            .arg(sale.payment_timeout_ms)
+            .arg(sale.starts_at_ms)
+            .arg(sale.ends_at_ms)
+            .arg(sale.state.as_str());
+        if let Some((buckets, salts)) = layout {
+            inv.arg(buckets).arg(salts);
+        }
+        let answer: String = self.run("load", &inv).await?;
+        if answer == "ALREADY_WARM" {
+            return Err(LedgerError::AlreadyWarm);
+        }
+        let mut conn = self.conn.clone();
+        let cmd = redis::cmd("SADD").arg(self.keys.sales()).arg(sku.0).clone();
+        let _: i64 = bounded(Timeouts::HOT.call, cmd.query_async(&mut conn)).await?;
+        Ok(())
+    }
+}
+
 #[async_trait]
 impl SoldOutSupport for RedisLedger {
     async fn accepted_keys(
@@ -654,18 +784,68 @@ impl SoldOutSupport for RedisLedger {
         sku: SkuId,
         max: usize,
     ) -> Result<Option<Vec<RequestKey>>, LedgerError> {
+        let mut all = Vec::new();
+        for copy in self.layout(sku).await?.copies() {
+            let Some(keys) = self.accepted_keys_copy(copy, max - all.len()).await? else {
+                return Ok(None);
+            };
+            all.extend(keys);
+        }
+        Ok(Some(all))
+    }
+
+    async fn is_accepted(&self, sku: SkuId, key: &RequestKey) -> Result<bool, LedgerError> {
+        let copy = self.layout(sku).await?.home(key.user);
+        let mut conn = self.conn.clone();
+        let cmd = redis::cmd("HEXISTS")
+            .arg(self.keys.requests(copy))
+            .arg(key.to_string())
+            .clone();
+        bounded(Timeouts::HOT.call, cmd.query_async(&mut conn)).await
+    }
+
+    /// The epoch of bucket 0's copy, and the accepted requests of every bucket.
+    async fn accepted_count(&self, sku: SkuId) -> Result<Option<(u64, usize)>, LedgerError> {
+        let mut sum: Option<(u64, usize)> = None;
+        for copy in self.layout(sku).await?.copies() {
+            let Some((epoch, len)) = self.accepted_count_copy(copy).await? else {
+                return Ok(None);
+            };
+            let (first, total) = sum.unwrap_or((epoch, 0));
+            sum = Some((first, total + len));
+        }
+        Ok(sum)
+    }
+
+    fn on_restock(&self, listener: RestockListener) {
+        self.restock.set_listener(listener);
+    }
+
+    fn restock_feeds(&self) -> Vec<RestockFeed> {
+        vec![RestockHub::feed(&self.restock)]
+    }
+}
+
+impl RedisLedger {
+    /// The accepted request keys of one copy, `None` when more than `max` or not warm.
+    async fn accepted_keys_copy(
+        &self,
+        copy: CopyTag,
+        max: usize,
+    ) -> Result<Option<Vec<RequestKey>>, LedgerError> {
+        let sku = copy.sku;
         let mut conn = self.conn.clone();
         let mut pipe = redis::pipe();
         pipe.cmd("EXISTS")
-            .arg(self.keys.sale(sku))
+            .arg(self.keys.sale(copy))
             .cmd("HLEN")
-            .arg(self.keys.requests(sku));
+            .arg(self.keys.requests(copy));
         let (warm, len): (bool, usize) =
             bounded(Timeouts::HOT.call, pipe.query_async(&mut conn)).await?;
         if !warm || len > max {
             return Ok(None);
         }
-        let cmd = redis::cmd("HKEYS").arg(self.keys.requests(sku)).clone();
+        let cmd = redis::cmd("HKEYS").arg(self.keys.requests(copy)).clone();
         let keys: Vec<String> = bounded(Timeouts::HOT.call, cmd.query_async(&mut conn)).await?;
         if keys.len() > max {
             return Ok(None);
@@ -677,33 +857,19 @@ impl SoldOutSupport for RedisLedger {
         keys.iter().map(parse).collect::<Result<_, _>>().map(Some)
     }
 
-    async fn is_accepted(&self, sku: SkuId, key: &RequestKey) -> Result<bool, LedgerError> {
-        let mut conn = self.conn.clone();
-        let cmd = redis::cmd("HEXISTS")
-            .arg(self.keys.requests(sku))
-            .arg(key.to_string())
-            .clone();
-        bounded(Timeouts::HOT.call, cmd.query_async(&mut conn)).await
-    }
-
-    async fn accepted_count(&self, sku: SkuId) -> Result<Option<(u64, usize)>, LedgerError> {
+    async fn accepted_count_copy(
+        &self,
+        copy: CopyTag,
+    ) -> Result<Option<(u64, usize)>, LedgerError> {
         let mut conn = self.conn.clone();
         let mut pipe = redis::pipe();
         pipe.cmd("HGET")
-            .arg(self.keys.sale(sku))
+            .arg(self.keys.sale(copy))
             .arg("epoch")
             .cmd("HLEN")
-            .arg(self.keys.requests(sku));
+            .arg(self.keys.requests(copy));
         let (epoch, len): (Option<u64>, usize) =
             bounded(Timeouts::HOT.call, pipe.query_async(&mut conn)).await?;
         Ok(epoch.map(|e| (e, len)))
-    }
-
-    fn on_restock(&self, listener: RestockListener) {
-        self.restock.set_listener(listener);
-    }
-
-    fn restock_feeds(&self) -> Vec<RestockFeed> {
-        vec![RestockHub::feed(&self.restock)]
     }
 }

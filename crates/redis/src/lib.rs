@@ -1,7 +1,9 @@
 //! flashsale-redis: the Redis hot ledger.
 //!
-//! - [`keys`]: the key schema; every key of a sale carries the hash tag `{<sku>}`.
+//! - [`keys`]: the key schema; every key of a hot copy carries its hash tag (`{<sku>}`).
 //! - [`scripts`]: the Lua scripts (`scripts/*.lua`, loaded with `include_str!`).
+//! - [`bucketed`]: sales of several buckets, each a hot copy of its own on its own primary,
+//!   and the transfers of stock between them.
 //! - [`ledger`]: `RedisLedger`, the hot ledger over Redis or Redis Cluster (lazy connection,
 //!   fenced copies).
 //! - [`routed`]: `RoutedLedger`, named hot sales on a Redis of their own.
@@ -13,6 +15,7 @@
 //!
 //! May depend on flashsale-core and redis-rs; never on sqlx or the server.
 
+pub mod bucketed;
 pub mod codec;
 pub mod conn;
 pub mod keys;
@@ -22,8 +25,9 @@ pub mod routed;
 pub mod scripts;
 pub mod stream;
 
+pub use bucketed::{BucketState, BucketsView, Layout};
 pub use codec::{Entry, EntryError, FORMAT_VERSION};
-pub use keys::{slot, Keys};
+pub use keys::{slot, CopyTag, Keys};
 pub use ledger::{RedisLedger, Replication, Snapshot};
 pub use routed::RoutedLedger;
 pub use stream::{AutoClaimed, PendingSummary, StreamReader, GROUP};

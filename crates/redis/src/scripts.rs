@@ -1,7 +1,7 @@
 //! The Lua scripts, compiled into the binary with `include_str!`.
 //!
 //! Every script starts with `#!lua` (Redis 7 refuses a write script before it runs when out of
-//! memory; for the seven that share the node prelude it is prepended here), names every key it touches in KEYS (all keys of one sale share a hash tag, so a
+//! memory; for the nine that share the node prelude it is prepended here), names every key it touches in KEYS (all keys of one sale share a hash tag, so a
 //! script runs on one cluster slot), does every check for a request before any write for it,
 //! reads the clock with `TIME`, and validates its own arguments. `redis::Script` sends EVALSHA
 //! and reloads the script on NOSCRIPT (after a restart, a failover or SCRIPT FLUSH).
@@ -33,9 +33,12 @@ pub const SNAPSHOT: &str = with_node!("../scripts/snapshot.lua");
 pub const LEASE_ACQUIRE: &str = include_str!("../scripts/lease_acquire.lua");
 pub const LEASE_RELEASE: &str = include_str!("../scripts/lease_release.lua");
 pub const RESTORE_ORDERS: &str = with_node!("../scripts/restore_orders.lua");
+/// The two sides of a transfer of stock between buckets of a sale.
+pub const TRANSFER_OUT: &str = with_node!("../scripts/transfer_out.lua");
+pub const TRANSFER_IN: &str = with_node!("../scripts/transfer_in.lua");
 
 /// Every script with its name (the `script` label of `flashsale_script_latency_seconds`).
-pub const ALL: [(&str, &str); 11] = [
+pub const ALL: [(&str, &str); 13] = [
     ("purchase", PURCHASE),
     ("resolve", RESOLVE),
     ("expire_due", EXPIRE_DUE),
@@ -47,6 +50,8 @@ pub const ALL: [(&str, &str); 11] = [
     ("lease_acquire", LEASE_ACQUIRE),
     ("lease_release", LEASE_RELEASE),
     ("restore_orders", RESTORE_ORDERS),
+    ("transfer_out", TRANSFER_OUT),
+    ("transfer_in", TRANSFER_IN),
 ];
 
 /// The scripts of the hot ledger, hashed once.
@@ -60,6 +65,8 @@ pub struct Scripts {
     pub set_state: Script,
     pub snapshot: Script,
     pub restore_orders: Script,
+    pub transfer_out: Script,
+    pub transfer_in: Script,
 }
 
 impl Scripts {
@@ -74,6 +81,8 @@ impl Scripts {
             set_state: Script::new(SET_STATE),
             snapshot: Script::new(SNAPSHOT),
             restore_orders: Script::new(RESTORE_ORDERS),
+            transfer_out: Script::new(TRANSFER_OUT),
+            transfer_in: Script::new(TRANSFER_IN),
         }
     }
 }

@@ -105,6 +105,18 @@ fn describe_ledger() {
         "1 while the circuit breaker in front of the hot ledger is open."
     );
     describe_counter!(
+        names::BUCKET_TRANSFERS,
+        "Transfers of stock between the buckets of a sale, by side applied (out, in)."
+    );
+    describe_counter!(
+        names::BUCKET_TRANSFER_UNITS,
+        "Units moved between the buckets of a sale."
+    );
+    describe_counter!(
+        names::FALSE_SOLD_OUT,
+        "SOLD_OUT answers while the sale's buckets together held the quantity (must stay 0)."
+    );
+    describe_counter!(
         names::GUARD_REJECTIONS,
         "Accepted orders the database's guard refused (stored REJECTED; must stay 0), by sale."
     );

@@ -46,6 +46,7 @@ pub async fn run_all(ledger: Arc<dyn Ledger>) {
     direct_orders_are_already_resolved(l).await;
     restock_is_announced(l).await;
     concurrent_buyers_keep_invariants(ledger.clone()).await;
+    crate::bucketed::run_all(ledger).await;
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -10,13 +10,15 @@
 //! - [`mariadb`]: a throwaway `mariadbd` in a temp dir, and a fresh database of its own on the
 //!   shared server.
 //! - [`postgres`]: a fresh database of its own on the shared PostgreSQL server.
-//! - [`conformance`]: the one suite both hot ledgers must pass.
+//! - [`conformance`]: the one suite both hot ledgers must pass; [`bucketed`]: its checks of
+//!   sales of several buckets, for ledgers that hold them.
 //! - [`wait`]: polling with a deadline, the only way tests wait (`until` panics at the
 //!   deadline; `within` gives up with `None`).
 //! - [`process`]: a child process killed with SIGKILL and restarted alike, killed on drop.
 //!
 //! Depends on flashsale-core and client libraries only; never on a backend crate.
 
+pub mod bucketed;
 pub mod conformance;
 pub mod mariadb;
 pub mod model;

@@ -124,3 +124,30 @@ async fn bucket_salts_put_a_sales_buckets_on_distinct_primaries() {
         }
     }
 }
+
+/// With buckets on, the whole suite and its bucketed checks pass on a six-node cluster, and a
+/// warmed sale of three buckets has its copies on the three primaries (asked of the cluster
+/// with `CLUSTER KEYSLOT`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bucketed_sales_pass_the_suite_on_a_six_node_cluster() {
+    let cluster = RedisCluster::spawn(2_000).await;
+    let shards = cluster.shards().await;
+    let ledger = RedisLedger::connect(&cluster.urls(), "fs").await.unwrap();
+    let ledger = Arc::new(ledger.with_buckets());
+    let sale =
+        flashsale_testkit::bucketed::bucketed_sale(flashsale_core::SaleMode::Direct, 9, 1, 3);
+    let sku = conformance::warm(ledger.as_ref(), &sale).await;
+    let view = ledger.bucket_view(sku).await.unwrap().expect("warm");
+    let client = redis::Client::open(cluster.node(0).url()).unwrap();
+    let mut conn = client.get_multiplexed_async_connection().await.unwrap();
+    let mut primaries = std::collections::HashSet::new();
+    for bucket in &view.buckets {
+        let key = format!("fs:{{{}}}:sale", bucket.tag);
+        let s = keyslot(&mut conn, &key).await;
+        primaries.insert(shards.iter().position(|&(a, b)| a <= s && s <= b));
+        assert_eq!(bucket.counters.total, 3, "an even split");
+    }
+    assert_eq!(primaries.len(), 3, "{view:?}");
+    let ledger: Arc<dyn Ledger> = ledger;
+    conformance::run_all_spread(ledger, 3, move |sku| shard_of(&shards, sku)).await;
+}

@@ -26,6 +26,19 @@ impl TestLedger {
         }
     }
 
+    /// A ledger that takes sales of several buckets.
+    pub async fn with_buckets() -> TestLedger {
+        let prefix = unique_prefix();
+        let ledger = RedisLedger::connect(&shared_url(), &prefix)
+            .await
+            .expect("connect to the shared redis")
+            .with_buckets();
+        TestLedger {
+            ledger: Arc::new(ledger),
+            prefix,
+        }
+    }
+
     pub fn dyn_ledger(&self) -> Arc<dyn Ledger> {
         self.ledger.clone()
     }

@@ -45,3 +45,12 @@ async fn run_all_on_one_ledger() {
     conformance::run_all(t.dyn_ledger()).await;
     t.cleanup().await;
 }
+
+/// The whole suite with buckets on: every check, plus the bucketed ones (transfers, holds at
+/// their bucket, exact stock for every spread of buyers) on one Redis.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn run_all_with_buckets_on_one_redis() {
+    let t = TestLedger::with_buckets().await;
+    conformance::run_all(t.dyn_ledger()).await;
+    t.cleanup().await;
+}
