@@ -44,7 +44,7 @@ pub fn buyers(n: u16, count: usize, spread: Spread) -> Vec<u64> {
                 Spread::Skewed if home == 0 => true,
                 Spread::Skewed => {
                     elsewhere += 1;
-                    elsewhere % every == 0
+                    elsewhere.is_multiple_of(every)
                 }
                 Spread::OneHome => home == n - 1,
             }
