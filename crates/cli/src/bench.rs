@@ -39,6 +39,9 @@ pub enum BenchCommand {
     Spike(Box<crate::spike::SpikeArgs>),
     /// The purchase script's cost to Redis per purchase, part by part.
     Script(crate::bench_script::ScriptArgs),
+    /// One hot sale on a Redis Cluster with one bucket and with several: Redis CPU per
+    /// purchase on the busiest primary and on all nodes, and no false sold-out.
+    Buckets(crate::bench_buckets::BucketsArgs),
 }
 
 #[derive(Debug, Clone, Args)]
@@ -150,6 +153,7 @@ pub async fn run(cmd: BenchCommand) -> anyhow::Result<()> {
         BenchCommand::Persister(args) => persister(args).await,
         BenchCommand::Spike(args) => crate::spike::run(*args).await,
         BenchCommand::Script(args) => crate::bench_script::run(args).await,
+        BenchCommand::Buckets(args) => crate::bench_buckets::run(args).await,
     }
 }
 

@@ -13,6 +13,7 @@
 
 mod bench;
 mod bench_alone;
+mod bench_buckets;
 mod bench_risk;
 mod bench_script;
 mod demo;

@@ -13,6 +13,7 @@
 //!   finishes it, and the expiry worker calls it for every bucketed sale.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 
 use flashsale_core::buckets::{self, Transfer};
@@ -132,6 +133,17 @@ impl Layout {
 pub(crate) struct BucketTable {
     layouts: RwLock<HashMap<SkuId, Layout>>,
     movers: Mutex<HashMap<CopyTag, Arc<tokio::sync::Mutex<()>>>>,
+    transfers: AtomicU64,
+    false_sold_outs: AtomicU64,
+}
+
+/// What this ledger's transfers did since it was made (also exported as metrics).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct BucketStats {
+    /// Transfers this ledger took in at their destination.
+    pub transfers: u64,
+    /// SOLD_OUT answers given while the sale's buckets together held the quantity.
+    pub false_sold_outs: u64,
 }
 
 impl BucketTable {
@@ -463,6 +475,9 @@ impl RedisLedger {
         let reply = as_string(&reply).unwrap_or_default();
         match reply.as_str() {
             "OK" => {
+                if let Some(table) = &self.buckets {
+                    table.transfers.fetch_add(1, Ordering::Relaxed);
+                }
                 metrics::counter!(names::BUCKET_TRANSFERS, "side" => "in").increment(1);
                 metrics::counter!(names::BUCKET_TRANSFER_UNITS).increment(units);
             }
@@ -528,6 +543,17 @@ impl RedisLedger {
         Ok(pending)
     }
 
+    /// What this ledger's transfers did so far.
+    pub fn bucket_stats(&self) -> BucketStats {
+        let Some(table) = &self.buckets else {
+            return BucketStats::default();
+        };
+        BucketStats {
+            transfers: table.transfers.load(Ordering::Relaxed),
+            false_sold_outs: table.false_sold_outs.load(Ordering::Relaxed),
+        }
+    }
+
     /// A bucketed sale's buckets and its units in flight; `None` when it is not warm.
     pub async fn bucket_view(&self, sku: SkuId) -> Result<Option<BucketsView>, LedgerError> {
         let layout = self.layout(sku).await?;
@@ -577,6 +603,11 @@ impl RedisLedger {
             .filter(|&&i| u64::from(reqs[i].quantity) <= all_units)
             .count();
         if false_ones > 0 {
+            if let Some(table) = &self.buckets {
+                table
+                    .false_sold_outs
+                    .fetch_add(false_ones as u64, Ordering::Relaxed);
+            }
             metrics::counter!(names::FALSE_SOLD_OUT).increment(false_ones as u64);
             tracing::warn!(sku = %layout.sku, false_ones, all_units, "SOLD_OUT while buckets held stock");
         }

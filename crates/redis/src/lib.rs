@@ -25,7 +25,7 @@ pub mod routed;
 pub mod scripts;
 pub mod stream;
 
-pub use bucketed::{BucketState, BucketsView, Layout};
+pub use bucketed::{BucketState, BucketStats, BucketsView, Layout};
 pub use codec::{Entry, EntryError, FORMAT_VERSION};
 pub use keys::{slot, CopyTag, Keys};
 pub use ledger::{RedisLedger, Replication, Snapshot};

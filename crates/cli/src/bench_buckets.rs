@@ -1,0 +1,293 @@
+//! `flashsale bench buckets`: one hot sale on a Redis Cluster with one bucket and with
+//! several, alternated in one run. For each: what the busiest primary's main thread and all
+//! nodes together spend per accepted purchase (INFO cpu of every node, before and after);
+//! then an oversubscribed sale over the buckets: the stock sold exactly, and the SOLD_OUT
+//! answers given while the buckets together still held stock (must be 0).
+
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Instant;
+
+use clap::Args;
+use flashsale_core::{
+    HotCopies, HotLedger, PurchaseOutcome, PurchaseRequest, RequestId, Sale, SaleMode, SaleState,
+    SkuId, UserId,
+};
+use flashsale_redis::RedisLedger;
+use rand::Rng;
+use redis::aio::MultiplexedConnection;
+
+#[derive(Debug, Clone, Args)]
+pub struct BucketsArgs {
+    /// Every node of the cluster, comma-separated, as `scripts/cluster.sh up` prints them.
+    #[arg(long, env = "FLASHSALE_REDIS_URL")]
+    pub redis_url: String,
+    /// Buckets of the bucketed sale (compared with one bucket).
+    #[arg(long, default_value_t = 3)]
+    pub buckets: u16,
+    /// Buyers per sale, each buying one unit.
+    #[arg(long, default_value_t = 60_000)]
+    pub buyers: u64,
+    /// Requests per ledger call (the service's batcher makes such batches under load).
+    #[arg(long, default_value_t = 32)]
+    pub batch: usize,
+    /// Calls in flight at once.
+    #[arg(long, default_value_t = 32)]
+    pub concurrency: usize,
+    /// Times the pair (one bucket, several) is run, alternated.
+    #[arg(long, default_value_t = 2)]
+    pub rounds: usize,
+}
+
+/// One node of the cluster: its connection and whether it is a primary.
+struct Node {
+    url: String,
+    conn: MultiplexedConnection,
+    primary: bool,
+}
+
+/// One sale's run.
+struct Run {
+    buckets: u16,
+    units: u64,
+    accepted: u64,
+    sold_out: u64,
+    wall_s: f64,
+    /// Main-thread CPU µs per node, in the order of the nodes.
+    cpu_us: Vec<f64>,
+    transfers: u64,
+    false_sold_outs: u64,
+}
+
+pub async fn run(args: BucketsArgs) -> anyhow::Result<()> {
+    anyhow::ensure!((2..=64).contains(&args.buckets), "--buckets must be 2..=64");
+    anyhow::ensure!((1..=1024).contains(&args.batch), "--batch must be 1..=1024");
+    anyhow::ensure!(args.buyers >= 100, "--buyers must be at least 100");
+    let mut nodes = connect_nodes(&args.redis_url).await?;
+    let prefix = format!("benchb{}", rand::rng().random_range(0..1_000_000u32));
+    let ledger = Arc::new(
+        RedisLedger::connect(&args.redis_url, &prefix)
+            .await?
+            .with_buckets(),
+    );
+    anyhow::ensure!(ledger.is_cluster(), "{} is not a cluster", args.redis_url);
+    println!(
+        "bench buckets: {} buyers per sale, batches of {}, {} in flight, {} primaries",
+        args.buyers,
+        args.batch,
+        args.concurrency,
+        nodes.iter().filter(|n| n.primary).count()
+    );
+    let mut runs = Vec::new();
+    for _ in 0..args.rounds {
+        for n in [1, args.buckets] {
+            runs.push(sale_run(&ledger, &mut nodes, &args, n, args.buyers).await?);
+        }
+    }
+    let over = sale_run(&ledger, &mut nodes, &args, args.buckets, args.buyers / 10).await?;
+    print_runs(&nodes, &runs, &over, args.buckets);
+    Ok(())
+}
+
+async fn connect_nodes(urls: &str) -> anyhow::Result<Vec<Node>> {
+    let mut nodes = Vec::new();
+    for url in urls.split(',').map(str::trim).filter(|u| !u.is_empty()) {
+        let mut conn = redis::Client::open(url)?
+            .get_multiplexed_async_connection()
+            .await?;
+        let info: String = redis::cmd("INFO")
+            .arg("replication")
+            .query_async(&mut conn)
+            .await?;
+        let primary = info.lines().any(|l| l.trim() == "role:master");
+        nodes.push(Node {
+            url: url.to_owned(),
+            conn,
+            primary,
+        });
+    }
+    anyhow::ensure!(nodes.len() >= 2, "name every node of the cluster");
+    Ok(nodes)
+}
+
+/// Main-thread CPU of each node so far, µs (INFO cpu, user + sys).
+async fn cpu_us(nodes: &mut [Node]) -> anyhow::Result<Vec<f64>> {
+    let mut out = Vec::with_capacity(nodes.len());
+    for node in nodes.iter_mut() {
+        let info: String = redis::cmd("INFO")
+            .arg("cpu")
+            .query_async(&mut node.conn)
+            .await?;
+        let s: f64 = info
+            .lines()
+            .filter(|l| {
+                l.starts_with("used_cpu_user_main_thread:")
+                    || l.starts_with("used_cpu_sys_main_thread:")
+            })
+            .filter_map(|l| l.split(':').nth(1)?.trim().parse::<f64>().ok())
+            .sum();
+        out.push(s * 1e6);
+    }
+    Ok(out)
+}
+
+/// A sale of `units` over `n` buckets, bought by `args.buyers` buyers of one unit each.
+async fn sale_run(
+    ledger: &Arc<RedisLedger>,
+    nodes: &mut [Node],
+    args: &BucketsArgs,
+    n: u16,
+    units: u64,
+) -> anyhow::Result<Run> {
+    let sale = bench_sale(units, n);
+    ledger.warm(&sale, &sale.fresh_counters(), 1).await?;
+    let stats_before = ledger.bucket_stats();
+    let before = cpu_us(nodes).await?;
+    let started = Instant::now();
+    let (accepted, sold_out) = spike(ledger, sale.sku_id, args).await?;
+    let wall_s = started.elapsed().as_secs_f64();
+    let after = cpu_us(nodes).await?;
+    let stats = ledger.bucket_stats();
+    let counters = ledger.counters(sale.sku_id).await?.expect("warm");
+    anyhow::ensure!(
+        counters.sold == accepted && accepted == units.min(args.buyers),
+        "{n} buckets: {accepted} accepted, {counters:?}, {units} units"
+    );
+    Ok(Run {
+        buckets: n,
+        units,
+        accepted,
+        sold_out,
+        wall_s,
+        cpu_us: after.iter().zip(&before).map(|(a, b)| a - b).collect(),
+        transfers: stats.transfers - stats_before.transfers,
+        false_sold_outs: stats.false_sold_outs - stats_before.false_sold_outs,
+    })
+}
+
+fn bench_sale(units: u64, buckets: u16) -> Sale {
+    let now = flashsale_core::clock::now_ms();
+    Sale {
+        sku_id: SkuId(rand::rng().random_range(1..=1u64 << 40)),
+        name: "bench buckets".into(),
+        total_stock: units,
+        per_user_limit: 1,
+        mode: SaleMode::Direct,
+        payment_timeout_ms: 0,
+        starts_at_ms: now - 60_000,
+        ends_at_ms: now + 3_600_000,
+        state: SaleState::Live,
+        buckets,
+    }
+}
+
+/// Every buyer once, in batches, `args.concurrency` calls at a time: (accepted, sold out).
+async fn spike(
+    ledger: &Arc<RedisLedger>,
+    sku: SkuId,
+    args: &BucketsArgs,
+) -> anyhow::Result<(u64, u64)> {
+    let base = rand::rng().random_range(1..=1u64 << 40);
+    let next = Arc::new(AtomicUsize::new(0));
+    let accepted = Arc::new(AtomicU64::new(0));
+    let sold_out = Arc::new(AtomicU64::new(0));
+    let batches = args.buyers.div_ceil(args.batch as u64) as usize;
+    let rid = RequestId::parse("b").expect("request id");
+    let mut tasks = Vec::new();
+    for _ in 0..args.concurrency {
+        let (ledger, next, accepted, sold_out) = (
+            ledger.clone(),
+            next.clone(),
+            accepted.clone(),
+            sold_out.clone(),
+        );
+        let (rid, batch, buyers) = (rid.clone(), args.batch as u64, args.buyers);
+        tasks.push(tokio::spawn(async move {
+            loop {
+                let i = next.fetch_add(1, Ordering::Relaxed);
+                if i >= batches {
+                    return Ok::<(), anyhow::Error>(());
+                }
+                let first = i as u64 * batch;
+                let reqs: Vec<PurchaseRequest> = (first..(first + batch).min(buyers))
+                    .map(|u| PurchaseRequest {
+                        sku_id: sku,
+                        user_id: UserId(base + u),
+                        request_id: rid.clone(),
+                        quantity: 1,
+                    })
+                    .collect();
+                for out in ledger.purchase_batch(sku, &reqs).await? {
+                    match out {
+                        PurchaseOutcome::Accepted { .. } => &accepted,
+                        PurchaseOutcome::Rejected(_) => &sold_out,
+                    }
+                    .fetch_add(1, Ordering::Relaxed);
+                }
+            }
+        }));
+    }
+    for task in tasks {
+        task.await??;
+    }
+    Ok((
+        accepted.load(Ordering::Relaxed),
+        sold_out.load(Ordering::Relaxed),
+    ))
+}
+
+fn print_runs(nodes: &[Node], runs: &[Run], over: &Run, buckets: u16) {
+    println!();
+    println!("| buckets | accepted | purchases/s | busiest primary µs/purchase | all primaries µs/purchase | all nodes µs/purchase | transfers |");
+    println!("|---|---|---|---|---|---|---|");
+    for r in runs {
+        let (busiest, primaries, all) = per_purchase(nodes, r);
+        println!(
+            "| {} | {} | {:.0} | {busiest:.2} | {primaries:.2} | {all:.2} | {} |",
+            r.buckets,
+            r.accepted,
+            r.accepted as f64 / r.wall_s,
+            r.transfers
+        );
+    }
+    let mean = |n: u16, pick: fn((f64, f64, f64)) -> f64| {
+        let of: Vec<f64> = runs
+            .iter()
+            .filter(|r| r.buckets == n)
+            .map(|r| pick(per_purchase(nodes, r)))
+            .collect();
+        of.iter().sum::<f64>() / of.len().max(1) as f64
+    };
+    println!();
+    println!(
+        "ratio {buckets} buckets ÷ 1 (means): busiest primary {:.2}, all primaries {:.2}, all nodes {:.2}",
+        mean(buckets, |t| t.0) / mean(1, |t| t.0),
+        mean(buckets, |t| t.1) / mean(1, |t| t.1),
+        mean(buckets, |t| t.2) / mean(1, |t| t.2),
+    );
+    println!(
+        "oversubscribed ({} buyers for {} units, {} buckets): sold {} of {}, {} sold out, {} transfers, {} false sold-outs",
+        over.accepted + over.sold_out,
+        over.units,
+        over.buckets,
+        over.accepted,
+        over.units,
+        over.sold_out,
+        over.transfers,
+        over.false_sold_outs
+    );
+    for (node, r) in nodes.iter().zip(&runs[runs.len() - 1].cpu_us) {
+        let role = if node.primary { "primary" } else { "replica" };
+        println!("  last run, {} ({role}): {:.0} µs", node.url, r);
+    }
+}
+
+/// (busiest primary, all primaries, all nodes) µs of main-thread CPU per accepted purchase.
+fn per_purchase(nodes: &[Node], r: &Run) -> (f64, f64, f64) {
+    let per = r.accepted.max(1) as f64;
+    let primaries = nodes.iter().zip(&r.cpu_us).filter(|(n, _)| n.primary);
+    let busiest = primaries.clone().map(|(_, c)| *c).fold(0.0, f64::max);
+    let all_primaries: f64 = primaries.map(|(_, c)| c).sum();
+    let all: f64 = r.cpu_us.iter().sum();
+    (busiest / per, all_primaries / per, all / per)
+}
