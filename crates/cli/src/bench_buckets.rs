@@ -37,6 +37,11 @@ pub struct BucketsArgs {
     /// Times the pair (one bucket, several) is run, alternated.
     #[arg(long, default_value_t = 2)]
     pub rounds: usize,
+    /// Each call's requests all of one home bucket (what a batcher keyed by bucket sends),
+    /// instead of buyers in arrival order (a batcher keyed by sale: the ledger splits each
+    /// call into one script call per bucket, so each carries a part of the batch).
+    #[arg(long)]
+    pub by_home: bool,
 }
 
 /// One node of the cluster: its connection and whether it is a primary.
@@ -72,20 +77,35 @@ pub async fn run(args: BucketsArgs) -> anyhow::Result<()> {
     );
     anyhow::ensure!(ledger.is_cluster(), "{} is not a cluster", args.redis_url);
     println!(
-        "bench buckets: {} buyers per sale, batches of {}, {} in flight, {} primaries",
+        "bench buckets: {} buyers per sale, batches of {} ({}), {} in flight, {} primaries",
         args.buyers,
         args.batch,
+        if args.by_home {
+            "each of one home bucket"
+        } else {
+            "buyers in arrival order"
+        },
         args.concurrency,
         nodes.iter().filter(|n| n.primary).count()
     );
     let mut runs = Vec::new();
     for _ in 0..args.rounds {
         for n in [1, args.buckets] {
-            runs.push(sale_run(&ledger, &mut nodes, &args, n, args.buyers).await?);
+            runs.push(sale_run(&ledger, &mut nodes, &args, n, args.buyers, false).await?);
         }
     }
-    let over = sale_run(&ledger, &mut nodes, &args, args.buckets, args.buyers / 10).await?;
-    print_runs(&nodes, &runs, &over, args.buckets);
+    let units = args.buyers / 10;
+    let mut over = Vec::new();
+    for one_home in [false, true] {
+        over.push(sale_run(&ledger, &mut nodes, &args, args.buckets, units, one_home).await?);
+    }
+    print_runs(&nodes, &runs, args.buckets);
+    for (r, spread) in over
+        .iter()
+        .zip(["buyers at every bucket", "every buyer at one bucket"])
+    {
+        print_oversubscribed(r, spread);
+    }
     Ok(())
 }
 
@@ -138,13 +158,14 @@ async fn sale_run(
     args: &BucketsArgs,
     n: u16,
     units: u64,
+    one_home: bool,
 ) -> anyhow::Result<Run> {
     let sale = bench_sale(units, n);
     ledger.warm(&sale, &sale.fresh_counters(), 1).await?;
     let stats_before = ledger.bucket_stats();
     let before = cpu_us(nodes).await?;
     let started = Instant::now();
-    let (accepted, sold_out) = spike(ledger, sale.sku_id, args).await?;
+    let (accepted, sold_out) = spike(ledger, sale.sku_id, n, args, one_home).await?;
     let wall_s = started.elapsed().as_secs_f64();
     let after = cpu_us(nodes).await?;
     let stats = ledger.bucket_stats();
@@ -181,17 +202,46 @@ fn bench_sale(units: u64, buckets: u16) -> Sale {
     }
 }
 
+/// The buyers' calls: in arrival order, or (`by_home`) each of one home bucket, the homes
+/// taking turns so every bucket sells all along.
+/// `one_home`: every buyer homed at the last bucket (the others' stock must come to them).
+fn batches(n: u16, args: &BucketsArgs, one_home: bool) -> Vec<Vec<UserId>> {
+    let base = rand::rng().random_range(1..=1u64 << 40);
+    let homes = if args.by_home { n } else { 1 };
+    let mut by_home: Vec<Vec<UserId>> = vec![Vec::new(); usize::from(homes)];
+    let buyers = (base..)
+        .map(UserId)
+        .filter(|&u| !one_home || flashsale_core::buckets::home_bucket(u, n) == n - 1)
+        .take(args.buyers as usize);
+    for user in buyers {
+        by_home[usize::from(flashsale_core::buckets::home_bucket(user, homes))].push(user);
+    }
+    let mut chunks: Vec<_> = by_home.iter().map(|h| h.chunks(args.batch)).collect();
+    let mut out = Vec::new();
+    loop {
+        let round: Vec<Vec<UserId>> = chunks
+            .iter_mut()
+            .filter_map(|c| c.next().map(<[UserId]>::to_vec))
+            .collect();
+        if round.is_empty() {
+            return out;
+        }
+        out.extend(round);
+    }
+}
+
 /// Every buyer once, in batches, `args.concurrency` calls at a time: (accepted, sold out).
 async fn spike(
     ledger: &Arc<RedisLedger>,
     sku: SkuId,
+    n: u16,
     args: &BucketsArgs,
+    one_home: bool,
 ) -> anyhow::Result<(u64, u64)> {
-    let base = rand::rng().random_range(1..=1u64 << 40);
+    let batches = Arc::new(batches(n, args, one_home));
     let next = Arc::new(AtomicUsize::new(0));
     let accepted = Arc::new(AtomicU64::new(0));
     let sold_out = Arc::new(AtomicU64::new(0));
-    let batches = args.buyers.div_ceil(args.batch as u64) as usize;
     let rid = RequestId::parse("b").expect("request id");
     let mut tasks = Vec::new();
     for _ in 0..args.concurrency {
@@ -201,18 +251,18 @@ async fn spike(
             accepted.clone(),
             sold_out.clone(),
         );
-        let (rid, batch, buyers) = (rid.clone(), args.batch as u64, args.buyers);
+        let (rid, batches) = (rid.clone(), batches.clone());
         tasks.push(tokio::spawn(async move {
             loop {
                 let i = next.fetch_add(1, Ordering::Relaxed);
-                if i >= batches {
+                let Some(users) = batches.get(i) else {
                     return Ok::<(), anyhow::Error>(());
-                }
-                let first = i as u64 * batch;
-                let reqs: Vec<PurchaseRequest> = (first..(first + batch).min(buyers))
-                    .map(|u| PurchaseRequest {
+                };
+                let reqs: Vec<PurchaseRequest> = users
+                    .iter()
+                    .map(|&user_id| PurchaseRequest {
                         sku_id: sku,
-                        user_id: UserId(base + u),
+                        user_id,
                         request_id: rid.clone(),
                         quantity: 1,
                     })
@@ -236,7 +286,7 @@ async fn spike(
     ))
 }
 
-fn print_runs(nodes: &[Node], runs: &[Run], over: &Run, buckets: u16) {
+fn print_runs(nodes: &[Node], runs: &[Run], buckets: u16) {
     println!();
     println!("| buckets | accepted | purchases/s | busiest primary µs/purchase | all primaries µs/purchase | all nodes µs/purchase | transfers |");
     println!("|---|---|---|---|---|---|---|");
@@ -265,17 +315,6 @@ fn print_runs(nodes: &[Node], runs: &[Run], over: &Run, buckets: u16) {
         mean(buckets, |t| t.1) / mean(1, |t| t.1),
         mean(buckets, |t| t.2) / mean(1, |t| t.2),
     );
-    println!(
-        "oversubscribed ({} buyers for {} units, {} buckets): sold {} of {}, {} sold out, {} transfers, {} false sold-outs",
-        over.accepted + over.sold_out,
-        over.units,
-        over.buckets,
-        over.accepted,
-        over.units,
-        over.sold_out,
-        over.transfers,
-        over.false_sold_outs
-    );
     for (node, r) in nodes.iter().zip(&runs[runs.len() - 1].cpu_us) {
         let role = if node.primary { "primary" } else { "replica" };
         println!("  last run, {} ({role}): {:.0} µs", node.url, r);
@@ -290,4 +329,19 @@ fn per_purchase(nodes: &[Node], r: &Run) -> (f64, f64, f64) {
     let all_primaries: f64 = primaries.map(|(_, c)| c).sum();
     let all: f64 = r.cpu_us.iter().sum();
     (busiest / per, all_primaries / per, all / per)
+}
+
+fn print_oversubscribed(over: &Run, spread: &str) {
+    println!(
+        "oversubscribed, {spread} ({} buyers for {} units, {} buckets): sold {} of {}, {} sold out, {} transfers, {} false sold-outs, {:.0} answers/s",
+        over.accepted + over.sold_out,
+        over.units,
+        over.buckets,
+        over.accepted,
+        over.units,
+        over.sold_out,
+        over.transfers,
+        over.false_sold_outs,
+        (over.accepted + over.sold_out) as f64 / over.wall_s
+    );
 }

@@ -5,15 +5,16 @@
 -- refuses its events); a copy of this epoch or a newer one stands, and the answer is
 -- 'ALREADY_WARM'. The events stream is never deleted here: the persister still reads it,
 -- and the database sorts its events by epoch.
--- KEYS: 1 sale, 2 buyers, 3 requests, 4 orders, 5 holds (all tagged {<sku>})
+-- KEYS: 1 sale, 2 buyers, 3 requests, 4 orders, 5 holds (all tagged {<sku>}), and for a
+--       bucket: 6 xout, 7 xin (its transfers belong to its copy: a new copy starts with none)
 -- ARGV: 1 sku, 2 total, 3 available, 4 reserved, 5 sold, 6 seq, 7 epoch, 8 limit, 9 mode,
 --       10 timeout_ms, 11 starts_at_ms, 12 ends_at_ms, 13 state,
 --       and for a bucket of a sale of several: 14 buckets (2..=64), 15 salts (one per bucket,
 --       comma-separated), stored with the copy so every instance finds the sale's buckets.
 --       `total` is then the bucket's share, and the keys carry the bucket's tag.
 -- Returns 'OK' or 'ALREADY_WARM'. Error reply 'INVALID_ARGS' (nothing changed).
-if #KEYS ~= 5 or (#ARGV ~= 13 and #ARGV ~= 15) then
-  return redis.error_reply('INVALID_ARGS load needs 5 keys and 13 or 15 args')
+if not ((#KEYS == 5 and #ARGV == 13) or (#KEYS == 7 and #ARGV == 15)) then
+  return redis.error_reply('INVALID_ARGS load needs 5 keys and 13 args, or 7 and 15')
 end
 -- Canonical decimals below 2^53 (a Lua number holds them exactly).
 local function uint(s)
@@ -34,12 +35,19 @@ if not (sku and total and available and reserved and sold and seq and epoch and 
 end
 if sku < 1 or epoch < 1 then return bad('sku and epoch must be positive') end
 local buckets, salts = ARGV[14], ARGV[15]
-if buckets and not (string.match(buckets, '^%d%d?$') and tonumber(buckets) >= 2
-    and tonumber(buckets) <= 64 and string.match(salts, '^%d+[,%d]*$')) then
-  return bad('buckets must be 2..=64 with a salt each')
+local salt_of = {}
+if buckets then
+  for salt in string.gmatch(salts, '[^,]+') do salt_of[#salt_of + 1] = salt end
+  if not (string.match(buckets, '^[1-9]%d?$') and tonumber(buckets) >= 2
+      and tonumber(buckets) <= 64 and string.match(salts, '^0[,%d]*%d$')
+      and not string.find(salts, ',,', 1, true) and #salt_of == tonumber(buckets)) then
+    return bad('buckets must be 2..=64 with a salt each, bucket 0 unsalted')
+  end
 end
 -- A bucket may start empty (a sale of fewer units than buckets): transfers bring it stock.
-if total < (buckets and 0 or 1) or total > 1000000000 then return bad('total must be 1..=10^9') end
+if total < (buckets and 0 or 1) or total > 1000000000 then
+  return bad('total must be 1..=10^9 (0..=10^9 for a bucket)')
+end
 if available + reserved + sold ~= total then return bad('counters not conserved') end
 if limit < 1 or limit > 1000 then return bad('limit must be 1..=1000') end
 if mode ~= 'direct' and mode ~= 'reserve' then return bad('mode must be direct|reserve') end
@@ -50,10 +58,13 @@ if ends_at <= starts_at then return bad('ends_at_ms must be after starts_at_ms')
 if state ~= 'scheduled' and state ~= 'live' and state ~= 'paused' and state ~= 'ended' then
   return bad('state must be scheduled|live|paused|ended')
 end
-local tag = string.match(KEYS[1], '{(.-)}')
-if tag ~= ARGV[1] and not (buckets and string.sub(tag, 1, #ARGV[1] + 1) == ARGV[1] .. '.') then
-  return bad('sku does not match the keys')
+-- The keys carry the sale's tag, or for bucket b = epoch % buckets `<sku>.<b>.<salt b>`.
+local tag, want = string.match(KEYS[1], '{(.-)}'), ARGV[1]
+if buckets then
+  local b = epoch % tonumber(buckets)
+  if b > 0 then want = ARGV[1] .. '.' .. b .. '.' .. salt_of[b + 1] end
 end
+if tag ~= want then return bad('the keys are not those of this sale (or bucket)') end
 
 local cur_epoch = tonumber(redis.call('HGET', KEYS[1], 'epoch') or '0') or 0
 if cur_epoch >= epoch then
@@ -62,7 +73,7 @@ end
 
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-redis.call('DEL', KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5])
+redis.call('DEL', unpack(KEYS))
 redis.call('HSET', KEYS[1], 'sku', ARGV[1], 'total', ARGV[2], 'available', ARGV[3],
   'reserved', ARGV[4], 'sold', ARGV[5], 'seq', ARGV[6], 'epoch', ARGV[7], 'limit', ARGV[8],
   'mode', mode, 'timeout_ms', ARGV[10], 'starts_at_ms', ARGV[11], 'ends_at_ms', ARGV[12],

@@ -12,17 +12,29 @@ if #KEYS ~= 3 or #ARGV ~= 3 then
 end
 local K_SALE, K_EVENTS, K_XIN = KEYS[1], KEYS[2], KEYS[3]
 local id, from = ARGV[1], ARGV[2]
-if not (string.match(id, '^[1-9]%d*%.[1-9]%d*$') and #id <= 40 and string.match(from, '^%d%d?$')
+if not (string.match(id, '^[1-9]%d*%.[1-9]%d*$') and #id <= 40
+    and string.match(from, '^[1-9]?%d$')
     and string.match(ARGV[3], '^[1-9]%d?%d?%d?%d?%d?%d?%d?%d?$')) then
   return redis.error_reply('INVALID_ARGS bad transfer id, bucket or units')
 end
 local units = tonumber(ARGV[3])
 if redis.call('HEXISTS', K_XIN, id) == 1 then return 'R' end
-local f = redis.call('HMGET', K_SALE, 'total', 'available', 'epoch', 'sku', 'fenced_at_ms')
+local f = redis.call('HMGET', K_SALE, 'total', 'available', 'epoch', 'sku', 'fenced_at_ms',
+  'buckets')
 if not f[1] then return redis.error_reply('NOT_WARMED sale is not in the hot ledger') end
 local total, available, epoch, sku = tonumber(f[1]), tonumber(f[2]), f[3], f[4]
 if not (total and available and epoch and sku) then
   return redis.error_reply('CORRUPT sale hash is incomplete')
+end
+-- Only from another bucket of a bucketed sale: the id's epoch names its source (epoch % n).
+local n = tonumber(f[6] or '1')
+local id_epoch = tonumber(string.match(id, '^(%d+)%.'))
+if n < 2 or tonumber(from) >= n or tonumber(from) == tonumber(epoch) % n
+    or id_epoch % n ~= tonumber(from) then
+  return redis.error_reply('INVALID_ARGS from is not another bucket of the sale')
+end
+if total + units > 1000000000 then
+  return redis.error_reply('INVALID_ARGS a bucket holds at most 10^9 units')
 end
 if f[5] or moved(K_SALE) then return 'UNAVAILABLE' end
 

@@ -15,8 +15,9 @@ if #KEYS ~= 3 or #ARGV ~= 2 then
   return redis.error_reply('INVALID_ARGS transfer_out needs 3 keys and 2 args')
 end
 local K_SALE, K_EVENTS, K_XOUT = KEYS[1], KEYS[2], KEYS[3]
-if not (string.match(ARGV[1], '^%d%d?$') and string.match(ARGV[2], '^[1-9]%d?%d?%d?%d?%d?%d?%d?%d?$')) then
-  return redis.error_reply('INVALID_ARGS to must be a bucket and units 1..=10^9')
+if not (string.match(ARGV[1], '^[1-9]?%d$')
+    and string.match(ARGV[2], '^[1-9]%d?%d?%d?%d?%d?%d?%d?%d?$')) then
+  return redis.error_reply('INVALID_ARGS to must be a bucket and units 1..=999999999')
 end
 local to, units = ARGV[1], tonumber(ARGV[2])
 local f = redis.call('HMGET', K_SALE, 'total', 'available', 'epoch', 'sku', 'xseq',
@@ -27,8 +28,10 @@ local xseq = tonumber(f[5] or '0')
 if not (total and available and epoch and sku and xseq) then
   return redis.error_reply('CORRUPT sale hash is incomplete')
 end
-if tonumber(to) >= tonumber(f[7] or '1') then
-  return redis.error_reply('INVALID_ARGS to is not a bucket of the sale')
+-- Only between buckets of a bucketed sale, never to the bucket itself (epoch % n).
+local n = tonumber(f[7] or '1')
+if n < 2 or tonumber(to) >= n or tonumber(to) == tonumber(epoch) % n then
+  return redis.error_reply('INVALID_ARGS to is not another bucket of the sale')
 end
 if f[6] or moved(K_SALE) then return { 'X', 'UNAVAILABLE' } end
 if available < units then return { 'X', 'SHORT' } end

@@ -347,7 +347,7 @@ impl RedisLedger {
         reqs: Vec<PurchaseRequest>,
     ) -> Result<Vec<PurchaseOutcome>, LedgerError> {
         let mut out = self.purchase_copy(home, &reqs).await?;
-        if sold_out(&out).next().is_none() {
+        if sold_out(&out).next().is_none() || !self.may_serve(layout, &reqs, &out).await? {
             return Ok(out);
         }
         let mover = self.buckets.as_ref().map(|t| t.mover(home));
@@ -362,7 +362,8 @@ impl RedisLedger {
             }
             let again: Vec<PurchaseRequest> = short.iter().map(|&i| reqs[i].clone()).collect();
             if !self.bring_home(layout, home, &again).await? {
-                break;
+                // The sale holds less than any of them: a true sold out, nothing to count.
+                return Ok(out);
             }
             for (&i, answer) in short.iter().zip(self.purchase_copy(home, &again).await?) {
                 out[i] = answer;
@@ -370,6 +371,32 @@ impl RedisLedger {
         }
         self.count_false_sold_outs(layout, &reqs, &out).await?;
         Ok(out)
+    }
+
+    /// Whether the sale may still serve a request `out` answered SOLD_OUT: its buckets hold
+    /// the smallest such quantity, or do once the transfers left in flight (a carrier that
+    /// died, a destination fenced for a moment) are finished. Read before any lock, so a
+    /// sale sold out answers at the cost of one read per bucket (the service's local
+    /// sold-out flag answers before the ledger is asked at all).
+    async fn may_serve(
+        &self,
+        layout: &Layout,
+        reqs: &[PurchaseRequest],
+        out: &[PurchaseOutcome],
+    ) -> Result<bool, LedgerError> {
+        let least_units = sold_out(out)
+            .map(|i| u64::from(reqs[i].quantity))
+            .min()
+            .unwrap_or(u64::MAX);
+        let all_units: u64 = self.availables(layout).await?.iter().sum();
+        if all_units >= least_units {
+            return Ok(true);
+        }
+        if self.finish_transfers(layout.sku).await? == 0 {
+            return Ok(false);
+        }
+        let all_units: u64 = self.availables(layout).await?.iter().sum();
+        Ok(all_units >= least_units)
     }
 
     /// Moves to `home` the units `short` asks for, or what the other buckets hold when that
@@ -390,6 +417,10 @@ impl RedisLedger {
             .unwrap_or(0);
         if all_units < least_units.max(1) {
             return Ok(false);
+        }
+        if available[usize::from(home.bucket)] >= least_units {
+            // Another caller brought stock home meanwhile: judge again first.
+            return Ok(true);
         }
         let want_units: u64 = short.iter().map(|r| u64::from(r.quantity)).sum();
         // A batch's worth more than asked, so the next buyers here need no transfer; small
@@ -508,9 +539,23 @@ impl RedisLedger {
         let layout = self.layout(sku).await?;
         let mut finished = 0;
         for pending in self.pending_transfers(&layout).await? {
-            finished += usize::from(self.transfer_in(&layout, pending).await?);
+            if self.out_confirmed(&pending).await? {
+                finished += usize::from(self.transfer_in(&layout, pending).await?);
+            }
         }
         Ok(finished)
+    }
+
+    /// Whether a pending out is still recorded at its source and, with replication, on its
+    /// replicas (the record read and a `WAIT` in one pipeline): an out a failover could undo
+    /// must not be taken in, or the in would create its units.
+    async fn out_confirmed(&self, pending: &Pending) -> Result<bool, LedgerError> {
+        let (src, id, _, _) = pending;
+        let mut cmd = redis::cmd("HEXISTS");
+        cmd.arg(self.keys().transfers_out(*src)).arg(id);
+        let (reply, acked) = self.run_write("transfer_confirm", *src, "", &cmd).await?;
+        let present: bool = redis::from_redis_value(&reply).map_err(crate::conn::map_err)?;
+        Ok(present && self.confirmed_write(acked).is_ok())
     }
 
     /// Every transfer pending at the sale's buckets.

@@ -461,19 +461,16 @@ impl HotLedger for RedisLedger {
         Ok(())
     }
 
-    /// Decided by bucket 0; the others follow only when it changed.
+    /// Every bucket that is in `from`, bucket 0 last; answered by bucket 0. A call that
+    /// fails midway leaves bucket 0 in `from`, so its retry changes the rest.
     async fn set_state_if(&self, sku: SkuId, from: SaleState, to: SaleState) -> Changed {
         let mut changed = false;
-        for copy in self.layout(sku).await?.copies() {
+        for copy in self.layout(sku).await?.copies().into_iter().rev() {
             let mut inv = self.scripts.set_state.prepare_invoke();
             inv.key(self.keys.sale(copy))
                 .arg(to.as_str())
                 .arg(from.as_str());
-            let this = self.state_answer(&inv).await?;
-            if copy.bucket == 0 && !this {
-                return Ok(false);
-            }
-            changed |= this;
+            changed = self.state_answer(&inv).await?;
         }
         Ok(changed)
     }
@@ -508,8 +505,11 @@ impl HotLedger for RedisLedger {
         }
         let layout = self.layout(sku).await?;
         if !layout.is_single() {
-            // The worker that expires holds also finishes transfers left in flight.
-            self.finish_transfers(sku).await?;
+            // The worker that expires holds also finishes transfers left in flight; one it
+            // cannot finish now must not stop the holds from expiring.
+            if let Err(e) = self.finish_transfers(sku).await {
+                tracing::warn!(%sku, error = %e, "could not finish transfers in flight");
+            }
         }
         let mut expired = 0;
         let mut restocked = false;
@@ -749,6 +749,11 @@ impl RedisLedger {
         let mut inv = self.scripts.load.prepare_invoke();
         for key in self.keys.copy_state(copy) {
             inv.key(key);
+        }
+        if layout.is_some() {
+            // A bucket's transfers belong to its copy: a new copy starts with none.
+            inv.key(self.keys.transfers_out(copy))
+                .key(self.keys.transfers_in(copy));
         }
         inv.arg(sku.0)
             .arg(counters.total)

@@ -148,6 +148,7 @@ async fn bucketed_sales_pass_the_suite_on_a_six_node_cluster() {
         assert_eq!(bucket.counters.total, 3, "an even split");
     }
     assert_eq!(primaries.len(), 3, "{view:?}");
+    assert_eq!((view.total_units(), view.in_flight_units), (9, 0));
     let ledger: Arc<dyn Ledger> = ledger;
     conformance::run_all_spread(ledger, 3, move |sku| shard_of(&shards, sku)).await;
 }
