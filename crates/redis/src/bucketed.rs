@@ -423,34 +423,80 @@ impl RedisLedger {
             return Ok(true);
         }
         let want_units: u64 = short.iter().map(|r| u64::from(r.quantity)).sum();
-        // A batch's worth more than asked, so the next buyers here need no transfer; small
-        // as stock runs low, so the last units gather where the buyers are.
-        let refill_units = (all_units / (2 * u64::from(layout.n()))).max(1);
-        let plan = buckets::plan_transfers(
-            &available,
-            home.bucket,
-            want_units.min(all_units),
-            refill_units,
-            0,
-        );
-        for t in plan {
-            self.transfer(layout, t).await?;
-        }
-        Ok(true)
+        let home_units = self.move_home(layout, home, available, want_units).await;
+        // Nothing came (every source fenced, lost or emptied meanwhile): judging again
+        // would only repeat the answer.
+        Ok(home_units >= least_units)
     }
 
-    /// Each bucket's available units, bucket 0 first (0 for a bucket not warm).
+    /// Carries out transfer plans until home holds `want_units` or what the others hold. A
+    /// source that gives less than planned (fenced, its primary lost, emptied by another
+    /// caller) counts as empty for the rest of the call and the plan is made again without
+    /// it, so one lost bucket never keeps the others' stock from the buyers. At most `n`
+    /// plans (each drops at least one source). Returns the units home holds then, as far
+    /// as this call knows.
+    async fn move_home(
+        &self,
+        layout: &Layout,
+        home: CopyTag,
+        mut available: Vec<u64>,
+        want_units: u64,
+    ) -> u64 {
+        let at_home = usize::from(home.bucket);
+        for _ in 0..layout.n() {
+            let all_units: u64 = available.iter().sum();
+            // A batch's worth more than asked, so the next buyers here need no transfer;
+            // small as stock runs low, so the last units gather where the buyers are.
+            let refill_units = (all_units / (2 * u64::from(layout.n()))).max(1);
+            let want = want_units.min(all_units);
+            let plan = buckets::plan_transfers(&available, home.bucket, want, refill_units, 0);
+            if plan.is_empty() {
+                break;
+            }
+            let mut complete = true;
+            for t in plan {
+                let moved_units = match self.transfer(layout, t).await {
+                    Ok(units) => units,
+                    Err(e) => {
+                        tracing::warn!(sku = %layout.sku, from = t.from, error = %e, "transfer failed");
+                        0
+                    }
+                };
+                available[at_home] += moved_units;
+                available[usize::from(t.from)] -= moved_units.min(available[usize::from(t.from)]);
+                if moved_units < t.units {
+                    available[usize::from(t.from)] = 0;
+                    complete = false;
+                }
+            }
+            if complete {
+                break;
+            }
+        }
+        available[at_home]
+    }
+
+    /// Each bucket's available units, bucket 0 first (0 for a bucket not warm, fenced, or
+    /// whose primary does not answer now: it can be no source of stock).
     async fn availables(&self, layout: &Layout) -> Result<Vec<u64>, LedgerError> {
         let reads = layout.copies().into_iter().map(|copy| async move {
             let mut conn = self.conn.clone();
-            let cmd = redis::cmd("HGET")
+            let cmd = redis::cmd("HMGET")
                 .arg(self.keys().sale(copy))
-                .arg("available")
+                .arg(&["available", "fenced_at_ms"])
                 .clone();
-            let v: Option<u64> = bounded(Timeouts::HOT.call, cmd.query_async(&mut conn)).await?;
-            Ok::<u64, LedgerError>(v.unwrap_or(0))
+            let read = bounded(Timeouts::HOT.call, cmd.query_async(&mut conn)).await;
+            let (available, fenced): (Option<u64>, Option<String>) =
+                read.unwrap_or_else(|e: LedgerError| {
+                    tracing::warn!(tag = %copy, error = %e, "bucket unreadable, counted empty");
+                    (None, None)
+                });
+            match fenced {
+                Some(_) => 0,
+                None => available.unwrap_or(0),
+            }
         });
-        futures::future::try_join_all(reads).await
+        Ok(futures::future::join_all(reads).await)
     }
 
     /// One transfer: out at its source, then (once the out is confirmed) in at its

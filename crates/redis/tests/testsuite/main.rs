@@ -1,5 +1,6 @@
 //! The crate's integration tests, one binary (each former test file is a module).
 
+mod bucket_failover;
 mod buckets;
 mod cluster;
 mod common;
