@@ -355,6 +355,7 @@ impl RedisLedger {
             Some(m) => Some(m.lock().await),
             None => None,
         };
+        self.judge_limits(home, &reqs, &mut out).await?;
         for _ in 0..ROUNDS_MAX {
             let short: Vec<usize> = sold_out(&out).collect();
             if short.is_empty() {
@@ -371,6 +372,35 @@ impl RedisLedger {
         }
         self.count_false_sold_outs(layout, &reqs, &out).await?;
         Ok(out)
+    }
+
+    /// Answers LIMIT_EXCEEDED, without moving stock, to the requests answered SOLD_OUT whose
+    /// buyer already holds the limit (one read of the home's limit and buyers): with the
+    /// sale's stock in one copy they would have passed the stock check and failed this one,
+    /// and stock moved for them would only churn between buckets.
+    async fn judge_limits(
+        &self,
+        home: CopyTag,
+        reqs: &[PurchaseRequest],
+        out: &mut [PurchaseOutcome],
+    ) -> Result<(), LedgerError> {
+        let short: Vec<usize> = sold_out(out).collect();
+        let mut pipe = redis::pipe();
+        pipe.cmd("HGET").arg(self.keys().sale(home)).arg("limit");
+        pipe.cmd("HMGET").arg(self.keys().buyers(home));
+        for &i in &short {
+            pipe.arg(reqs[i].user_id.0);
+        }
+        let mut conn = self.conn.clone();
+        let (limit, held): (Option<u64>, Vec<Option<u64>>) =
+            bounded(Timeouts::HOT.call, pipe.query_async(&mut conn)).await?;
+        let limit = limit.unwrap_or(u64::MAX);
+        for (&i, held) in short.iter().zip(held) {
+            if held.unwrap_or(0) + u64::from(reqs[i].quantity) > limit {
+                out[i] = PurchaseOutcome::Rejected(ErrorCode::LimitExceeded);
+            }
+        }
+        Ok(())
     }
 
     /// Whether the sale may still serve a request `out` answered SOLD_OUT: its buckets hold

@@ -143,3 +143,33 @@ async fn transfer_scripts_refuse_what_is_not_a_transfer_between_two_buckets() {
     assert_eq!(t.ledger.counters(one).await.unwrap().unwrap().total, 5);
     t.cleanup().await;
 }
+
+/// A buyer at the limit whose home is empty hears LIMIT_EXCEEDED, as with one copy, and no
+/// stock moves for it; a buyer under the limit there gets stock brought home.
+#[tokio::test]
+async fn a_buyer_at_the_limit_moves_no_stock() {
+    let t = TestLedger::with_buckets().await;
+    let sale = bucketed_sale(SaleMode::Direct, 6, 1, 3);
+    let sku = warm(t.ledger.as_ref(), &sale).await;
+    let users = buyers(3, 3, Spread::OneHome);
+    buy_ok(t.ledger.as_ref(), sku, users[0], "a", 1).await;
+    buy_ok(t.ledger.as_ref(), sku, users[1], "a", 1).await;
+    let transfers = t.ledger.bucket_stats().transfers;
+    buy_refused(
+        t.ledger.as_ref(),
+        sku,
+        users[0],
+        "b",
+        1,
+        ErrorCode::LimitExceeded,
+    )
+    .await;
+    assert_eq!(
+        t.ledger.bucket_stats().transfers,
+        transfers,
+        "stock moved for nothing"
+    );
+    buy_ok(t.ledger.as_ref(), sku, users[2], "a", 1).await;
+    assert!(t.ledger.bucket_stats().transfers > transfers);
+    t.cleanup().await;
+}
