@@ -138,15 +138,7 @@ async fn cpu_us(nodes: &mut [Node]) -> anyhow::Result<Vec<f64>> {
             .arg("cpu")
             .query_async(&mut node.conn)
             .await?;
-        let s: f64 = info
-            .lines()
-            .filter(|l| {
-                l.starts_with("used_cpu_user_main_thread:")
-                    || l.starts_with("used_cpu_sys_main_thread:")
-            })
-            .filter_map(|l| l.split(':').nth(1)?.trim().parse::<f64>().ok())
-            .sum();
-        out.push(s * 1e6);
+        out.push(crate::strategies::main_thread_cpu_us(&info));
     }
     Ok(out)
 }

@@ -181,17 +181,9 @@ impl RedisUsec {
             .arg("commandstats")
             .query_async(conn)
             .await?;
-        let cpu_s: f64 = info
-            .lines()
-            .filter(|l| {
-                l.starts_with("used_cpu_user_main_thread:")
-                    || l.starts_with("used_cpu_sys_main_thread:")
-            })
-            .filter_map(|l| l.split(':').nth(1)?.trim().parse::<f64>().ok())
-            .sum();
         let by_command: Vec<CommandCost> = info.lines().filter_map(command_stat).collect();
         Ok(RedisUsec {
-            cpu: cpu_s * 1e6,
+            cpu: main_thread_cpu_us(&info),
             commands: by_command.iter().map(|c| c.usec_per_buyer).sum(),
             by_command,
         })
@@ -221,6 +213,19 @@ impl RedisUsec {
             by_command,
         }
     }
+}
+
+/// The main thread's CPU time so far in an `INFO cpu` answer (user + sys), µs.
+pub fn main_thread_cpu_us(info: &str) -> f64 {
+    let cpu_s: f64 = info
+        .lines()
+        .filter(|l| {
+            l.starts_with("used_cpu_user_main_thread:")
+                || l.starts_with("used_cpu_sys_main_thread:")
+        })
+        .filter_map(|l| l.split(':').nth(1)?.trim().parse::<f64>().ok())
+        .sum();
+    cpu_s * 1e6
 }
 
 /// `cmdstat_evalsha:calls=3,usec=41,usec_per_call=…` as totals (calls, usec) of one command.

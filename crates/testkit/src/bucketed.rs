@@ -13,7 +13,9 @@ use flashsale_core::{
 };
 use rand::Rng;
 
-use crate::conformance::{buy_ok, buy_refused, counters, live_sale, req, stock, warm};
+use crate::conformance::{
+    buy_ok, buy_refused, concurrent_batches, counters, live_sale, run_batches, stock, warm,
+};
 
 /// How the buyers of a check fall over the buckets.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -143,21 +145,8 @@ const LIMIT: u32 = 2;
 async fn sells_exactly(ledger: Arc<dyn Ledger>, n: u16, spread: Spread) {
     let sale = bucketed_sale(SaleMode::Direct, STOCK, LIMIT, n);
     let sku = warm(ledger.as_ref(), &sale).await;
-    let batches = spike_batches(sku, &buyers(n, 1_000, spread));
-    let tasks: Vec<_> = batches
-        .into_iter()
-        .map(|batch| {
-            let ledger = ledger.clone();
-            tokio::spawn(async move {
-                let out = ledger.purchase_batch(sku, &batch).await.expect("batch");
-                batch.into_iter().zip(out).collect::<Vec<_>>()
-            })
-        })
-        .collect();
-    let mut answers = Vec::new();
-    for task in tasks {
-        answers.extend(task.await.expect("task"));
-    }
+    let batches = concurrent_batches(sku, buyers(n, 1_000, spread), LIMIT);
+    let answers = run_batches(ledger.clone(), sku, batches).await;
     let orders = first_outcomes(&answers);
     let c = counters(ledger.as_ref(), sku).await;
     let context = format!("{n} buckets, {spread:?}: {c:?}");
@@ -172,28 +161,6 @@ async fn sells_exactly(ledger: Arc<dyn Ledger>, n: u16, spread: Spread) {
         units_of.values().all(|&u| u <= u64::from(LIMIT)),
         "I3: {context}"
     );
-}
-
-/// Each buyer asks 1 or 2 units; a third retry the same request, a fifth ask again.
-fn spike_batches(sku: flashsale_core::SkuId, users: &[u64]) -> Vec<Vec<PurchaseRequest>> {
-    let mut rng = rand::rng();
-    let mut reqs = Vec::new();
-    for (i, &user) in users.iter().enumerate() {
-        reqs.push(req(sku, user, "first", rng.random_range(1..=LIMIT)));
-        if i % 3 == 0 {
-            reqs.push(req(sku, user, "first", 1));
-        }
-        if i % 5 == 0 {
-            reqs.push(req(sku, user, "second", 1));
-        }
-    }
-    let mut batches = Vec::new();
-    while !reqs.is_empty() {
-        let len = rng.random_range(1..=32).min(reqs.len());
-        let start = rng.random_range(0..=reqs.len() - len);
-        batches.push(reqs.drain(start..start + len).collect());
-    }
-    batches
 }
 
 /// The order of each accepted request, checking that every answer to it named the same one

@@ -694,7 +694,17 @@ const LIMIT: u32 = 2;
 pub async fn concurrent_buyers_keep_invariants(ledger: Arc<dyn Ledger>) {
     let sale = live_sale(SaleMode::Direct, STOCK, LIMIT);
     let sku = warm(ledger.as_ref(), &sale).await;
-    let batches = concurrent_batches(sku);
+    let batches = concurrent_batches(sku, 1..=USERS, LIMIT);
+    let answers = run_batches(ledger.clone(), sku, batches).await;
+    check_concurrent_answers(ledger.as_ref(), &sale, &answers).await;
+}
+
+/// Runs every batch at once; each request with its answer.
+pub async fn run_batches(
+    ledger: Arc<dyn Ledger>,
+    sku: SkuId,
+    batches: Vec<Vec<PurchaseRequest>>,
+) -> Vec<(PurchaseRequest, PurchaseOutcome)> {
     let tasks: Vec<_> = batches
         .into_iter()
         .map(|batch| {
@@ -710,19 +720,24 @@ pub async fn concurrent_buyers_keep_invariants(ledger: Arc<dyn Ledger>) {
     for task in tasks {
         answers.extend(task.await.expect("task"));
     }
-    check_concurrent_answers(ledger.as_ref(), &sale, &answers).await;
+    answers
 }
 
-/// Every user asks once (1 or 2 units), a third of them retry, a fifth try a second order.
-fn concurrent_batches(sku: SkuId) -> Vec<Vec<PurchaseRequest>> {
+/// Every user asks once (1..=`limit` units), a third of them retry, a fifth try a second
+/// order; in batches of 1..=32 requests taken at random places.
+pub fn concurrent_batches(
+    sku: SkuId,
+    users: impl IntoIterator<Item = u64>,
+    limit: u32,
+) -> Vec<Vec<PurchaseRequest>> {
     let mut rng = rand::rng();
     let mut reqs = Vec::new();
-    for user in 1..=USERS {
-        reqs.push(req(sku, user, "first", rng.random_range(1..=LIMIT)));
-        if user % 3 == 0 {
+    for (i, user) in users.into_iter().enumerate() {
+        reqs.push(req(sku, user, "first", rng.random_range(1..=limit)));
+        if i % 3 == 2 {
             reqs.push(req(sku, user, "first", 1));
         }
-        if user % 5 == 0 {
+        if i % 5 == 4 {
             reqs.push(req(sku, user, "second", 1));
         }
     }
