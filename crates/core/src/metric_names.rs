@@ -24,6 +24,9 @@ pub const BREAKER_OPEN: &str = "flashsale_breaker_open";
 /// Counter `{side = out | in}`: transfers of stock between the buckets of a sale, by side
 /// applied (an out whose in is missing is in flight).
 pub const BUCKET_TRANSFERS: &str = "flashsale_bucket_transfers_total";
+/// Gauge `{sku, bucket}`: a bucket's available units, as last read by the ledger (when a
+/// home runs short, and by `bucket_view`).
+pub const BUCKET_AVAILABLE: &str = "flashsale_bucket_available_units";
 /// Counter: units moved between buckets (counted at the in side).
 pub const BUCKET_TRANSFER_UNITS: &str = "flashsale_bucket_transfer_units_total";
 /// Counter: purchases answered SOLD_OUT by a bucketed sale while its buckets together still

@@ -526,7 +526,11 @@ impl RedisLedger {
                 None => available.unwrap_or(0),
             }
         });
-        Ok(futures::future::join_all(reads).await)
+        let available = futures::future::join_all(reads).await;
+        for (bucket, &units) in available.iter().enumerate() {
+            gauge_available(layout.sku, bucket as u16, units);
+        }
+        Ok(available)
     }
 
     /// One transfer: out at its source, then (once the out is confirmed) in at its
@@ -683,6 +687,7 @@ impl RedisLedger {
             let Some(counters) = self.counters_copy(copy).await? else {
                 return Ok(None);
             };
+            gauge_available(sku, copy.bucket, counters.available);
             buckets.push(BucketState {
                 bucket: copy.bucket,
                 tag: copy.to_string(),
@@ -734,6 +739,11 @@ impl RedisLedger {
         }
         Ok(())
     }
+}
+
+fn gauge_available(sku: SkuId, bucket: u16, units: u64) {
+    metrics::gauge!(names::BUCKET_AVAILABLE, "sku" => sku.to_string(), "bucket" => bucket.to_string())
+        .set(units as f64);
 }
 
 /// The indices of the answers that are SOLD_OUT.

@@ -108,6 +108,10 @@ fn describe_ledger() {
         names::BUCKET_TRANSFERS,
         "Transfers of stock between the buckets of a sale, by side applied (out, in)."
     );
+    describe_gauge!(
+        names::BUCKET_AVAILABLE,
+        "A bucket's available units, as the ledger last read them, by sale and bucket."
+    );
     describe_counter!(
         names::BUCKET_TRANSFER_UNITS,
         "Units moved between the buckets of a sale."
