@@ -10,7 +10,8 @@
 //!   `transfer_in.lua` at home) and are judged again, for at most [`ROUNDS_MAX`] rounds.
 //! - A transfer whose in side did not happen (a crash, a fenced destination, a write the
 //!   replicas did not confirm) stays pending at its source; [`RedisLedger::finish_transfers`]
-//!   finishes it, and the expiry worker calls it for every bucketed sale.
+//!   finishes it: the purchase that finds the sale short calls it first, and so does the
+//!   expiry worker.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
