@@ -7,6 +7,10 @@ use std::time::Duration;
 use flashsale_testkit::netns::Net;
 use flashsale_testkit::redis_cluster_ns::NsRedisCluster;
 
+/// Held by each test here that makes a `Net`: both run in one process, so one's `Net` would
+/// be the "namespace left" the other looks for when it checks that its own are gone.
+static ONE_NET_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
 fn listing(args: &[&str]) -> String {
     let out = Command::new("ip").args(args).output().expect("run ip");
     String::from_utf8_lossy(&out.stdout).into_owned()
@@ -34,6 +38,7 @@ async fn pings(url: &str) -> bool {
 
 #[tokio::test]
 async fn a_namespaced_cluster_forms_partitions_heal_and_nothing_is_left() {
+    let _alone = ONE_NET_AT_A_TIME.lock().await;
     let tag;
     {
         let mut net = Net::new();
@@ -66,6 +71,7 @@ async fn a_namespaced_cluster_forms_partitions_heal_and_nothing_is_left() {
 
 #[test]
 fn a_new_net_removes_what_a_dead_run_left() {
+    let _alone = ONE_NET_AT_A_TIME.blocking_lock();
     // A pid above any the kernel hands out (pid_max is at most 2^22): its run is gone.
     let dead = (1u32 << 22) + 7;
     let ns = format!("fsnet-{dead}-0-r0");
