@@ -9,7 +9,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::{ErrorCode, LedgerError, StoreError};
 use crate::ids::{OrderNo, RequestId, RequestKey, SkuId, UserId};
-use crate::order::{Event, HotOrder, OrderStatus, PurchaseOutcome};
+use crate::order::{Event, HotOrder, OrderStatus, PurchaseOutcome, TransferEvent};
 use crate::sale::{Counters, Sale, SaleState};
 
 /// One purchase attempt, already validated by the service (the ledger checks again).
@@ -135,6 +135,23 @@ pub trait HotLedger: Send + Sync + 'static {
 
     /// Cheap reachability check for /readyz and the breaker.
     async fn ping(&self) -> Result<(), LedgerError>;
+
+    /// A bucketed sale's hot buckets, each with its own counters, and the units in flight
+    /// between them. `None` for a sale of one bucket, an unknown sale, or a ledger that runs a
+    /// bucketed sale as one book (the embedded one).
+    async fn hot_buckets(&self, sku: SkuId) -> Result<Option<HotBuckets>, LedgerError> {
+        let _ = sku;
+        Ok(None)
+    }
+}
+
+/// A bucketed sale's hot buckets as [`HotLedger::hot_buckets`] reads them.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HotBuckets {
+    /// By bucket: (bucket, its counters; `seq` is its own).
+    pub buckets: Vec<(u16, Counters)>,
+    /// Units that left one bucket and are not yet in another.
+    pub in_flight_units: u64,
 }
 
 /// Loading and replacing a sale's hot copy (the rebuild, the reconciler): see
@@ -343,6 +360,15 @@ pub trait OrderStore: Send + Sync + 'static {
     /// `applied_seq + 1` (or repeat already-applied ones) and be contiguous.
     async fn apply_events(&self, sku: SkuId, events: &[Event]) -> Result<ApplyReport, StoreError>;
 
+    /// Applies one side of a transfer of a bucketed sale, exactly once (keyed by
+    /// `(sku, id, side)`), in one transaction: its bucket's total and available move by
+    /// [`TransferEvent::units_delta`]; the sale row does not change.
+    async fn apply_transfer(&self, transfer: &TransferEvent)
+        -> Result<TransferApplied, StoreError>;
+
+    /// A bucketed sale's bucket rows, by bucket; empty for a sale of one bucket.
+    async fn buckets(&self, sku: SkuId) -> Result<Vec<BucketRow>, StoreError>;
+
     async fn ping(&self) -> Result<(), StoreError>;
 
     /// The sale, its orders and its events read in one transaction (one consistent view, so
@@ -366,6 +392,32 @@ pub struct SaleAudit {
     pub sale: StoredSale,
     pub orders: Vec<HotOrder>,
     pub events: Vec<Event>,
+    /// A bucketed sale's bucket rows, by bucket; empty for a sale of one bucket.
+    pub buckets: Vec<BucketRow>,
+    /// A bucketed sale's applied transfer sides, by id then side; empty otherwise.
+    pub transfers: Vec<TransferEvent>,
+}
+
+/// One bucket of a bucketed sale in the system of record (`sale_buckets`): its own fencing
+/// epoch (`E·n + bucket` for the sale's epoch E), its own `applied_seq` (`counters.seq`) and
+/// counters. The sale row's available, reserved and sold are the sum over its buckets; the
+/// sale's total is the sum of the bucket totals and the units in flight.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BucketRow {
+    pub bucket: u16,
+    pub epoch: u64,
+    pub counters: Counters,
+}
+
+/// What the store did with one transfer side.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TransferApplied {
+    /// Stored now: its bucket's total and available moved.
+    Applied,
+    /// This side of this id was stored before: nothing changed (a redelivery).
+    Duplicate,
+    /// Written by a copy of another epoch than its bucket's: not applied, logged.
+    Fenced,
 }
 
 /// One stored reconciler run of one sale (`reconcile_runs`).

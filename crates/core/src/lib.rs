@@ -34,10 +34,13 @@ pub mod sale;
 pub use error::{ErrorCode, LedgerError, StoreError};
 pub use ids::{OrderNo, RequestId, RequestKey, SkuId, UserId};
 pub use ledger::{
-    ApplyReport, DeadLetter, Durability, HotCopies, HotLedger, HotSnapshot, Ledger, OrderStore,
-    PurchaseRequest, ReconcileRun, Resolution, SaleAudit, SoldOutSupport, StoredSale,
+    ApplyReport, BucketRow, DeadLetter, Durability, HotBuckets, HotCopies, HotLedger, HotSnapshot,
+    Ledger, OrderStore, PurchaseRequest, ReconcileRun, Resolution, SaleAudit, SoldOutSupport,
+    StoredSale, TransferApplied,
 };
-pub use order::{Event, EventKind, HotOrder, OrderStatus, PurchaseOutcome};
+pub use order::{
+    Event, EventKind, HotOrder, OrderStatus, PurchaseOutcome, TransferEvent, TransferSide,
+};
 pub use rules::SaleBook;
 pub use sale::{Counters, Sale, SaleMode, SaleState};
 

@@ -102,6 +102,70 @@ impl EventKind {
     }
 }
 
+/// Which side of a transfer of stock between two buckets of a sale a stream entry records.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum TransferSide {
+    /// Written by the source: its total and available fell by `units`.
+    Out,
+    /// Written by the destination: its total and available rose by `units`.
+    In,
+}
+
+impl TransferSide {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TransferSide::Out => "out",
+            TransferSide::In => "in",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<TransferSide> {
+        match s {
+            "out" => Some(TransferSide::Out),
+            "in" => Some(TransferSide::In),
+            _ => None,
+        }
+    }
+}
+
+/// One side of a transfer of stock between two buckets of a bucketed sale, as its stream
+/// entry records it. A transfer takes no `seq` (seqs number order events); it is named by
+/// `id` = `<source epoch>.<n>`, unique in the sale because no two buckets share an epoch.
+/// Each side moves its own bucket's `total` and `available`, never the sale's counters: units
+/// whose out is applied and whose in is not are in flight.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TransferEvent {
+    pub sku_id: SkuId,
+    /// The epoch of the copy whose stream holds this side (the source's for an out, the
+    /// destination's for an in): its bucket is `epoch % buckets`.
+    pub epoch: u64,
+    pub id: String,
+    pub side: TransferSide,
+    pub from: u16,
+    pub to: u16,
+    pub units: u64,
+    pub at_ms: i64,
+}
+
+impl TransferEvent {
+    /// The bucket whose counters this side moves.
+    pub fn bucket(&self) -> u16 {
+        match self.side {
+            TransferSide::Out => self.from,
+            TransferSide::In => self.to,
+        }
+    }
+
+    /// How this side moves its bucket's total and available: minus for an out.
+    pub fn units_delta(&self) -> i64 {
+        let u = i64::try_from(self.units).unwrap_or(i64::MAX);
+        match self.side {
+            TransferSide::Out => -u,
+            TransferSide::In => u,
+        }
+    }
+}
+
 /// One change of one sale; `seq` is gap-free from 1 per sale.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Event {

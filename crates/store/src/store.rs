@@ -9,8 +9,9 @@ use async_trait::async_trait;
 use sqlx::{Pool, Transaction};
 
 use flashsale_core::{
-    ApplyReport, Counters, DeadLetter, Event, EventKind, HotOrder, OrderNo, OrderStore,
-    ReconcileRun, Sale, SaleAudit, SaleState, SkuId, StoreError, StoredSale,
+    ApplyReport, BucketRow, Counters, DeadLetter, Event, EventKind, HotOrder, OrderNo, OrderStore,
+    ReconcileRun, Sale, SaleAudit, SaleState, SkuId, StoreError, StoredSale, TransferApplied,
+    TransferEvent,
 };
 
 use crate::backend::{signed, Arg, Backend, Server};
@@ -623,6 +624,20 @@ impl<B: Backend> OrderStore for Store<B> {
         }
     }
 
+    async fn apply_transfer(
+        &self,
+        transfer: &TransferEvent,
+    ) -> Result<TransferApplied, StoreError> {
+        Err(StoreError::Internal(format!(
+            "transfer {} of sale {}: bucketed sales are not stored yet",
+            transfer.id, transfer.sku_id
+        )))
+    }
+
+    async fn buckets(&self, _sku: SkuId) -> Result<Vec<BucketRow>, StoreError> {
+        Ok(Vec::new())
+    }
+
     async fn audit(&self, sku: SkuId) -> Result<Option<SaleAudit>, StoreError> {
         // One snapshot: counters, orders and events agree.
         let mut tx = begin(&self.reader, B::BEGIN_SNAPSHOT).await?;
@@ -651,6 +666,8 @@ impl<B: Backend> OrderStore for Store<B> {
             sale,
             orders,
             events,
+            buckets: Vec::new(),
+            transfers: Vec::new(),
         }))
     }
 
