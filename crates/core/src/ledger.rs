@@ -187,6 +187,18 @@ pub trait HotCopies: Send + Sync + 'static {
     /// when the sale has no hot copy.
     async fn hot_snapshot(&self, sku: SkuId) -> Result<Option<HotSnapshot>, LedgerError>;
 
+    /// [`HotCopies::hot_snapshot`] of one bucket of a bucketed sale: its own counters, epoch
+    /// and stream (order events and transfer sides). `None` for a ledger that runs a bucketed
+    /// sale as one book, or a bucket with no hot copy.
+    async fn bucket_snapshot(
+        &self,
+        sku: SkuId,
+        bucket: u16,
+    ) -> Result<Option<HotSnapshot>, LedgerError> {
+        let _ = (sku, bucket);
+        Ok(None)
+    }
+
     /// Rebuild: puts orders read back from the system of record into the loaded (fenced)
     /// copy of `epoch`. Idempotent: orders already present are skipped. Returns how many
     /// orders were added; `AlreadyWarm` when the copy is no longer the one of `epoch`.
@@ -253,6 +265,8 @@ pub struct HotSnapshot {
     /// Events still in the stream (not yet trimmed), in seq order; empty for a ledger that
     /// commits before it answers.
     pub events: Vec<Event>,
+    /// Transfer sides still in the stream (bucketed sales), in stream order.
+    pub transfers: Vec<TransferEvent>,
     /// Stream entries that are not events: (entry id, why).
     pub bad_entries: Vec<(String, String)>,
     /// How long the copy has been fenced (a rebuild under way, or one that died midway);

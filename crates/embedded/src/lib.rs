@@ -707,6 +707,7 @@ impl HotCopies for EmbeddedLedger {
                     counters: loaded.book.counters,
                     epoch: loaded.book.epoch,
                     events: Vec::new(),
+                    transfers: Vec::new(),
                     bad_entries: Vec::new(),
                     fenced_ms: loaded.fenced_at.map(|t| t.elapsed().as_millis() as u64),
                     state: loaded.book.sale.state,

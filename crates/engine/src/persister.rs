@@ -30,8 +30,11 @@ use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use flashsale_core::{DeadLetter, Event, LedgerError, OrderStore, SaleState, SkuId, StoreError};
-use flashsale_redis::{EntryError, StreamReader};
+use flashsale_core::{
+    DeadLetter, Event, LedgerError, OrderStore, SaleState, SkuId, StoreError, TransferApplied,
+    TransferEvent, TransferSide,
+};
+use flashsale_redis::{CopyTag, EntryError, Item, StreamReader};
 use tokio::sync::{broadcast, watch};
 use tokio::task::JoinHandle;
 use tokio::time::MissedTickBehavior;
@@ -93,10 +96,13 @@ pub enum PersistError {
 pub struct Persister {
     config: PersisterConfig,
     store: Arc<dyn OrderStore>,
-    /// One task per sale being persisted.
-    tasks: HashMap<SkuId, JoinHandle<bool>>,
-    /// Sales whose task retired (settled): not started again.
-    retired: HashSet<SkuId>,
+    /// One task per hot copy being persisted (a sale's own, or each bucket of a bucketed
+    /// sale).
+    tasks: HashMap<CopyTag, JoinHandle<bool>>,
+    /// Copies whose task retired (settled): not started again.
+    retired: HashSet<CopyTag>,
+    /// Reads where a bucketed sale's buckets live; connected on first need.
+    layouts: Option<StreamReader>,
     /// Tells every sale's task to stop.
     stop: watch::Sender<bool>,
     /// One discovery per `discover_every`.
@@ -114,6 +120,7 @@ impl Persister {
             store,
             tasks: HashMap::new(),
             retired: HashSet::new(),
+            layouts: None,
             stop: watch::channel(false).0,
             pace,
         }
@@ -136,17 +143,46 @@ impl Persister {
                 return tracing::warn!(error = %e, "persister cannot list sales; keeps running ones")
             }
         };
-        for stored in sales.into_iter().filter(|s| {
-            s.sale.state != SaleState::Scheduled && !self.retired.contains(&s.sale.sku_id)
-        }) {
-            let sku = stored.sale.sku_id;
-            // A finished task is reaped first (and started again unless it retired).
-            if self.tasks.contains_key(&sku) {
-                continue;
+        for stored in sales
+            .iter()
+            .filter(|s| s.sale.state != SaleState::Scheduled)
+        {
+            for copy in self.copies(&stored.sale).await {
+                // A finished task is reaped first (and started again unless it retired).
+                if self.tasks.contains_key(&copy) || self.retired.contains(&copy) {
+                    continue;
+                }
+                let stop = self.stop.subscribe();
+                let worker = SaleWorker::new(self.config.clone(), self.store.clone(), copy, stop);
+                self.tasks.insert(copy, tokio::spawn(worker.run()));
             }
-            let stop = self.stop.subscribe();
-            let worker = SaleWorker::new(self.config.clone(), self.store.clone(), sku, stop);
-            self.tasks.insert(sku, tokio::spawn(worker.run()));
+        }
+    }
+
+    /// The hot copies of `sale` whose streams are persisted: its own, or each bucket's (read
+    /// from Redis; none while the sale is not warm there, so the next discovery asks again).
+    async fn copies(&mut self, sale: &flashsale_core::Sale) -> Vec<CopyTag> {
+        let sku = sale.sku_id;
+        if sale.buckets <= 1 {
+            return vec![sku.into()];
+        }
+        if self.layouts.is_none() {
+            let c = &self.config;
+            match StreamReader::connect(&c.redis_url, &c.prefix, &c.consumer).await {
+                Ok(reader) => self.layouts = Some(reader),
+                Err(e) => tracing::warn!(error = %e, "persister cannot reach Redis for layouts"),
+            }
+        }
+        let Some(reader) = &self.layouts else {
+            return Vec::new();
+        };
+        match reader.layout(sku).await {
+            Ok(Some(layout)) if layout.n() == sale.buckets => layout.copies(),
+            Ok(_) => Vec::new(),
+            Err(e) => {
+                tracing::warn!(%sku, error = %e, "persister cannot read the sale's buckets");
+                Vec::new()
+            }
         }
     }
 }
@@ -179,16 +215,16 @@ impl Worker for Persister {
 }
 
 /// Takes the finished tasks out of `tasks`; those that retired their sale go to `retired`.
-async fn reap(tasks: &mut HashMap<SkuId, JoinHandle<bool>>, retired: &mut HashSet<SkuId>) {
-    let done: Vec<SkuId> = tasks
+async fn reap(tasks: &mut HashMap<CopyTag, JoinHandle<bool>>, retired: &mut HashSet<CopyTag>) {
+    let done: Vec<CopyTag> = tasks
         .iter()
         .filter(|(_, t)| t.is_finished())
-        .map(|(sku, _)| *sku)
+        .map(|(copy, _)| *copy)
         .collect();
-    for sku in done {
-        if let Some(task) = tasks.remove(&sku) {
+    for copy in done {
+        if let Some(task) = tasks.remove(&copy) {
             if task.await.unwrap_or(false) {
-                retired.insert(sku);
+                retired.insert(copy);
             }
         }
     }
@@ -209,6 +245,8 @@ enum Mode {
 struct SaleWorker {
     config: PersisterConfig,
     store: Arc<dyn OrderStore>,
+    /// The hot copy whose stream this task persists.
+    copy: CopyTag,
     sku: SkuId,
     stop: watch::Receiver<bool>,
     mode: Mode,
@@ -229,13 +267,14 @@ impl SaleWorker {
     fn new(
         config: PersisterConfig,
         store: Arc<dyn OrderStore>,
-        sku: SkuId,
+        copy: CopyTag,
         stop: watch::Receiver<bool>,
     ) -> SaleWorker {
         SaleWorker {
             config,
             store,
-            sku,
+            copy,
+            sku: copy.sku,
             stop,
             mode: Mode::Recover,
             backoff_ms: 0,
@@ -272,7 +311,7 @@ impl SaleWorker {
                 self.fail(&e).await;
             }
         }
-        let _ = reader.release_lease(sku, &self.config.consumer).await;
+        let _ = reader.release_lease(self.copy, &self.config.consumer).await;
         if self.retired {
             tracing::info!(%sku, "sale settled: its persister retires");
         }
@@ -294,13 +333,30 @@ impl SaleWorker {
         let Some(db) = self.store.sale(self.sku).await? else {
             return Ok(false);
         };
-        let hot = reader.hot_state(self.sku).await?;
-        if !flashsale_core::sale::settled(db.sale.state, &db.counters, hot) {
+        let hot = reader.hot_state(self.copy).await?;
+        let Some(counters) = self.db_counters(&db).await? else {
+            return Ok(false);
+        };
+        if !flashsale_core::sale::settled(db.sale.state, &counters, hot) {
             return Ok(false);
         }
         // With no hot copy, its stream must be gone too (or fully trimmed).
-        let stream_empty = hot.is_some() || reader.backlog(self.sku).await? == 0;
-        Ok(stream_empty && reader.pending_summary(self.sku).await?.count == 0)
+        let stream_empty = hot.is_some() || reader.backlog(self.copy).await? == 0;
+        Ok(stream_empty && reader.pending_summary(self.copy).await?.count == 0)
+    }
+
+    /// The database's counters of this copy: the sale's, or its bucket's row (`None` when
+    /// the row is missing).
+    async fn db_counters(
+        &self,
+        db: &flashsale_core::StoredSale,
+    ) -> Result<Option<flashsale_core::Counters>, PersistError> {
+        if db.sale.buckets <= 1 {
+            return Ok(Some(db.counters));
+        }
+        let rows = self.store.buckets(self.sku).await?;
+        let row = rows.iter().find(|r| r.bucket == self.copy.bucket);
+        Ok(row.map(|r| r.counters))
     }
 
     /// Sleeps `ms` unless told to stop; true when told to stop.
@@ -326,14 +382,14 @@ impl SaleWorker {
     async fn step(&mut self, reader: &StreamReader) -> Result<(), PersistError> {
         let (sku, owner) = (self.sku, self.config.consumer.clone());
         if !reader
-            .acquire_lease(sku, &owner, self.config.bounds.lease_ttl_ms)
+            .acquire_lease(self.copy, &owner, self.config.bounds.lease_ttl_ms)
             .await?
         {
             self.mode = Mode::Recover;
             self.pause(self.config.bounds.lease_ttl_ms / 3).await;
             return Ok(());
         }
-        reader.ensure_group(sku).await?;
+        reader.ensure_group(self.copy).await?;
         if matches!(self.mode, Mode::Recover | Mode::Parked) {
             self.mode = match self.store.stream_paused(sku).await? {
                 true => Mode::Parked,
@@ -363,14 +419,14 @@ impl SaleWorker {
     /// under load one transaction (and one round of lease, ack and trim commands) carries
     /// many events rather than the few that arrived since the last.
     async fn read_filled(&self, reader: &StreamReader) -> Result<Vec<Entry>, PersistError> {
-        let (sku, count) = (self.sku, self.config.bounds.batch_max);
+        let count = self.config.bounds.batch_max;
         let mut entries = reader
-            .read_new(sku, count, self.config.bounds.block_ms)
+            .read_new(self.copy, count, self.config.bounds.block_ms)
             .await?;
         if !entries.is_empty() && entries.len() < FILL_EVENTS {
             tokio::time::sleep(FILL_WAIT).await;
             // A failed top-up still applies what the first read took (now pending on us).
-            if let Ok(more) = reader.read_new(sku, count, 0).await {
+            if let Ok(more) = reader.read_new(self.copy, count, 0).await {
                 entries.extend(more);
             }
         }
@@ -381,7 +437,7 @@ impl SaleWorker {
     /// any, recovery is over.
     async fn recover(&mut self, reader: &StreamReader) -> Result<Vec<Entry>, PersistError> {
         let own = reader
-            .read_own_pending(self.sku, self.config.bounds.batch_max)
+            .read_own_pending(self.copy, self.config.bounds.batch_max)
             .await?;
         if !own.is_empty() {
             return Ok(own);
@@ -394,13 +450,13 @@ impl SaleWorker {
     async fn claim(&mut self, reader: &StreamReader) -> Result<Vec<Entry>, PersistError> {
         let claimed = reader
             .autoclaim(
-                self.sku,
+                self.copy,
                 self.config.bounds.claim_idle_ms,
                 self.config.bounds.batch_max,
             )
             .await?;
         if claimed.entries.is_empty() {
-            let summary = reader.pending_summary(self.sku).await?;
+            let summary = reader.pending_summary(self.copy).await?;
             let mine = |(name, _): &(String, u64)| *name == self.config.consumer;
             let others_pending = summary.consumers.iter().filter(|c| !mine(c)).count();
             if others_pending == 0 {
@@ -430,13 +486,13 @@ impl SaleWorker {
             return Ok(());
         }
         let first_id = entries[0].0.clone();
-        let (mut events, bad) = split(entries.iter());
+        let (items, bad) = split(entries.iter());
         let mut entries = entries;
         match bad {
             // Persist what parses before the bad entry; the bad one comes first next time,
             // from our own pending entries (a read of new ones would never see it again).
-            Some(_) if !events.is_empty() => {
-                entries.truncate(events.len());
+            Some(_) if !items.is_empty() => {
+                entries.truncate(items.len());
                 self.mode = Mode::Recover;
             }
             Some((id, EntryError::NewerFormat(version))) => {
@@ -448,8 +504,10 @@ impl SaleWorker {
             }
             None => {}
         }
-        events.sort_by_key(|e| e.seq);
-        let report = match self.apply_chunked(&events).await {
+        let mut read = Read::of(items);
+        read.events.sort_by_key(|e| e.seq);
+        let events = &read.events;
+        let report = match self.apply_read(&read).await {
             Ok(report) => report,
             Err(StoreError::Gap {
                 applied_seq,
@@ -469,14 +527,15 @@ impl SaleWorker {
         // One id per stream entry (a batch entry's events share theirs), in stream order.
         let mut ids: Vec<String> = entries.iter().map(|(id, _)| id.clone()).collect();
         ids.dedup();
-        reader.ack(self.sku, &ids).await?;
+        reader.ack(self.copy, &ids).await?;
         if let Some(last) = ids.last() {
-            reader.trim_below(self.sku, last).await?;
+            reader.trim_below(self.copy, last).await?;
+        }
+        if let Some(persisted) = events.last().map(|e| e.seq) {
             // Events, not entries (a batch entry holds many): hot seq minus the last applied.
-            let persisted = events.last().map_or(0, |e| e.seq);
-            let hot = reader.hot_seq(self.sku).await?.unwrap_or(persisted);
+            let hot = reader.hot_seq(self.copy).await?.unwrap_or(persisted);
             let lag = hot.saturating_sub(persisted);
-            metrics::gauge!(flashsale_core::metric_names::STREAM_LAG, "sku" => self.sku.to_string())
+            metrics::gauge!(flashsale_core::metric_names::STREAM_LAG, "sku" => self.sku_label())
                 .set(lag as f64);
         }
         self.attempts.remove(&first_id);
@@ -506,7 +565,9 @@ impl SaleWorker {
         self.format_waits = self.format_waits.saturating_add(1);
         tracing::error!(%sku, entry = %id, version, known = flashsale_redis::FORMAT_VERSION, wait_ms,
             "stream entry of a newer format: sale stopped on this instance until a newer one reads it");
-        reader.release_lease(sku, &self.config.consumer).await?;
+        reader
+            .release_lease(self.copy, &self.config.consumer)
+            .await?;
         self.mode = Mode::Recover;
         self.pause(wait_ms).await;
         Ok(())
@@ -536,27 +597,53 @@ impl SaleWorker {
         if !gone.is_empty() {
             let ids: Vec<String> = gone.into_iter().map(|(id, _)| id).collect();
             tracing::warn!(sku = %self.sku, entries = ?ids, "pending entries were trimmed; acknowledged");
-            reader.ack(self.sku, &ids).await?;
+            reader.ack(self.copy, &ids).await?;
         }
         Ok(kept)
     }
 
-    /// The events of one read, applied at most [`EVENTS_PER_APPLY_MAX`] per transaction, in
-    /// seq order. A failure midway leaves the entries unacknowledged: their redelivery finds
-    /// the applied part as duplicates (exactly once still holds).
-    async fn apply_chunked(
-        &self,
-        events: &[Event],
-    ) -> Result<flashsale_core::ApplyReport, StoreError> {
+    /// One read applied: the transfer sides that bring stock in first, then the events at
+    /// most [`EVENTS_PER_APPLY_MAX`] per transaction in seq order, then the sides that take
+    /// stock out. Ins early and outs late never leave the bucket with fewer units at any
+    /// point than the stream's own order did, so the guard refuses nothing the hot copy
+    /// accepted; the end state is the same. A failure midway leaves the entries
+    /// unacknowledged: their redelivery finds the applied part as duplicates (exactly once
+    /// still holds).
+    async fn apply_read(&self, read: &Read) -> Result<flashsale_core::ApplyReport, StoreError> {
+        self.apply_transfers(&read.ins).await?;
         let mut total = flashsale_core::ApplyReport::default();
-        for chunk in events.chunks(EVENTS_PER_APPLY_MAX) {
+        for chunk in read.events.chunks(EVENTS_PER_APPLY_MAX) {
             let report = self.store.apply_events(self.sku, chunk).await?;
             total.applied += report.applied;
             total.duplicates += report.duplicates;
             total.rejected.extend(report.rejected);
             total.fenced.extend(report.fenced);
         }
+        self.apply_transfers(&read.outs).await?;
         Ok(total)
+    }
+
+    /// Each side in one transaction of its own, exactly once. A side written by a copy of
+    /// another epoch than its bucket's in the database is kept there, not applied, and
+    /// alerted like a fenced event.
+    async fn apply_transfers(&self, sides: &[TransferEvent]) -> Result<(), StoreError> {
+        for side in sides {
+            if self.store.apply_transfer(side).await? == TransferApplied::Fenced {
+                metrics::counter!(flashsale_core::metric_names::FENCED_EVENTS, "sku" => self.sku.to_string())
+                    .increment(1);
+                tracing::error!(sku = %self.sku, transfer = %side.id, side = side.side.as_str(),
+                    epoch = side.epoch, "transfer side refused by the epoch fence");
+            }
+        }
+        Ok(())
+    }
+
+    /// The `sku` label of this copy's gauges: the sku, and `/<bucket>` for buckets past 0.
+    fn sku_label(&self) -> String {
+        match self.copy.bucket {
+            0 => self.sku.to_string(),
+            b => format!("{}/{b}", self.sku),
+        }
     }
 
     fn record(&self, report: &flashsale_core::ApplyReport, events: usize, started: Instant) {
@@ -577,6 +664,15 @@ impl SaleWorker {
         tracing::debug!(sku = %self.sku, events, applied = report.applied, dup = report.duplicates, "batch persisted");
     }
 
+    /// A stream entry's name in `dead_letters`: its id, after `b<bucket>:` for buckets past 0
+    /// (each bucket has its own stream, whose ids may repeat another's).
+    fn entry_name(&self, id: &str) -> String {
+        match self.copy.bucket {
+            0 => id.to_owned(),
+            b => format!("b{b}:{id}"),
+        }
+    }
+
     /// Counts a failed try of the batch starting at `first_id`; parks the stream after
     /// `attempts_max` tries.
     async fn count_failure(
@@ -595,15 +691,15 @@ impl SaleWorker {
         }
         let (entry_id, error) =
             bad.unwrap_or_else(|| (first_id.to_owned(), "the store refused this batch".into()));
-        let event = entries
+        let item = entries
             .iter()
             .find(|(id, _)| *id == entry_id)
             .and_then(|(_, e)| e.as_ref().ok());
         let letter = DeadLetter {
             sku_id: self.sku,
-            entry_id,
-            seq: event.map(|e| e.seq),
-            payload: event.map(|e| format!("{e:?}")).unwrap_or_default(),
+            entry_id: self.entry_name(&entry_id),
+            seq: item.and_then(Item::event).map(|e| e.seq),
+            payload: item.map(|e| format!("{e:?}")).unwrap_or_default(),
             error,
             attempts: tries,
         };
@@ -616,16 +712,38 @@ impl SaleWorker {
     }
 }
 
-/// Parsed events, and the first entry that did not parse.
+/// Parsed items, and the first entry that did not parse.
 fn split<'a>(
     entries: impl Iterator<Item = &'a Entry>,
-) -> (Vec<Event>, Option<(String, EntryError)>) {
-    let mut events = Vec::new();
+) -> (Vec<Item>, Option<(String, EntryError)>) {
+    let mut items = Vec::new();
     for (id, parsed) in entries {
         match parsed {
-            Ok(e) => events.push(e.clone()),
-            Err(why) => return (events, Some((id.clone(), why.clone()))),
+            Ok(item) => items.push(item.clone()),
+            Err(why) => return (items, Some((id.clone(), why.clone()))),
         }
     }
-    (events, None)
+    (items, None)
+}
+
+/// One read's items by how they are applied (see `SaleWorker::apply_read`).
+#[derive(Debug, Default)]
+struct Read {
+    ins: Vec<TransferEvent>,
+    events: Vec<Event>,
+    outs: Vec<TransferEvent>,
+}
+
+impl Read {
+    fn of(items: Vec<Item>) -> Read {
+        let mut read = Read::default();
+        for item in items {
+            match item {
+                Item::Event(e) => read.events.push(e),
+                Item::Transfer(t) if t.side == TransferSide::In => read.ins.push(t),
+                Item::Transfer(t) => read.outs.push(t),
+            }
+        }
+        read
+    }
 }

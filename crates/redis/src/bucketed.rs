@@ -60,7 +60,7 @@ impl Layout {
     }
 
     /// The bucket count stored with a copy (`buckets`, `salts`), `None` when malformed.
-    fn parse(sku: SkuId, buckets: &str, salts: &str) -> Option<Layout> {
+    pub(crate) fn parse(sku: SkuId, buckets: &str, salts: &str) -> Option<Layout> {
         let n: u16 = buckets.parse().ok()?;
         let salts: Vec<u32> = salts
             .split(',')

@@ -18,8 +18,11 @@
 use std::collections::HashMap;
 
 use flashsale_core::{
-    Event, EventKind, HotOrder, LedgerError, OrderNo, OrderStatus, RequestId, SkuId, UserId,
+    Event, EventKind, HotOrder, LedgerError, OrderNo, OrderStatus, RequestId, SkuId, TransferEvent,
+    TransferSide, UserId,
 };
+
+use crate::keys::CopyTag;
 use redis::Value;
 
 /// The stream format version this binary writes (in purchase.lua, resolve.lua and
@@ -150,6 +153,50 @@ pub fn parse_event(sku: SkuId, fields: &HashMap<String, String>) -> Result<Event
     Ok(event)
 }
 
+/// Parses a transfer side (`kind` `transfer_out` with `to`, or `transfer_in` with `from`) in
+/// the stream of `copy`: the copy is the source of an out and the destination of an in.
+pub fn parse_transfer(
+    copy: CopyTag,
+    fields: &HashMap<String, String>,
+) -> Result<TransferEvent, String> {
+    let f = Fields(fields);
+    let (sku_id, epoch) = (SkuId(f.unsigned("sku_id")?), f.unsigned("epoch")?);
+    let id = f.get("transfer_id")?;
+    let bucket = |name: &str| {
+        u16::try_from(f.unsigned(name)?).map_err(|_| format!("field {name} is not a bucket"))
+    };
+    let (side, from, to) = match f.get("kind")? {
+        "transfer_out" => (TransferSide::Out, copy.bucket, bucket("to")?),
+        "transfer_in" => (TransferSide::In, bucket("from")?, copy.bucket),
+        other => return Err(format!("field kind {other:?} is not a transfer")),
+    };
+    if sku_id != copy.sku {
+        return Err(format!("entry of sale {sku_id} in the stream of {copy}"));
+    }
+    let id_epoch = id.split_once('.').and_then(|(e, n)| {
+        let seq_ok = !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit());
+        e.parse::<u64>().ok().filter(|_| seq_ok && id.len() <= 40)
+    });
+    let id_epoch = id_epoch.ok_or_else(|| format!("transfer id {id:?} is malformed"))?;
+    if from == to || (side == TransferSide::Out && id_epoch != epoch) {
+        return Err(format!("transfer {id} does not fit its stream"));
+    }
+    let units = f.unsigned("units")?;
+    if units == 0 {
+        return Err(format!("transfer {id} of 0 units"));
+    }
+    Ok(TransferEvent {
+        sku_id,
+        epoch,
+        id: id.to_owned(),
+        side,
+        from,
+        to,
+        units,
+        at_ms: f.num("at_ms")?,
+    })
+}
+
 /// Parses a batch entry (`first_seq`, `n`, and n comma-separated `users`, `request_ids`,
 /// `quantities`) of sale `sku` into its events, all or nothing.
 pub fn parse_batch(sku: SkuId, fields: &HashMap<String, String>) -> Result<Vec<Event>, String> {
@@ -200,13 +247,29 @@ pub fn parse_batch(sku: SkuId, fields: &HashMap<String, String>) -> Result<Vec<E
     Ok(events)
 }
 
-/// One stream entry, parsed: its id, and the event or why it is not one.
-pub type Entry = (String, Result<Event, EntryError>);
+/// What a stream entry records: an order event, or (bucketed sales) a transfer side.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Item {
+    Event(Event),
+    Transfer(TransferEvent),
+}
+
+impl Item {
+    pub fn event(&self) -> Option<&Event> {
+        match self {
+            Item::Event(e) => Some(e),
+            Item::Transfer(_) => None,
+        }
+    }
+}
+
+/// One stream entry, parsed: its id, and the item or why it is not one.
+pub type Entry = (String, Result<Item, EntryError>);
 
 /// Parses `[[id, [field, value, …]], …]` (XRANGE, XREADGROUP, XAUTOCLAIM) into one [`Entry`]
 /// per event (a batch entry gives one per event it holds, all under its id). A deleted entry
 /// (nil fields, in a pending read), one of a newer format or a malformed one is one `Err`.
-pub fn parse_entries(sku: SkuId, value: &Value) -> Result<Vec<Entry>, LedgerError> {
+pub fn parse_entries(copy: CopyTag, value: &Value) -> Result<Vec<Entry>, LedgerError> {
     let items = match value {
         Value::Nil => return Ok(Vec::new()),
         Value::Array(items) => items,
@@ -214,7 +277,7 @@ pub fn parse_entries(sku: SkuId, value: &Value) -> Result<Vec<Entry>, LedgerErro
     };
     let mut out = Vec::with_capacity(items.len());
     for item in items {
-        match parse_entry(sku, item)? {
+        match parse_entry(copy, item)? {
             (id, Ok(events)) => out.extend(events.into_iter().map(|e| (id.clone(), Ok(e)))),
             (id, Err(why)) => out.push((id, Err(why))),
         }
@@ -223,9 +286,9 @@ pub fn parse_entries(sku: SkuId, value: &Value) -> Result<Vec<Entry>, LedgerErro
 }
 
 fn parse_entry(
-    sku: SkuId,
+    copy: CopyTag,
     item: &Value,
-) -> Result<(String, Result<Vec<Event>, EntryError>), LedgerError> {
+) -> Result<(String, Result<Vec<Item>, EntryError>), LedgerError> {
     let Value::Array(pair) = item else {
         return Err(unexpected("stream entry", item));
     };
@@ -234,7 +297,7 @@ fn parse_entry(
         .and_then(as_string)
         .ok_or_else(|| unexpected("stream entry id", item))?;
     let events = match pair.get(1) {
-        Some(Value::Array(kv)) => field_map(kv).and_then(|map| parse_fields(sku, &map)),
+        Some(Value::Array(kv)) => field_map(kv).and_then(|map| parse_fields(copy, &map)),
         None | Some(Value::Nil) => Err(EntryError::Deleted),
         Some(other) => Err(EntryError::Malformed(format!(
             "fields are not a list: {other:?}"
@@ -258,15 +321,19 @@ fn field_map(fields: &[Value]) -> Result<HashMap<String, String>, EntryError> {
     Ok(map)
 }
 
-/// The events of an entry's fields: the version first (a newer entry's other fields mean
+/// The items of an entry's fields: the version first (a newer entry's other fields mean
 /// nothing to us), then the shape.
-fn parse_fields(sku: SkuId, map: &HashMap<String, String>) -> Result<Vec<Event>, EntryError> {
+fn parse_fields(copy: CopyTag, map: &HashMap<String, String>) -> Result<Vec<Item>, EntryError> {
     check_format(map)?;
-    let events = match map.contains_key("first_seq") {
-        true => parse_batch(sku, map),
-        false => parse_event(sku, map).map(|e| vec![e]),
+    let kind = map.get("kind").map_or("", String::as_str);
+    let items = if map.contains_key("first_seq") {
+        parse_batch(copy.sku, map).map(|es| es.into_iter().map(Item::Event).collect())
+    } else if kind.starts_with("transfer_") {
+        parse_transfer(copy, map).map(|t| vec![Item::Transfer(t)])
+    } else {
+        parse_event(copy.sku, map).map(|e| vec![Item::Event(e)])
     };
-    events.map_err(EntryError::Malformed)
+    items.map_err(EntryError::Malformed)
 }
 
 /// A bulk, simple or integer reply as text.
@@ -355,6 +422,65 @@ mod tests {
         assert!(parse_event(SkuId(5), &fields(Some("x"))).is_err());
     }
 
+    /// A transfer side names its bucket from the stream it is in: the source of an out,
+    /// the destination of an in; an out's id carries its own epoch.
+    #[test]
+    fn transfer_sides_parse_against_their_stream() {
+        let map = |pairs: &[(&str, &str)]| -> HashMap<String, String> {
+            pairs
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect()
+        };
+        let out = map(&[
+            ("v", "1"),
+            ("sku_id", "5"),
+            ("epoch", "7"),
+            ("kind", "transfer_out"),
+            ("transfer_id", "7.3"),
+            ("to", "2"),
+            ("units", "40"),
+            ("at_ms", "9"),
+        ]);
+        let source = CopyTag::new(SkuId(5), 1, 11);
+        let t = parse_transfer(source, &out).unwrap();
+        assert_eq!(
+            (t.side, t.from, t.to, t.units),
+            (TransferSide::Out, 1, 2, 40)
+        );
+        assert_eq!(
+            (t.id.as_str(), t.bucket(), t.units_delta()),
+            ("7.3", 1, -40)
+        );
+        let mut wrong_id = out.clone();
+        wrong_id.insert("transfer_id".into(), "8.3".into());
+        assert!(parse_transfer(source, &wrong_id).is_err());
+        assert!(parse_transfer(CopyTag::new(SkuId(5), 2, 0), &out).is_err());
+        assert!(parse_transfer(CopyTag::new(SkuId(6), 1, 11), &out).is_err());
+        let mut none = out.clone();
+        none.insert("units".into(), "0".into());
+        assert!(parse_transfer(source, &none).is_err());
+
+        let into = map(&[
+            ("sku_id", "5"),
+            ("epoch", "6"),
+            ("kind", "transfer_in"),
+            ("transfer_id", "7.3"),
+            ("from", "1"),
+            ("units", "40"),
+            ("at_ms", "9"),
+        ]);
+        let dest = CopyTag::new(SkuId(5), 2, 4);
+        let items = parse_fields(dest, &into).unwrap();
+        let Item::Transfer(t) = &items[0] else {
+            panic!("a transfer: {items:?}")
+        };
+        assert_eq!(
+            (t.side, t.from, t.to, t.bucket(), t.units_delta()),
+            (TransferSide::In, 1, 2, 2, 40)
+        );
+    }
+
     #[test]
     fn entries_parse_and_never_panic() {
         let bulk = |s: &str| Value::BulkString(s.as_bytes().to_vec());
@@ -374,15 +500,15 @@ mod tests {
             Value::Array(vec![bulk("1-2"), Value::Nil]),
             Value::Array(vec![bulk("1-3"), Value::Array(vec![bulk("odd")])]),
         ]);
-        let entries = parse_entries(SkuId(5), &reply).unwrap();
+        let entries = parse_entries(SkuId(5).into(), &reply).unwrap();
         assert_eq!(entries.len(), 4);
-        assert_eq!(entries[0].1.as_ref().unwrap().seq, 1);
+        assert_eq!(entries[0].1.as_ref().unwrap().event().unwrap().seq, 1);
         assert_malformed(&entries[1], "seq");
         assert_malformed(&entries[2], "deleted");
         assert!(entries[3].1.is_err());
-        let other_sale = parse_entries(SkuId(6), &reply).unwrap();
+        let other_sale = parse_entries(SkuId(6).into(), &reply).unwrap();
         assert!(other_sale[0].1.is_err());
-        assert!(parse_entries(SkuId(5), &bulk("x")).is_err());
+        assert!(parse_entries(SkuId(5).into(), &bulk("x")).is_err());
     }
 
     /// A batch entry (what purchase.lua writes) expands into one event per deduction, under
@@ -426,13 +552,13 @@ mod tests {
             Value::Array(vec![bulk("1-2"), kv(&short)]),
             Value::Array(vec![bulk("1-3"), kv(&zero)]),
         ]);
-        let entries = parse_entries(SkuId(5), &reply).unwrap();
+        let entries = parse_entries(SkuId(5).into(), &reply).unwrap();
         assert_eq!(entries.len(), 6);
         let ids: Vec<&str> = entries.iter().map(|(id, _)| id.as_str()).collect();
         assert_eq!(ids, ["1-0", "1-0", "1-0", "1-1", "1-2", "1-3"]);
         let events: Vec<&Event> = entries[..4]
             .iter()
-            .map(|(_, e)| e.as_ref().unwrap())
+            .map(|(_, e)| e.as_ref().unwrap().event().unwrap())
             .collect();
         assert_eq!(
             events.iter().map(|e| e.seq).collect::<Vec<_>>(),
@@ -450,7 +576,9 @@ mod tests {
         assert_eq!(events[3].epoch, 2);
         assert_malformed(&entries[4], "lengths");
         assert!(entries[5].1.is_err());
-        assert!(parse_entries(SkuId(6), &reply).unwrap()[0].1.is_err());
+        assert!(parse_entries(SkuId(6).into(), &reply).unwrap()[0]
+            .1
+            .is_err());
     }
 
     /// An entry's format version: absent or ours reads; above ours is newer (waited on, not
@@ -478,7 +606,7 @@ mod tests {
                 Value::Array(vec![bulk(FORMAT_FIELD), bulk(&newer)]),
             ]),
         ]);
-        let entries = parse_entries(SkuId(5), &reply).unwrap();
+        let entries = parse_entries(SkuId(5).into(), &reply).unwrap();
         assert!(entries[0].1.is_ok() && entries[1].1.is_ok());
         let newer = EntryError::NewerFormat(FORMAT_VERSION + 1);
         assert_eq!(entries[2].1, Err(newer.clone()));

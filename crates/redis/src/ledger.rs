@@ -8,14 +8,14 @@ use async_trait::async_trait;
 use flashsale_core::ledger::{Changed, HotSnapshot, RestockFeed, RestockListener};
 use flashsale_core::limits::BATCH_LEN_MAX;
 use flashsale_core::{
-    Counters, Durability, ErrorCode, HotCopies, HotLedger, HotOrder, LedgerError, OrderNo,
-    PurchaseOutcome, PurchaseRequest, RequestKey, Resolution, Sale, SaleState, SkuId,
+    Counters, Durability, ErrorCode, HotBuckets, HotCopies, HotLedger, HotOrder, LedgerError,
+    OrderNo, PurchaseOutcome, PurchaseRequest, RequestKey, Resolution, Sale, SaleState, SkuId,
     SoldOutSupport, UserId,
 };
 use redis::{Cmd, FromRedisValue, RedisError, ScriptInvocation, Value};
 
 use crate::bucketed::BucketTable;
-use crate::codec::{as_int, as_string, decode_order, parse_entries, unexpected, Entry};
+use crate::codec::{as_int, as_string, decode_order, parse_entries, unexpected, Entry, Item};
 use crate::conn::{bounded, split_urls, Conn, Timeouts};
 use crate::keys::{CopyTag, Keys};
 use crate::restock::RestockHub;
@@ -127,9 +127,14 @@ impl RedisLedger {
     }
 
     /// The sale hash and all events of its stream, atomically; `None` when not warm.
-    pub async fn snapshot(&self, sku: SkuId) -> Result<Option<Snapshot>, LedgerError> {
+    pub async fn snapshot(
+        &self,
+        copy: impl Into<CopyTag>,
+    ) -> Result<Option<Snapshot>, LedgerError> {
+        let copy: CopyTag = copy.into();
+        let sku = copy.sku;
         let mut inv = self.scripts.snapshot.prepare_invoke();
-        inv.key(self.keys.sale(sku)).key(self.keys.events(sku));
+        inv.key(self.keys.sale(copy)).key(self.keys.events(copy));
         let reply: Vec<Value> = self.run("snapshot", &inv).await?;
         let (Some(Value::Array(flat)), Some(events), Some(fenced)) =
             (reply.first(), reply.get(1), reply.get(2).and_then(as_int))
@@ -158,9 +163,43 @@ impl RedisLedger {
                 seq: num("seq")?,
             },
             epoch: num("epoch")?,
-            events: parse_entries(sku, events)?,
+            events: parse_entries(copy, events)?,
             fields,
             fenced_ms: u64::try_from(fenced).ok(),
+        }))
+    }
+
+    /// One copy's [`HotSnapshot`]: its entries sorted into events (by epoch and seq),
+    /// transfer sides (stream order) and entries that are neither.
+    pub(crate) async fn copy_snapshot(
+        &self,
+        copy: CopyTag,
+    ) -> Result<Option<HotSnapshot>, LedgerError> {
+        let Some(snap) = self.snapshot(copy).await? else {
+            return Ok(None);
+        };
+        let (mut events, mut transfers, mut bad_entries) = (Vec::new(), Vec::new(), Vec::new());
+        for (id, parsed) in snap.events {
+            match parsed {
+                Ok(Item::Event(e)) => events.push(e),
+                Ok(Item::Transfer(t)) => transfers.push(t),
+                Err(why) => bad_entries.push((id, why.to_string())),
+            }
+        }
+        events.sort_by_key(|e| (e.epoch, e.seq));
+        let state = snap
+            .fields
+            .get("state")
+            .and_then(|s| SaleState::parse(s))
+            .ok_or_else(|| LedgerError::Internal(format!("copy {copy}: bad field state")))?;
+        Ok(Some(HotSnapshot {
+            counters: snap.counters,
+            epoch: snap.epoch,
+            events,
+            transfers,
+            bad_entries,
+            fenced_ms: snap.fenced_ms,
+            state,
         }))
     }
 
@@ -552,6 +591,20 @@ impl HotLedger for RedisLedger {
             .map_err(LedgerError::Internal)
     }
 
+    async fn hot_buckets(&self, sku: SkuId) -> Result<Option<HotBuckets>, LedgerError> {
+        if self.layout(sku).await?.is_single() {
+            return Ok(None);
+        }
+        Ok(self.bucket_view(sku).await?.map(|view| HotBuckets {
+            buckets: view
+                .buckets
+                .iter()
+                .map(|b| (b.bucket, b.counters))
+                .collect(),
+            in_flight_units: view.in_flight_units,
+        }))
+    }
+
     async fn ping(&self) -> Result<(), LedgerError> {
         bounded(Timeouts::HOT.call, self.conn.ready()).await
     }
@@ -697,31 +750,19 @@ impl HotCopies for RedisLedger {
 
     async fn hot_snapshot(&self, sku: SkuId) -> Result<Option<HotSnapshot>, LedgerError> {
         self.layout(sku).await?.single_only("a snapshot")?;
-        let Some(snap) = self.snapshot(sku).await? else {
+        self.copy_snapshot(sku.into()).await
+    }
+
+    async fn bucket_snapshot(
+        &self,
+        sku: SkuId,
+        bucket: u16,
+    ) -> Result<Option<HotSnapshot>, LedgerError> {
+        let layout = self.layout(sku).await?;
+        if layout.is_single() || bucket >= layout.n() {
             return Ok(None);
-        };
-        let mut events = Vec::with_capacity(snap.events.len());
-        let mut bad_entries = Vec::new();
-        for (id, parsed) in snap.events {
-            match parsed {
-                Ok(e) => events.push(e),
-                Err(why) => bad_entries.push((id, why.to_string())),
-            }
         }
-        events.sort_by_key(|e| (e.epoch, e.seq));
-        let state = snap
-            .fields
-            .get("state")
-            .and_then(|s| SaleState::parse(s))
-            .ok_or_else(|| LedgerError::Internal(format!("sale {sku}: bad field state")))?;
-        Ok(Some(HotSnapshot {
-            counters: snap.counters,
-            epoch: snap.epoch,
-            events,
-            bad_entries,
-            fenced_ms: snap.fenced_ms,
-            state,
-        }))
+        self.copy_snapshot(layout.copy(bucket)).await
     }
 
     async fn restore_orders(

@@ -10,8 +10,8 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use flashsale_core::ledger::{Changed, HotSnapshot, RestockFeed, RestockListener};
 use flashsale_core::{
-    Counters, HotCopies, HotLedger, HotOrder, Ledger, LedgerError, OrderNo, PurchaseOutcome,
-    PurchaseRequest, Resolution, Sale, SaleState, SkuId, SoldOutSupport, UserId,
+    Counters, HotBuckets, HotCopies, HotLedger, HotOrder, Ledger, LedgerError, OrderNo,
+    PurchaseOutcome, PurchaseRequest, Resolution, Sale, SaleState, SkuId, SoldOutSupport, UserId,
 };
 
 /// Two hot ledgers behind one: `hot_skus` on `hot`, every other sale on `main`.
@@ -99,6 +99,10 @@ impl HotLedger for RoutedLedger {
         self.main.ping().await?;
         self.hot.ping().await
     }
+
+    async fn hot_buckets(&self, sku: SkuId) -> Result<Option<HotBuckets>, LedgerError> {
+        self.route(sku).hot_buckets(sku).await
+    }
 }
 
 #[async_trait]
@@ -117,6 +121,14 @@ impl HotCopies for RoutedLedger {
 
     async fn hot_snapshot(&self, sku: SkuId) -> Result<Option<HotSnapshot>, LedgerError> {
         self.route(sku).hot_snapshot(sku).await
+    }
+
+    async fn bucket_snapshot(
+        &self,
+        sku: SkuId,
+        bucket: u16,
+    ) -> Result<Option<HotSnapshot>, LedgerError> {
+        self.route(sku).bucket_snapshot(sku, bucket).await
     }
 
     async fn restore_orders(

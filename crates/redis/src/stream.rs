@@ -10,11 +10,13 @@
 use std::time::Duration;
 
 use flashsale_core::{LedgerError, SaleState, SkuId};
+
+use crate::bucketed::Layout;
 use redis::{Cmd, FromRedisValue, Script, Value};
 
 use crate::codec::{as_int, as_string, parse_entries, unexpected, Entry};
 use crate::conn::{bounded, Conn, Timeouts};
-use crate::keys::Keys;
+use crate::keys::{CopyTag, Keys};
 use crate::scripts::{LEASE_ACQUIRE, LEASE_RELEASE};
 
 /// The consumer group of the persisters.
@@ -99,15 +101,21 @@ impl StreamReader {
     /// Creates the group on the sale's stream (and the stream, MKSTREAM) reading from the
     /// start, so no event written before the group existed is missed; an existing group is
     /// left as it is.
-    pub async fn ensure_group(&self, sku: SkuId) -> Result<(), LedgerError> {
-        self.ensure_group_at(sku, "0").await
+    pub async fn ensure_group(&self, copy: impl Into<CopyTag>) -> Result<(), LedgerError> {
+        let copy: CopyTag = copy.into();
+        self.ensure_group_at(copy, "0").await
     }
 
     /// Like `ensure_group`, from `start_id` ("$" = only new entries, "0" = everything).
-    pub async fn ensure_group_at(&self, sku: SkuId, start_id: &str) -> Result<(), LedgerError> {
+    pub async fn ensure_group_at(
+        &self,
+        copy: impl Into<CopyTag>,
+        start_id: &str,
+    ) -> Result<(), LedgerError> {
+        let copy: CopyTag = copy.into();
         let mut cmd = redis::cmd("XGROUP");
         cmd.arg("CREATE")
-            .arg(self.keys.events(sku))
+            .arg(self.keys.events(copy))
             .arg(GROUP)
             .arg(start_id)
             .arg("MKSTREAM");
@@ -121,42 +129,45 @@ impl StreamReader {
     /// Entries delivered to this consumer and not yet acknowledged (after a restart).
     pub async fn read_own_pending(
         &self,
-        sku: SkuId,
+        copy: impl Into<CopyTag>,
         count: usize,
     ) -> Result<Vec<Entry>, LedgerError> {
-        self.read_group(sku, count, None, "0").await
+        let copy: CopyTag = copy.into();
+        self.read_group(copy, count, None, "0").await
     }
 
     /// New entries for this consumer; waits up to `block_ms` (capped at `BLOCK_MAX_MS`, 0 =
     /// do not block) when there are none.
     pub async fn read_new(
         &self,
-        sku: SkuId,
+        copy: impl Into<CopyTag>,
         count: usize,
         block_ms: u64,
     ) -> Result<Vec<Entry>, LedgerError> {
+        let copy: CopyTag = copy.into();
         let block = (block_ms > 0).then(|| block_ms.min(BLOCK_MAX_MS));
-        self.read_group(sku, count, block, ">").await
+        self.read_group(copy, count, block, ">").await
     }
 
     async fn read_group(
         &self,
-        sku: SkuId,
+        copy: impl Into<CopyTag>,
         count: usize,
         block_ms: Option<u64>,
         from: &str,
     ) -> Result<Vec<Entry>, LedgerError> {
+        let copy: CopyTag = copy.into();
         let mut cmd = redis::cmd("XREADGROUP");
         cmd.arg("GROUP").arg(GROUP).arg(&self.consumer);
         cmd.arg("COUNT").arg(count.clamp(1, COUNT_MAX));
         if let Some(ms) = block_ms {
             cmd.arg("BLOCK").arg(ms);
         }
-        cmd.arg("STREAMS").arg(self.keys.events(sku)).arg(from);
+        cmd.arg("STREAMS").arg(self.keys.events(copy)).arg(from);
         let limit = TIMEOUTS.call + Duration::from_millis(block_ms.unwrap_or(0));
         let reply = match self.query::<Value>(&cmd, limit).await {
             Err(LedgerError::Internal(msg)) if msg.contains("NOGROUP") => {
-                self.ensure_group(sku).await?;
+                self.ensure_group(copy).await?;
                 self.query::<Value>(&cmd, limit).await?
             }
             other => other?,
@@ -166,12 +177,12 @@ impl StreamReader {
             Value::Nil => Ok(Vec::new()),
             Value::Array(streams) => match streams.first() {
                 None => Ok(Vec::new()),
-                Some(Value::Array(pair)) if pair.len() == 2 => parse_entries(sku, &pair[1]),
+                Some(Value::Array(pair)) if pair.len() == 2 => parse_entries(copy, &pair[1]),
                 Some(_) => Err(unexpected("XREADGROUP", &reply)),
             },
             Value::Map(streams) => match streams.first() {
                 None => Ok(Vec::new()),
-                Some((_, entries)) => parse_entries(sku, entries),
+                Some((_, entries)) => parse_entries(copy, entries),
             },
             _ => Err(unexpected("XREADGROUP", &reply)),
         }
@@ -181,23 +192,25 @@ impl StreamReader {
     /// that died), scanning from the start of the pending list.
     pub async fn autoclaim(
         &self,
-        sku: SkuId,
+        copy: impl Into<CopyTag>,
         min_idle_ms: u64,
         count: usize,
     ) -> Result<AutoClaimed, LedgerError> {
-        self.autoclaim_from(sku, min_idle_ms, count, "0-0").await
+        let copy: CopyTag = copy.into();
+        self.autoclaim_from(copy, min_idle_ms, count, "0-0").await
     }
 
     /// XAUTOCLAIM from a cursor (the `next` of a previous call).
     pub async fn autoclaim_from(
         &self,
-        sku: SkuId,
+        copy: impl Into<CopyTag>,
         min_idle_ms: u64,
         count: usize,
         start: &str,
     ) -> Result<AutoClaimed, LedgerError> {
+        let copy: CopyTag = copy.into();
         let mut cmd = redis::cmd("XAUTOCLAIM");
-        cmd.arg(self.keys.events(sku))
+        cmd.arg(self.keys.events(copy))
             .arg(GROUP)
             .arg(&self.consumer)
             .arg(min_idle_ms)
@@ -215,24 +228,30 @@ impl StreamReader {
         };
         Ok(AutoClaimed {
             next,
-            entries: parse_entries(sku, entries)?,
+            entries: parse_entries(copy, entries)?,
             deleted,
         })
     }
 
     /// Acknowledges entries (after their batch committed); returns how many were pending.
-    pub async fn ack(&self, sku: SkuId, ids: &[String]) -> Result<u64, LedgerError> {
+    pub async fn ack(&self, copy: impl Into<CopyTag>, ids: &[String]) -> Result<u64, LedgerError> {
+        let copy: CopyTag = copy.into();
         if ids.is_empty() {
             return Ok(0);
         }
         let mut cmd = redis::cmd("XACK");
-        cmd.arg(self.keys.events(sku)).arg(GROUP).arg(ids);
+        cmd.arg(self.keys.events(copy)).arg(GROUP).arg(ids);
         self.query(&cmd, TIMEOUTS.call).await
     }
 
     /// Removes entries with ids below `min_id` (exact XTRIM MINID); returns how many. The
     /// caller passes an id every group has acknowledged.
-    pub async fn trim_below(&self, sku: SkuId, min_id: &str) -> Result<u64, LedgerError> {
+    pub async fn trim_below(
+        &self,
+        copy: impl Into<CopyTag>,
+        min_id: &str,
+    ) -> Result<u64, LedgerError> {
+        let copy: CopyTag = copy.into();
         let ok = min_id.split('-').count() <= 2
             && min_id
                 .split('-')
@@ -241,14 +260,18 @@ impl StreamReader {
             return Err(LedgerError::Internal(format!("bad stream id {min_id:?}")));
         }
         let mut cmd = redis::cmd("XTRIM");
-        cmd.arg(self.keys.events(sku)).arg("MINID").arg(min_id);
+        cmd.arg(self.keys.events(copy)).arg("MINID").arg(min_id);
         self.query(&cmd, TIMEOUTS.call).await
     }
 
     /// How many entries are delivered and not acknowledged, and by whom.
-    pub async fn pending_summary(&self, sku: SkuId) -> Result<PendingSummary, LedgerError> {
+    pub async fn pending_summary(
+        &self,
+        copy: impl Into<CopyTag>,
+    ) -> Result<PendingSummary, LedgerError> {
+        let copy: CopyTag = copy.into();
         let mut cmd = redis::cmd("XPENDING");
-        cmd.arg(self.keys.events(sku)).arg(GROUP);
+        cmd.arg(self.keys.events(copy)).arg(GROUP);
         let reply: Vec<Value> = self.query(&cmd, TIMEOUTS.call).await?;
         let count = reply.first().and_then(as_int);
         let Some(count) = count.and_then(|c| u64::try_from(c).ok()) else {
@@ -276,9 +299,14 @@ impl StreamReader {
     }
 
     /// How many times a pending entry was delivered; `None` when it is not pending.
-    pub async fn delivery_count(&self, sku: SkuId, id: &str) -> Result<Option<u64>, LedgerError> {
+    pub async fn delivery_count(
+        &self,
+        copy: impl Into<CopyTag>,
+        id: &str,
+    ) -> Result<Option<u64>, LedgerError> {
+        let copy: CopyTag = copy.into();
         let mut cmd = redis::cmd("XPENDING");
-        cmd.arg(self.keys.events(sku))
+        cmd.arg(self.keys.events(copy))
             .arg(GROUP)
             .arg(id)
             .arg(id)
@@ -292,52 +320,82 @@ impl StreamReader {
     }
 
     /// Entries in the sale's stream (XLEN): written and not yet trimmed.
-    pub async fn backlog(&self, sku: SkuId) -> Result<u64, LedgerError> {
+    pub async fn backlog(&self, copy: impl Into<CopyTag>) -> Result<u64, LedgerError> {
+        let copy: CopyTag = copy.into();
         let mut cmd = redis::cmd("XLEN");
-        cmd.arg(self.keys.events(sku));
+        cmd.arg(self.keys.events(copy));
         self.query(&cmd, TIMEOUTS.call).await
     }
 
     /// The hot copy's operator state and `seq`; None when the sale is not in Redis.
-    pub async fn hot_state(&self, sku: SkuId) -> Result<Option<(SaleState, u64)>, LedgerError> {
+    pub async fn hot_state(
+        &self,
+        copy: impl Into<CopyTag>,
+    ) -> Result<Option<(SaleState, u64)>, LedgerError> {
+        let copy: CopyTag = copy.into();
         let mut cmd = redis::cmd("HMGET");
-        cmd.arg(self.keys.sale(sku)).arg("state").arg("seq");
+        cmd.arg(self.keys.sale(copy)).arg("state").arg("seq");
         let (state, seq): (Option<String>, Option<u64>) = self.query(&cmd, TIMEOUTS.call).await?;
         let Some((state, seq)) = state.zip(seq) else {
             return Ok(None);
         };
         let state = SaleState::parse(&state)
-            .ok_or_else(|| LedgerError::Internal(format!("sale {sku}: bad state {state:?}")))?;
+            .ok_or_else(|| LedgerError::Internal(format!("copy {copy}: bad state {state:?}")))?;
         Ok(Some((state, seq)))
     }
 
     /// The hot copy's `seq` (the sale hash's); None when the sale is not in Redis.
-    pub async fn hot_seq(&self, sku: SkuId) -> Result<Option<u64>, LedgerError> {
+    pub async fn hot_seq(&self, copy: impl Into<CopyTag>) -> Result<Option<u64>, LedgerError> {
+        let copy: CopyTag = copy.into();
         let mut cmd = redis::cmd("HGET");
-        cmd.arg(self.keys.sale(sku)).arg("seq");
+        cmd.arg(self.keys.sale(copy)).arg("seq");
         let seq: Option<u64> = self.query(&cmd, TIMEOUTS.call).await?;
         Ok(seq)
+    }
+
+    /// Where `sku`'s buckets live, read from its bucket 0 copy (the sale's own): one bucket
+    /// when the copy does not say otherwise; `None` when the sale has no hot copy.
+    pub async fn layout(&self, sku: SkuId) -> Result<Option<Layout>, LedgerError> {
+        let mut cmd = redis::cmd("HMGET");
+        cmd.arg(self.keys.sale(sku))
+            .arg("epoch")
+            .arg("buckets")
+            .arg("salts");
+        let got: Vec<Option<String>> = self.query(&cmd, TIMEOUTS.call).await?;
+        match &got[..] {
+            [None, ..] => Ok(None),
+            [Some(_), Some(n), Some(salts)] => Layout::parse(sku, n, salts)
+                .map(Some)
+                .ok_or_else(|| LedgerError::Internal(format!("sale {sku}: bad buckets {n:?}"))),
+            _ => Ok(Some(Layout::single(sku))),
+        }
     }
 
     /// Takes the sale's persister lease for `ttl_ms`, or renews it when `owner` holds it.
     /// True when `owner` holds the lease afterwards.
     pub async fn acquire_lease(
         &self,
-        sku: SkuId,
+        copy: impl Into<CopyTag>,
         owner: &str,
         ttl_ms: u64,
     ) -> Result<bool, LedgerError> {
+        let copy: CopyTag = copy.into();
         let mut inv = self.lease_acquire.prepare_invoke();
-        inv.key(self.keys.lease(sku)).arg(owner).arg(ttl_ms);
+        inv.key(self.keys.lease(copy)).arg(owner).arg(ttl_ms);
         let mut conn = self.conn.clone();
         let held: i64 = bounded(TIMEOUTS.call, inv.invoke_async(&mut conn)).await?;
         Ok(held == 1)
     }
 
     /// Gives the lease up when `owner` holds it; true when it did.
-    pub async fn release_lease(&self, sku: SkuId, owner: &str) -> Result<bool, LedgerError> {
+    pub async fn release_lease(
+        &self,
+        copy: impl Into<CopyTag>,
+        owner: &str,
+    ) -> Result<bool, LedgerError> {
+        let copy: CopyTag = copy.into();
         let mut inv = self.lease_release.prepare_invoke();
-        inv.key(self.keys.lease(sku)).arg(owner);
+        inv.key(self.keys.lease(copy)).arg(owner);
         let mut conn = self.conn.clone();
         let released: i64 = bounded(TIMEOUTS.call, inv.invoke_async(&mut conn)).await?;
         Ok(released == 1)

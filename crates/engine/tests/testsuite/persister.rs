@@ -75,10 +75,10 @@ async fn a_stream_batch_delivered_again_changes_nothing(sor: Sor) {
     assert!(batch.len() > 1);
     let key = rig.ledger.keys().events(rig.sku);
     let raw: redis::Value = rig.conn.xrange_all(&key).await.unwrap();
-    let events: Vec<_> = parse_entries(rig.sku, &raw)
+    let events: Vec<_> = parse_entries(rig.sku.into(), &raw)
         .unwrap()
         .into_iter()
-        .map(|(_, e)| e.unwrap())
+        .filter_map(|(_, e)| e.unwrap().event().cloned())
         .collect();
     assert_eq!(events.len(), 30);
     let persister = rig.start("p1");
@@ -128,7 +128,9 @@ async fn a_restart_midway_loses_nothing_and_duplicates_nothing(sor: Sor) {
     accepted.extend(rig.buy(41..=80, 3).await);
     let crashed = rig.reader("crashed").await;
     let read = crashed.read_new(rig.sku, 6, 0).await.unwrap();
-    let events: Vec<_> = read.into_iter().map(|(_, e)| e.unwrap()).collect();
+    let events: Vec<_> = (read.into_iter())
+        .filter_map(|(_, e)| e.unwrap().event().cloned())
+        .collect();
     assert!(events.len() >= 6, "six entries of up to three events");
     let half = events.len() / 2;
     let report = rig

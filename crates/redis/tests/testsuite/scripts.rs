@@ -237,7 +237,11 @@ async fn snapshot_reads_counters_and_events_together() {
     assert_eq!(snap.counters, l.counters(sku).await.unwrap().unwrap());
     assert_eq!(snap.epoch, 1);
     assert_eq!(snap.fields["mode"], "reserve");
-    let events: Vec<_> = snap.events.into_iter().map(|(_, e)| e.unwrap()).collect();
+    let events: Vec<_> = snap
+        .events
+        .into_iter()
+        .filter_map(|(_, e)| e.unwrap().event().cloned())
+        .collect();
     assert_eq!(events.iter().map(|e| e.seq).collect::<Vec<_>>(), vec![1, 2]);
     assert_eq!(events[0].order_no, o.order_no);
     assert_eq!(events[0].deadline_ms, o.deadline_ms);

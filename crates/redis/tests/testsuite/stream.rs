@@ -43,7 +43,10 @@ async fn events_are_read_in_seq_order_and_acknowledged() {
     r.ensure_group(sku).await.unwrap();
     r.ensure_group(sku).await.unwrap();
     let entries = r.read_new(sku, 10, 0).await.unwrap();
-    let events: Vec<_> = entries.iter().map(|(_, e)| e.clone().unwrap()).collect();
+    let events: Vec<_> = entries
+        .iter()
+        .filter_map(|(_, e)| e.clone().unwrap().event().cloned())
+        .collect();
     assert_eq!(
         events.iter().map(|e| e.seq).collect::<Vec<_>>(),
         vec![1, 2, 3, 4]

@@ -123,7 +123,9 @@ async fn a_dead_persisters_entries_are_claimed_and_applied_exactly_once() {
             .unwrap();
     committed.ensure_group(sku).await.unwrap();
     let first = committed.read_new(sku, 20, 0).await.unwrap();
-    let events: Vec<_> = first.iter().map(|(_, e)| e.clone().unwrap()).collect();
+    let events: Vec<_> = (first.iter())
+        .filter_map(|(_, e)| e.clone().unwrap().event().cloned())
+        .collect();
     store.apply_events(sku, &events).await.unwrap();
     let uncommitted =
         StreamReader::connect(&url, &cfg.engine.ledger.redis_prefix, "died-before-commit")
