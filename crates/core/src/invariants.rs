@@ -6,7 +6,8 @@ use std::collections::{HashMap, HashSet};
 use serde::Serialize;
 
 use crate::ids::{OrderNo, RequestId, UserId};
-use crate::order::{Event, EventKind, HotOrder, OrderStatus};
+use crate::ledger::BucketRow;
+use crate::order::{Event, EventKind, HotOrder, OrderStatus, TransferEvent, TransferSide};
 use crate::sale::{Counters, Sale};
 
 /// One broken invariant.
@@ -63,6 +64,89 @@ pub fn check_sale(
     check_persisted(orders, drained, &mut report);
     check_events(counters, orders, events, &mut report);
     report
+}
+
+/// [`check_sale`] of a bucketed sale from its sale row (`counters`), bucket rows and applied
+/// transfer sides: I1–I4 and I7 over the whole sale as there; I5 per bucket (its events
+/// gap-free from 1 to the bucket's applied seq, each of its orders deducted once in it); and
+/// I2 over the buckets: their available, reserved and sold sum to the sale row's, and their
+/// totals with the units in flight (an out stored without its in, less an in stored before
+/// its out) to the sale's stock.
+pub fn check_bucketed_sale(
+    sale: &Sale,
+    counters: &Counters,
+    rows: &[BucketRow],
+    transfers: &[TransferEvent],
+    orders: &[HotOrder],
+    events: &[Event],
+    drained: bool,
+) -> InvariantReport {
+    let mut report = InvariantReport::default();
+    check_counters(sale, counters, orders, &mut report);
+    check_per_user(sale, orders, &mut report);
+    check_idempotency(orders, &mut report);
+    check_persisted(orders, drained, &mut report);
+    for row in rows {
+        let mine = |epoch: u64| crate::buckets::bucket_of_epoch(epoch, sale.buckets) == row.bucket;
+        let its_orders: Vec<HotOrder> = (orders.iter())
+            .filter(|o| mine(o.order_no.epoch()))
+            .cloned()
+            .collect();
+        let its_events: Vec<Event> = events.iter().filter(|e| mine(e.epoch)).cloned().collect();
+        check_events(&row.counters, &its_orders, &its_events, &mut report);
+    }
+    check_bucket_sums(sale, counters, rows, transfers, &mut report);
+    report
+}
+
+/// Units that left a bucket by a stored out whose in is not stored, less those that came in
+/// by a stored in whose out is not stored yet (the two sides are persisted apart).
+pub fn units_in_flight(transfers: &[TransferEvent]) -> i64 {
+    let sides: HashSet<(&str, TransferSide)> =
+        transfers.iter().map(|t| (t.id.as_str(), t.side)).collect();
+    let other = |t: &TransferEvent| match t.side {
+        TransferSide::Out => TransferSide::In,
+        TransferSide::In => TransferSide::Out,
+    };
+    transfers
+        .iter()
+        .filter(|t| !sides.contains(&(t.id.as_str(), other(t))))
+        .map(|t| -t.units_delta())
+        .sum()
+}
+
+fn check_bucket_sums(
+    sale: &Sale,
+    c: &Counters,
+    rows: &[BucketRow],
+    transfers: &[TransferEvent],
+    report: &mut InvariantReport,
+) {
+    if rows.len() != usize::from(sale.buckets) {
+        let n = rows.len();
+        report.fail(
+            "I2",
+            format!("{n} bucket rows for {} buckets", sale.buckets),
+        );
+    }
+    let sum = |f: fn(&Counters) -> u64| rows.iter().map(|r| f(&r.counters)).sum::<u64>();
+    let summed = (sum(|c| c.available), sum(|c| c.reserved), sum(|c| c.sold));
+    if summed != (c.available, c.reserved, c.sold) {
+        report.fail(
+            "I2",
+            format!("buckets sum to (available, reserved, sold) {summed:?}, the sale to {c:?}"),
+        );
+    }
+    let held = i128::from(sum(|c| c.total)) + i128::from(units_in_flight(transfers));
+    if held != i128::from(sale.total_stock) {
+        report.fail(
+            "I2",
+            format!(
+                "bucket totals and units in flight make {held}, the stock is {}",
+                sale.total_stock
+            ),
+        );
+    }
 }
 
 fn units(orders: &[HotOrder], pred: impl Fn(OrderStatus) -> bool) -> u64 {

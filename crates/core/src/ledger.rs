@@ -136,6 +136,13 @@ pub trait HotLedger: Send + Sync + 'static {
     /// Cheap reachability check for /readyz and the breaker.
     async fn ping(&self) -> Result<(), LedgerError>;
 
+    /// Whether this ledger runs `sku`'s buckets as copies of their own (each with its epoch,
+    /// seq and stream, so the database keeps a row per bucket), rather than as one book.
+    fn keeps_buckets(&self, sku: SkuId) -> bool {
+        let _ = sku;
+        false
+    }
+
     /// A bucketed sale's hot buckets, each with its own counters, and the units in flight
     /// between them. `None` for a sale of one bucket, an unknown sale, or a ledger that runs a
     /// bucketed sale as one book (the embedded one).
@@ -380,8 +387,16 @@ pub trait OrderStore: Send + Sync + 'static {
     async fn apply_transfer(&self, transfer: &TransferEvent)
         -> Result<TransferApplied, StoreError>;
 
-    /// A bucketed sale's bucket rows, by bucket; empty for a sale of one bucket.
+    /// A bucketed sale's bucket rows, by bucket; empty for a sale of one bucket or one run
+    /// as one book.
     async fn buckets(&self, sku: SkuId) -> Result<Vec<BucketRow>, StoreError>;
+
+    /// Gives a bucketed sale its bucket rows (its stock split by `buckets::split_stock`),
+    /// before its first hot copy is loaded by a ledger that keeps buckets apart
+    /// ([`HotLedger::keeps_buckets`]). From then on its events and transfers are applied per
+    /// bucket. Idempotent; refused for a sale that has sold without rows (it was run as one
+    /// book) or of one bucket.
+    async fn split_buckets(&self, sku: SkuId) -> Result<(), StoreError>;
 
     async fn ping(&self) -> Result<(), StoreError>;
 

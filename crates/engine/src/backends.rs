@@ -61,7 +61,8 @@ impl Backends {
         let backends = match &l.redis_url {
             Some(redis_url) => {
                 let mut ledger = RedisLedger::connect_lazy(redis_url, &l.redis_prefix)
-                    .context("the Redis ledger")?;
+                    .context("the Redis ledger")?
+                    .with_buckets();
                 if let Some(replication) = l.replication {
                     ledger = ledger
                         .with_replication(replication)

@@ -27,7 +27,8 @@ pub fn hot_routed(
     match (&g.redis_url, redis_url) {
         (Some(hot_url), Some(_)) if !g.skus.is_empty() => {
             let mut hot = flashsale_redis::RedisLedger::connect_lazy(hot_url, redis_prefix)
-                .map_err(|e| anyhow::anyhow!("the hot-sale Redis: {e}"))?;
+                .map_err(|e| anyhow::anyhow!("the hot-sale Redis: {e}"))?
+                .with_buckets();
             if let Some(replication) = replication {
                 hot = hot
                     .with_replication(replication)

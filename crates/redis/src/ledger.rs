@@ -222,6 +222,10 @@ impl RedisLedger {
                 other.order_no
             )));
         }
+        if orders.is_empty() {
+            // Nothing to put back: also the first load of a bucketed sale.
+            return Ok(0);
+        }
         self.layout(sku).await?.single_only("restoring orders")?;
         let mut added = 0;
         for chunk in orders.chunks(BATCH_LEN_MAX) {
@@ -589,6 +593,10 @@ impl HotLedger for RedisLedger {
         v.map(|encoded| decode_order(&order_no.to_string(), &encoded))
             .transpose()
             .map_err(LedgerError::Internal)
+    }
+
+    fn keeps_buckets(&self, _sku: SkuId) -> bool {
+        self.buckets.is_some()
     }
 
     async fn hot_buckets(&self, sku: SkuId) -> Result<Option<HotBuckets>, LedgerError> {

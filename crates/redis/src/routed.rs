@@ -100,6 +100,10 @@ impl HotLedger for RoutedLedger {
         self.hot.ping().await
     }
 
+    fn keeps_buckets(&self, sku: SkuId) -> bool {
+        self.route(sku).keeps_buckets(sku)
+    }
+
     async fn hot_buckets(&self, sku: SkuId) -> Result<Option<HotBuckets>, LedgerError> {
         self.route(sku).hot_buckets(sku).await
     }

@@ -638,6 +638,12 @@ impl<B: Backend> OrderStore for Store<B> {
         Ok(Vec::new())
     }
 
+    async fn split_buckets(&self, sku: SkuId) -> Result<(), StoreError> {
+        Err(StoreError::Internal(format!(
+            "sale {sku}: bucketed sales are not stored yet"
+        )))
+    }
+
     async fn audit(&self, sku: SkuId) -> Result<Option<SaleAudit>, StoreError> {
         // One snapshot: counters, orders and events agree.
         let mut tx = begin(&self.reader, B::BEGIN_SNAPSHOT).await?;

@@ -7,6 +7,7 @@
 //! - [`rebuild`]: the life of a sale's hot copy and the one way a copy is (re)loaded: fence,
 //!   drain, take the next epoch in the database, load, restore, open.
 //! - [`diff`]: hot counters against the database's, field by field (I6).
+//! - `buckets`: a bucketed sale compared bucket by bucket (each its own copy, stream and row).
 //! - [`worker`]: the reconciler as a background worker (its HTTP routes are the server's).
 //!
 //! One run of one sale (`Reconciler::run_sale`):
@@ -28,6 +29,7 @@
 //! ([`rebuild::rebuild`]), expire overdue holds. Every run is stored in `reconcile_runs` and
 //! exported as metrics. A sale whose run fails is reported as failed; the others still run.
 
+mod buckets;
 pub mod diff;
 pub mod journal;
 pub mod rebuild;
@@ -38,7 +40,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use flashsale_core::clock::now_ms;
-use flashsale_core::invariants::{check_sale, Violation};
+use flashsale_core::invariants::{check_bucketed_sale, check_sale, Violation};
 use flashsale_core::{
     Counters, Event, EventKind, HotSnapshot, Ledger, LedgerError, OrderStatus, OrderStore,
     ReconcileRun, SaleMode, SaleState, SkuId, StoreError,
@@ -350,6 +352,14 @@ impl Reconciler {
     /// database holds is forgotten; what it never will is reported once and forgotten).
     pub async fn inspect(&self, sku: SkuId) -> anyhow::Result<SaleReport> {
         let at_ms = now_ms();
+        let stored = self
+            .store
+            .sale(sku)
+            .await?
+            .ok_or(StoreError::SaleNotFound)?;
+        if stored.sale.buckets > 1 {
+            return self.inspect_buckets(sku, stored.sale.buckets, at_ms).await;
+        }
         // Hot first, then the database (I6's fold depends on this order).
         let hot = match self.ledger.hot_snapshot(sku).await {
             Ok(h) => Ok(h),
@@ -364,24 +374,9 @@ impl Reconciler {
         // Hot once more: a healthy hot ledger is never behind what the database just showed.
         let hot_now = self.ledger.counters(sku).await?;
         let sale = &audit.sale.sale;
-        let db = audit.sale.counters;
-        let mut report = SaleReport {
-            sku_id: sku.0,
-            at_ms,
-            state: sale.state.as_str().to_owned(),
-            db,
-            db_epoch: audit.sale.epoch,
-            journal_complete: true,
-            ..SaleReport::default()
-        };
-        report.violations = check_sale(sale, &db, &audit.orders, &audit.events, false).violations;
-        report.overdue_holds = self.overdue_holds(&audit.orders, at_ms);
-        // The database never stores PENDING on the Redis path; one there is stale.
-        report.stale_pending = audit
-            .orders
-            .iter()
-            .filter(|o| o.status == OrderStatus::Pending)
-            .count();
+        let mut report = self.db_report(sku, &audit, at_ms);
+        report.violations =
+            check_sale(sale, &report.db, &audit.orders, &audit.events, false).violations;
         let expected_warm = sale.state != SaleState::Scheduled;
         match hot {
             // Not a loss by itself (a partial hash, a reply we do not understand): reported,
@@ -395,7 +390,68 @@ impl Reconciler {
             }
             Ok(Some(snap)) => self.compare(&mut report, &snap, hot_now, &audit, at_ms),
         }
-        self.settle_journal(&mut report, &audit);
+        Ok(self.conclude(report, &audit))
+    }
+
+    /// [`Reconciler::inspect`] of a bucketed sale: every bucket's snapshot first, then the
+    /// database; I1–I7 with I5 per bucket and I2 over buckets; the diff per bucket
+    /// (`buckets::compare`). A bucket's copy is not rebuilt by itself yet: a bucket missing
+    /// or behind is a finding, never `hot_behind` (no repair would mend it).
+    async fn inspect_buckets(&self, sku: SkuId, n: u16, at_ms: i64) -> anyhow::Result<SaleReport> {
+        let mut snaps = Vec::with_capacity(usize::from(n));
+        let mut unreadable = Vec::new();
+        for bucket in 0..n {
+            match self.ledger.bucket_snapshot(sku, bucket).await {
+                Ok(snap) => snaps.push(snap),
+                Err(LedgerError::Internal(why)) => {
+                    unreadable.push(format!("bucket {bucket}: hot copy unreadable: {why}"));
+                    snaps.push(None);
+                }
+                Err(e) => return Err(e.into()),
+            }
+        }
+        let audit = (self.store.audit(sku).await?).ok_or(StoreError::SaleNotFound)?;
+        let mut report = self.db_report(sku, &audit, at_ms);
+        report.violations = check_bucketed_sale(
+            &audit.sale.sale,
+            &report.db,
+            &audit.buckets,
+            &audit.transfers,
+            &audit.orders,
+            &audit.events,
+            false,
+        )
+        .violations;
+        report.findings.extend(unreadable);
+        let stale_before_ms = at_ms - self.config.lag_bound.as_millis() as i64;
+        buckets::compare(&mut report, &snaps, &audit, stale_before_ms);
+        Ok(self.conclude(report, &audit))
+    }
+
+    /// A report of what the database alone shows: counters, overdue holds, stale PENDING.
+    fn db_report(&self, sku: SkuId, audit: &flashsale_core::SaleAudit, at_ms: i64) -> SaleReport {
+        let mut report = SaleReport {
+            sku_id: sku.0,
+            at_ms,
+            state: audit.sale.sale.state.as_str().to_owned(),
+            db: audit.sale.counters,
+            db_epoch: audit.sale.epoch,
+            journal_complete: true,
+            ..SaleReport::default()
+        };
+        report.overdue_holds = self.overdue_holds(&audit.orders, at_ms);
+        // The database never stores PENDING on the Redis path; one there is stale.
+        report.stale_pending = audit
+            .orders
+            .iter()
+            .filter(|o| o.status == OrderStatus::Pending)
+            .count();
+        report
+    }
+
+    /// The journal settled, and the verdict.
+    fn conclude(&self, mut report: SaleReport, audit: &flashsale_core::SaleAudit) -> SaleReport {
+        self.settle_journal(&mut report, audit);
         report.ok = report.violations.is_empty()
             && report.findings.is_empty()
             && !report.hot_behind
@@ -404,7 +460,7 @@ impl Reconciler {
             && report.diff.as_ref().is_some_and(Diff::is_zero)
             && report.lost_orders.is_empty()
             && report.lost_resolutions.is_empty();
-        Ok(report)
+        report
     }
 
     fn overdue_holds(&self, orders: &[flashsale_core::HotOrder], at_ms: i64) -> usize {
@@ -547,7 +603,13 @@ impl Reconciler {
         // 1. Events still in the stream the database lacks (a stuck or dead persister). The
         // worker leaves fresh ones to the persister; on demand, everything is replayed.
         let replay = report.trigger != Trigger::Worker.as_str() || report.stale_pending > 0;
-        if replay && !report.hot_behind {
+        // A bucketed sale's streams are each their own persister's: no replay from here.
+        let bucketed = self
+            .store
+            .sale(sku)
+            .await?
+            .is_some_and(|s| s.sale.buckets > 1);
+        if replay && !report.hot_behind && !bucketed {
             if let Some(line) = self.replay(sku).await? {
                 done.push((Repair::Replay, line));
             }

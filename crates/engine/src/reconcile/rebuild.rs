@@ -64,9 +64,19 @@ pub async fn rebuild(
     store: &dyn OrderStore,
     sku: SkuId,
 ) -> Result<Rebuilt, RebuildError> {
+    let bucketed = ledger.keeps_buckets(sku) && stored(store, sku).await?.sale.buckets > 1;
+    if bucketed && stored(store, sku).await?.epoch > 0 {
+        // Checked before the fence: a fence that no rebuild lifts would stop the sale.
+        return Err(RebuildError::Ledger(LedgerError::Internal(format!(
+            "sale {sku}: a bucketed sale's copies are loaded once; rebuilding them is not built"
+        ))));
+    }
     ledger.fence(sku).await?;
     let drained = drain(ledger, store, sku).await?;
     let before = stored(store, sku).await?;
+    if bucketed {
+        store.split_buckets(sku).await?;
+    }
     let epoch = store
         .take_epoch(sku, before.epoch)
         .await?

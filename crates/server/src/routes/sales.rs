@@ -176,7 +176,7 @@ pub async fn warm(
         // The database first: a rebuild opens the copy in the database's state.
         st.store.set_state(sku, SaleState::Live).await?;
     }
-    let snap = st.ledger.hot_snapshot(sku).await?;
+    let snap = warm_snapshot(&st, &stored).await?;
     let intact = snap
         .as_ref()
         .filter(|s| s.epoch == stored.epoch && s.fenced_ms.is_none());
@@ -266,4 +266,21 @@ pub async fn resume(AdminOn { st, p, .. }: AdminOn<u64>) -> Answer<SaleView> {
     params(("sku_id" = u64, Path, minimum = 0)), responses((status = 200, description = "ended", body = SaleView)))]
 pub async fn end(AdminOn { st, p, .. }: AdminOn<u64>) -> Answer<SaleView> {
     set_state(st, p, SaleState::Ended).await
+}
+
+/// The copy `warm` looks at: the sale's own, or for a bucketed sale on a ledger that keeps
+/// buckets apart its bucket 0 with the epoch given as the sale's (`E·n` → `E`). A bucketed
+/// sale's copy that has sold is never rebuilt here: a bucket is not rebuilt by itself yet.
+async fn warm_snapshot(
+    st: &AppState,
+    stored: &flashsale_core::StoredSale,
+) -> Result<Option<flashsale_core::HotSnapshot>, AppError> {
+    let (sku, n) = (stored.sale.sku_id, u64::from(stored.sale.buckets));
+    if n > 1 {
+        if let Some(mut snap) = st.ledger.bucket_snapshot(sku, 0).await? {
+            snap.epoch /= n;
+            return Ok(Some(snap));
+        }
+    }
+    Ok(st.ledger.hot_snapshot(sku).await?)
 }

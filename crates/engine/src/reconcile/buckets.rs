@@ -1,0 +1,247 @@
+//! A bucketed sale's hot copies against its rows in the database, bucket by bucket (I6 per
+//! bucket). Each bucket is a copy of its own: its counters at its own `s`, its stream of order
+//! events and transfer sides, its row at its own `a`. A bucket is folded as a sale of one
+//! bucket is (its events in `(a, s]` undone from the hot counters), and so are the transfer
+//! sides still in its stream that the database has not stored: the diff must be 0 in every
+//! bucket, not only in their sum.
+
+use std::collections::HashSet;
+
+use flashsale_core::{
+    BucketRow, Counters, Event, EventKind, HotSnapshot, SaleAudit, SaleMode, TransferEvent,
+    TransferSide,
+};
+
+use super::{Diff, SaleReport};
+
+/// One bucket folded: its hot counters with what the database lacks undone.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Folded {
+    pub hot: Counters,
+    pub folded: Counters,
+    /// Order events in the stream above the row's applied seq.
+    pub in_flight: u64,
+    /// Of those, deductions older than the lag bound.
+    pub stale: usize,
+}
+
+/// Compares every bucket and fills the sale's report with the sums; a bucket that cannot be
+/// compared, or differs, is a finding.
+pub(crate) fn compare(
+    report: &mut SaleReport,
+    snaps: &[Option<HotSnapshot>],
+    audit: &SaleAudit,
+    stale_before_ms: i64,
+) {
+    let stored: HashSet<(&str, TransferSide)> = (audit.transfers.iter())
+        .map(|t| (t.id.as_str(), t.side))
+        .collect();
+    let mode = audit.sale.sale.mode;
+    let (mut hot, mut folded, mut db) = (
+        Counters::default(),
+        Counters::default(),
+        Counters::default(),
+    );
+    let mut compared = 0;
+    for row in &audit.buckets {
+        let snap = snaps.get(usize::from(row.bucket)).and_then(Option::as_ref);
+        let Some(snap) = snap else {
+            let b = row.bucket;
+            report.findings.push(format!(
+                "bucket {b}: hot copy missing (not rebuilt by itself yet)"
+            ));
+            continue;
+        };
+        match fold(snap, row, &stored, mode, stale_before_ms) {
+            Ok(f) => {
+                let diff = Diff::between(&f.folded, &row.counters);
+                if !diff.is_zero() {
+                    report
+                        .findings
+                        .push(format!("bucket {}: diff {diff:?}", row.bucket));
+                }
+                (hot, folded, db) = (
+                    add(hot, &f.hot),
+                    add(folded, &f.folded),
+                    add(db, &row.counters),
+                );
+                report.in_flight += f.in_flight;
+                report.stale_pending += f.stale;
+                compared += 1;
+            }
+            Err(why) => report
+                .findings
+                .push(format!("bucket {}: {why}", row.bucket)),
+        }
+    }
+    if compared == audit.buckets.len() && compared > 0 {
+        report.hot = Some(hot);
+        report.folded = Some(folded);
+        report.diff = Some(Diff::between(&folded, &db));
+    }
+}
+
+/// `row`'s bucket: its hot counters with the stream's order events above the row's seq and
+/// its transfer sides the database lacks undone.
+pub(crate) fn fold(
+    snap: &HotSnapshot,
+    row: &BucketRow,
+    stored: &HashSet<(&str, TransferSide)>,
+    mode: SaleMode,
+    stale_before_ms: i64,
+) -> Result<Folded, String> {
+    let (s, a) = (snap.counters.seq, row.counters.seq);
+    if snap.epoch != row.epoch {
+        return Err(format!(
+            "hot epoch {} but the database's {}",
+            snap.epoch, row.epoch
+        ));
+    }
+    if s < a {
+        return Err(format!("hot seq {s} behind the database's {a}"));
+    }
+    let undo: Vec<&Event> = snap
+        .events
+        .iter()
+        .filter(|e| e.seq > a && e.seq <= s)
+        .collect();
+    let contiguous = undo
+        .iter()
+        .enumerate()
+        .all(|(i, e)| e.seq == a + 1 + i as u64);
+    if undo.len() as u64 != s - a || !contiguous {
+        return Err(format!(
+            "events ({a}, {s}] are not all there to fold: {} found",
+            undo.len()
+        ));
+    }
+    let mut c = snap.counters;
+    for e in undo.iter().rev() {
+        c = c
+            .unapply(e.delta(mode))
+            .ok_or_else(|| format!("event {} cannot be undone from {c:?}", e.seq))?;
+    }
+    let pending = (snap.transfers.iter())
+        .filter(|t| t.bucket() == row.bucket && !stored.contains(&(t.id.as_str(), t.side)));
+    for t in pending {
+        c = unmove(c, t).ok_or_else(|| format!("transfer {} cannot be undone from {c:?}", t.id))?;
+    }
+    let stale = (undo.iter())
+        .filter(|e| e.kind == EventKind::Deducted && e.at_ms < stale_before_ms)
+        .count();
+    Ok(Folded {
+        hot: snap.counters,
+        folded: c,
+        in_flight: undo.len() as u64,
+        stale,
+    })
+}
+
+/// `c` before the transfer side `t` moved its total and available.
+fn unmove(c: Counters, t: &TransferEvent) -> Option<Counters> {
+    let back = |v: u64| u64::try_from(i128::from(v) - i128::from(t.units_delta())).ok();
+    Some(Counters {
+        total: back(c.total)?,
+        available: back(c.available)?,
+        ..c
+    })
+}
+
+fn add(sum: Counters, c: &Counters) -> Counters {
+    Counters {
+        total: sum.total + c.total,
+        available: sum.available + c.available,
+        reserved: sum.reserved + c.reserved,
+        sold: sum.sold + c.sold,
+        seq: sum.seq + c.seq,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use flashsale_core::{OrderNo, RequestId, SaleState, SkuId, UserId};
+
+    fn counters(total: u64, available: u64, sold: u64, seq: u64) -> Counters {
+        Counters {
+            total,
+            available,
+            reserved: 0,
+            sold,
+            seq,
+        }
+    }
+
+    fn deducted(epoch: u64, seq: u64) -> Event {
+        Event {
+            sku_id: SkuId(1),
+            epoch,
+            seq,
+            kind: EventKind::Deducted,
+            order_no: OrderNo::new(SkuId(1), epoch, seq),
+            request_id: RequestId::parse("r").unwrap(),
+            user_id: UserId(seq),
+            quantity: 1,
+            at_ms: 10,
+            deadline_ms: 0,
+        }
+    }
+
+    fn out(units: u64) -> TransferEvent {
+        TransferEvent {
+            sku_id: SkuId(1),
+            epoch: 4,
+            id: "4.1".into(),
+            side: TransferSide::Out,
+            from: 1,
+            to: 0,
+            units,
+            at_ms: 10,
+        }
+    }
+
+    fn snap(c: Counters, events: Vec<Event>, transfers: Vec<TransferEvent>) -> HotSnapshot {
+        HotSnapshot {
+            counters: c,
+            epoch: 4,
+            events,
+            transfers,
+            bad_entries: Vec::new(),
+            fenced_ms: None,
+            state: SaleState::Live,
+        }
+    }
+
+    /// Bucket 1 of 3 at epoch 4: sold 2 (one persisted), then sent 5 units out (not stored).
+    #[test]
+    fn a_bucket_folds_its_unstored_events_and_transfer_sides() {
+        let row = BucketRow {
+            bucket: 1,
+            epoch: 4,
+            counters: counters(10, 9, 1, 1),
+        };
+        let hot = snap(
+            counters(5, 3, 2, 2),
+            vec![deducted(4, 1), deducted(4, 2)],
+            vec![out(5)],
+        );
+        let none = HashSet::new();
+        let f = fold(&hot, &row, &none, SaleMode::Direct, 0).unwrap();
+        assert_eq!(f.folded, row.counters);
+        assert_eq!(f.in_flight, 1);
+        // Once the out is stored, its units are the database's business: a diff of 5.
+        let stored: HashSet<(&str, TransferSide)> = [("4.1", TransferSide::Out)].into();
+        let f = fold(&hot, &row, &stored, SaleMode::Direct, 0).unwrap();
+        assert_eq!(Diff::between(&f.folded, &row.counters).total, -5);
+        // Stale: the deduction in flight is older than the bound.
+        assert_eq!(
+            fold(&hot, &row, &none, SaleMode::Direct, 11).unwrap().stale,
+            1
+        );
+        let mut old = hot.clone();
+        old.epoch = 1;
+        assert!(fold(&old, &row, &none, SaleMode::Direct, 0).is_err());
+        let gap = snap(counters(5, 3, 2, 2), vec![deducted(4, 1)], vec![out(5)]);
+        assert!(fold(&gap, &row, &none, SaleMode::Direct, 0).is_err());
+    }
+}
