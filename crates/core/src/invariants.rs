@@ -69,9 +69,9 @@ pub fn check_sale(
 /// [`check_sale`] of a bucketed sale from its sale row (`counters`), bucket rows and applied
 /// transfer sides: I1–I4 and I7 over the whole sale as there; I5 per bucket (its events
 /// gap-free from 1 to the bucket's applied seq, each of its orders deducted once in it); and
-/// I2 over the buckets: their available, reserved and sold sum to the sale row's, and their
-/// totals with the units in flight (an out stored without its in, less an in stored before
-/// its out) to the sale's stock.
+/// I2 over the buckets: their reserved and sold sum to the sale row's, and their available
+/// and their totals, each with the units in flight (an out stored without its in, less an in
+/// stored before its out), to the sale row's available and the sale's stock.
 pub fn check_bucketed_sale(
     sale: &Sale,
     counters: &Counters,
@@ -129,15 +129,27 @@ fn check_bucket_sums(
             format!("{n} bucket rows for {} buckets", sale.buckets),
         );
     }
-    let sum = |f: fn(&Counters) -> u64| rows.iter().map(|r| f(&r.counters)).sum::<u64>();
-    let summed = (sum(|c| c.available), sum(|c| c.reserved), sum(|c| c.sold));
-    if summed != (c.available, c.reserved, c.sold) {
+    let sum =
+        |f: fn(&Counters) -> u64| i128::from(rows.iter().map(|r| f(&r.counters)).sum::<u64>());
+    let in_flight = i128::from(units_in_flight(transfers));
+    // Transfers move no counter of the sale row: its available holds the units in flight.
+    let summed = (
+        sum(|c| c.available) + in_flight,
+        sum(|c| c.reserved),
+        sum(|c| c.sold),
+    );
+    let sale_row = (
+        i128::from(c.available),
+        i128::from(c.reserved),
+        i128::from(c.sold),
+    );
+    if summed != sale_row {
         report.fail(
             "I2",
-            format!("buckets sum to (available, reserved, sold) {summed:?}, the sale to {c:?}"),
+            format!("buckets (and units in flight) sum to (available, reserved, sold) {summed:?}, the sale to {c:?}"),
         );
     }
-    let held = i128::from(sum(|c| c.total)) + i128::from(units_in_flight(transfers));
+    let held = sum(|c| c.total) + in_flight;
     if held != i128::from(sale.total_stock) {
         report.fail(
             "I2",
@@ -350,5 +362,66 @@ mod tests {
         let mut pending = orders.clone();
         pending[0].status = OrderStatus::Pending;
         assert!(!check_sale(&sale, &b.counters, &pending, &events, true).held("I5"));
+    }
+
+    /// Two buckets of a 6-unit sale (epochs 2 and 3 of n = 2), each selling on its own seq;
+    /// bucket 1 sent 2 units to bucket 0. Stored sides in flight count toward the stock.
+    #[test]
+    fn a_bucketed_sale_checks_i5_per_bucket_and_i2_over_buckets() {
+        let sale = Sale {
+            buckets: 2,
+            per_user_limit: 1,
+            ..Sale::always_open(SkuId(9), 6)
+        };
+        let mut b0 = SaleBook::new(sale.clone(), sale.fresh_counters(), 2);
+        let mut b1 = SaleBook::new(sale.clone(), sale.fresh_counters(), 3);
+        let (mut orders, mut events) = buy(&mut b0, 1, "a", 1);
+        let (o, e) = buy(&mut b1, 2, "a", 1);
+        orders.extend(o);
+        events.extend(e);
+        let row = |bucket: u16, epoch: u64, total: u64, sold: u64| BucketRow {
+            bucket,
+            epoch,
+            counters: Counters {
+                total,
+                available: total - sold,
+                reserved: 0,
+                sold,
+                seq: 1,
+            },
+        };
+        let side = |side: TransferSide| TransferEvent {
+            sku_id: SkuId(9),
+            epoch: if side == TransferSide::Out { 3 } else { 2 },
+            id: "3.1".into(),
+            side,
+            from: 1,
+            to: 0,
+            units: 2,
+            at_ms: 1,
+        };
+        let sums = Counters {
+            total: 6,
+            available: 4,
+            reserved: 0,
+            sold: 2,
+            seq: 0,
+        };
+        let both = [side(TransferSide::Out), side(TransferSide::In)];
+        let rows = [row(0, 2, 5, 1), row(1, 3, 1, 1)];
+        let check = |rows: &[BucketRow], sides: &[TransferEvent]| {
+            check_bucketed_sale(&sale, &sums, rows, sides, &orders, &events, true)
+        };
+        assert!(check(&rows, &both).is_ok(), "{:?}", check(&rows, &both));
+        // Only the out stored: 2 units in flight, bucket 0 not yet raised.
+        let out_only = [row(0, 2, 3, 1), row(1, 3, 1, 1)];
+        assert!(check(&out_only, &both[..1]).is_ok());
+        // A unit created (an in without its out, counted as if it had arrived twice).
+        assert!(!check(&rows, &both[1..]).held("I2"));
+        // A bucket's events must run 1..=seq on its own.
+        let mut ahead = rows;
+        ahead[1].counters.seq = 2;
+        assert!(!check(&ahead, &both).held("I5"));
+        assert!(!check(&rows[..1], &both).held("I2"));
     }
 }

@@ -357,7 +357,7 @@ impl Reconciler {
             .sale(sku)
             .await?
             .ok_or(StoreError::SaleNotFound)?;
-        if stored.sale.buckets > 1 {
+        if stored.sale.buckets > 1 && self.ledger.keeps_buckets(sku) {
             return self.inspect_buckets(sku, stored.sale.buckets, at_ms).await;
         }
         // Hot first, then the database (I6's fold depends on this order).
@@ -604,11 +604,12 @@ impl Reconciler {
         // worker leaves fresh ones to the persister; on demand, everything is replayed.
         let replay = report.trigger != Trigger::Worker.as_str() || report.stale_pending > 0;
         // A bucketed sale's streams are each their own persister's: no replay from here.
-        let bucketed = self
-            .store
-            .sale(sku)
-            .await?
-            .is_some_and(|s| s.sale.buckets > 1);
+        let bucketed = self.ledger.keeps_buckets(sku)
+            && self
+                .store
+                .sale(sku)
+                .await?
+                .is_some_and(|s| s.sale.buckets > 1);
         if replay && !report.hot_behind && !bucketed {
             if let Some(line) = self.replay(sku).await? {
                 done.push((Repair::Replay, line));

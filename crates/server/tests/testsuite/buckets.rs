@@ -58,10 +58,18 @@ async fn a_bucketed_sale_sells_exactly_its_stock_to_any_spread_of_buyers(stack: 
     for (sku, users) in [(304, spread), (305, one_home)] {
         stack.live_sale_with(sale_body(sku, UNITS, json!(3))).await;
         let buyers = spike(stack, sku, &users).await;
-        assert_eq!(buyers.len() as u64, UNITS, "sale {sku}: every unit sold, one per buyer");
+        assert_eq!(
+            buyers.len() as u64,
+            UNITS,
+            "sale {sku}: every unit sold, one per buyer"
+        );
         for user in buyers.iter().take(5) {
             let (status, body) = stack.buy(*user, sku, "a", json!(1)).await;
-            assert_eq!(status.as_u16(), 202, "a replay answers its first outcome: {body}");
+            assert_eq!(
+                status.as_u16(),
+                202,
+                "a replay answers its first outcome: {body}"
+            );
         }
         stack.drain(sku).await;
         common::assert_invariants(stack.store().as_ref(), sku).await;

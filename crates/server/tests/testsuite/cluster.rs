@@ -264,6 +264,66 @@ async fn a_spike_on_every_shard_sells_exactly_the_stock() {
     assert_eq!(primaries.len(), 3, "one sale per primary");
 }
 
+/// One sale of three buckets on the cluster: its buckets on three primaries, a spike that
+/// sells it out through the service sells exactly its stock (stock moving to where buyers
+/// are), each bucket persisted by its own stream and row, and the reconciler finds every
+/// bucket in agreement with the database.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bucketed_sale_spans_the_primaries_and_sells_exactly_its_stock() {
+    const SKU: u64 = 90;
+    const UNITS: usize = 90;
+    let cluster = RedisCluster::spawn(NODE_TIMEOUT_MS).await;
+    let stack = cluster_stack(&cluster).await;
+    stack
+        .live_sale_with(
+            json!({"sku_id": SKU, "name": "bucketed", "total_stock": UNITS,
+            "per_user_limit": 1, "buckets": 3}),
+        )
+        .await;
+    let spike = Spike::start(&stack, &[SKU]);
+    wait::until("the sale to sell out", Duration::from_secs(60), || async {
+        statuses(&spike.answers(), SKU)
+            .contains_key(&409)
+            .then_some(())
+    })
+    .await;
+    let answers = spike.stop().await;
+    assert!(handed_twice(&answers).is_empty());
+    let counts = statuses(&answers, SKU);
+    assert_eq!(
+        counts.get(&202),
+        Some(&UNITS),
+        "every unit sold once: {counts:?}"
+    );
+    assert!(counts.keys().all(|s| [202, 409].contains(s)), "{counts:?}");
+    drained(&stack, &[SKU]).await;
+    assert!(missing_in_db(&stack, &answers, SKU).await.is_empty());
+    let rows = stack.store().buckets(SkuId(SKU)).await.unwrap();
+    assert_eq!(rows.len(), 3, "a database row per bucket");
+    assert!(reported_lost(&stack, SKU).await.is_empty());
+    let state = stack.server.as_ref().unwrap().state.clone();
+    let run = state
+        .reconciler()
+        .run(Some(SkuId(SKU)), false, Trigger::Cli)
+        .await
+        .unwrap();
+    assert!(run.iter().all(|r| r.ok), "{run:#?}");
+
+    let ledger = flashsale_redis::RedisLedger::connect(&cluster.urls(), "fs")
+        .await
+        .unwrap();
+    let layout = ledger.with_buckets().layout(SkuId(SKU)).await.unwrap();
+    let mut primaries = HashSet::new();
+    for copy in layout.copies() {
+        primaries.insert(
+            cluster
+                .primary_of_slot(slot(&Keys::default().sale(copy)))
+                .await,
+        );
+    }
+    assert_eq!(primaries.len(), 3, "one bucket per primary");
+}
+
 /// Milliseconds between the first and the last non-202 answer of `sku` after `from_ms`.
 fn error_window_ms(answers: &[Answer], sku: u64, from_ms: u64) -> u64 {
     let errors: Vec<u64> = answers
