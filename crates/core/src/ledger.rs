@@ -136,6 +136,14 @@ pub trait HotLedger: Send + Sync + 'static {
     /// Cheap reachability check for /readyz and the breaker.
     async fn ping(&self) -> Result<(), LedgerError>;
 
+    /// The batch lane of `user`'s purchases of `sku`: its home bucket when this ledger keeps
+    /// the sale's buckets apart and knows their count without a round trip, else 0. Batches
+    /// formed per lane reach one bucket's copy each, whole, instead of being split by home.
+    fn lane(&self, sku: SkuId, user: UserId) -> u16 {
+        let _ = (sku, user);
+        0
+    }
+
     /// Whether this ledger runs `sku`'s buckets as copies of their own (each with its epoch,
     /// seq and stream, so the database keeps a row per bucket), rather than as one book.
     fn keeps_buckets(&self, sku: SkuId) -> bool {

@@ -9,10 +9,12 @@
 //!   [`Batcher::sold_out_here`] answers new requests without the ledger (90% of a spike's
 //!   requests), while retries of accepted requests still reach it for their first outcome.
 //!   Restocks and a short TTL clear the flag.
-//! - Batching: each sale has a bounded queue and one task. The task takes whatever is queued
-//!   (at most `batch_max`) as soon as the previous call returns, so at low load a request goes
-//!   alone with no timer wait, and under a spike the batches grow by themselves. A full queue
-//!   answers BUSY.
+//! - Batching: each sale has a bounded queue and `IN_FLIGHT` tasks per lane. The tasks take
+//!   whatever is queued (at most `batch_max`) as soon as the previous call returns, so at low
+//!   load a request goes alone with no timer wait, and under a spike the batches grow by
+//!   themselves. A full queue answers BUSY. A sale has one lane, or with buckets kept apart
+//!   by the ledger one per home bucket, so that each batch goes whole to one bucket's copy
+//!   (the ledger would otherwise split it into a smaller script call per bucket).
 //! - Loss journal: every accepted purchase (new or a replay, answered 202 or written but not
 //!   confirmed by the replicas and answered 503) is written into the reconciler's
 //!   [`Journal`] here, where every outcome is seen: whatever this instance may have promised,
@@ -41,8 +43,12 @@ struct Job {
     reply: Reply,
 }
 
+/// A sale and one of its batch lanes (`Ledger::lane`: the home bucket of a bucketed sale on
+/// a ledger that keeps buckets apart, else 0).
+type Lane = (SkuId, u16);
+
 pub struct Batcher {
-    queues: Mutex<HashMap<SkuId, mpsc::Sender<Job>>>,
+    queues: Mutex<HashMap<Lane, mpsc::Sender<Job>>>,
     batch_max: usize,
     queue_cap: usize,
     books: Arc<Bookkeeper>,
@@ -109,7 +115,8 @@ impl Batcher {
     /// Queues one purchase for the ledger and waits for its outcome.
     pub async fn purchase(&self, req: PurchaseRequest) -> Result<PurchaseOutcome, LedgerError> {
         let (reply, answer) = oneshot::channel();
-        let queue = self.queue(req.sku_id);
+        let lane = (req.sku_id, self.books.ledger.lane(req.sku_id, req.user_id));
+        let queue = self.queue(lane);
         queue.try_send(Job { req, reply }).map_err(|e| match e {
             mpsc::error::TrySendError::Full(_) => LedgerError::Busy,
             mpsc::error::TrySendError::Closed(_) => LedgerError::Internal("batch task gone".into()),
@@ -119,19 +126,22 @@ impl Batcher {
             .map_err(|_| LedgerError::Internal("batch task dropped a request".into()))?
     }
 
-    /// Requests queued for a sale right now (back-pressure, metrics).
+    /// Requests queued for a sale right now, over its lanes (back-pressure, metrics).
     pub fn queue_depth(&self, sku: SkuId) -> usize {
         let queues = self.queues.lock().expect("queues lock");
         queues
-            .get(&sku)
-            .map(|q| self.queue_cap - q.capacity())
-            .unwrap_or(0)
+            .iter()
+            .filter(|((s, _), _)| *s == sku)
+            .map(|(_, q)| self.queue_cap - q.capacity())
+            .sum()
     }
 
-    fn queue(&self, sku: SkuId) -> mpsc::Sender<Job> {
+    /// The queue of a sale's lane; each lane has its own `queue_cap` and batch tasks.
+    fn queue(&self, lane: Lane) -> mpsc::Sender<Job> {
+        let sku = lane.0;
         let mut queues = self.queues.lock().expect("queues lock");
         queues
-            .entry(sku)
+            .entry(lane)
             .or_insert_with(|| {
                 let (tx, rx) = mpsc::channel(self.queue_cap);
                 let rx = Arc::new(tokio::sync::Mutex::new(rx));

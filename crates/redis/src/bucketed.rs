@@ -156,6 +156,15 @@ impl BucketTable {
         movers.entry(home).or_default().clone()
     }
 
+    /// The layout of `sku` if it was read before (no round trip).
+    pub(crate) fn known(&self, sku: SkuId) -> Option<Layout> {
+        self.layouts
+            .read()
+            .expect("layouts lock")
+            .get(&sku)
+            .cloned()
+    }
+
     fn keep(&self, layout: &Layout) {
         let mut layouts = self.layouts.write().expect("layouts lock");
         if layouts.len() >= LAYOUTS_MAX {

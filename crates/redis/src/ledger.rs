@@ -595,6 +595,13 @@ impl HotLedger for RedisLedger {
             .map_err(LedgerError::Internal)
     }
 
+    fn lane(&self, sku: SkuId, user: UserId) -> u16 {
+        self.buckets
+            .as_ref()
+            .and_then(|table| table.known(sku))
+            .map_or(0, |layout| layout.home(user).bucket)
+    }
+
     fn keeps_buckets(&self, _sku: SkuId) -> bool {
         self.buckets.is_some()
     }

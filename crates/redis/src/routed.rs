@@ -100,6 +100,10 @@ impl HotLedger for RoutedLedger {
         self.hot.ping().await
     }
 
+    fn lane(&self, sku: SkuId, user: UserId) -> u16 {
+        self.route(sku).lane(sku, user)
+    }
+
     fn keeps_buckets(&self, sku: SkuId) -> bool {
         self.route(sku).keeps_buckets(sku)
     }
