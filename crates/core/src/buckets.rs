@@ -8,7 +8,7 @@
 //!   bucket, so the per-user limit (I3) and replays (I4) stay decided by one atomic script.
 //!   Stock moves between buckets, buyers never do;
 //! - the initial stock of each bucket ([`split_stock`]);
-//! - how buckets share order numbers ([`bucket_of_epoch`], [`next_epoch`]): bucket `b` takes
+//! - how buckets share order numbers ([`bucket_of_epoch`], [`bucket_epoch`], [`next_epoch`]): bucket `b` takes
 //!   only the epochs `≡ b (mod n)`, so no two buckets can hand out the same number;
 //! - where buckets live ([`bucket_tag`], [`place`]): the hash tag of each bucket's keys, salted
 //!   so that the buckets land on distinct primaries;
@@ -91,6 +91,20 @@ pub fn split_stock(total: u64, n: u16) -> Vec<u64> {
 pub fn bucket_of_epoch(epoch: u64, n: u16) -> u16 {
     assert_count(n);
     (epoch % u64::from(n)) as u16
+}
+
+/// The epoch of `bucket`'s hot copy when its sale's copy is loaded as epoch `sale_epoch`:
+/// `sale_epoch · n + bucket`, so the bucket's epochs are `≡ bucket (mod n)`
+/// ([`bucket_of_epoch`] gives the bucket back) and grow with the sale's. With `n == 1` it is
+/// `sale_epoch`. The system of record sets it in `sale_buckets` when it hands out a sale
+/// epoch; the Redis ledger computes the same in `Layout::epoch_of`.
+pub fn bucket_epoch(sale_epoch: u64, bucket: u16, n: u16) -> u64 {
+    assert_count(n);
+    assert!(bucket < n, "bucket {bucket} of {n}");
+    sale_epoch
+        .checked_mul(u64::from(n))
+        .and_then(|e| e.checked_add(u64::from(bucket)))
+        .expect("epochs stay far below u64::MAX / 64")
 }
 
 /// The epoch of `bucket`'s next hot copy: the smallest `e > current` with `e % n == bucket`.
@@ -526,6 +540,23 @@ mod tests {
     }
 
     const COUNTS: [u16; 5] = [1, 2, 3, 7, 64];
+
+    #[test]
+    fn bucket_epochs_name_their_bucket_and_grow_with_the_sale() {
+        assert_eq!(bucket_epoch(7, 0, 1), 7);
+        assert_eq!(bucket_epoch(1, 0, 3), 3);
+        assert_eq!(bucket_epoch(1, 2, 3), 5);
+        assert_eq!(bucket_epoch(2, 1, 3), 7);
+        for n in COUNTS {
+            for sale_epoch in 0..5 {
+                for bucket in 0..n {
+                    let e = bucket_epoch(sale_epoch, bucket, n);
+                    assert_eq!(bucket_of_epoch(e, n), bucket);
+                    assert!(e < bucket_epoch(sale_epoch + 1, 0, n));
+                }
+            }
+        }
+    }
 
     #[test]
     fn splitmix64_is_the_reference_function() {

@@ -5,6 +5,7 @@
 
 use std::collections::{HashMap, HashSet};
 
+use flashsale_core::buckets::bucket_of_epoch;
 use flashsale_core::{
     ApplyReport, Counters, Event, EventKind, OrderNo, OrderStatus, SaleMode, SkuId, StoreError,
 };
@@ -106,6 +107,25 @@ pub(crate) fn applied_seqs(applied_seq: u64, events: &[Event]) -> Vec<u64> {
     seqs.sort_unstable();
     seqs.dedup();
     seqs
+}
+
+/// Refuses a batch of a bucketed sale (of `n` buckets) that holds an event of another bucket
+/// than `bucket`: each bucket has its own stream, seqs and epoch, so such a batch is a
+/// caller's bug, and nothing of it may be written.
+pub(crate) fn one_bucket(events: &[Event], n: u16, bucket: u16) -> Result<(), StoreError> {
+    match events
+        .iter()
+        .find(|e| bucket_of_epoch(e.epoch, n) != bucket)
+    {
+        None => Ok(()),
+        Some(e) => Err(StoreError::Internal(format!(
+            "event epoch {} seq {} of bucket {} in a batch of bucket {bucket} (of {n}) of sku {}",
+            e.epoch,
+            e.seq,
+            bucket_of_epoch(e.epoch, n),
+            e.sku_id
+        ))),
+    }
 }
 
 /// Sorts a batch: an event at or below `applied_seq` is a duplicate only when the stored
@@ -480,6 +500,19 @@ mod tests {
         assert_eq!(split.fenced, vec![&other, &old_epoch]);
         assert_eq!(split.fresh.len(), 1);
         assert_eq!(split.fresh[0].order_no.to_string(), "1-2-4");
+    }
+
+    #[test]
+    fn a_batch_of_two_buckets_is_refused() {
+        let mut events: Vec<Event> = (1..=2)
+            .map(|s| ev(s, EventKind::Deducted, s, s, 1))
+            .collect();
+        assert!(one_bucket(&events, 3, 1).is_ok());
+        events[1].epoch = 5;
+        assert!(matches!(
+            one_bucket(&events, 3, 1),
+            Err(StoreError::Internal(_))
+        ));
     }
 
     /// A reserve-mode sale of 3 at seq 1 whose one order, 1-1-1 of user 1, holds one unit.

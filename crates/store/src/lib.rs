@@ -12,7 +12,8 @@
 //! - [`sqlite`]: `SqliteStore`, the embedded backend over SQLite (WAL, synchronous=FULL).
 //!
 //! Migrations live in `migrations/mysql`, `migrations/postgres` and `migrations/sqlite`
-//! beside this crate (one logical schema: `sales`, `orders`, `stock_events`, `dead_letters`),
+//! beside this crate (one logical schema: `sales`, `orders`, `stock_events`, `dead_letters`,
+//! a bucketed sale's `sale_buckets` and `stock_transfers`),
 //! numbered alike; they are expand-then-contract, and `compat` lets a binary run against a
 //! newer schema that declares it compatible (`schema_compat`), so an instance restarted
 //! mid-upgrade or rolled back starts.

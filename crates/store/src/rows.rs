@@ -3,8 +3,9 @@
 //! row is written once, here.
 
 use flashsale_core::{
-    Counters, DeadLetter, Event, EventKind, HotOrder, OrderStatus, ReconcileRun, RequestId, Sale,
-    SaleMode, SaleState, SkuId, StoreError, StoredSale, UserId,
+    BucketRow, Counters, DeadLetter, Event, EventKind, HotOrder, OrderStatus, ReconcileRun,
+    RequestId, Sale, SaleMode, SaleState, SkuId, StoreError, StoredSale, TransferEvent,
+    TransferSide, UserId,
 };
 
 use crate::backend::Columns;
@@ -71,10 +72,16 @@ impl SaleRow {
         })
     }
 
+    /// How many buckets the sale's stock is split over (fixed when it is created).
+    pub fn bucket_count(&self) -> Result<u16, StoreError> {
+        bucket_number("buckets", self.buckets)
+    }
+
     pub fn into_stored(self) -> Result<StoredSale, StoreError> {
         let counters = self.counters()?;
         let mode = self.mode()?;
         let state = parse("state", &self.state, SaleState::parse)?;
+        let buckets = self.bucket_count()?;
         Ok(StoredSale {
             sale: Sale {
                 sku_id: SkuId(self.sku_id),
@@ -86,9 +93,7 @@ impl SaleRow {
                 starts_at_ms: self.starts_at_ms,
                 ends_at_ms: self.ends_at_ms,
                 state,
-                buckets: u16::try_from(self.buckets).map_err(|_| {
-                    StoreError::Internal(format!("buckets out of range: {}", self.buckets))
-                })?,
+                buckets,
             },
             counters,
             epoch: self.epoch,
@@ -124,6 +129,40 @@ pub(crate) fn event<R: Columns>(row: &R) -> Result<Event, StoreError> {
         quantity: row.small("quantity")?,
         at_ms: row.int("at_ms")?,
         deadline_ms: row.int("deadline_ms")?,
+    })
+}
+
+/// A bucket number or count as stored (below 65: the CHECKs).
+fn bucket_number(what: &str, v: u32) -> Result<u16, StoreError> {
+    u16::try_from(v).map_err(|_| StoreError::Internal(format!("{what} out of range: {v}")))
+}
+
+/// A row of `sale_buckets` (`sql::BUCKET_COLUMNS`).
+pub(crate) fn bucket_row<R: Columns>(row: &R) -> Result<BucketRow, StoreError> {
+    Ok(BucketRow {
+        bucket: bucket_number("bucket", row.small("bucket")?)?,
+        epoch: row.uint("epoch")?,
+        counters: Counters {
+            total: count("total_stock", row.int("total_stock")?)?,
+            available: count("available", row.int("available")?)?,
+            reserved: count("reserved", row.int("reserved")?)?,
+            sold: count("sold", row.int("sold")?)?,
+            seq: row.uint("applied_seq")?,
+        },
+    })
+}
+
+/// A row of `stock_transfers` (`sql::TRANSFER_COLUMNS`).
+pub(crate) fn transfer<R: Columns>(row: &R) -> Result<TransferEvent, StoreError> {
+    Ok(TransferEvent {
+        sku_id: SkuId(row.uint("sku_id")?),
+        epoch: row.uint("epoch")?,
+        id: row.text("transfer_id")?,
+        side: parse("side", &row.text("side")?, TransferSide::parse)?,
+        from: bucket_number("from_bucket", row.small("from_bucket")?)?,
+        to: bucket_number("to_bucket", row.small("to_bucket")?)?,
+        units: row.uint("units")?,
+        at_ms: row.int("at_ms")?,
     })
 }
 

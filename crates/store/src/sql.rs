@@ -45,6 +45,15 @@ pub const INSERT_EVENTS: &str = "INSERT INTO stock_events \
      VALUES ";
 pub const EVENT_COLS: usize = 11;
 
+/// `INSERT_EVENTS` for the events of one bucket of a bucketed sale, the bucket first.
+/// Followed by `values_placeholders(n, BUCKET_EVENT_COLS)`. Binds per row: bucket, then
+/// `INSERT_EVENTS`'s. (A sale of one bucket keeps `INSERT_EVENTS`: its events are bucket 0,
+/// the column's default, and the embedded ledger's writer runs that statement.)
+pub const INSERT_BUCKET_EVENTS: &str = "INSERT INTO stock_events \
+     (bucket, sku_id, epoch, seq, kind, order_no, request_id, user_id, quantity, at_ms, deadline_ms, rejected) \
+     VALUES ";
+pub const BUCKET_EVENT_COLS: usize = 12;
+
 /// Followed by `values_placeholders(n, ORDER_COLS)`. Binds per row: order_no, sku_id,
 /// user_id, request_id, quantity, status, deadline_ms, created_at_ms, updated_at_ms.
 pub const INSERT_ORDERS: &str = "INSERT INTO orders \
@@ -72,6 +81,49 @@ pub const GUARDED_UPDATE: &str = "UPDATE sales SET available = ?, reserved = ?, 
      applied_seq = ? \
      WHERE sku_id = ? AND epoch = ? AND applied_seq = ? AND available = ? AND reserved = ? \
      AND sold = ? AND ? >= 0 AND ? >= 0 AND ? >= 0";
+
+/// The guarded counter update of one bucket of a bucketed sale: `GUARDED_UPDATE` on its
+/// `sale_buckets` row (the bucket's own epoch and applied_seq). Binds: available, reserved,
+/// sold, applied_seq (new); sku_id, bucket, epoch; applied_seq, available, reserved, sold
+/// (old); available, reserved, sold (new).
+pub const BUCKET_GUARDED_UPDATE: &str = "UPDATE sale_buckets SET available = ?, reserved = ?, \
+     sold = ?, applied_seq = ? \
+     WHERE sku_id = ? AND bucket = ? AND epoch = ? AND applied_seq = ? AND available = ? \
+     AND reserved = ? AND sold = ? AND ? >= 0 AND ? >= 0 AND ? >= 0";
+
+/// A bucketed sale's row follows its buckets: its counters are their sum, moved by the
+/// bucket's change in the same transaction (the CHECKs refuse a negative one). Binds: the
+/// change of available, reserved, sold; sku_id.
+pub const ADD_TO_SALE: &str = "UPDATE sales SET available = available + ?, \
+     reserved = reserved + ?, sold = sold + ? WHERE sku_id = ?";
+
+/// Followed by `values_placeholders(n, BUCKET_COLS)`: a new bucketed sale's buckets, nothing
+/// sold, no epoch yet (the columns' defaults). Binds per row: sku_id, bucket, total_stock,
+/// available.
+pub const INSERT_BUCKETS: &str =
+    "INSERT INTO sale_buckets (sku_id, bucket, total_stock, available) VALUES ";
+pub const BUCKET_COLS: usize = 4;
+
+/// Every bucket's epoch for a new sale epoch E: `E·n + bucket`, i.e. bucket 0's plus the
+/// bucket (`buckets::bucket_epoch`). Binds: bucket 0's epoch, sku_id.
+pub const TAKE_BUCKET_EPOCHS: &str = "UPDATE sale_buckets SET epoch = ? + bucket WHERE sku_id = ?";
+
+/// One transfer side moves its bucket's total and available, while the bucket's epoch is
+/// the side's and its available stays non-negative. Binds: the change of units (twice),
+/// sku_id, bucket, epoch, the change of units.
+pub const MOVE_BUCKET_STOCK: &str = "UPDATE sale_buckets SET total_stock = total_stock + ?, \
+     available = available + ? WHERE sku_id = ? AND bucket = ? AND epoch = ? \
+     AND available + ? >= 0";
+
+/// Between the dialect's `insert_ignore` pair: one transfer side, kept once by its key
+/// `(sku_id, transfer_id, side)`. Binds: `TRANSFER_COLUMNS` in order.
+pub const TRANSFER_INTO: &str = "stock_transfers \
+     (sku_id, transfer_id, side, epoch, from_bucket, to_bucket, units, at_ms, fenced) \
+     VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)";
+pub const TRANSFER_COLUMNS: &str =
+    "sku_id, transfer_id, side, epoch, from_bucket, to_bucket, units, at_ms, fenced";
+pub const BUCKET_COLUMNS: &str =
+    "bucket, epoch, applied_seq, total_stock, available, reserved, sold";
 
 pub const ORDER_COLUMNS: &str =
     "order_no, sku_id, user_id, request_id, quantity, status, deadline_ms, created_at_ms";

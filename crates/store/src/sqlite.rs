@@ -232,6 +232,8 @@ impl Store<Sqlite> {
     /// Creates or overwrites a sale's definition, state, counters (`applied_seq` =
     /// `counters.seq`) and epoch, leaving its orders and events alone. For the embedded
     /// ledger's `warm` (the operator's word: refused unless the sale sold nothing, or forced).
+    /// Drops the sale's bucket rows, in the same transaction: the embedded ledger runs a
+    /// bucketed sale as one book on its sale row, so no bucket row may take its events.
     pub async fn put_sale(
         &self,
         sale: &Sale,
@@ -245,7 +247,7 @@ impl Store<Sqlite> {
                 sale.total_stock
             )));
         }
-        sqlx::query(
+        let upsert = sqlx::query(
             "INSERT INTO sales (sku_id, name, total_stock, available, reserved, sold, applied_seq, \
              epoch, per_user_limit, mode, payment_timeout_ms, starts_at_ms, ends_at_ms, state, \
              buckets) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) \
@@ -257,25 +259,36 @@ impl Store<Sqlite> {
              payment_timeout_ms = excluded.payment_timeout_ms, \
              starts_at_ms = excluded.starts_at_ms, ends_at_ms = excluded.ends_at_ms, \
              state = excluded.state, buckets = excluded.buckets, updated_at = strftime('%Y-%m-%dT%H:%M:%fZ', 'now')",
-        )
-        .bind(i(sale.sku_id.0))
-        .bind(&sale.name)
-        .bind(i(counters.total))
-        .bind(i(counters.available))
-        .bind(i(counters.reserved))
-        .bind(i(counters.sold))
-        .bind(i(counters.seq))
-        .bind(i(epoch))
-        .bind(sale.per_user_limit)
-        .bind(sale.mode.as_str())
-        .bind(i(sale.payment_timeout_ms))
-        .bind(sale.starts_at_ms)
-        .bind(sale.ends_at_ms)
-        .bind(sale.state.as_str())
-        .bind(sale.buckets)
-        .execute(&self.writer)
-        .await
-        .map_err(db_error)?;
-        Ok(())
+        );
+        let mut tx = self
+            .writer
+            .begin_with("BEGIN IMMEDIATE")
+            .await
+            .map_err(db_error)?;
+        upsert
+            .bind(i(sale.sku_id.0))
+            .bind(&sale.name)
+            .bind(i(counters.total))
+            .bind(i(counters.available))
+            .bind(i(counters.reserved))
+            .bind(i(counters.sold))
+            .bind(i(counters.seq))
+            .bind(i(epoch))
+            .bind(sale.per_user_limit)
+            .bind(sale.mode.as_str())
+            .bind(i(sale.payment_timeout_ms))
+            .bind(sale.starts_at_ms)
+            .bind(sale.ends_at_ms)
+            .bind(sale.state.as_str())
+            .bind(sale.buckets)
+            .execute(&mut *tx)
+            .await
+            .map_err(db_error)?;
+        sqlx::query("DELETE FROM sale_buckets WHERE sku_id = ?")
+            .bind(i(sale.sku_id.0))
+            .execute(&mut *tx)
+            .await
+            .map_err(db_error)?;
+        tx.commit().await.map_err(db_error)
     }
 }

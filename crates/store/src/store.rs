@@ -11,10 +11,12 @@ use sqlx::{Pool, Transaction};
 use flashsale_core::{
     ApplyReport, BucketRow, Counters, DeadLetter, Event, EventKind, HotOrder, OrderNo, OrderStore,
     ReconcileRun, Sale, SaleAudit, SaleState, SkuId, StoreError, StoredSale, TransferApplied,
-    TransferEvent,
+    TransferEvent, TransferSide,
 };
 
-use crate::backend::{signed, Arg, Backend, Server};
+use flashsale_core::buckets::{bucket_epoch, bucket_of_epoch, split_stock};
+
+use crate::backend::{signed, Arg, Backend, Columns as _, Server};
 use crate::batch::{self, Head, KnownOrder, Plan, Split, StoredEvent, CHUNK_ROWS};
 use crate::rows::{self, db_error, SaleRow};
 use crate::sql::{self, list_placeholders, values_placeholders};
@@ -54,6 +56,25 @@ async fn begin<B: Backend>(
         None => pool.begin().await,
     }
     .map_err(db_error)
+}
+
+/// Where a batch applies: the sale row, or the row of the one bucket whose events it holds
+/// (a bucketed sale). Its epoch is the fence, its counters what the fold starts from.
+#[derive(Debug, Clone, Copy)]
+struct Target {
+    sku: SkuId,
+    /// `None`: the sale row (a sale of one bucket, or a bucketed sale the embedded ledger
+    /// runs as one book); `Some(b)`: bucket b's row, and the sale row follows it.
+    bucket: Option<u16>,
+    epoch: u64,
+    head: Head,
+}
+
+impl Target {
+    /// The bucket its events are stored under (0: a sale's own, as before buckets).
+    fn events_bucket(&self) -> u16 {
+        self.bucket.unwrap_or(0)
+    }
 }
 
 /// Whether a split batch is a spike's: fresh deductions only, nothing else.
@@ -124,7 +145,6 @@ impl<B: Backend> Store<B> {
                 &[Arg::Id(sku.0)],
             )
             .await?;
-        use crate::backend::Columns as _;
         rows.first()
             .ok_or(StoreError::SaleNotFound)?
             .flag("stream_paused")
@@ -144,6 +164,97 @@ impl<B: Backend> Store<B> {
             return Err(StoreError::SaleNotFound);
         }
         Ok(())
+    }
+
+    /// The events of one bucket with `from_seq <= seq <= to_seq`, by seq (bucket 0 of a sale
+    /// of one bucket: all its events).
+    pub async fn bucket_events_between(
+        &self,
+        sku: SkuId,
+        bucket: u16,
+        from_seq: u64,
+        to_seq: u64,
+    ) -> Result<Vec<Event>, StoreError> {
+        // Sequence numbers stay far below i64::MAX; clamp the bounds so every backend's
+        // column type holds them.
+        let clamp = |seq: u64| seq.min(i64::MAX as u64);
+        let sql = format!(
+            "SELECT {} FROM stock_events WHERE sku_id = ? AND bucket = ? AND seq >= ? \
+             AND seq <= ? ORDER BY seq",
+            sql::EVENT_COLUMNS
+        );
+        let args = [
+            Arg::Id(sku.0),
+            Arg::Small(u32::from(bucket)),
+            Arg::Id(clamp(from_seq)),
+            Arg::Id(clamp(to_seq)),
+        ];
+        events_of(&self.read(&sql, &args).await?)
+    }
+
+    /// A sale's bucket count, `None` for no such sale. Fixed when the sale is created, so it
+    /// may be read outside the transaction that depends on it.
+    async fn bucket_count(&self, sku: SkuId) -> Result<Option<u16>, StoreError> {
+        let sql = "SELECT buckets FROM sales WHERE sku_id = ?";
+        let rows = self.read(sql, &[Arg::Id(sku.0)]).await?;
+        let count = |r: &B::Record| {
+            let n = r.small("buckets")?;
+            u16::try_from(n).map_err(|_| StoreError::Internal(format!("buckets: {n}")))
+        };
+        rows.first().map(count).transpose()
+    }
+
+    /// Inserts a sale (binds of `sql::INSERT_SALE`) and its buckets' rows, `shares` their
+    /// stock, in one transaction.
+    async fn insert_bucketed(
+        &self,
+        sku: SkuId,
+        sale_args: &[Arg<'_>],
+        shares: Vec<u64>,
+    ) -> Result<(), StoreError> {
+        let mut tx = self.begin_write().await?;
+        B::run(&mut *tx, sql::INSERT_SALE, sale_args).await?;
+        let sql = format!(
+            "{}{}",
+            sql::INSERT_BUCKETS,
+            values_placeholders(shares.len(), sql::BUCKET_COLS)
+        );
+        let mut args = Vec::with_capacity(shares.len() * sql::BUCKET_COLS);
+        for (bucket, share) in (0u32..).zip(&shares) {
+            let share = signed(*share)?;
+            args.extend([
+                Arg::Id(sku.0),
+                Arg::Small(bucket),
+                Arg::Int(share),
+                Arg::Int(share),
+            ]);
+        }
+        B::run(&mut *tx, &sql, &args).await?;
+        tx.commit().await.map_err(db_error)
+    }
+
+    /// `take_epoch` of a sale of `n > 1` buckets: the sale's compare and set and, when it
+    /// matched, every bucket's epoch `E·n + bucket`, in one transaction.
+    async fn take_bucketed_epoch(
+        &self,
+        sku: SkuId,
+        current: u64,
+        n: u16,
+    ) -> Result<Option<u64>, StoreError> {
+        let mut tx = self.begin_write().await?;
+        let args = [
+            Arg::Int(flashsale_core::clock::now_ms()),
+            Arg::Id(sku.0),
+            Arg::Id(current),
+        ];
+        if B::run(&mut *tx, sql::TAKE_EPOCH, &args).await? != 1 {
+            return Ok(None);
+        }
+        let taken = current + 1;
+        let args = [Arg::Id(bucket_epoch(taken, 0, n)), Arg::Id(sku.0)];
+        B::run(&mut *tx, sql::TAKE_BUCKET_EPOCHS, &args).await?;
+        tx.commit().await.map_err(db_error)?;
+        Ok(Some(taken))
     }
 
     /// One try at applying a batch. The short way (`short`) is for a spike's batch: fresh
@@ -167,17 +278,15 @@ impl<B: Backend> Store<B> {
         );
         let rows = B::fetch(&mut *tx, &sql, &[Arg::Id(sku.0)]).await?;
         let sale = SaleRow::read(rows.first().ok_or(StoreError::SaleNotFound)?)?;
-        let head = Head {
-            counters: sale.counters()?,
-            mode: sale.mode()?,
-        };
-        let seqs = batch::applied_seqs(head.counters.seq, events);
-        let stored = stored_events::<B>(&mut tx, sku, &seqs).await?;
-        let split = batch::split(sku, sale.epoch, head.counters.seq, events, &stored)?;
+        let target = target::<B>(&mut tx, sku, &sale, events).await?;
+        let applied_seq = target.head.counters.seq;
+        let seqs = batch::applied_seqs(applied_seq, events);
+        let stored = stored_events::<B>(&mut tx, &target, &seqs).await?;
+        let split = batch::split(sku, target.epoch, applied_seq, events, &stored)?;
         if short && spike(&split) {
-            let plan = batch::fold(sku, head, &split.fresh, Vec::new());
+            let plan = batch::fold(sku, target.head, &split.fresh, Vec::new());
             if plan.report.rejected.is_empty() {
-                return match write_plan::<B>(&mut tx, sku, sale.epoch, &head, &plan).await {
+                return match write_plan::<B>(&mut tx, &target, &plan).await {
                     Ok(()) => {
                         tx.commit().await.map_err(db_error)?;
                         Ok(Some(plan.report))
@@ -191,7 +300,7 @@ impl<B: Backend> Store<B> {
                 };
             }
         }
-        let report = settle::<B>(&mut tx, sku, sale.epoch, head, split).await?;
+        let report = settle::<B>(&mut tx, &target, split).await?;
         tx.commit().await.map_err(db_error)?;
         batch::alert(sku, &report);
         Ok(Some(report))
@@ -229,11 +338,10 @@ impl<B: Server> Store<B> {
 /// folds and writes the plan (no commit).
 async fn settle<B: Backend>(
     tx: &mut Tx<B>,
-    sku: SkuId,
-    epoch: u64,
-    head: Head,
+    target: &Target,
     split: Split<'_>,
 ) -> Result<ApplyReport, StoreError> {
+    let sku = target.sku;
     write_fenced::<B>(tx, &split.fenced).await?;
     batch::alert_fenced(sku, &split.fenced);
     let fenced: Vec<Event> = split.fenced.iter().map(|e| (*e).clone()).collect();
@@ -247,11 +355,69 @@ async fn settle<B: Backend>(
     }
     let (nos, keys) = batch::lookups(&fresh);
     let known = known_orders::<B>(tx, sku, &nos, &keys).await?;
-    let mut plan = batch::fold(sku, head, &fresh, known);
-    write_plan::<B>(tx, sku, epoch, &head, &plan).await?;
+    let mut plan = batch::fold(sku, target.head, &fresh, known);
+    write_plan::<B>(tx, target, &plan).await?;
     plan.report.duplicates = duplicates;
     plan.report.fenced = fenced;
     Ok(plan.report)
+}
+
+/// The row a batch applies to, locked after the sale row: the sale row for a sale of one
+/// bucket; for a bucketed sale, the row of its first event's bucket (`epoch % n`), and every
+/// event must be of that bucket. A bucketed sale without bucket rows is one the embedded
+/// ledger runs as one book (`SqliteStore::put_sale` drops them): its sale row, as for one
+/// bucket.
+async fn target<B: Backend>(
+    tx: &mut Tx<B>,
+    sku: SkuId,
+    sale: &SaleRow,
+    events: &[Event],
+) -> Result<Target, StoreError> {
+    let head = Head {
+        counters: sale.counters()?,
+        mode: sale.mode()?,
+    };
+    let n = sale.bucket_count()?;
+    let on_sale = Target {
+        sku,
+        bucket: None,
+        epoch: sale.epoch,
+        head,
+    };
+    let Some(first) = events.first().filter(|_| n > 1) else {
+        return Ok(on_sale);
+    };
+    let bucket = bucket_of_epoch(first.epoch, n);
+    let Some(row) = locked_bucket::<B>(tx, sku, bucket).await? else {
+        return Ok(on_sale);
+    };
+    batch::one_bucket(events, n, bucket)?;
+    Ok(Target {
+        sku,
+        bucket: Some(bucket),
+        epoch: row.epoch,
+        head: Head {
+            counters: row.counters,
+            mode: head.mode,
+        },
+    })
+}
+
+/// A bucket's row, locked where the database has row locks (after its sale row, always in
+/// that order, so two writers never wait for each other crosswise).
+async fn locked_bucket<B: Backend>(
+    tx: &mut Tx<B>,
+    sku: SkuId,
+    bucket: u16,
+) -> Result<Option<BucketRow>, StoreError> {
+    let sql = format!(
+        "SELECT {} FROM sale_buckets WHERE sku_id = ? AND bucket = ?{}",
+        sql::BUCKET_COLUMNS,
+        B::DIALECT.lock_row
+    );
+    let args = [Arg::Id(sku.0), Arg::Small(u32::from(bucket))];
+    let rows = B::fetch(&mut **tx, &sql, &args).await?;
+    rows.first().map(rows::bucket_row).transpose()
 }
 
 /// The orders already stored that the batch names, by order number or request key.
@@ -290,19 +456,22 @@ fn of_pairs(head: &str, pair: &str, n: usize) -> String {
     )
 }
 
-/// The stored identity of the applied events at `seqs`.
+/// The stored identity of the applied events at `seqs` of the target's bucket (seqs are a
+/// bucket's own).
 async fn stored_events<B: Backend>(
     tx: &mut Tx<B>,
-    sku: SkuId,
+    target: &Target,
     seqs: &[u64],
 ) -> Result<Vec<StoredEvent>, StoreError> {
     let mut stored = Vec::with_capacity(seqs.len());
     for chunk in seqs.chunks(CHUNK_ROWS) {
         let sql = format!(
-            "SELECT seq, epoch, kind, order_no FROM stock_events WHERE sku_id = ? AND seq IN ({})",
+            "SELECT seq, epoch, kind, order_no FROM stock_events \
+             WHERE sku_id = ? AND bucket = ? AND seq IN ({})",
             list_placeholders(chunk.len())
         );
-        let mut args = vec![Arg::Id(sku.0)];
+        let bucket = u32::from(target.events_bucket());
+        let mut args = vec![Arg::Id(target.sku.0), Arg::Small(bucket)];
         args.extend(chunk.iter().map(|seq| Arg::Id(*seq)));
         for row in B::fetch(&mut **tx, &sql, &args).await? {
             stored.push(rows::stored_event(&row)?);
@@ -351,25 +520,11 @@ async fn write_fenced<B: Backend>(tx: &mut Tx<B>, fenced: &[&Event]) -> Result<(
 /// (an `Internal` error when it matches no row: nothing of the batch may commit then).
 async fn write_plan<B: Backend>(
     tx: &mut Tx<B>,
-    sku: SkuId,
-    epoch: u64,
-    head: &Head,
+    target: &Target,
     plan: &Plan<'_>,
 ) -> Result<(), StoreError> {
-    for chunk in plan.events.chunks(CHUNK_ROWS) {
-        let sql = format!(
-            "{}{}",
-            sql::INSERT_EVENTS,
-            values_placeholders(chunk.len(), sql::EVENT_COLS)
-        );
-        let nos: Vec<String> = chunk.iter().map(|(e, _)| e.order_no.to_string()).collect();
-        let mut args = Vec::with_capacity(chunk.len() * sql::EVENT_COLS);
-        for ((e, rejected), no) in chunk.iter().zip(&nos) {
-            event_args(&mut args, e, no);
-            args.push(Arg::Flag(*rejected));
-        }
-        B::run(&mut **tx, &sql, &args).await?;
-    }
+    let sku = target.sku;
+    write_events::<B>(tx, target.bucket, &plan.events).await?;
     for chunk in plan.new_orders.chunks(CHUNK_ROWS) {
         let sql = format!(
             "{}{}",
@@ -405,23 +560,61 @@ async fn write_plan<B: Backend>(
         args.extend(u.order_nos.iter().map(|no| Arg::Text(no)));
         B::run(&mut **tx, &sql, &args).await?;
     }
-    guarded_update::<B>(tx, (sku, epoch), head.counters, plan.after).await
+    guarded_update::<B>(tx, target, plan.after).await
 }
 
-/// Moves the counters of the sale `(sku, epoch)` from `old` to `new` (`sql::GUARDED_UPDATE`).
+/// Inserts a plan's events: a sale's own with `INSERT_EVENTS` (bucket 0, the default), a
+/// bucket's with its number.
+async fn write_events<B: Backend>(
+    tx: &mut Tx<B>,
+    bucket: Option<u16>,
+    events: &[(&Event, bool)],
+) -> Result<(), StoreError> {
+    let (insert, cols) = match bucket {
+        None => (sql::INSERT_EVENTS, sql::EVENT_COLS),
+        Some(_) => (sql::INSERT_BUCKET_EVENTS, sql::BUCKET_EVENT_COLS),
+    };
+    for chunk in events.chunks(CHUNK_ROWS) {
+        let sql = format!("{insert}{}", values_placeholders(chunk.len(), cols));
+        let nos: Vec<String> = chunk.iter().map(|(e, _)| e.order_no.to_string()).collect();
+        let mut args = Vec::with_capacity(chunk.len() * cols);
+        for ((e, rejected), no) in chunk.iter().zip(&nos) {
+            if let Some(b) = bucket {
+                args.push(Arg::Small(u32::from(b)));
+            }
+            event_args(&mut args, e, no);
+            args.push(Arg::Flag(*rejected));
+        }
+        B::run(&mut **tx, &sql, &args).await?;
+    }
+    Ok(())
+}
+
+/// Moves the target's counters from those the fold started from to `new`
+/// (`sql::GUARDED_UPDATE`, or `sql::BUCKET_GUARDED_UPDATE` and the sale row by the same
+/// change).
 async fn guarded_update<B: Backend>(
     tx: &mut Tx<B>,
-    (sku, epoch): (SkuId, u64),
-    old: Counters,
+    target: &Target,
     new: Counters,
 ) -> Result<(), StoreError> {
-    let args = [
+    let (sku, old) = (target.sku, target.head.counters);
+    let mut args = vec![
         Arg::Int(signed(new.available)?),
         Arg::Int(signed(new.reserved)?),
         Arg::Int(signed(new.sold)?),
         Arg::Id(new.seq),
         Arg::Id(sku.0),
-        Arg::Id(epoch),
+    ];
+    let statement = match target.bucket {
+        None => sql::GUARDED_UPDATE,
+        Some(b) => {
+            args.push(Arg::Small(u32::from(b)));
+            sql::BUCKET_GUARDED_UPDATE
+        }
+    };
+    args.extend([
+        Arg::Id(target.epoch),
         Arg::Id(old.seq),
         Arg::Int(signed(old.available)?),
         Arg::Int(signed(old.reserved)?),
@@ -429,15 +622,200 @@ async fn guarded_update<B: Backend>(
         Arg::Int(signed(new.available)?),
         Arg::Int(signed(new.reserved)?),
         Arg::Int(signed(new.sold)?),
-    ];
+    ]);
     // Matched rows: 1 when the guard matched, whatever changed.
-    if B::run(&mut **tx, sql::GUARDED_UPDATE, &args).await? != 1 {
+    if B::run(&mut **tx, statement, &args).await? != 1 {
         return Err(StoreError::Internal(format!(
-            "guarded counter update of sku {sku} matched no row (applied_seq {})",
-            old.seq
+            "guarded counter update of sku {sku} bucket {:?} matched no row (applied_seq {})",
+            target.bucket, old.seq
+        )));
+    }
+    match target.bucket {
+        None => Ok(()),
+        Some(_) => add_to_sale::<B>(tx, sku, old, new).await,
+    }
+}
+
+/// Moves a bucketed sale's row by its bucket's change from `old` to `new`.
+async fn add_to_sale<B: Backend>(
+    tx: &mut Tx<B>,
+    sku: SkuId,
+    old: Counters,
+    new: Counters,
+) -> Result<(), StoreError> {
+    let change = |new: u64, old: u64| Ok::<_, StoreError>(Arg::Int(signed(new)? - signed(old)?));
+    let args = [
+        change(new.available, old.available)?,
+        change(new.reserved, old.reserved)?,
+        change(new.sold, old.sold)?,
+        Arg::Id(sku.0),
+    ];
+    if B::run(&mut **tx, sql::ADD_TO_SALE, &args).await? != 1 {
+        return Err(StoreError::Internal(format!(
+            "the counters of sku {sku} did not follow its bucket's"
         )));
     }
     Ok(())
+}
+
+/// What a transfer side must be before the store looks at it (the CHECKs refuse it too, but
+/// MySQL's `INSERT IGNORE` would turn a refusal into a skipped row).
+fn check_transfer(t: &TransferEvent) -> Result<(), StoreError> {
+    let id_ok = (1..=TRANSFER_ID_LEN_MAX).contains(&t.id.len()) && t.id.is_ascii();
+    if id_ok && t.from != t.to && t.units > 0 {
+        return Ok(());
+    }
+    Err(StoreError::Internal(format!(
+        "bad transfer side of sku {}: id {:?}, {} → {}, {} units",
+        t.sku_id, t.id, t.from, t.to, t.units
+    )))
+}
+
+/// The longest transfer id (`<source epoch>.<n>`) stored (`stock_transfers.transfer_id`).
+const TRANSFER_ID_LEN_MAX: usize = 40;
+
+/// Locks the sale row, then the row of the bucket the side moves; refuses a sale of one
+/// bucket (transfers exist only between buckets) and one without bucket rows.
+async fn locked_transfer_bucket<B: Backend>(
+    tx: &mut Tx<B>,
+    t: &TransferEvent,
+) -> Result<BucketRow, StoreError> {
+    let sql = format!(
+        "SELECT buckets FROM sales WHERE sku_id = ?{}",
+        B::DIALECT.lock_row
+    );
+    let rows = B::fetch(&mut **tx, &sql, &[Arg::Id(t.sku_id.0)]).await?;
+    let n = rows
+        .first()
+        .ok_or(StoreError::SaleNotFound)?
+        .small("buckets")?;
+    let refused = |why: &str| {
+        StoreError::Internal(format!(
+            "transfer {} {} of sku {} ({n} buckets, {} → {}): {why}",
+            t.id,
+            t.side.as_str(),
+            t.sku_id,
+            t.from,
+            t.to
+        ))
+    };
+    if n <= 1 || u32::from(t.from.max(t.to)) >= n {
+        return Err(refused("no such buckets"));
+    }
+    locked_bucket::<B>(tx, t.sku_id, t.bucket())
+        .await?
+        .ok_or_else(|| refused("the sale has no bucket rows"))
+}
+
+/// Stores a side of the bucket's epoch once and moves the bucket's total and available by
+/// it; a side stored before is a redelivery.
+async fn move_stock<B: Backend>(
+    tx: &mut Tx<B>,
+    t: &TransferEvent,
+    row: &BucketRow,
+) -> Result<TransferApplied, StoreError> {
+    if insert_transfer::<B>(tx, t, false).await? == 0 {
+        return same_transfer::<B>(tx, t).await;
+    }
+    let delta = t.units_delta();
+    let available = signed(row.counters.available)?;
+    if available.checked_add(delta).is_none_or(|a| a < 0) {
+        return Err(StoreError::Internal(format!(
+            "transfer {} out of sku {} bucket {}: {} units, {available} available",
+            t.id, t.sku_id, row.bucket, t.units
+        )));
+    }
+    let args = [
+        Arg::Int(delta),
+        Arg::Int(delta),
+        Arg::Id(t.sku_id.0),
+        Arg::Small(u32::from(row.bucket)),
+        Arg::Id(t.epoch),
+        Arg::Int(delta),
+    ];
+    if B::run(&mut **tx, sql::MOVE_BUCKET_STOCK, &args).await? != 1 {
+        return Err(StoreError::Internal(format!(
+            "transfer {} of sku {}: the bucket {} update matched no row",
+            t.id, t.sku_id, row.bucket
+        )));
+    }
+    Ok(TransferApplied::Applied)
+}
+
+/// Inserts a side unless its key is stored; answers how many rows it inserted (0 or 1).
+async fn insert_transfer<B: Backend>(
+    tx: &mut Tx<B>,
+    t: &TransferEvent,
+    fenced: bool,
+) -> Result<u64, StoreError> {
+    let (into, tail) = B::DIALECT.insert_ignore;
+    let sql = format!("{into}{}{tail}", sql::TRANSFER_INTO);
+    let args = [
+        Arg::Id(t.sku_id.0),
+        Arg::Text(&t.id),
+        Arg::Text(t.side.as_str()),
+        Arg::Id(t.epoch),
+        Arg::Small(u32::from(t.from)),
+        Arg::Small(u32::from(t.to)),
+        Arg::Id(t.units),
+        Arg::Int(t.at_ms),
+        Arg::Flag(fenced),
+    ];
+    // Inserted rows (MySQL's found rows count only for UPDATE).
+    B::run(&mut **tx, &sql, &args).await
+}
+
+/// A side whose key is stored: a redelivery when the stored side is this one; another side
+/// under the same key is a bug of the ledger, refused.
+async fn same_transfer<B: Backend>(
+    tx: &mut Tx<B>,
+    t: &TransferEvent,
+) -> Result<TransferApplied, StoreError> {
+    let sql = format!(
+        "SELECT {} FROM stock_transfers WHERE sku_id = ? AND transfer_id = ? AND side = ?",
+        sql::TRANSFER_COLUMNS
+    );
+    let args = [
+        Arg::Id(t.sku_id.0),
+        Arg::Text(&t.id),
+        Arg::Text(t.side.as_str()),
+    ];
+    let rows = B::fetch(&mut **tx, &sql, &args).await?;
+    match rows.first().map(rows::transfer).transpose()? {
+        Some(stored) if stored == *t => Ok(TransferApplied::Duplicate),
+        stored => Err(StoreError::Internal(format!(
+            "transfer side {t:?} not stored; under its key: {stored:?}"
+        ))),
+    }
+}
+
+/// A bucketed sale's bucket rows and applied transfer sides (by id, out before in), in the
+/// audit's snapshot. Sorted here, not by the database: collations order ids differently.
+async fn audit_buckets<B: Backend>(
+    tx: &mut Tx<B>,
+    sku: SkuId,
+) -> Result<(Vec<BucketRow>, Vec<TransferEvent>), StoreError> {
+    let sql = format!(
+        "SELECT {} FROM sale_buckets WHERE sku_id = ? ORDER BY bucket",
+        sql::BUCKET_COLUMNS
+    );
+    let rows = B::fetch(&mut **tx, &sql, &[Arg::Id(sku.0)]).await?;
+    let buckets = rows
+        .iter()
+        .map(rows::bucket_row)
+        .collect::<Result<_, _>>()?;
+    let sql = format!(
+        "SELECT {} FROM stock_transfers WHERE sku_id = ? AND fenced = FALSE",
+        sql::TRANSFER_COLUMNS
+    );
+    let rows = B::fetch(&mut **tx, &sql, &[Arg::Id(sku.0)]).await?;
+    let mut transfers = rows
+        .iter()
+        .map(rows::transfer)
+        .collect::<Result<Vec<_>, _>>()?;
+    let side_rank = |t: &TransferEvent| t.side != TransferSide::Out;
+    transfers.sort_by(|a, b| (&a.id, side_rank(a)).cmp(&(&b.id, side_rank(b))));
+    Ok((buckets, transfers))
 }
 
 fn events_of<R: crate::backend::Columns>(rows: &[R]) -> Result<Vec<Event>, StoreError> {
@@ -464,8 +842,15 @@ impl<B: Backend> OrderStore for Store<B> {
             Arg::Text(s.state.as_str()),
             Arg::Small(u32::from(s.buckets)),
         ];
-        match self.write(sql::INSERT_SALE, &args).await {
-            Ok(_) => Ok(stored),
+        let written = match s.buckets {
+            0 | 1 => self.write(sql::INSERT_SALE, &args).await.map(drop),
+            n => {
+                self.insert_bucketed(s.sku_id, &args, split_stock(s.total_stock, n))
+                    .await
+            }
+        };
+        match written {
+            Ok(()) => Ok(stored),
             // Refused: by the primary key when the sale is there (a CHECK refuses the rest).
             Err(e) => match self.sale(s.sku_id).await {
                 Ok(Some(_)) => Err(StoreError::SaleExists),
@@ -505,6 +890,10 @@ impl<B: Backend> OrderStore for Store<B> {
     }
 
     async fn take_epoch(&self, sku: SkuId, current: u64) -> Result<Option<u64>, StoreError> {
+        match self.bucket_count(sku).await? {
+            Some(n) if n > 1 => return self.take_bucketed_epoch(sku, current, n).await,
+            _ => {}
+        }
         let args = [
             Arg::Int(flashsale_core::clock::now_ms()),
             Arg::Id(sku.0),
@@ -559,29 +948,25 @@ impl<B: Backend> OrderStore for Store<B> {
         rows.iter().map(rows::order).collect()
     }
 
+    /// Every bucket's events, by bucket then seq (a sale of one bucket: its events by seq);
+    /// an event's bucket is `epoch % buckets`.
     async fn events(&self, sku: SkuId) -> Result<Vec<Event>, StoreError> {
-        self.events_between(sku, 0, u64::MAX).await
+        let sql = format!(
+            "SELECT {} FROM stock_events WHERE sku_id = ? ORDER BY bucket, seq",
+            sql::EVENT_COLUMNS
+        );
+        events_of(&self.read(&sql, &[Arg::Id(sku.0)]).await?)
     }
 
+    /// Bucket 0's range: a sale of one bucket's events (seqs are a bucket's own, so a
+    /// bucketed sale's other buckets are read with [`Store::bucket_events_between`]).
     async fn events_between(
         &self,
         sku: SkuId,
         from_seq: u64,
         to_seq: u64,
     ) -> Result<Vec<Event>, StoreError> {
-        // Sequence numbers stay far below i64::MAX; clamp the bounds so every backend's
-        // column type holds them.
-        let clamp = |seq: u64| seq.min(i64::MAX as u64);
-        let sql = format!(
-            "SELECT {} FROM stock_events WHERE sku_id = ? AND seq >= ? AND seq <= ? ORDER BY seq",
-            sql::EVENT_COLUMNS
-        );
-        let args = [
-            Arg::Id(sku.0),
-            Arg::Id(clamp(from_seq)),
-            Arg::Id(clamp(to_seq)),
-        ];
-        events_of(&self.read(&sql, &args).await?)
+        self.bucket_events_between(sku, 0, from_seq, to_seq).await
     }
 
     async fn record_dead_letter(&self, letter: &DeadLetter) -> Result<(), StoreError> {
@@ -628,14 +1013,30 @@ impl<B: Backend> OrderStore for Store<B> {
         &self,
         transfer: &TransferEvent,
     ) -> Result<TransferApplied, StoreError> {
-        Err(StoreError::Internal(format!(
-            "transfer {} of sale {}: bucketed sales are not stored yet",
-            transfer.id, transfer.sku_id
-        )))
+        check_transfer(transfer)?;
+        let mut tx = self.begin_write().await?;
+        let row = locked_transfer_bucket::<B>(&mut tx, transfer).await?;
+        let applied = if row.epoch == transfer.epoch {
+            move_stock::<B>(&mut tx, transfer, &row).await?
+        } else {
+            // Of a replaced copy: kept for the loss report, its bucket unchanged.
+            insert_transfer::<B>(&mut tx, transfer, true).await?;
+            tracing::error!(sku = %transfer.sku_id, id = %transfer.id, side = transfer.side.as_str(),
+                epoch = transfer.epoch, bucket_epoch = row.epoch,
+                "a transfer side refused by the epoch fence: kept in stock_transfers");
+            TransferApplied::Fenced
+        };
+        tx.commit().await.map_err(db_error)?;
+        Ok(applied)
     }
 
-    async fn buckets(&self, _sku: SkuId) -> Result<Vec<BucketRow>, StoreError> {
-        Ok(Vec::new())
+    async fn buckets(&self, sku: SkuId) -> Result<Vec<BucketRow>, StoreError> {
+        let sql = format!(
+            "SELECT {} FROM sale_buckets WHERE sku_id = ? ORDER BY bucket",
+            sql::BUCKET_COLUMNS
+        );
+        let rows = self.read(&sql, &[Arg::Id(sku.0)]).await?;
+        rows.iter().map(rows::bucket_row).collect()
     }
 
     async fn split_buckets(&self, sku: SkuId) -> Result<(), StoreError> {
@@ -663,17 +1064,18 @@ impl<B: Backend> OrderStore for Store<B> {
             .map(rows::order)
             .collect::<Result<Vec<_>, _>>()?;
         let sql = format!(
-            "SELECT {} FROM stock_events WHERE sku_id = ? ORDER BY seq",
+            "SELECT {} FROM stock_events WHERE sku_id = ? ORDER BY bucket, seq",
             sql::EVENT_COLUMNS
         );
         let events = events_of(&B::fetch(&mut *tx, &sql, &[Arg::Id(sku.0)]).await?)?;
+        let (buckets, transfers) = audit_buckets::<B>(&mut tx, sku).await?;
         tx.rollback().await.map_err(db_error)?;
         Ok(Some(SaleAudit {
             sale,
             orders,
             events,
-            buckets: Vec::new(),
-            transfers: Vec::new(),
+            buckets,
+            transfers,
         }))
     }
 

@@ -2,6 +2,7 @@
 //! backend (MariaDB, PostgreSQL, SQLite) against the same bodies, the short apply path and
 //! rolling schema upgrades.
 
+mod buckets;
 mod schema_compat;
 mod short_apply;
 mod store;

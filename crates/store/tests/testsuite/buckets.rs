@@ -1,0 +1,367 @@
+//! A sale of three buckets on every backend: each bucket's events apply to its own row (its
+//! epoch, applied_seq and counters) and the sale row follows as their sum; transfer sides move
+//! a bucket's total and available once each, never the sale row; a batch that mixes buckets
+//! changes nothing. Each bucket's events come from a `SaleBook` over its share, as its hot
+//! copy would write them.
+
+use flashsale_core::buckets::bucket_epoch;
+use flashsale_core::{
+    BucketRow, Counters, Event, OrderStore, PurchaseRequest, RequestId, Sale, SaleBook, SaleMode,
+    SaleState, SkuId, StoreError, TransferApplied, TransferEvent, TransferSide, UserId,
+};
+use flashsale_store::{MySqlStore, PgStore, SqliteStore};
+
+const SKU: SkuId = SkuId(44);
+const NOW: i64 = 1_700_000_000_000;
+/// Buckets of the sale, and its stock: 10 a bucket.
+const BUCKETS: u16 = 3;
+const TOTAL: u64 = 30;
+
+/// Runs `body` against MariaDB, PostgreSQL and SQLite, each in a test of its own.
+macro_rules! backends {
+    ($($name:ident),* $(,)?) => {$(
+        mod $name {
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn mysql() {
+                let db = flashsale_testkit::mariadb::TestDatabase::create().await;
+                let store = super::MySqlStore::connect(&db.url).await.expect("connect");
+                super::$name(&store).await;
+            }
+
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn postgres() {
+                let db = flashsale_testkit::postgres::TestDatabase::create().await;
+                let store = super::PgStore::connect(&db.url).await.expect("connect");
+                super::$name(&store).await;
+                store.close().await;
+            }
+
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn sqlite() {
+                let dir = tempfile::tempdir().expect("temp dir");
+                let path = dir.path().join("flashsale.db");
+                let store = super::SqliteStore::open(path.to_str().unwrap())
+                    .await
+                    .expect("open");
+                super::$name(&store).await;
+            }
+        }
+    )*};
+}
+
+backends!(
+    bucket_batches_apply_to_their_bucket_and_the_sale_sums_them,
+    transfer_sides_move_bucket_totals_once,
+    a_batch_of_two_buckets_changes_nothing,
+);
+
+fn sale(sku: SkuId, buckets: u16) -> Sale {
+    Sale {
+        sku_id: sku,
+        name: "buckets".into(),
+        total_stock: TOTAL,
+        per_user_limit: 5,
+        mode: SaleMode::Direct,
+        payment_timeout_ms: 60_000,
+        starts_at_ms: 0,
+        ends_at_ms: NOW * 2,
+        state: SaleState::Scheduled,
+        buckets,
+    }
+}
+
+/// The bucketed sale created, its first epoch taken (bucket epochs 3, 4, 5).
+async fn create(store: &dyn OrderStore) {
+    let created = store.create_sale(&sale(SKU, BUCKETS)).await.unwrap();
+    assert_eq!(created.sale.buckets, BUCKETS);
+    assert_eq!(store.take_epoch(SKU, 0).await.unwrap(), Some(1));
+}
+
+/// The book of `bucket`'s hot copy of sale epoch 1 (its share of 10, its own epoch).
+fn book(bucket: u16) -> SaleBook {
+    let live = Sale {
+        state: SaleState::Live,
+        total_stock: TOTAL / u64::from(BUCKETS),
+        buckets: 1,
+        ..sale(SKU, BUCKETS)
+    };
+    let counters = live.fresh_counters();
+    SaleBook::new(live, counters, bucket_epoch(1, bucket, BUCKETS))
+}
+
+/// The events of purchases of `quantity` by `users` in `book`.
+fn buy(book: &mut SaleBook, users: std::ops::Range<u64>, quantity: u32) -> Vec<Event> {
+    users
+        .map(|u| PurchaseRequest {
+            sku_id: SKU,
+            user_id: UserId(u),
+            request_id: RequestId::parse(&format!("r{u}")).unwrap(),
+            quantity,
+        })
+        .filter_map(|r| book.purchase(&r, NOW).1)
+        .collect()
+}
+
+fn counters(total: u64, available: u64, sold: u64, seq: u64) -> Counters {
+    Counters {
+        total,
+        available,
+        reserved: 0,
+        sold,
+        seq,
+    }
+}
+
+fn row(bucket: u16, epoch: u64, c: Counters) -> BucketRow {
+    BucketRow {
+        bucket,
+        epoch,
+        counters: c,
+    }
+}
+
+async fn apply(store: &dyn OrderStore, events: &[Event]) -> (usize, usize) {
+    let report = store.apply_events(SKU, events).await.unwrap();
+    assert!(
+        report.rejected.is_empty() && report.fenced.is_empty(),
+        "{report:?}"
+    );
+    (report.applied, report.duplicates)
+}
+
+async fn bucket_batches_apply_to_their_bucket_and_the_sale_sums_them(store: &dyn OrderStore) {
+    let fresh = store.create_sale(&sale(SKU, BUCKETS)).await.unwrap();
+    let ten = counters(10, 10, 0, 0);
+    let rows = store.buckets(SKU).await.unwrap();
+    assert_eq!(rows, vec![row(0, 0, ten), row(1, 0, ten), row(2, 0, ten)]);
+    assert_eq!(store.take_epoch(SKU, 0).await.unwrap(), Some(1));
+    let epochs: Vec<u64> = store
+        .buckets(SKU)
+        .await
+        .unwrap()
+        .iter()
+        .map(|b| b.epoch)
+        .collect();
+    assert_eq!(epochs, vec![3, 4, 5]);
+
+    let one = buy(&mut book(1), 1..6, 1); // bucket 1: seqs 1..=5, 1 unit each
+    let two = buy(&mut book(2), 11..15, 2); // bucket 2: seqs 1..=4, 2 units each
+    assert_eq!((one.len(), two.len()), (5, 4));
+    // Interleaved, each bucket's batches overlapping the ones before (redeliveries).
+    assert_eq!(apply(store, &one[..2]).await, (2, 0));
+    assert_eq!(apply(store, &two[..2]).await, (2, 0));
+    assert_eq!(apply(store, &one[..4]).await, (2, 2));
+    assert_eq!(apply(store, &two[1..]).await, (2, 1));
+    assert_eq!(apply(store, &one[3..]).await, (1, 1));
+    assert_eq!(apply(store, &two).await, (0, 4));
+
+    let rows = store.buckets(SKU).await.unwrap();
+    let expected = vec![
+        row(0, 3, ten),
+        row(1, 4, counters(10, 5, 5, 5)),
+        row(2, 5, counters(10, 2, 8, 4)),
+    ];
+    assert_eq!(rows, expected);
+    let stored = store.sale(SKU).await.unwrap().unwrap();
+    // The sale row is the sum; its own applied_seq is not a bucketed sale's.
+    assert_eq!(stored.counters, counters(TOTAL, 17, 13, fresh.counters.seq));
+    let all: Vec<Event> = one.iter().chain(&two).cloned().collect();
+    assert_eq!(store.events(SKU).await.unwrap(), all, "by bucket, then seq");
+    assert_eq!(store.orders(SKU).await.unwrap().len(), 9);
+    let audit = store.audit(SKU).await.unwrap().unwrap();
+    assert_eq!((audit.buckets, audit.events), (expected, all));
+
+    // A copy of bucket 1 of an older sale epoch (0·3 + 1) is fenced by bucket 1's epoch.
+    let mut stale = one[4].clone();
+    (stale.epoch, stale.seq) = (1, 6);
+    let report = store.apply_events(SKU, &[stale.clone()]).await.unwrap();
+    assert_eq!((report.applied, report.fenced), (0, vec![stale.clone()]));
+    assert_eq!(store.unreported_fenced(SKU, 10).await.unwrap(), vec![stale]);
+    // A gap in bucket 2's seqs is refused, whatever bucket 1's seq is.
+    let mut gap = two[3].clone();
+    gap.seq = 6;
+    assert!(matches!(
+        store.apply_events(SKU, &[gap]).await,
+        Err(StoreError::Gap {
+            applied_seq: 4,
+            first_seq: 6
+        })
+    ));
+    assert_eq!(
+        store.buckets(SKU).await.unwrap(),
+        rows,
+        "neither moved a bucket"
+    );
+}
+
+fn side(
+    epoch: u64,
+    id: &str,
+    side: TransferSide,
+    (from, to): (u16, u16),
+    units: u64,
+) -> TransferEvent {
+    TransferEvent {
+        sku_id: SKU,
+        epoch,
+        id: id.into(),
+        side,
+        from,
+        to,
+        units,
+        at_ms: NOW,
+    }
+}
+
+async fn transfer_sides_move_bucket_totals_once(store: &dyn OrderStore) {
+    create(store).await;
+    let before = store.sale(SKU).await.unwrap();
+    let out = side(3, "3.1", TransferSide::Out, (0, 2), 4);
+    let into = side(5, "3.1", TransferSide::In, (0, 2), 4);
+    assert_eq!(
+        store.apply_transfer(&out).await.unwrap(),
+        TransferApplied::Applied
+    );
+    assert_eq!(
+        store.apply_transfer(&out).await.unwrap(),
+        TransferApplied::Duplicate
+    );
+    let totals = |rows: Vec<BucketRow>| -> Vec<(u64, u64)> {
+        rows.iter()
+            .map(|b| (b.counters.total, b.counters.available))
+            .collect()
+    };
+    // In flight: out of bucket 0, in no bucket yet.
+    assert_eq!(
+        totals(store.buckets(SKU).await.unwrap()),
+        [(6, 6), (10, 10), (10, 10)]
+    );
+    assert_eq!(
+        store.apply_transfer(&into).await.unwrap(),
+        TransferApplied::Applied
+    );
+    assert_eq!(
+        store.apply_transfer(&into).await.unwrap(),
+        TransferApplied::Duplicate
+    );
+    assert_eq!(
+        totals(store.buckets(SKU).await.unwrap()),
+        [(6, 6), (10, 10), (14, 14)]
+    );
+    assert_eq!(
+        store.sale(SKU).await.unwrap(),
+        before,
+        "the sale row does not move"
+    );
+
+    // More than the source holds: refused, nothing kept.
+    let greedy = side(4, "4.1", TransferSide::Out, (1, 0), 11);
+    assert!(matches!(
+        store.apply_transfer(&greedy).await,
+        Err(StoreError::Internal(_))
+    ));
+    // Another side under a stored key: refused.
+    let other = side(3, "3.1", TransferSide::Out, (0, 2), 5);
+    assert!(matches!(
+        store.apply_transfer(&other).await,
+        Err(StoreError::Internal(_))
+    ));
+    let audit = store.audit(SKU).await.unwrap().unwrap();
+    assert_eq!(audit.transfers, vec![out, into]);
+
+    // A new sale epoch (bucket epochs 6, 7, 8) fences the sides of the old copies.
+    assert_eq!(store.take_epoch(SKU, 1).await.unwrap(), Some(2));
+    let stale = side(3, "3.2", TransferSide::Out, (0, 1), 1);
+    assert_eq!(
+        store.apply_transfer(&stale).await.unwrap(),
+        TransferApplied::Fenced
+    );
+    assert_eq!(
+        store.apply_transfer(&stale).await.unwrap(),
+        TransferApplied::Fenced
+    );
+    let rows = store.buckets(SKU).await.unwrap();
+    assert_eq!(totals(rows.clone()), [(6, 6), (10, 10), (14, 14)]);
+    assert_eq!(rows.iter().map(|b| b.epoch).collect::<Vec<_>>(), [6, 7, 8]);
+    assert_eq!(store.audit(SKU).await.unwrap().unwrap().transfers.len(), 2);
+    // A bucket's whole stock may leave it.
+    let all = side(6, "6.1", TransferSide::Out, (0, 1), 6);
+    assert_eq!(
+        store.apply_transfer(&all).await.unwrap(),
+        TransferApplied::Applied
+    );
+    assert_eq!(
+        store.buckets(SKU).await.unwrap()[0].counters,
+        counters(0, 0, 0, 0)
+    );
+
+    // Transfers exist only between the buckets of a bucketed sale.
+    store.create_sale(&sale(SkuId(7), 1)).await.unwrap();
+    let single = TransferEvent {
+        sku_id: SkuId(7),
+        ..side(1, "1.1", TransferSide::Out, (0, 1), 1)
+    };
+    assert!(matches!(
+        store.apply_transfer(&single).await,
+        Err(StoreError::Internal(_))
+    ));
+    assert!(store.buckets(SkuId(7)).await.unwrap().is_empty());
+    let unknown = TransferEvent {
+        sku_id: SkuId(8),
+        ..single
+    };
+    assert!(matches!(
+        store.apply_transfer(&unknown).await,
+        Err(StoreError::SaleNotFound)
+    ));
+}
+
+async fn a_batch_of_two_buckets_changes_nothing(store: &dyn OrderStore) {
+    create(store).await;
+    let one = buy(&mut book(1), 1..3, 1);
+    let two = buy(&mut book(2), 11..12, 1);
+    apply(store, &one[..1]).await;
+    let snapshot = || async {
+        (
+            store.sale(SKU).await.unwrap(),
+            store.buckets(SKU).await.unwrap(),
+            store.orders(SKU).await.unwrap(),
+            store.events(SKU).await.unwrap(),
+        )
+    };
+    let before = snapshot().await;
+    let mixed: Vec<Event> = one[1..].iter().chain(&two).cloned().collect();
+    assert!(matches!(
+        store.apply_events(SKU, &mixed).await,
+        Err(StoreError::Internal(_))
+    ));
+    assert_eq!(snapshot().await, before);
+    // Each bucket's own batch still applies.
+    assert_eq!(apply(store, &one[1..]).await, (1, 0));
+    assert_eq!(apply(store, &two).await, (1, 0));
+}
+
+/// The embedded ledger runs a bucketed sale as one book on its sale row (`put_sale` drops the
+/// bucket rows): its events, of the sale's epoch, apply to the sale row as for one bucket.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bucketed_sale_put_as_one_book_applies_to_its_sale_row() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let store = SqliteStore::open(dir.path().join("f.db").to_str().unwrap())
+        .await
+        .expect("open");
+    let s = sale(SKU, BUCKETS);
+    store.create_sale(&s).await.unwrap();
+    assert_eq!(store.buckets(SKU).await.unwrap().len(), 3);
+    store.put_sale(&s, &s.fresh_counters(), 1).await.unwrap();
+    assert!(store.buckets(SKU).await.unwrap().is_empty());
+    let live = Sale {
+        state: SaleState::Live,
+        ..s.clone()
+    };
+    let mut book = SaleBook::new(live.clone(), live.fresh_counters(), 1);
+    let events = buy(&mut book, 1..4, 2);
+    assert_eq!(apply(&store, &events).await, (3, 0));
+    let stored = store.sale(SKU).await.unwrap().unwrap();
+    assert_eq!(stored.counters, counters(TOTAL, 24, 6, 3));
+    assert_eq!(store.events_between(SKU, 1, 3).await.unwrap(), events);
+}
