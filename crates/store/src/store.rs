@@ -214,22 +214,36 @@ impl<B: Backend> Store<B> {
     ) -> Result<(), StoreError> {
         let mut tx = self.begin_write().await?;
         B::run(&mut *tx, sql::INSERT_SALE, sale_args).await?;
+        insert_bucket_rows::<B>(&mut tx, sku, &shares).await?;
+        tx.commit().await.map_err(db_error)
+    }
+
+    /// `split_buckets` in one transaction: rows there already are kept; a sale without rows
+    /// gets them only while it has not sold (its stock then splits as on creation).
+    async fn split_fresh(&self, sku: SkuId) -> Result<(), StoreError> {
+        let mut tx = self.begin_write().await?;
         let sql = format!(
-            "{}{}",
-            sql::INSERT_BUCKETS,
-            values_placeholders(shares.len(), sql::BUCKET_COLS)
+            "SELECT {} FROM sales WHERE sku_id = ?{}",
+            sql::SALE_COLUMNS,
+            B::DIALECT.lock_row
         );
-        let mut args = Vec::with_capacity(shares.len() * sql::BUCKET_COLS);
-        for (bucket, share) in (0u32..).zip(&shares) {
-            let share = signed(*share)?;
-            args.extend([
-                Arg::Id(sku.0),
-                Arg::Small(bucket),
-                Arg::Int(share),
-                Arg::Int(share),
-            ]);
+        let rows = B::fetch(&mut *tx, &sql, &[Arg::Id(sku.0)]).await?;
+        let stored = SaleRow::read(rows.first().ok_or(StoreError::SaleNotFound)?)?.into_stored()?;
+        let n = stored.sale.buckets;
+        let sql = "SELECT COUNT(*) AS n FROM sale_buckets WHERE sku_id = ?";
+        let count = B::fetch(&mut *tx, sql, &[Arg::Id(sku.0)]).await?;
+        let have = count.first().map(|r| r.int("n")).transpose()?.unwrap_or(0);
+        if have == i64::from(n) {
+            return tx.rollback().await.map_err(db_error);
         }
-        B::run(&mut *tx, &sql, &args).await?;
+        if have != 0 || n <= 1 || stored.counters != stored.sale.fresh_counters() {
+            return Err(StoreError::Internal(format!(
+                "sale {sku} of {n} buckets has {have} bucket rows and counters {:?}: it cannot \
+                 be split now",
+                stored.counters
+            )));
+        }
+        insert_bucket_rows::<B>(&mut tx, sku, &split_stock(stored.sale.total_stock, n)).await?;
         tx.commit().await.map_err(db_error)
     }
 
@@ -587,6 +601,32 @@ async fn write_events<B: Backend>(
         }
         B::run(&mut **tx, &sql, &args).await?;
     }
+    Ok(())
+}
+
+/// One row per bucket of `sku`, bucket b holding `shares[b]` units (epoch 0, nothing
+/// applied).
+async fn insert_bucket_rows<B: Backend>(
+    tx: &mut Tx<B>,
+    sku: SkuId,
+    shares: &[u64],
+) -> Result<(), StoreError> {
+    let sql = format!(
+        "{}{}",
+        sql::INSERT_BUCKETS,
+        values_placeholders(shares.len(), sql::BUCKET_COLS)
+    );
+    let mut args = Vec::with_capacity(shares.len() * sql::BUCKET_COLS);
+    for (bucket, share) in (0u32..).zip(shares) {
+        let share = signed(*share)?;
+        args.extend([
+            Arg::Id(sku.0),
+            Arg::Small(bucket),
+            Arg::Int(share),
+            Arg::Int(share),
+        ]);
+    }
+    B::run(&mut **tx, &sql, &args).await?;
     Ok(())
 }
 
@@ -1040,9 +1080,7 @@ impl<B: Backend> OrderStore for Store<B> {
     }
 
     async fn split_buckets(&self, sku: SkuId) -> Result<(), StoreError> {
-        Err(StoreError::Internal(format!(
-            "sale {sku}: bucketed sales are not stored yet"
-        )))
+        self.split_fresh(sku).await
     }
 
     async fn audit(&self, sku: SkuId) -> Result<Option<SaleAudit>, StoreError> {

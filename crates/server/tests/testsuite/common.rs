@@ -402,7 +402,8 @@ impl SqlCounts {
 
     /// I1–I5 and I8 as the tables show them once the persister has drained: no oversell, the
     /// counters conserved, the per-user limit kept, one order per request, nothing left
-    /// pending, the event log gap-free up to the applied seq, no order number twice.
+    /// pending, the event log gap-free up to the applied seq (per bucket, summed), no order
+    /// number twice.
     pub fn assert_invariants(&self) {
         assert!(self.live_units <= self.total, "I1: {self:?}");
         assert_eq!(
@@ -426,6 +427,12 @@ impl SqlCounts {
 fn counts_query(int: &str, sku: u64) -> String {
     let live = format!("sku_id = {sku} AND status IN ('CREATED','RESERVED','PAID')");
     let sale = |col: &str| format!("(SELECT CAST({col} AS {int}) FROM sales WHERE sku_id = {sku})");
+    // A sale kept in buckets applies on its bucket rows, each with its own seq from 1: the
+    // sums over buckets stand for the sale's (the sale row's applied_seq stays 0 then).
+    let applied = format!(
+        "(SELECT CAST(applied_seq + (SELECT COALESCE(SUM(applied_seq), 0) FROM sale_buckets \
+         WHERE sku_id = {sku}) AS {int}) FROM sales WHERE sku_id = {sku})"
+    );
     format!(
         "SELECT {}, {}, {}, {}, {}, {}, \
          (SELECT COUNT(*) FROM orders WHERE {live}), \
@@ -438,13 +445,14 @@ fn counts_query(int: &str, sku: u64) -> String {
             (SELECT 1 AS one FROM orders WHERE sku_id = {sku} \
              GROUP BY user_id, request_id HAVING COUNT(*) > 1) repeats), \
          (SELECT COUNT(*) FROM stock_events WHERE sku_id = {sku}), \
-         (SELECT CAST(COALESCE(MAX(seq), 0) AS {int}) FROM stock_events WHERE sku_id = {sku})",
+         (SELECT CAST(COALESCE(SUM(last), 0) AS {int}) FROM \
+            (SELECT MAX(seq) AS last FROM stock_events WHERE sku_id = {sku} GROUP BY bucket) b)",
         sale("total_stock"),
         sale("available"),
         sale("reserved"),
         sale("sold"),
         sale("per_user_limit"),
-        sale("applied_seq"),
+        applied,
     )
 }
 
