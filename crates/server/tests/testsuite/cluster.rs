@@ -309,7 +309,8 @@ async fn a_bucketed_sale_spans_the_primaries_and_sells_exactly_its_stock() {
         .unwrap();
     assert!(run.iter().all(|r| r.ok), "{run:#?}");
 
-    let ledger = flashsale_redis::RedisLedger::connect(&cluster.urls(), "fs")
+    let prefix = &stack.config.engine.ledger.redis_prefix;
+    let ledger = flashsale_redis::RedisLedger::connect(&cluster.urls(), prefix)
         .await
         .unwrap();
     let layout = ledger.with_buckets().layout(SkuId(SKU)).await.unwrap();
@@ -321,7 +322,7 @@ async fn a_bucketed_sale_spans_the_primaries_and_sells_exactly_its_stock() {
                 .await,
         );
     }
-    assert_eq!(primaries.len(), 3, "one bucket per primary");
+    assert_eq!(primaries.len(), 3, "one bucket per primary: {layout:?}");
 }
 
 /// Milliseconds between the first and the last non-202 answer of `sku` after `from_ms`.
