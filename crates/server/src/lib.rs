@@ -20,20 +20,23 @@
 //! - [`serve`]: `Config` → backends (opened once), workers, listener; graceful shutdown.
 //! - [`metrics`]: the Prometheus recorder; [`metrics_help`]: the HELP text of every metric;
 //!   [`hot_metrics`]: the request path's metric handles, resolved once per thread.
+//! - [`bucket_view`]: a bucketed sale's per-bucket counters (hot, else the database's), and
+//!   their cache.
 //! - [`dashboard`]: what the live page keeps between requests (`live`, `prom`, `view`).
 //! - [`openapi`]: the document's head and schemas; [`openapi_extra`]: `u64` ranges, `{ip}`
 //!   parameters and links in it.
 //!
 //! Inside the crate, dependencies point one way: `state` holds the parts (auth, gateway,
-//! risk client, dashboard readings, and the engine's batcher, caches, breaker, journal) and
-//! depends on their modules; `routes`, `middleware`, `workers`, `serve` and `openapi` depend
-//! on `state`; no module that `state` holds imports `state`, `routes`, `middleware`,
-//! `workers` or `serve` (`scripts/layering.sh` checks it).
+//! risk client, dashboard readings, bucket views, and the engine's batcher, caches, breaker,
+//! journal) and depends on their modules; `routes`, `middleware`, `workers`, `serve` and
+//! `openapi` depend on `state`; no module that `state` holds imports `state`, `routes`,
+//! `middleware`, `workers` or `serve` (`scripts/layering.sh` checks it).
 //!
 //! May depend on every backend crate and the engine; the domain rules stay in flashsale-core.
 //! Only the binary (flashsale) and tests depend on it.
 
 pub mod auth;
+pub mod bucket_view;
 pub mod dashboard;
 pub mod error;
 pub mod gateway;

@@ -72,6 +72,8 @@ pub struct Error {
         Error,
         crate::routes::sales::CreateSale,
         crate::routes::sales::SaleView,
+        crate::bucket_view::BucketCounters,
+        crate::bucket_view::BucketSource,
         crate::routes::purchases::PurchaseBody,
         crate::routes::OrderView,
         crate::routes::health::Health,

@@ -8,6 +8,7 @@ use flashsale_core::{Ledger, OrderStore};
 use metrics_exporter_prometheus::PrometheusHandle;
 
 use crate::auth::Auth;
+use crate::bucket_view::BucketCache;
 use crate::gateway::{BlacklistStore, Gateway, MemoryBlacklist};
 use crate::risk::RiskCheck;
 pub use crate::tunables::Tunables;
@@ -32,6 +33,8 @@ pub struct Shared {
     pub batcher: Batcher,
     pub auth: Auth,
     pub sales: SaleCache,
+    /// Bucketed sales' per-bucket counters, kept as long as the sales' counters.
+    pub buckets: BucketCache,
     /// Shared with the batcher, which sets them; restocks and state changes clear them.
     pub sold_out: Arc<SoldOutFlags>,
     pub breaker: Breaker,
@@ -103,6 +106,7 @@ impl AppState {
             store,
             auth,
             sales: SaleCache::new(tunables.cache_ttl),
+            buckets: BucketCache::new(tunables.cache_ttl),
             sold_out,
             breaker: Breaker::new(BREAKER_FAILURES_MAX, BREAKER_OPEN_MS),
             metrics: crate::metrics::handle(),

@@ -15,6 +15,7 @@ use serde_json::Value;
 
 use super::live::Series;
 use super::prom::{self, Buckets, Sample};
+use crate::bucket_view::BucketFields;
 
 /// Sales shown at most (live ones first).
 pub(crate) const SALES_SHOWN_MAX: usize = 50;
@@ -37,6 +38,9 @@ pub struct SaleCard {
     pub available: u64,
     pub reserved: u64,
     pub sold: u64,
+    /// A bucketed sale's per-bucket counters, when the hot ledger or the database has them.
+    #[serde(flatten)]
+    pub per_bucket: BucketFields,
 }
 
 /// `GET /api/v1/dashboard`.

@@ -64,7 +64,7 @@ pub async fn page() -> impl IntoResponse {
 
 // `GET /api/v1/dashboard`.
 #[utoipa::path(get, path = "/dashboard", tag = "ops", operation_id = "public_dashboard",
-    responses((status = 200, description = "every sale (live first, at most 50) with its state and stock")))]
+    responses((status = 200, description = "every sale (live first, at most 50) with its state and stock, and a bucketed sale's per-bucket counters when the hot ledger or the database has them")))]
 pub async fn public_route(State(st): State<AppState>) -> Result<Json<PublicView>, AppError> {
     cached_public(&st).await.map(Json)
 }
@@ -123,7 +123,8 @@ async fn shown_sales(st: &AppState) -> Result<Vec<StoredSale>, AppError> {
     Ok(sales)
 }
 
-/// Hot counters when the ledger has the sale (fresher: the database lags the persister).
+/// Hot counters when the ledger has the sale (fresher: the database lags the persister); a
+/// bucketed sale's buckets likewise.
 async fn card(st: &AppState, stored: &StoredSale) -> SaleCard {
     let sku = stored.sale.sku_id;
     let hot = match stored.sale.state {
@@ -141,6 +142,10 @@ async fn card(st: &AppState, stored: &StoredSale) -> SaleCard {
         available: c.available,
         reserved: c.reserved,
         sold: c.sold,
+        per_bucket: st
+            .buckets
+            .read(st.ledger.as_ref(), st.store.as_ref(), stored)
+            .await,
     }
 }
 

@@ -11,6 +11,7 @@ use utoipa::ToSchema;
 
 use super::{stored_sale, AdminOn, Answer, ApiJson, ApiPath};
 use crate::auth::Admin;
+use crate::bucket_view::BucketFields;
 use crate::error::AppError;
 use crate::state::AppState;
 
@@ -44,7 +45,9 @@ pub struct CreateSale {
     pub buckets: Option<u16>,
 }
 
-/// A sale with its stock.
+/// A sale with its stock. `available`, `reserved` and `sold` are the whole sale's (for a
+/// bucketed sale, the sum over its buckets); `GET /api/v1/sales/{sku_id}` adds a bucketed
+/// sale's per-bucket counters when the hot ledger or the database has them.
 #[derive(Debug, Serialize, ToSchema)]
 pub struct SaleView {
     #[serde(flatten)]
@@ -54,6 +57,9 @@ pub struct SaleView {
     pub reserved: u64,
     pub sold: u64,
     pub seq: u64,
+    #[serde(flatten)]
+    #[schema(inline)]
+    pub per_bucket: BucketFields,
 }
 
 impl SaleView {
@@ -64,7 +70,12 @@ impl SaleView {
             reserved: c.reserved,
             sold: c.sold,
             seq: c.seq,
+            per_bucket: BucketFields::default(),
         }
+    }
+
+    fn with_buckets(self, per_bucket: BucketFields) -> SaleView {
+        SaleView { per_bucket, ..self }
     }
 }
 
@@ -119,7 +130,7 @@ pub async fn create(
 
 #[utoipa::path(get, path = "/sales/{sku_id}", tag = "sales", operation_id = "get_sale",
     params(("sku_id" = u64, Path, minimum = 0)),
-    responses((status = 200, description = "the sale (counters may be 1 s old)", body = SaleView)))]
+    responses((status = 200, description = "the sale (counters may be 1 s old); a bucketed sale also its per-bucket counters, from the hot ledger or else the database (`bucket_source`), when either has them", body = SaleView)))]
 pub async fn get(
     State(st): State<AppState>,
     ApiPath(p): ApiPath<u64>,
@@ -130,7 +141,13 @@ pub async fn get(
         Some(c) => c,
         None => hot_or_stored_counters(&st, &stored).await,
     };
-    Ok(Json(SaleView::new(&stored.sale, &counters)))
+    let per_bucket = st
+        .buckets
+        .read(st.ledger.as_ref(), st.store.as_ref(), &stored)
+        .await;
+    Ok(Json(
+        SaleView::new(&stored.sale, &counters).with_buckets(per_bucket),
+    ))
 }
 
 /// Hot counters when the sale is warm and the ledger answers; else the database's.
@@ -201,6 +218,7 @@ pub async fn warm(
         }
     }
     st.sales.forget(sku);
+    st.buckets.forget(sku);
     st.sold_out.clear(sku);
     let stored = stored_sale(&st, sku).await?;
     let hot = st.ledger.counters(sku).await.ok().flatten();
@@ -283,4 +301,96 @@ async fn warm_snapshot(
         }
     }
     Ok(st.ledger.hot_snapshot(sku).await?)
+}
+
+#[cfg(test)]
+mod tests {
+    use flashsale_core::{BucketRow, HotBuckets};
+    use serde_json::Value;
+
+    use super::*;
+
+    fn counters(total: u64, available: u64, reserved: u64, sold: u64) -> Counters {
+        Counters {
+            total,
+            available,
+            reserved,
+            sold,
+            seq: 4,
+        }
+    }
+
+    /// A sale of 100 units over three buckets, 10 of them in flight: its counters are the
+    /// sum over its buckets (units in flight are in none), and the view's JSON.
+    fn view(per_bucket: BucketFields) -> Value {
+        let sale = Sale {
+            buckets: 3,
+            ..Sale::always_open(SkuId(7), 100)
+        };
+        let sum = counters(100, 67, 3, 10);
+        serde_json::to_value(SaleView::new(&sale, &sum).with_buckets(per_bucket)).unwrap()
+    }
+
+    fn bucket_sums(v: &Value) -> [u64; 4] {
+        let list = v["bucket_counters"].as_array().expect("a list");
+        let sum = |k: &str| list.iter().map(|b| b[k].as_u64().unwrap()).sum::<u64>();
+        [sum("total"), sum("available"), sum("reserved"), sum("sold")]
+    }
+
+    /// The buckets of the sale above: they hold 90 units, 67 available, 3 reserved, 10 sold.
+    fn split() -> [(u16, Counters); 3] {
+        [
+            (0, counters(40, 30, 2, 8)),
+            (1, counters(30, 27, 1, 2)),
+            (2, counters(20, 10, 0, 0)),
+        ]
+    }
+
+    #[test]
+    fn a_hot_answer_lists_the_buckets_which_add_up_to_the_sale() {
+        let hot = HotBuckets {
+            buckets: split().to_vec(),
+            in_flight_units: 10,
+        };
+        let v = view(BucketFields::hot(&hot));
+        assert_eq!(v["buckets"], 3);
+        assert_eq!(v["bucket_source"], "hot");
+        assert_eq!(v["in_flight_units"], 10);
+        assert_eq!(
+            v["bucket_counters"][1],
+            serde_json::json!({"bucket": 1, "total": 30, "available": 27, "reserved": 1, "sold": 2})
+        );
+        let [total, available, reserved, sold] = bucket_sums(&v);
+        assert_eq!(total + 10, v["total_stock"].as_u64().unwrap());
+        assert_eq!(available, v["available"].as_u64().unwrap(), "{v}");
+        assert_eq!(reserved, v["reserved"].as_u64().unwrap());
+        assert_eq!(sold, v["sold"].as_u64().unwrap());
+    }
+
+    #[test]
+    fn database_rows_are_listed_with_their_source_and_the_units_in_flight() {
+        let rows = split().map(|(bucket, counters)| BucketRow {
+            bucket,
+            epoch: 3 + u64::from(bucket),
+            counters,
+        });
+        let v = view(BucketFields::database(&rows, 100));
+        assert_eq!(v["bucket_source"], "database");
+        assert_eq!(v["in_flight_units"], 10);
+        assert_eq!(v["bucket_counters"].as_array().map(Vec::len), Some(3));
+        assert_eq!(bucket_sums(&v), [90, 67, 3, 10]);
+        assert_eq!(
+            (v["available"].as_u64(), v["sold"].as_u64()),
+            (Some(67), Some(10))
+        );
+    }
+
+    #[test]
+    fn a_sale_without_bucket_counters_shows_none_of_their_fields() {
+        let v = view(BucketFields::default());
+        assert_eq!(v["buckets"], 3);
+        for field in ["bucket_counters", "in_flight_units", "bucket_source"] {
+            assert!(v.get(field).is_none(), "{field} in {v}");
+        }
+    }
 }

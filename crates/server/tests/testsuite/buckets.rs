@@ -1,6 +1,7 @@
 //! Stock buckets over HTTP: a sale's `buckets` is taken, validated, stored and shown; the
-//! embedded ledger runs a bucketed sale as one book, the Redis ledger as a copy per bucket
-//! with a stream, a persister task and a database row each; both sell exactly the stock.
+//! embedded ledger runs a bucketed sale as one book (no per-bucket counters to show), the
+//! Redis ledger as a copy per bucket with a stream, a persister task and a database row
+//! each (its counters shown per bucket); both sell exactly the stock.
 
 use std::collections::HashSet;
 
@@ -98,4 +99,63 @@ async fn spike(stack: &Stack, sku: u64, users: &[u64]) -> HashSet<u64> {
         }
     }
     buyers
+}
+
+/// The fields a bucketed sale's view has only when its buckets were read one by one.
+const PER_BUCKET_FIELDS: [&str; 3] = ["bucket_counters", "in_flight_units", "bucket_source"];
+
+fn assert_no_bucket_counters(view: &Value) {
+    for field in PER_BUCKET_FIELDS {
+        assert!(view.get(field).is_none(), "{field} shown: {view}");
+    }
+}
+
+on_systems!(the_embedded_ledger_shows_the_count_and_no_bucket_counters: embedded);
+/// The embedded ledger runs a bucketed sale as one book and the database has no bucket rows
+/// for it: the sale's view shows its count and its summed counters only, scheduled and live,
+/// and so does the dashboard's card. A bad or unknown sku is still refused.
+async fn the_embedded_ledger_shows_the_count_and_no_bucket_counters(stack: &Stack) {
+    const SKU: u64 = 304;
+    let path = format!("/api/v1/sales/{SKU}");
+    let (status, created) = stack.create_sale(sale_body(SKU, 30, json!(3))).await;
+    assert_eq!(status, StatusCode::CREATED, "{created}");
+    assert_no_bucket_counters(&created);
+    let scheduled = stack.get_ok(&path).await;
+    assert_eq!(scheduled["buckets"], 3, "{scheduled}");
+    assert_no_bucket_counters(&scheduled);
+
+    let (status, warm) = stack
+        .admin("POST", &format!("/api/v1/sales/{SKU}/warm"), None)
+        .await;
+    assert_eq!(status, StatusCode::OK, "{warm}");
+    stack.buy_ok(1, SKU, "a", 1).await;
+    stack.buy_ok(2, SKU, "a", 1).await;
+    let live = stack.get_ok(&path).await;
+    assert_eq!(live["buckets"], 3, "{live}");
+    assert_eq!(
+        (live["available"].as_u64(), live["sold"].as_u64()),
+        (Some(28), Some(2)),
+        "{live}"
+    );
+    assert_no_bucket_counters(&live);
+
+    let public = stack.get_ok("/api/v1/dashboard").await;
+    let card = public["sales"]
+        .as_array()
+        .and_then(|s| s.iter().find(|c| c["sku_id"] == json!(SKU)))
+        .expect("the sale's card");
+    assert_eq!(card["buckets"], 3, "{card}");
+    assert_no_bucket_counters(card);
+
+    for (bad, want) in [
+        ("x", StatusCode::BAD_REQUEST),
+        ("-1", StatusCode::BAD_REQUEST),
+        ("305", StatusCode::NOT_FOUND),
+    ] {
+        let (status, body) = stack
+            .call("GET", &format!("/api/v1/sales/{bad}"), None, None)
+            .await;
+        assert_eq!(status, want, "{bad}: {body}");
+        assert!(!code(&body).is_empty(), "the API's error shape: {body}");
+    }
 }

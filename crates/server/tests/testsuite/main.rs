@@ -6,6 +6,7 @@
 mod common;
 
 mod api;
+mod bucket_counters;
 mod buckets;
 mod cluster;
 mod dashboard;

@@ -127,3 +127,45 @@ async fn the_error_code_schema_lists_every_code() {
         .collect();
     assert_eq!(listed, codes);
 }
+
+/// A sale's view documents a bucketed sale's per-bucket counters, each field described, and
+/// none of them required (a sale of one bucket has none).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_sale_view_documents_its_bucket_counters() {
+    let stack = Stack::embedded().await;
+    let (s, doc) = stack.call("GET", "/openapi.json", None, None).await;
+    assert_eq!(s, StatusCode::OK);
+    let schemas = &doc["components"]["schemas"];
+    let parts = schemas["SaleView"]["allOf"]
+        .as_array()
+        .expect("SaleView allOf");
+    let part = parts
+        .iter()
+        .find(|p| p["properties"].get("bucket_counters").is_some())
+        .expect("a part with bucket_counters");
+    for field in ["bucket_counters", "in_flight_units", "bucket_source"] {
+        // utoipa puts a reference's description beside it, inside the nullable `oneOf`.
+        let property = &part["properties"][field];
+        let one_of = property["oneOf"].as_array().cloned().unwrap_or_default();
+        let description = std::iter::once(property)
+            .chain(one_of.iter())
+            .find_map(|p| p["description"].as_str());
+        assert!(
+            description.is_some_and(|d| !d.is_empty()),
+            "{field}: {part}"
+        );
+        let required = part["required"].as_array().cloned().unwrap_or_default();
+        assert!(!required.contains(&Value::from(field)), "{field} required");
+    }
+    let bucket = &schemas["BucketCounters"]["properties"];
+    for field in ["bucket", "total", "available", "reserved", "sold"] {
+        assert!(bucket.get(field).is_some(), "BucketCounters lacks {field}");
+    }
+    let sources: BTreeSet<&str> = schemas["BucketSource"]["enum"]
+        .as_array()
+        .expect("BucketSource enum")
+        .iter()
+        .filter_map(Value::as_str)
+        .collect();
+    assert_eq!(sources, BTreeSet::from(["hot", "database"]));
+}

@@ -128,11 +128,34 @@ function renderSale(main, sale, admin, view) {
   badge.className = 'badge ' + sale.state;
   for (const k of ['available', 'sold', 'reserved', 'total']) setField(el, k, fmt(sale[k]), sale[k]);
   setField(el, 'buckets', fmt(sale.buckets), sale.buckets);
+  renderBuckets(el, sale);
   $('.fill', el).style.width = (sale.total ? 100 * sale.sold / sale.total : 0) + '%';
   $('.ops', el).hidden = !admin;
   remember(card.history, view.at_ms / 1000, sale.available, admin ? sale.backlog : null);
   if (admin) renderOps(card, sale, view);
   drawCharts(card, sale, admin);
+}
+
+// A bucketed sale's buckets, a row each, when the server read them (never on the embedded
+// ledger: it runs a bucketed sale as one book). Built with text nodes only: no markup from data.
+function renderBuckets(el, sale) {
+  const table = $('table.buckets', el);
+  const list = sale.bucket_counters;
+  table.hidden = !list;
+  if (!list) return;
+  $('caption', table).textContent = 'per bucket (' + sale.bucket_source + '), in flight between buckets: ' +
+    fmt(sale.in_flight_units);
+  const rows = list.map(b => {
+    const tr = document.createElement('tr');
+    tr.dataset.bucket = b.bucket;
+    for (const v of [b.bucket, b.available, b.sold, b.reserved, b.total]) {
+      const td = document.createElement('td');
+      td.textContent = fmt(v);
+      tr.appendChild(td);
+    }
+    return tr;
+  });
+  $('tbody', table).replaceChildren(...rows);
 }
 
 function remember(h, t, stock, backlog) {

@@ -52,6 +52,7 @@ pub async fn repair_route(AdminOn { st, p, .. }: AdminOn<u64>) -> Answer<SaleRep
         .map_err(internal)?;
     st.sold_out.clear(sku);
     st.sales.forget(sku);
+    st.buckets.forget(sku);
     Ok(Json(report))
 }
 
