@@ -113,14 +113,16 @@ pub async fn read(
     store: &dyn OrderStore,
     stored: &StoredSale,
 ) -> BucketFields {
-    // A sale of one bucket costs no more round trips than before.
-    if stored.sale.buckets <= 1 {
+    // A sale of one bucket costs no more round trips than before. A ledger that runs a
+    // bucketed sale as one book (the embedded one) has no per-bucket counters to show, and
+    // its database rows are dropped when the book is loaded.
+    let sku = stored.sale.sku_id;
+    if stored.sale.buckets <= 1 || !ledger.keeps_buckets(sku) {
         return BucketFields::default();
     }
     if let Some(hot) = read_hot(ledger, stored).await {
         return BucketFields::hot(&hot);
     }
-    let sku = stored.sale.sku_id;
     match store.buckets(sku).await {
         Ok(rows) => BucketFields::database(&rows, stored.counters.total),
         Err(e) => {

@@ -49,6 +49,10 @@ impl HotLedger for Bucketed {
     fn buckets_max(&self) -> u16 {
         self.inner.buckets_max()
     }
+    /// Says it keeps buckets apart, as the Redis ledger does, so that the view asks it.
+    fn keeps_buckets(&self, _sku: SkuId) -> bool {
+        true
+    }
     async fn set_state(&self, sku: SkuId, state: SaleState) -> Result<(), LedgerError> {
         self.inner.set_state(sku, state).await
     }
