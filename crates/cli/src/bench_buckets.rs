@@ -13,6 +13,7 @@ use flashsale_core::{
     HotCopies, HotLedger, PurchaseOutcome, PurchaseRequest, RequestId, Sale, SaleMode, SaleState,
     SkuId, UserId,
 };
+use flashsale_engine::batcher::Batcher;
 use flashsale_redis::RedisLedger;
 use rand::Rng;
 use redis::aio::MultiplexedConnection;
@@ -42,6 +43,11 @@ pub struct BucketsArgs {
     /// call into one script call per bucket, so each carries a part of the batch).
     #[arg(long)]
     pub by_home: bool,
+    /// Each buyer's request alone through the service's batcher (`Batcher`, batches of at
+    /// most `--batch`, `--concurrency` × `--batch` requests in flight), which forms a
+    /// bucketed sale's batches per home bucket: what `serve` sends the ledger.
+    #[arg(long, conflicts_with = "by_home")]
+    pub batcher: bool,
 }
 
 /// One node of the cluster: its connection and whether it is a primary.
@@ -80,10 +86,10 @@ pub async fn run(args: BucketsArgs) -> anyhow::Result<()> {
         "bench buckets: {} buyers per sale, batches of {} ({}), {} in flight, {} primaries",
         args.buyers,
         args.batch,
-        if args.by_home {
-            "each of one home bucket"
-        } else {
-            "buyers in arrival order"
+        match (args.by_home, args.batcher) {
+            (true, _) => "each of one home bucket",
+            (_, true) => "formed by the service's batcher from buyers in arrival order",
+            _ => "buyers in arrival order",
         },
         args.concurrency,
         nodes.iter().filter(|n| n.primary).count()
@@ -157,7 +163,10 @@ async fn sale_run(
     let stats_before = ledger.bucket_stats();
     let before = cpu_us(nodes).await?;
     let started = Instant::now();
-    let (accepted, sold_out) = spike(ledger, sale.sku_id, n, args, one_home).await?;
+    let (accepted, sold_out) = match args.batcher {
+        true => spike_batched(ledger, sale.sku_id, n, args, one_home).await?,
+        false => spike(ledger, sale.sku_id, n, args, one_home).await?,
+    };
     let wall_s = started.elapsed().as_secs_f64();
     let after = cpu_us(nodes).await?;
     let stats = ledger.bucket_stats();
@@ -220,6 +229,56 @@ fn batches(n: u16, args: &BucketsArgs, one_home: bool) -> Vec<Vec<UserId>> {
         }
         out.extend(round);
     }
+}
+
+/// Every buyer once, in arrival order, each request alone through a `Batcher` as the
+/// service sends it: (accepted, sold out).
+async fn spike_batched(
+    ledger: &Arc<RedisLedger>,
+    sku: SkuId,
+    n: u16,
+    args: &BucketsArgs,
+    one_home: bool,
+) -> anyhow::Result<(u64, u64)> {
+    let users: Vec<UserId> = batches(n, args, one_home).concat();
+    let (users, next) = (Arc::new(users), Arc::new(AtomicUsize::new(0)));
+    let ledger: Arc<dyn flashsale_core::Ledger> = ledger.clone();
+    let in_flight = args.concurrency * args.batch;
+    let batcher = Arc::new(Batcher::new(ledger, args.batch, in_flight.max(args.batch)));
+    let counts = Arc::new([AtomicU64::new(0), AtomicU64::new(0)]);
+    let rid = RequestId::parse("b").expect("request id");
+    let mut tasks = Vec::new();
+    for _ in 0..in_flight {
+        let (batcher, users, next, counts) =
+            (batcher.clone(), users.clone(), next.clone(), counts.clone());
+        let rid = rid.clone();
+        tasks.push(tokio::spawn(async move {
+            while let Some(&user_id) = users.get(next.fetch_add(1, Ordering::Relaxed)) {
+                let req = PurchaseRequest {
+                    sku_id: sku,
+                    user_id,
+                    request_id: rid.clone(),
+                    quantity: 1,
+                };
+                let accepted = match batcher.sold_out_here(&req) {
+                    true => false,
+                    false => matches!(
+                        batcher.purchase(req).await?,
+                        PurchaseOutcome::Accepted { .. }
+                    ),
+                };
+                counts[usize::from(!accepted)].fetch_add(1, Ordering::Relaxed);
+            }
+            Ok::<(), anyhow::Error>(())
+        }));
+    }
+    for task in tasks {
+        task.await??;
+    }
+    Ok((
+        counts[0].load(Ordering::Relaxed),
+        counts[1].load(Ordering::Relaxed),
+    ))
 }
 
 /// Every buyer once, in batches, `args.concurrency` calls at a time: (accepted, sold out).
