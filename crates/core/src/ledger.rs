@@ -160,6 +160,39 @@ pub trait HotLedger: Send + Sync + 'static {
     }
 }
 
+/// The transfers of one bucket a rebuild puts back into its copy
+/// ([`HotCopies::load_bucket`]).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct BucketTransfers {
+    /// Ids of the transfers this bucket took in.
+    pub ins: Vec<String>,
+    /// Its outs whose in is not stored: (id, destination, units).
+    pub pending: Vec<(String, u16, u64)>,
+}
+
+impl BucketTransfers {
+    /// `bucket`'s part of a sale's stored, unfenced transfer sides.
+    pub fn of(bucket: u16, sides: &[TransferEvent]) -> BucketTransfers {
+        let arrived: std::collections::HashSet<&str> = (sides.iter())
+            .filter(|t| t.side == crate::order::TransferSide::In)
+            .map(|t| t.id.as_str())
+            .collect();
+        let mut out = BucketTransfers::default();
+        for t in sides {
+            match t.side {
+                crate::order::TransferSide::In if t.to == bucket => out.ins.push(t.id.clone()),
+                crate::order::TransferSide::Out
+                    if t.from == bucket && !arrived.contains(t.id.as_str()) =>
+                {
+                    out.pending.push((t.id.clone(), t.to, t.units))
+                }
+                _ => {}
+            }
+        }
+        out
+    }
+}
+
 /// A bucketed sale's hot buckets as [`HotLedger::hot_buckets`] reads them.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct HotBuckets {
@@ -201,6 +234,42 @@ pub trait HotCopies: Send + Sync + 'static {
     /// is fenced, and every event still in the sale's stream, read in one atomic step; `None`
     /// when the sale has no hot copy.
     async fn hot_snapshot(&self, sku: SkuId) -> Result<Option<HotSnapshot>, LedgerError>;
+
+    /// A rebuild of one bucket (a ledger that keeps buckets apart): fences that bucket's copy
+    /// only; the others keep selling. True when it was there.
+    async fn fence_bucket(&self, sku: SkuId, bucket: u16) -> Result<bool, LedgerError> {
+        let _ = (sku, bucket);
+        Err(LedgerError::Internal("this ledger keeps no buckets".into()))
+    }
+
+    /// Loads one bucket's copy (closed, until [`HotCopies::open_bucket`]) from its row's
+    /// counters at `epoch`, with the transfers it is part of as the database holds them:
+    /// the ids it took in (`ins`, so none is taken in twice) and its outs whose in is not
+    /// stored (`pending`, finished like any out left in flight).
+    async fn load_bucket(
+        &self,
+        sale: &Sale,
+        bucket: u16,
+        counters: &Counters,
+        epoch: u64,
+        transfers: &BucketTransfers,
+    ) -> Result<(), LedgerError> {
+        let _ = (sale, bucket, counters, epoch, transfers);
+        Err(LedgerError::Internal("this ledger keeps no buckets".into()))
+    }
+
+    /// Opens one bucket's copy loaded at `epoch` in `state`; `AlreadyWarm` when the copy is
+    /// no longer the one of `epoch`.
+    async fn open_bucket(
+        &self,
+        sku: SkuId,
+        bucket: u16,
+        epoch: u64,
+        state: SaleState,
+    ) -> Result<(), LedgerError> {
+        let _ = (sku, bucket, epoch, state);
+        Err(LedgerError::Internal("this ledger keeps no buckets".into()))
+    }
 
     /// [`HotCopies::hot_snapshot`] of one bucket of a bucketed sale: its own counters, epoch
     /// and stream (order events and transfer sides). `None` for a ledger that runs a bucketed
@@ -405,6 +474,18 @@ pub trait OrderStore: Send + Sync + 'static {
     /// bucket. Idempotent; refused for a sale that has sold without rows (it was run as one
     /// book) or of one bucket.
     async fn split_buckets(&self, sku: SkuId) -> Result<(), StoreError>;
+
+    /// A rebuild of one bucket of a bucketed sale kept per bucket: moves that bucket's epoch
+    /// from `current` to the next of its own (`buckets::next_epoch`: `current + n`, so it
+    /// stays `≡ bucket (mod n)` and apart from every other bucket's), the fence of its events
+    /// and transfer sides. `None` when its epoch is no longer `current` (another rebuild took
+    /// one meanwhile).
+    async fn take_bucket_epoch(
+        &self,
+        sku: SkuId,
+        bucket: u16,
+        current: u64,
+    ) -> Result<Option<u64>, StoreError>;
 
     async fn ping(&self) -> Result<(), StoreError>;
 

@@ -34,9 +34,9 @@ pub mod sale;
 pub use error::{ErrorCode, LedgerError, StoreError};
 pub use ids::{OrderNo, RequestId, RequestKey, SkuId, UserId};
 pub use ledger::{
-    ApplyReport, BucketRow, DeadLetter, Durability, HotBuckets, HotCopies, HotLedger, HotSnapshot,
-    Ledger, OrderStore, PurchaseRequest, ReconcileRun, Resolution, SaleAudit, SoldOutSupport,
-    StoredSale, TransferApplied,
+    ApplyReport, BucketRow, BucketTransfers, DeadLetter, Durability, HotBuckets, HotCopies,
+    HotLedger, HotSnapshot, Ledger, OrderStore, PurchaseRequest, ReconcileRun, Resolution,
+    SaleAudit, SoldOutSupport, StoredSale, TransferApplied,
 };
 pub use order::{
     Event, EventKind, HotOrder, OrderStatus, PurchaseOutcome, TransferEvent, TransferSide,

@@ -118,7 +118,7 @@ impl Layout {
         }
     }
 
-    fn salts_text(&self) -> String {
+    pub(crate) fn salts_text(&self) -> String {
         let salts = self.salts.as_deref().unwrap_or(&[0]);
         salts
             .iter()

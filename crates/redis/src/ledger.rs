@@ -8,9 +8,9 @@ use async_trait::async_trait;
 use flashsale_core::ledger::{Changed, HotSnapshot, RestockFeed, RestockListener};
 use flashsale_core::limits::BATCH_LEN_MAX;
 use flashsale_core::{
-    Counters, Durability, ErrorCode, HotBuckets, HotCopies, HotLedger, HotOrder, LedgerError,
-    OrderNo, PurchaseOutcome, PurchaseRequest, RequestKey, Resolution, Sale, SaleState, SkuId,
-    SoldOutSupport, UserId,
+    BucketTransfers, Counters, Durability, ErrorCode, HotBuckets, HotCopies, HotLedger, HotOrder,
+    LedgerError, OrderNo, PurchaseOutcome, PurchaseRequest, RequestKey, Resolution, Sale,
+    SaleState, SkuId, SoldOutSupport, UserId,
 };
 use redis::{Cmd, FromRedisValue, RedisError, ScriptInvocation, Value};
 
@@ -222,15 +222,17 @@ impl RedisLedger {
                 other.order_no
             )));
         }
-        if orders.is_empty() {
-            // Nothing to put back: also the first load of a bucketed sale.
-            return Ok(0);
-        }
-        self.layout(sku).await?.single_only("restoring orders")?;
+        // A bucketed sale's copies are restored one bucket at a time (its rebuild): the copy
+        // of `epoch`, with the orders it sold.
+        let layout = self.layout(sku).await?;
+        let copy = layout.copy(flashsale_core::buckets::bucket_of_epoch(epoch, layout.n()));
+        let orders: Vec<&HotOrder> = (orders.iter())
+            .filter(|o| layout.copy_of_order(&o.order_no) == copy)
+            .collect();
         let mut added = 0;
         for chunk in orders.chunks(BATCH_LEN_MAX) {
             let mut inv = self.scripts.restore_orders.prepare_invoke();
-            for key in self.keys.copy_state(sku) {
+            for key in self.keys.copy_state(copy) {
                 inv.key(key);
             }
             inv.arg(epoch).arg(chunk.len());
@@ -763,6 +765,45 @@ impl HotCopies for RedisLedger {
         Ok(())
     }
 
+    async fn fence_bucket(&self, sku: SkuId, bucket: u16) -> Result<bool, LedgerError> {
+        let copy = self.bucket_copy(sku, bucket).await?;
+        let mut inv = self.scripts.fence.prepare_invoke();
+        inv.key(self.keys.sale(copy));
+        Ok(self.run::<i64>("fence", &inv).await? == 1)
+    }
+
+    async fn load_bucket(
+        &self,
+        sale: &Sale,
+        bucket: u16,
+        counters: &Counters,
+        epoch: u64,
+        transfers: &BucketTransfers,
+    ) -> Result<(), LedgerError> {
+        let layout = self.layout(sale.sku_id).await?;
+        let copy = self.bucket_copy(sale.sku_id, bucket).await?;
+        let text = layout.salts_text();
+        self.load_copy(copy, sale, counters, epoch, Some((layout.n(), &text)))
+            .await?;
+        self.restore_transfers(copy, transfers).await
+    }
+
+    async fn open_bucket(
+        &self,
+        sku: SkuId,
+        bucket: u16,
+        epoch: u64,
+        state: SaleState,
+    ) -> Result<(), LedgerError> {
+        let copy = self.bucket_copy(sku, bucket).await?;
+        let mut inv = self.scripts.open.prepare_invoke();
+        inv.key(self.keys.sale(copy)).arg(epoch).arg(state.as_str());
+        match self.run::<String>("open", &inv).await?.as_str() {
+            "OK" => Ok(()),
+            _ => Err(LedgerError::AlreadyWarm),
+        }
+    }
+
     async fn hot_snapshot(&self, sku: SkuId) -> Result<Option<HotSnapshot>, LedgerError> {
         self.layout(sku).await?.single_only("a snapshot")?;
         self.copy_snapshot(sku.into()).await
@@ -791,6 +832,48 @@ impl HotCopies for RedisLedger {
 }
 
 impl RedisLedger {
+    /// Bucket `bucket` of a sale of several (whose layout is stored in Redis).
+    async fn bucket_copy(&self, sku: SkuId, bucket: u16) -> Result<CopyTag, LedgerError> {
+        let layout = self.layout(sku).await?;
+        if layout.is_single() || bucket >= layout.n() {
+            return Err(LedgerError::Internal(format!(
+                "sale {sku} has no bucket {bucket} in Redis"
+            )));
+        }
+        Ok(layout.copy(bucket))
+    }
+
+    /// Puts a rebuilt bucket's transfers back (its copy was loaded with none): the ids it
+    /// took in, and its outs still pending, which `finish_transfers` then carries home.
+    async fn restore_transfers(
+        &self,
+        copy: CopyTag,
+        transfers: &BucketTransfers,
+    ) -> Result<(), LedgerError> {
+        if transfers.ins.is_empty() && transfers.pending.is_empty() {
+            return Ok(());
+        }
+        let mut pipe = redis::pipe();
+        for chunk in transfers.ins.chunks(BATCH_LEN_MAX) {
+            let mut cmd = redis::cmd("HSET");
+            cmd.arg(self.keys.transfers_in(copy));
+            for id in chunk {
+                cmd.arg(id).arg("restored");
+            }
+            pipe.add_command(cmd).ignore();
+        }
+        for chunk in transfers.pending.chunks(BATCH_LEN_MAX) {
+            let mut cmd = redis::cmd("HSET");
+            cmd.arg(self.keys.transfers_out(copy));
+            for (id, to, units) in chunk {
+                cmd.arg(id).arg(format!("{to}:{units}"));
+            }
+            pipe.add_command(cmd).ignore();
+        }
+        let mut conn = self.conn.clone();
+        bounded(Timeouts::HOT.call, pipe.query_async::<()>(&mut conn)).await
+    }
+
     /// Loads one copy: a sale's own, or one bucket of a sale of several (`layout`: the
     /// sale's bucket count and salts, stored with every bucket).
     pub(crate) async fn load_copy(

@@ -10,8 +10,9 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use flashsale_core::ledger::{Changed, HotSnapshot, RestockFeed, RestockListener};
 use flashsale_core::{
-    Counters, HotBuckets, HotCopies, HotLedger, HotOrder, Ledger, LedgerError, OrderNo,
-    PurchaseOutcome, PurchaseRequest, Resolution, Sale, SaleState, SkuId, SoldOutSupport, UserId,
+    BucketTransfers, Counters, HotBuckets, HotCopies, HotLedger, HotOrder, Ledger, LedgerError,
+    OrderNo, PurchaseOutcome, PurchaseRequest, Resolution, Sale, SaleState, SkuId, SoldOutSupport,
+    UserId,
 };
 
 /// Two hot ledgers behind one: `hot_skus` on `hot`, every other sale on `main`.
@@ -129,6 +130,33 @@ impl HotCopies for RoutedLedger {
 
     async fn hot_snapshot(&self, sku: SkuId) -> Result<Option<HotSnapshot>, LedgerError> {
         self.route(sku).hot_snapshot(sku).await
+    }
+
+    async fn fence_bucket(&self, sku: SkuId, bucket: u16) -> Result<bool, LedgerError> {
+        self.route(sku).fence_bucket(sku, bucket).await
+    }
+
+    async fn load_bucket(
+        &self,
+        sale: &Sale,
+        bucket: u16,
+        counters: &Counters,
+        epoch: u64,
+        transfers: &BucketTransfers,
+    ) -> Result<(), LedgerError> {
+        (self.route(sale.sku_id))
+            .load_bucket(sale, bucket, counters, epoch, transfers)
+            .await
+    }
+
+    async fn open_bucket(
+        &self,
+        sku: SkuId,
+        bucket: u16,
+        epoch: u64,
+        state: SaleState,
+    ) -> Result<(), LedgerError> {
+        self.route(sku).open_bucket(sku, bucket, epoch, state).await
     }
 
     async fn bucket_snapshot(

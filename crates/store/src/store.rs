@@ -1083,6 +1083,32 @@ impl<B: Backend> OrderStore for Store<B> {
         self.split_fresh(sku).await
     }
 
+    async fn take_bucket_epoch(
+        &self,
+        sku: SkuId,
+        bucket: u16,
+        current: u64,
+    ) -> Result<Option<u64>, StoreError> {
+        let n = match self.bucket_count(sku).await? {
+            Some(n) if n > 1 && bucket < n => n,
+            _ => {
+                return Err(StoreError::Internal(format!(
+                    "sale {sku} has no bucket {bucket}"
+                )))
+            }
+        };
+        let next = flashsale_core::buckets::next_epoch(current, bucket, n);
+        let sql = "UPDATE sale_buckets SET epoch = ? WHERE sku_id = ? AND bucket = ? AND epoch = ?";
+        let args = [
+            Arg::Id(next),
+            Arg::Id(sku.0),
+            Arg::Small(u32::from(bucket)),
+            Arg::Id(current),
+        ];
+        // Matched rows (MySQL: CLIENT_FOUND_ROWS): did the compare match?
+        Ok((self.write(sql, &args).await? == 1).then_some(next))
+    }
+
     async fn audit(&self, sku: SkuId) -> Result<Option<SaleAudit>, StoreError> {
         // One snapshot: counters, orders and events agree.
         let mut tx = begin(&self.reader, B::BEGIN_SNAPSHOT).await?;

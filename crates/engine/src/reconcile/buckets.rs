@@ -32,6 +32,7 @@ pub(crate) fn compare(
     snaps: &[Option<HotSnapshot>],
     audit: &SaleAudit,
     stale_before_ms: i64,
+    stall_ms: u64,
 ) {
     let stored: HashSet<(&str, TransferSide)> = (audit.transfers.iter())
         .map(|t| (t.id.as_str(), t.side))
@@ -45,10 +46,17 @@ pub(crate) fn compare(
     let mut compared = 0;
     for row in &audit.buckets {
         let snap = snaps.get(usize::from(row.bucket)).and_then(Option::as_ref);
-        let Some(snap) = snap else {
+        if let Some(why) = behind(snap, row, stall_ms) {
+            report
+                .findings
+                .push(format!("bucket {}: {why}", row.bucket));
+            report.buckets_behind.push(row.bucket);
+            continue;
+        }
+        let Some(snap) = snap.filter(|s| s.fenced_ms.is_none()) else {
             let b = row.bucket;
             report.findings.push(format!(
-                "bucket {b}: hot copy missing (not rebuilt by itself yet)"
+                "bucket {b}: hot copy fenced: a rebuild is under way"
             ));
             continue;
         };
@@ -79,6 +87,27 @@ pub(crate) fn compare(
         report.folded = Some(folded);
         report.diff = Some(Diff::between(&folded, &db));
     }
+}
+
+/// Why `row`'s bucket must be rebuilt: its copy gone, of an older epoch, behind the row's
+/// seq, or fenced by a rebuild that stalled.
+fn behind(snap: Option<&HotSnapshot>, row: &BucketRow, stall_ms: u64) -> Option<String> {
+    let Some(snap) = snap else {
+        return Some("hot copy missing".into());
+    };
+    let (s, a) = (snap.counters.seq, row.counters.seq);
+    if snap.epoch < row.epoch || s < a {
+        return Some(format!(
+            "hot copy behind the database: epoch {} seq {s} vs epoch {} seq {a}",
+            snap.epoch, row.epoch
+        ));
+    }
+    (snap.fenced_ms.is_some_and(|ms| ms >= stall_ms)).then(|| {
+        format!(
+            "hot copy fenced for {:?} ms: a rebuild stalled",
+            snap.fenced_ms
+        )
+    })
 }
 
 /// `row`'s bucket: its hot counters with the stream's order events above the row's seq and

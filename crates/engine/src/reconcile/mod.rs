@@ -7,7 +7,8 @@
 //! - [`rebuild`]: the life of a sale's hot copy and the one way a copy is (re)loaded: fence,
 //!   drain, take the next epoch in the database, load, restore, open.
 //! - [`diff`]: hot counters against the database's, field by field (I6).
-//! - `buckets`: a bucketed sale compared bucket by bucket (each its own copy, stream and row).
+//! - `buckets`: a bucketed sale compared bucket by bucket (each its own copy, stream and row);
+//!   a bucket gone or behind is rebuilt by itself (`rebuild::rebuild_bucket`).
 //! - [`worker`]: the reconciler as a background worker (its HTTP routes are the server's).
 //!
 //! One run of one sale (`Reconciler::run_sale`):
@@ -122,6 +123,10 @@ pub struct SaleReport {
     pub diff: Option<Diff>,
     /// The hot sale is gone or behind the database: it needs a rebuild.
     pub hot_behind: bool,
+    /// A sale kept in buckets: the buckets whose copy is gone or behind (each rebuilt by
+    /// itself).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub buckets_behind: Vec<u16>,
     pub violations: Vec<Violation>,
     /// Stream or fold problems (missing in-flight events, malformed entries …).
     pub findings: Vec<String>,
@@ -424,7 +429,8 @@ impl Reconciler {
         .violations;
         report.findings.extend(unreadable);
         let stale_before_ms = at_ms - self.config.lag_bound.as_millis() as i64;
-        buckets::compare(&mut report, &snaps, &audit, stale_before_ms);
+        let stall_ms = self.config.rebuild_stall.as_millis() as u64;
+        buckets::compare(&mut report, &snaps, &audit, stale_before_ms, stall_ms);
         Ok(self.conclude(report, &audit))
     }
 
@@ -615,7 +621,13 @@ impl Reconciler {
                 done.push((Repair::Replay, line));
             }
         }
-        // 2. Rebuild the hot copy when it is gone, behind, or fenced by a stalled rebuild.
+        // 2. Rebuild the hot copy when it is gone, behind, or fenced by a stalled rebuild; of
+        // a sale kept in buckets, each such bucket by itself.
+        for &bucket in &report.buckets_behind {
+            let (ledger, store) = (self.ledger.as_ref(), self.store.as_ref());
+            let rebuilt = rebuild::rebuild_bucket(ledger, store, sku, bucket).await?;
+            done.push((Repair::Rebuild, format!("bucket {bucket}: {rebuilt}")));
+        }
         if report.hot_behind {
             let rebuilt = rebuild(self.ledger.as_ref(), self.store.as_ref(), sku).await?;
             done.push((Repair::Rebuild, rebuilt.to_string()));

@@ -10,12 +10,20 @@
 //! | 5 restore orders | Redis: orders, request replays, buyer units, holds | retries of persisted requests get their first outcome |
 //! | 6 open | Redis: the operator state, fence lifted | only the copy of `e+1` |
 //!
+//! A sale kept in buckets ([`rebuild_bucket`]) goes through the same steps for one bucket:
+//! its copy fenced, its stream drained (order events and transfer sides), its own next epoch
+//! taken (`OrderStore::take_bucket_epoch`), its copy loaded from its row with the transfers
+//! it is part of, its orders restored, and opened; the other buckets keep selling.
+//!
 //! Every step is idempotent and checks the epoch it works on. A rebuild that dies midway
 //! leaves a fenced copy or a copy older than the database's epoch: the reconciler sees either
 //! as behind and rebuilds again (a fenced copy once it has been fenced for
 //! [`REBUILD_STALL_MS`]), so a rebuild cannot be left half done.
 
-use flashsale_core::{Event, Ledger, LedgerError, OrderStore, SaleState, SkuId, StoreError};
+use flashsale_core::{
+    BucketRow, BucketTransfers, Event, Ledger, LedgerError, OrderStore, SaleState, SkuId,
+    StoreError, TransferSide,
+};
 
 /// A copy fenced this long is taken for a rebuild that died midway and rebuilt again.
 pub const REBUILD_STALL_MS: u64 = 5_000;
@@ -111,6 +119,97 @@ pub async fn rebuild(
         applied_seq: after.counters.seq,
         state,
     })
+}
+
+/// Replaces bucket `bucket`'s copy of a sale kept in buckets with one loaded from its row in
+/// the bucket's next epoch (see the module doc).
+pub async fn rebuild_bucket(
+    ledger: &dyn Ledger,
+    store: &dyn OrderStore,
+    sku: SkuId,
+    bucket: u16,
+) -> Result<Rebuilt, RebuildError> {
+    ledger.fence_bucket(sku, bucket).await?;
+    let drained = drain_bucket(ledger, store, sku, bucket).await?;
+    let before = bucket_row(store, sku, bucket).await?;
+    let epoch = store
+        .take_bucket_epoch(sku, bucket, before.epoch)
+        .await?
+        .ok_or(RebuildError::Raced(sku))?;
+    // One snapshot: the row at its new epoch (nothing of the old one applies any more), the
+    // transfers and the orders.
+    let audit = store.audit(sku).await?.ok_or(StoreError::SaleNotFound)?;
+    let row =
+        (audit.buckets.iter().find(|r| r.bucket == bucket)).ok_or(StoreError::SaleNotFound)?;
+    let raced = |e: LedgerError| match e {
+        LedgerError::AlreadyWarm => RebuildError::Raced(sku),
+        e => RebuildError::Ledger(e),
+    };
+    let transfers = BucketTransfers::of(bucket, &audit.transfers);
+    let sale = &audit.sale.sale;
+    (ledger
+        .load_bucket(sale, bucket, &row.counters, epoch, &transfers)
+        .await)
+        .map_err(raced)?;
+    let restored = (ledger.restore_orders(sku, epoch, &audit.orders).await).map_err(raced)?;
+    let state = stored(store, sku).await?.sale.state;
+    (ledger.open_bucket(sku, bucket, epoch, state).await).map_err(raced)?;
+    tracing::warn!(%sku, bucket, epoch, drained, restored, applied_seq = row.counters.seq,
+        pending_transfers = transfers.pending.len(), "bucket's hot copy rebuilt from the database");
+    Ok(Rebuilt {
+        epoch,
+        drained,
+        restored,
+        applied_seq: row.counters.seq,
+        state,
+    })
+}
+
+async fn bucket_row(
+    store: &dyn OrderStore,
+    sku: SkuId,
+    bucket: u16,
+) -> Result<BucketRow, StoreError> {
+    let rows = store.buckets(sku).await?;
+    rows.into_iter()
+        .find(|r| r.bucket == bucket)
+        .ok_or(StoreError::SaleNotFound)
+}
+
+/// [`drain`] of one bucket: its stream's transfer sides that bring units in, the contiguous
+/// run of its events above its row's seq, then the sides that take units out (the
+/// persister's order), when the fenced copy is the one of the row's epoch.
+async fn drain_bucket(
+    ledger: &dyn Ledger,
+    store: &dyn OrderStore,
+    sku: SkuId,
+    bucket: u16,
+) -> Result<usize, RebuildError> {
+    let Some(snap) = ledger.bucket_snapshot(sku, bucket).await? else {
+        return Ok(0);
+    };
+    let row = bucket_row(store, sku, bucket).await?;
+    if snap.epoch != row.epoch {
+        return Ok(0);
+    }
+    let sides = |side: TransferSide| snap.transfers.iter().filter(move |t| t.side == side);
+    for t in sides(TransferSide::In) {
+        store.apply_transfer(t).await?;
+    }
+    let run = contiguous_above(&snap.events, snap.epoch, row.counters.seq);
+    let applied = match run.is_empty() {
+        true => 0,
+        false => match store.apply_events(sku, &run).await {
+            Ok(report) => report.applied,
+            // The persister applied some meanwhile: the rebuild goes on from the row.
+            Err(StoreError::Gap { .. }) => return Ok(0),
+            Err(e) => return Err(e.into()),
+        },
+    };
+    for t in sides(TransferSide::Out) {
+        store.apply_transfer(t).await?;
+    }
+    Ok(applied)
 }
 
 async fn stored(
