@@ -121,6 +121,25 @@ pub async fn rebuild(
     })
 }
 
+/// A rebuild of the whole sale: [`rebuild`], or for a sale kept in buckets that has been
+/// loaded, [`rebuild_bucket`] of each bucket in turn (the others sell meanwhile). Returns
+/// the last rebuild's report.
+pub async fn rebuild_all(
+    ledger: &dyn Ledger,
+    store: &dyn OrderStore,
+    sku: SkuId,
+) -> Result<Rebuilt, RebuildError> {
+    let sale = stored(store, sku).await?;
+    if !(ledger.keeps_buckets(sku) && sale.sale.buckets > 1 && sale.epoch > 0) {
+        return rebuild(ledger, store, sku).await;
+    }
+    let mut last = None;
+    for bucket in 0..sale.sale.buckets {
+        last = Some(rebuild_bucket(ledger, store, sku, bucket).await?);
+    }
+    Ok(last.expect("a sale kept in buckets has two or more"))
+}
+
 /// Replaces bucket `bucket`'s copy of a sale kept in buckets with one loaded from its row in
 /// the bucket's next epoch (see the module doc).
 pub async fn rebuild_bucket(

@@ -212,7 +212,7 @@ pub async fn warm(
             st.ledger.set_state(sku, state).await?;
         }
         _ => {
-            flashsale_engine::reconcile::rebuild(st.ledger.as_ref(), st.store.as_ref(), sku)
+            flashsale_engine::reconcile::rebuild_all(st.ledger.as_ref(), st.store.as_ref(), sku)
                 .await
                 .map_err(rebuild_error)?;
         }
@@ -286,17 +286,18 @@ pub async fn end(AdminOn { st, p, .. }: AdminOn<u64>) -> Answer<SaleView> {
     set_state(st, p, SaleState::Ended).await
 }
 
-/// The copy `warm` looks at: the sale's own, or for a bucketed sale on a ledger that keeps
-/// buckets apart its bucket 0 with the epoch given as the sale's (`E·n` → `E`). A bucketed
-/// sale's copy that has sold is never rebuilt here: a bucket is not rebuilt by itself yet.
+/// The copy `warm` looks at: the sale's own, or for a sale kept in buckets its bucket 0,
+/// whose epoch is given as the sale's when it is its row's (the copy is current), else as 0.
 async fn warm_snapshot(
     st: &AppState,
     stored: &flashsale_core::StoredSale,
 ) -> Result<Option<flashsale_core::HotSnapshot>, AppError> {
-    let (sku, n) = (stored.sale.sku_id, u64::from(stored.sale.buckets));
-    if n > 1 {
+    let sku = stored.sale.sku_id;
+    if stored.sale.buckets > 1 && st.ledger.keeps_buckets(sku) {
         if let Some(mut snap) = st.ledger.bucket_snapshot(sku, 0).await? {
-            snap.epoch /= n;
+            let rows = st.store.buckets(sku).await?;
+            let current = rows.first().is_some_and(|r| r.epoch == snap.epoch);
+            snap.epoch = if current { stored.epoch } else { 0 };
             return Ok(Some(snap));
         }
     }

@@ -162,8 +162,8 @@ async fn the_embedded_ledger_shows_the_count_and_no_bucket_counters(stack: &Stac
 
 /// A bucketed sale whose Redis restarts empty mid-sale: every bucket's copy is gone. Buyers
 /// hear 503 until the repair rebuilds each bucket from its own row (epoch, counters,
-/// transfers, orders); then replays get their first answer and the sale sells exactly the
-/// rest of its stock.
+/// transfers, orders); then replays get their first answer, a forced warm rebuilds every
+/// bucket once more, and the sale sells exactly the rest of its stock.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_bucketed_sale_whose_redis_restarts_empty_is_rebuilt_bucket_by_bucket() {
     const SKU: u64 = 306;
@@ -206,6 +206,37 @@ async fn a_bucketed_sale_whose_redis_restarts_empty_is_rebuilt_bucket_by_bucket(
         let (status, body) = stack.buy(*user, SKU, "a", json!(1)).await;
         assert_eq!(status.as_u16(), 202, "a replay after the rebuild: {body}");
     }
+    // A forced warm rebuilds every bucket again, each in its next epoch.
+    let epochs =
+        |rows: Vec<flashsale_core::BucketRow>| rows.iter().map(|r| r.epoch).collect::<Vec<_>>();
+    let before = epochs(
+        stack
+            .store()
+            .buckets(flashsale_core::SkuId(SKU))
+            .await
+            .unwrap(),
+    );
+    let (status, body) = stack.sale_action(SKU, "warm?force=true").await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    let after = epochs(
+        stack
+            .store()
+            .buckets(flashsale_core::SkuId(SKU))
+            .await
+            .unwrap(),
+    );
+    let moved: Vec<u64> = after.iter().zip(&before).map(|(a, b)| a - b).collect();
+    assert_eq!(
+        moved,
+        [3, 3, 3],
+        "each bucket's next epoch: {before:?} → {after:?}"
+    );
+    let (status, body) = stack.buy(first[0], SKU, "a", json!(1)).await;
+    assert_eq!(
+        status.as_u16(),
+        202,
+        "a replay after the forced warm: {body}"
+    );
     let rest: Vec<u64> = (UNITS / 2 + 1..=UNITS * 4).collect();
     assert_eq!(
         spike(&stack, SKU, &rest).await.len() as u64,
