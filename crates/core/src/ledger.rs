@@ -235,6 +235,20 @@ pub trait HotCopies: Send + Sync + 'static {
     /// when the sale has no hot copy.
     async fn hot_snapshot(&self, sku: SkuId) -> Result<Option<HotSnapshot>, LedgerError>;
 
+    /// Where a sale kept in buckets lives: its buckets' salts, by bucket, as this ledger
+    /// placed or read them; `None` for a sale of one bucket or one it does not hold.
+    async fn bucket_salts(&self, sku: SkuId) -> Result<Option<Vec<u32>>, LedgerError> {
+        let _ = sku;
+        Ok(None)
+    }
+
+    /// Takes `salts` (kept by the database since the first load) as where `sku`'s buckets
+    /// live, unless this ledger already knows: so that a sale whose bucket 0, which names
+    /// the others, was lost can still be rebuilt bucket by bucket.
+    fn adopt_salts(&self, sku: SkuId, salts: &[u32]) {
+        let _ = (sku, salts);
+    }
+
     /// A rebuild of one bucket (a ledger that keeps buckets apart): fences that bucket's copy
     /// only; the others keep selling. True when it was there.
     async fn fence_bucket(&self, sku: SkuId, bucket: u16) -> Result<bool, LedgerError> {
@@ -474,6 +488,14 @@ pub trait OrderStore: Send + Sync + 'static {
     /// bucket. Idempotent; refused for a sale that has sold without rows (it was run as one
     /// book) or of one bucket.
     async fn split_buckets(&self, sku: SkuId) -> Result<(), StoreError>;
+
+    /// The salts of a sale kept in buckets' hash tags, by bucket, as its first load placed
+    /// them; `None` until every bucket has one.
+    async fn bucket_salts(&self, sku: SkuId) -> Result<Option<Vec<u32>>, StoreError>;
+
+    /// Keeps the salts the first load placed (each bucket's once: a salt already kept is
+    /// never changed), so that a bucket lost with its Redis is rebuilt under the same tag.
+    async fn keep_bucket_salts(&self, sku: SkuId, salts: &[u32]) -> Result<(), StoreError>;
 
     /// A rebuild of one bucket of a bucketed sale kept per bucket: moves that bucket's epoch
     /// from `current` to the next of its own (`buckets::next_epoch`: `current + n`, so it

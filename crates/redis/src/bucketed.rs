@@ -165,7 +165,7 @@ impl BucketTable {
             .cloned()
     }
 
-    fn keep(&self, layout: &Layout) {
+    pub(crate) fn keep(&self, layout: &Layout) {
         let mut layouts = self.layouts.write().expect("layouts lock");
         if layouts.len() >= LAYOUTS_MAX {
             layouts.clear();

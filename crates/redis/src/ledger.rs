@@ -14,7 +14,7 @@ use flashsale_core::{
 };
 use redis::{Cmd, FromRedisValue, RedisError, ScriptInvocation, Value};
 
-use crate::bucketed::BucketTable;
+use crate::bucketed::{BucketTable, Layout};
 use crate::codec::{as_int, as_string, decode_order, parse_entries, unexpected, Entry, Item};
 use crate::conn::{bounded, split_urls, Conn, Timeouts};
 use crate::keys::{CopyTag, Keys};
@@ -763,6 +763,19 @@ impl HotCopies for RedisLedger {
             }
         }
         Ok(())
+    }
+
+    async fn bucket_salts(&self, sku: SkuId) -> Result<Option<Vec<u32>>, LedgerError> {
+        let layout = self.layout(sku).await?;
+        Ok((!layout.is_single()).then(|| layout.copies().iter().map(|c| c.salt).collect()))
+    }
+
+    fn adopt_salts(&self, sku: SkuId, salts: &[u32]) {
+        if let Some(table) = &self.buckets {
+            if table.known(sku).is_none() && salts.len() > 1 && salts[0] == 0 {
+                table.keep(&Layout::many(sku, salts.to_vec()));
+            }
+        }
     }
 
     async fn fence_bucket(&self, sku: SkuId, bucket: u16) -> Result<bool, LedgerError> {

@@ -132,6 +132,14 @@ impl HotCopies for RoutedLedger {
         self.route(sku).hot_snapshot(sku).await
     }
 
+    async fn bucket_salts(&self, sku: SkuId) -> Result<Option<Vec<u32>>, LedgerError> {
+        self.route(sku).bucket_salts(sku).await
+    }
+
+    fn adopt_salts(&self, sku: SkuId, salts: &[u32]) {
+        self.route(sku).adopt_salts(sku, salts)
+    }
+
     async fn fence_bucket(&self, sku: SkuId, bucket: u16) -> Result<bool, LedgerError> {
         self.route(sku).fence_bucket(sku, bucket).await
     }

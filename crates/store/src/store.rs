@@ -1083,6 +1083,34 @@ impl<B: Backend> OrderStore for Store<B> {
         self.split_fresh(sku).await
     }
 
+    async fn bucket_salts(&self, sku: SkuId) -> Result<Option<Vec<u32>>, StoreError> {
+        let sql = "SELECT bucket, salt FROM sale_buckets WHERE sku_id = ? ORDER BY bucket";
+        let rows = self.read(sql, &[Arg::Id(sku.0)]).await?;
+        let salts: Option<Vec<u64>> = (rows.iter())
+            .map(|r| r.opt_uint("salt"))
+            .collect::<Result<_, _>>()?;
+        let salts = salts.filter(|s| s.len() > 1);
+        salts
+            .map(|s| {
+                s.into_iter()
+                    .map(u32::try_from)
+                    .collect::<Result<Vec<_>, _>>()
+            })
+            .transpose()
+            .map_err(|_| StoreError::Internal(format!("sale {sku}: a salt out of range")))
+    }
+
+    async fn keep_bucket_salts(&self, sku: SkuId, salts: &[u32]) -> Result<(), StoreError> {
+        let mut tx = self.begin_write().await?;
+        let sql =
+            "UPDATE sale_buckets SET salt = ? WHERE sku_id = ? AND bucket = ? AND salt IS NULL";
+        for (bucket, salt) in (0u32..).zip(salts) {
+            let args = [Arg::Small(*salt), Arg::Id(sku.0), Arg::Small(bucket)];
+            B::run(&mut *tx, sql, &args).await?;
+        }
+        tx.commit().await.map_err(db_error)
+    }
+
     async fn take_bucket_epoch(
         &self,
         sku: SkuId,

@@ -403,6 +403,7 @@ impl Reconciler {
     /// (`buckets::compare`). A bucket's copy is not rebuilt by itself yet: a bucket missing
     /// or behind is a finding, never `hot_behind` (no repair would mend it).
     async fn inspect_buckets(&self, sku: SkuId, n: u16, at_ms: i64) -> anyhow::Result<SaleReport> {
+        rebuild::adopt_salts(self.ledger.as_ref(), self.store.as_ref(), sku).await?;
         let mut snaps = Vec::with_capacity(usize::from(n));
         let mut unreadable = Vec::new();
         for bucket in 0..n {

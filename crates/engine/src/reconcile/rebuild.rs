@@ -98,6 +98,12 @@ pub async fn rebuild(
         .load(&after.sale, &after.counters, epoch)
         .await
         .map_err(raced)?;
+    if bucketed {
+        // Where the buckets were placed, kept for a rebuild that finds bucket 0 lost.
+        if let Some(salts) = ledger.bucket_salts(sku).await? {
+            store.keep_bucket_salts(sku, &salts).await?;
+        }
+    }
     let orders = store.orders(sku).await?;
     let restored = ledger
         .restore_orders(sku, epoch, &orders)
@@ -148,6 +154,7 @@ pub async fn rebuild_bucket(
     sku: SkuId,
     bucket: u16,
 ) -> Result<Rebuilt, RebuildError> {
+    adopt_salts(ledger, store, sku).await?;
     ledger.fence_bucket(sku, bucket).await?;
     let drained = drain_bucket(ledger, store, sku, bucket).await?;
     let before = bucket_row(store, sku, bucket).await?;
@@ -182,6 +189,19 @@ pub async fn rebuild_bucket(
         applied_seq: row.counters.seq,
         state,
     })
+}
+
+/// Tells the ledger where `sku`'s buckets live as the database keeps it (a ledger that
+/// knows already keeps what it knows).
+pub(crate) async fn adopt_salts(
+    ledger: &dyn Ledger,
+    store: &dyn OrderStore,
+    sku: SkuId,
+) -> Result<(), StoreError> {
+    if let Some(salts) = store.bucket_salts(sku).await? {
+        ledger.adopt_salts(sku, &salts);
+    }
+    Ok(())
 }
 
 async fn bucket_row(

@@ -178,6 +178,16 @@ async fn a_bucketed_sale_whose_redis_restarts_empty_is_rebuilt_bucket_by_bucket(
     let first: Vec<u64> = (1..=UNITS / 2).collect();
     assert_eq!(spike(&stack, SKU, &first).await.len() as u64, UNITS / 2);
     stack.drain(SKU).await;
+    let salts = stack
+        .store()
+        .bucket_salts(flashsale_core::SkuId(SKU))
+        .await
+        .unwrap();
+    assert_eq!(
+        salts.map(|s| (s.len(), s[0])),
+        Some((3, 0)),
+        "placement kept in the database"
+    );
 
     redis.kill();
     redis.start().await;

@@ -13,6 +13,9 @@ CREATE TABLE sale_buckets (
     available   BIGINT NOT NULL,
     reserved    BIGINT NOT NULL DEFAULT 0,
     sold        BIGINT NOT NULL DEFAULT 0,
+    -- The hash tag's salt of the bucket's hot copy, written once when the sale is first
+    -- loaded (NULL until then): a bucket lost with its Redis is rebuilt under the same tag.
+    salt        BIGINT NULL CHECK (salt >= 0),
     PRIMARY KEY (sku_id, bucket),
     CONSTRAINT sale_buckets_bucket CHECK (bucket BETWEEN 0 AND 63),
     CONSTRAINT sale_buckets_total_nonneg CHECK (total_stock >= 0),

@@ -53,6 +53,7 @@ backends!(
     bucket_batches_apply_to_their_bucket_and_the_sale_sums_them,
     transfer_sides_move_bucket_totals_once,
     a_batch_of_two_buckets_changes_nothing,
+    salts_are_kept_once_and_a_bucket_takes_its_own_next_epoch,
 );
 
 fn sale(sku: SkuId, buckets: u16) -> Sale {
@@ -314,6 +315,39 @@ async fn transfer_sides_move_bucket_totals_once(store: &dyn OrderStore) {
         store.apply_transfer(&unknown).await,
         Err(StoreError::SaleNotFound)
     ));
+}
+
+/// The placement is kept once (a second placement changes nothing); a bucket's rebuild
+/// moves its epoch alone, by the bucket count, and only from the epoch it names.
+async fn salts_are_kept_once_and_a_bucket_takes_its_own_next_epoch(store: &dyn OrderStore) {
+    create(store).await;
+    assert_eq!(
+        store.bucket_salts(SKU).await.unwrap(),
+        None,
+        "not placed yet"
+    );
+    store.keep_bucket_salts(SKU, &[0, 7, 9]).await.unwrap();
+    store.keep_bucket_salts(SKU, &[0, 1, 2]).await.unwrap();
+    assert_eq!(store.bucket_salts(SKU).await.unwrap(), Some(vec![0, 7, 9]));
+
+    assert_eq!(
+        store.take_bucket_epoch(SKU, 1, 3).await.unwrap(),
+        None,
+        "not its epoch"
+    );
+    assert_eq!(store.take_bucket_epoch(SKU, 1, 4).await.unwrap(), Some(7));
+    let epochs: Vec<u64> = store
+        .buckets(SKU)
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| r.epoch)
+        .collect();
+    assert_eq!(epochs, [3, 7, 5]);
+    assert!(
+        store.take_bucket_epoch(SKU, 3, 5).await.is_err(),
+        "no bucket 3"
+    );
 }
 
 async fn a_batch_of_two_buckets_changes_nothing(store: &dyn OrderStore) {
