@@ -57,12 +57,24 @@ pub fn check_sale(
     events: &[Event],
     drained: bool,
 ) -> InvariantReport {
+    let mut report = check_orders(sale, counters, orders, drained);
+    check_events(counters, orders, events, &mut report);
+    report
+}
+
+/// What a sale of one bucket and a bucketed one check alike: I1, I2 (the sale row), I3, I4
+/// and I5's PENDING orders.
+fn check_orders(
+    sale: &Sale,
+    counters: &Counters,
+    orders: &[HotOrder],
+    drained: bool,
+) -> InvariantReport {
     let mut report = InvariantReport::default();
     check_counters(sale, counters, orders, &mut report);
     check_per_user(sale, orders, &mut report);
     check_idempotency(orders, &mut report);
     check_persisted(orders, drained, &mut report);
-    check_events(counters, orders, events, &mut report);
     report
 }
 
@@ -81,11 +93,7 @@ pub fn check_bucketed_sale(
     events: &[Event],
     drained: bool,
 ) -> InvariantReport {
-    let mut report = InvariantReport::default();
-    check_counters(sale, counters, orders, &mut report);
-    check_per_user(sale, orders, &mut report);
-    check_idempotency(orders, &mut report);
-    check_persisted(orders, drained, &mut report);
+    let mut report = check_orders(sale, counters, orders, drained);
     for row in rows {
         let mine = |epoch: u64| crate::buckets::bucket_of_epoch(epoch, sale.buckets) == row.bucket;
         let its_orders: Vec<HotOrder> = (orders.iter())

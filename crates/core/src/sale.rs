@@ -182,6 +182,17 @@ pub fn settled(state: SaleState, db: &Counters, hot: Option<(SaleState, u64)>) -
 }
 
 impl Counters {
+    /// Field by field sum (a sale's counters over its buckets).
+    pub fn plus(&self, other: &Counters) -> Counters {
+        Counters {
+            total: self.total + other.total,
+            available: self.available + other.available,
+            reserved: self.reserved + other.reserved,
+            sold: self.sold + other.sold,
+            seq: self.seq + other.seq,
+        }
+    }
+
     /// I2: conservation.
     pub fn conserved(&self) -> bool {
         self.available

@@ -174,18 +174,6 @@ impl BucketTable {
     }
 }
 
-/// `sum` plus one bucket's counters.
-pub(crate) fn add_counters(sum: Option<Counters>, c: &Counters) -> Counters {
-    let s = sum.unwrap_or_default();
-    Counters {
-        total: s.total + c.total,
-        available: s.available + c.available,
-        reserved: s.reserved + c.reserved,
-        sold: s.sold + c.sold,
-        seq: s.seq + c.seq,
-    }
-}
-
 /// One bucket as [`RedisLedger::bucket_view`] reads it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct BucketState {

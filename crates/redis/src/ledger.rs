@@ -579,7 +579,7 @@ impl HotLedger for RedisLedger {
             let Some(c) = self.counters_copy(copy).await? else {
                 return Ok(None);
             };
-            sum = Some(crate::bucketed::add_counters(sum, &c));
+            sum = Some(sum.unwrap_or_default().plus(&c));
         }
         Ok(sum)
     }

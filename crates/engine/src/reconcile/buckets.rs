@@ -69,9 +69,9 @@ pub(crate) fn compare(
                         .push(format!("bucket {}: diff {diff:?}", row.bucket));
                 }
                 (hot, folded, db) = (
-                    add(hot, &f.hot),
-                    add(folded, &f.folded),
-                    add(db, &row.counters),
+                    hot.plus(&f.hot),
+                    folded.plus(&f.folded),
+                    db.plus(&row.counters),
                 );
                 report.in_flight += f.in_flight;
                 report.stale_pending += f.stale;
@@ -174,16 +174,6 @@ fn unmove(c: Counters, t: &TransferEvent) -> Option<Counters> {
         available: back(c.available)?,
         ..c
     })
-}
-
-fn add(sum: Counters, c: &Counters) -> Counters {
-    Counters {
-        total: sum.total + c.total,
-        available: sum.available + c.available,
-        reserved: sum.reserved + c.reserved,
-        sold: sum.sold + c.sold,
-        seq: sum.seq + c.seq,
-    }
 }
 
 #[cfg(test)]
