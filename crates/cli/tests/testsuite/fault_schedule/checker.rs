@@ -4,7 +4,7 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 
-use flashsale_core::invariants::check_sale;
+use flashsale_core::invariants::{check_bucketed_sale, check_sale};
 use flashsale_core::{EventKind, OrderNo, OrderStatus};
 
 use super::db::Stored;
@@ -272,7 +272,21 @@ fn invariants(f: &Facts, v: &mut Verdict) {
             .filter(|e| e.event.sku_id == sku)
             .map(|e| e.event.clone())
             .collect();
-        for violation in check_sale(&s.sale, &s.counters, &orders, &events, true).violations {
+        let rows: Vec<_> = (f.stored.buckets.iter())
+            .filter(|(of, _)| *of == sku)
+            .map(|(_, row)| *row)
+            .collect();
+        let report = match rows.is_empty() {
+            true => check_sale(&s.sale, &s.counters, &orders, &events, true),
+            false => {
+                let sides: Vec<_> = (f.stored.transfers.iter())
+                    .filter(|t| t.sku_id == sku)
+                    .cloned()
+                    .collect();
+                check_bucketed_sale(&s.sale, &s.counters, &rows, &sides, &orders, &events, true)
+            }
+        };
+        for violation in report.violations {
             v.fail(
                 violation.invariant,
                 format!("sale {sku}: {}", violation.detail),

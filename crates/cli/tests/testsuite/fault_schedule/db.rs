@@ -5,8 +5,8 @@ use std::collections::BTreeSet;
 
 use flashsale_core::ledger::StoredSale;
 use flashsale_core::{
-    Counters, Event, EventKind, HotOrder, OrderNo, OrderStatus, RequestId, Sale, SaleMode,
-    SaleState, SkuId, UserId,
+    BucketRow, Counters, Event, EventKind, HotOrder, OrderNo, OrderStatus, RequestId, Sale,
+    SaleMode, SaleState, SkuId, TransferEvent, TransferSide, UserId,
 };
 use sqlx::mysql::MySqlRow;
 use sqlx::{Connection, MySqlConnection, Row};
@@ -26,6 +26,10 @@ pub struct Stored {
     pub sales: Vec<StoredSale>,
     pub orders: Vec<HotOrder>,
     pub events: Vec<StoredEvent>,
+    /// `sale_buckets` rows of sales kept in buckets, with their sku.
+    pub buckets: Vec<(SkuId, BucketRow)>,
+    /// Applied (unfenced) `stock_transfers` sides.
+    pub transfers: Vec<TransferEvent>,
     /// Union of `reconcile_runs.lost_orders`: order numbers reported lost.
     pub lost_orders: BTreeSet<String>,
     /// Union of `reconcile_runs.lost_resolutions` (`"<order_no> paid"` lines); empty when the
@@ -52,6 +56,12 @@ pub async fn read(url: &str) -> Stored {
         events: events.iter().map(|r| event(r, has_epoch)).collect(),
         ..Stored::default()
     };
+    if has_column(db, "sale_buckets", "bucket").await {
+        let rows = fetch(db, "SELECT * FROM sale_buckets ORDER BY sku_id, bucket").await;
+        stored.buckets = rows.iter().map(bucket_row).collect();
+        let sql = "SELECT * FROM stock_transfers WHERE NOT fenced ORDER BY sku_id, transfer_id";
+        stored.transfers = fetch(db, sql).await.iter().map(transfer).collect();
+    }
     stored.lost_orders = lines(db, "lost_orders", 1).await;
     if has_resolutions {
         stored.lost_resolutions = lines(db, "lost_resolutions", 2).await;
@@ -124,6 +134,37 @@ fn sale(r: &MySqlRow) -> StoredSale {
         counters,
         epoch: r.get("epoch"),
         epoch_at_ms: r.get("epoch_at_ms"),
+    }
+}
+
+fn bucket_row(r: &MySqlRow) -> (SkuId, BucketRow) {
+    let counters = Counters {
+        total: r.get::<i64, _>("total_stock") as u64,
+        available: r.get::<i64, _>("available") as u64,
+        reserved: r.get::<i64, _>("reserved") as u64,
+        sold: r.get::<i64, _>("sold") as u64,
+        seq: r.get("applied_seq"),
+    };
+    let bucket = u16::try_from(r.get::<u32, _>("bucket")).expect("stored bucket");
+    let row = BucketRow {
+        bucket,
+        epoch: r.get("epoch"),
+        counters,
+    };
+    (SkuId(r.get("sku_id")), row)
+}
+
+fn transfer(r: &MySqlRow) -> TransferEvent {
+    let bucket = |c: &str| u16::try_from(r.get::<u32, _>(c)).expect("stored bucket");
+    TransferEvent {
+        sku_id: SkuId(r.get("sku_id")),
+        epoch: r.get("epoch"),
+        id: text(r, "transfer_id"),
+        side: TransferSide::parse(&text(r, "side")).expect("stored side"),
+        from: bucket("from_bucket"),
+        to: bucket("to_bucket"),
+        units: r.get("units"),
+        at_ms: r.get("at_ms"),
     }
 }
 

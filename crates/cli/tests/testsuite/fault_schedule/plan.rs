@@ -22,6 +22,8 @@ pub struct SaleSpec {
     pub payment_timeout_ms: Option<u64>,
     pub stock: u64,
     pub per_user_limit: u32,
+    /// Hot copies the stock is split over (1: one copy).
+    pub buckets: u16,
 }
 
 /// A process the nemesis kills with SIGKILL and brings back `down_ms` later (other faults may
@@ -85,7 +87,8 @@ impl Plan {
         } else {
             RedisKeeps::Everything
         };
-        let sales = draw_sales(&mut rng);
+        let mut sales = draw_sales(&mut rng);
+        draw_buckets(seed, &mut sales);
         let most = sales.iter().map(|s| s.stock).max().unwrap_or(1);
         let buyers = most * rng.random_range(15..=25) / 10;
         let hot_sku = rng
@@ -135,9 +138,19 @@ fn draw_sales(rng: &mut StdRng) -> Vec<SaleSpec> {
                 payment_timeout_ms: reserve.then(|| rng.random_range(300..=800)),
                 stock: rng.random_range(40..=150),
                 per_user_limit: rng.random_range(1..=2),
+                buckets: 1,
             }
         })
         .collect()
+}
+
+/// Half the seeds split their last sale over three buckets. Drawn from a stream of its own,
+/// so that each seed's other draws (and the faults the CI seeds were chosen for) stay.
+fn draw_buckets(seed: u64, sales: &mut [SaleSpec]) {
+    let mut rng = StdRng::seed_from_u64(seed ^ 0xb0c4_e7ed);
+    if let Some(last) = sales.last_mut() {
+        last.buckets = if rng.random_bool(0.5) { 3 } else { 1 };
+    }
 }
 
 /// 2–5 faults at sorted times in `[600, WORKLOAD_MS - 1000)` ms; every killed process is back
@@ -212,8 +225,12 @@ pub fn write_sales(f: &mut fmt::Formatter<'_>, sales: &[SaleSpec]) -> fmt::Resul
             Some(t) => format!("reserve {t} ms"),
             None => "direct".into(),
         };
-        let (stock, limit) = (s.stock, s.per_user_limit);
-        writeln!(f, "  sale {}: {mode}, stock {stock}, limit {limit}", s.sku)?;
+        let (stock, limit, buckets) = (s.stock, s.per_user_limit, s.buckets);
+        writeln!(
+            f,
+            "  sale {}: {mode}, stock {stock}, limit {limit}, buckets {buckets}",
+            s.sku
+        )?;
     }
     Ok(())
 }

@@ -158,7 +158,7 @@ pub async fn create_sales(cluster: &impl Stack, plan: &Plan) {
     let base = cluster.base(0);
     for s in &plan.sales {
         let mut body = json!({"sku_id": s.sku, "name": format!("sale{}", s.sku),
-            "total_stock": s.stock, "per_user_limit": s.per_user_limit});
+            "total_stock": s.stock, "per_user_limit": s.per_user_limit, "buckets": s.buckets});
         if let Some(t) = s.payment_timeout_ms {
             body["mode"] = json!("reserve");
             body["payment_timeout_ms"] = json!(t);
