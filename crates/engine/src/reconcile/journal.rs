@@ -11,7 +11,9 @@
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Mutex;
 
-use flashsale_core::{EventKind, HotOrder, OrderNo, OrderStatus, SaleMode, SkuId, StoredSale};
+use flashsale_core::{
+    BucketRow, EventKind, HotOrder, OrderNo, OrderStatus, SaleMode, SkuId, StoredSale,
+};
 
 /// Most entries the journal keeps per sale (beyond it, the oldest go and the journal says it
 /// is incomplete).
@@ -80,9 +82,15 @@ impl Journal {
         }
     }
 
-    /// Forgets what the database holds and takes out what it never will (`stored` and
-    /// `orders` read in one transaction).
-    pub fn settle(&self, stored: &StoredSale, orders: &[HotOrder]) -> Losses {
+    /// Forgets what the database holds and takes out what it never will (`stored`, `orders`
+    /// and a sale kept in buckets' bucket rows `buckets` read in one transaction). A
+    /// purchase of a bucketed sale is lost once its bucket's epoch moved past the order's.
+    pub fn settle(
+        &self,
+        stored: &StoredSale,
+        orders: &[HotOrder],
+        buckets: &[BucketRow],
+    ) -> Losses {
         let sku = stored.sale.sku_id;
         let mut sales = self.sales.lock().expect("journal lock");
         let Some(j) = sales.get_mut(&sku) else {
@@ -98,8 +106,13 @@ impl Journal {
             complete: j.dropped == 0,
             ..Losses::default()
         };
+        let n = stored.sale.buckets;
+        let current = |epoch: u64| {
+            let bucket = flashsale_core::buckets::bucket_of_epoch(epoch, n.max(1));
+            (buckets.iter().find(|r| r.bucket == bucket)).map_or(stored.epoch, |r| r.epoch)
+        };
         j.purchases.retain(|&(epoch, _), no| {
-            let lost = !held.contains(no) && epoch < stored.epoch;
+            let lost = !held.contains(no) && epoch < current(epoch);
             if lost {
                 losses.orders.push(*no);
             }
@@ -174,14 +187,36 @@ mod tests {
         j.record_purchases(sku, (1..=4).map(|s| no(1, s)));
         let orders = [held(&no(1, 1), OrderStatus::Reserved)];
         // Same epoch: 2–4 are still in flight.
-        let l = j.settle(&stored(1, 0), &orders);
+        let l = j.settle(&stored(1, 0), &orders, &[]);
         assert!(l.orders.is_empty() && l.complete);
         assert_eq!(j.len(sku), 3);
         // Rebuilt in epoch 2 holding only seq 2 of the old numbers: 3 and 4 are lost.
         let orders = [held(&no(1, 2), OrderStatus::Reserved)];
-        let l = j.settle(&stored(2, 0), &orders);
+        let l = j.settle(&stored(2, 0), &orders, &[]);
         assert_eq!(l.orders, vec![no(1, 3), no(1, 4)]);
         assert!(j.is_empty(sku));
+    }
+
+    /// A sale of two buckets (epochs 2 and 3 at its first load): bucket 0 rebuilt in epoch
+    /// 4 loses what it sold in epoch 2 that the database lacks; bucket 1's are in flight.
+    #[test]
+    fn a_purchase_is_lost_when_its_own_bucket_moved_on() {
+        let j = Journal::default();
+        let sku = SkuId(7);
+        j.record_purchases(sku, [no(2, 1), no(2, 2), no(3, 1)].into_iter());
+        let mut sale = stored(1, 0);
+        sale.sale.buckets = 2;
+        let row = |bucket: u16, epoch: u64| BucketRow {
+            bucket,
+            epoch,
+            counters: flashsale_core::Counters::default(),
+        };
+        let orders = [held(&no(2, 1), OrderStatus::Reserved)];
+        let l = j.settle(&sale, &orders, &[row(0, 2), row(1, 3)]);
+        assert!(l.orders.is_empty(), "{l:?}");
+        let l = j.settle(&sale, &orders, &[row(0, 4), row(1, 3)]);
+        assert_eq!(l.orders, vec![no(2, 2)]);
+        assert_eq!(j.len(sku), 1, "bucket 1's order is still in flight");
     }
 
     #[test]
@@ -196,7 +231,7 @@ mod tests {
             held(&no(1, 3), OrderStatus::Reserved),
         ];
         // Rebuilt at 2,000: the payment of 1-2 never arrived; the cancel of 1-3 came after.
-        let l = j.settle(&stored(2, 2_000), &orders);
+        let l = j.settle(&stored(2, 2_000), &orders, &[]);
         assert_eq!(l.resolutions, vec![(no(1, 2), EventKind::Paid)]);
         assert_eq!(j.len(SkuId(7)), 1);
     }

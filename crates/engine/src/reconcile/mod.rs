@@ -522,7 +522,7 @@ impl Reconciler {
 
     /// The journal: forget what the database holds, report what it never will.
     fn settle_journal(&self, report: &mut SaleReport, audit: &flashsale_core::SaleAudit) {
-        let losses = self.journal.settle(&audit.sale, &audit.orders);
+        let losses = (self.journal).settle(&audit.sale, &audit.orders, &audit.buckets);
         report.journal_complete = losses.complete;
         report.lost_orders = losses.orders.iter().map(|no| no.to_string()).collect();
         report.lost_resolutions = losses
