@@ -117,6 +117,7 @@ fn row(bucket: u16, epoch: u64, c: Counters) -> BucketRow {
     BucketRow {
         bucket,
         epoch,
+        epoch_at_ms: 0,
         counters: c,
     }
 }
