@@ -390,6 +390,7 @@ mod tests {
         let row = |bucket: u16, epoch: u64, total: u64, sold: u64| BucketRow {
             bucket,
             epoch,
+            epoch_at_ms: 0,
             counters: Counters {
                 total,
                 available: total - sold,

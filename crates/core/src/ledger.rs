@@ -546,6 +546,8 @@ pub struct SaleAudit {
 pub struct BucketRow {
     pub bucket: u16,
     pub epoch: u64,
+    /// When that epoch was taken (ms since the Unix epoch, the taker's clock).
+    pub epoch_at_ms: i64,
     pub counters: Counters,
 }
 

@@ -233,6 +233,7 @@ mod tests {
         let rows = [0, 1, 2].map(|b| BucketRow {
             bucket: b,
             epoch: 3 * 7 + u64::from(b),
+            epoch_at_ms: 0,
             counters: counters(30, 25, 0, 5),
         });
         let f = BucketFields::database(&rows, 100);

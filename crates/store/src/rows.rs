@@ -142,6 +142,7 @@ pub(crate) fn bucket_row<R: Columns>(row: &R) -> Result<BucketRow, StoreError> {
     Ok(BucketRow {
         bucket: bucket_number("bucket", row.small("bucket")?)?,
         epoch: row.uint("epoch")?,
+        epoch_at_ms: row.int("epoch_at_ms")?,
         counters: Counters {
             total: count("total_stock", row.int("total_stock")?)?,
             available: count("available", row.int("available")?)?,

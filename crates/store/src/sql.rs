@@ -106,7 +106,8 @@ pub const BUCKET_COLS: usize = 4;
 
 /// Every bucket's epoch for a new sale epoch E: `E·n + bucket`, i.e. bucket 0's plus the
 /// bucket (`buckets::bucket_epoch`). Binds: bucket 0's epoch, sku_id.
-pub const TAKE_BUCKET_EPOCHS: &str = "UPDATE sale_buckets SET epoch = ? + bucket WHERE sku_id = ?";
+pub const TAKE_BUCKET_EPOCHS: &str =
+    "UPDATE sale_buckets SET epoch = ? + bucket, epoch_at_ms = ? WHERE sku_id = ?";
 
 /// One transfer side moves its bucket's total and available, while the bucket's epoch is
 /// the side's and its available stays non-negative. Binds: the change of units (twice),
@@ -123,7 +124,7 @@ pub const TRANSFER_INTO: &str = "stock_transfers \
 pub const TRANSFER_COLUMNS: &str =
     "sku_id, transfer_id, side, epoch, from_bucket, to_bucket, units, at_ms, fenced";
 pub const BUCKET_COLUMNS: &str =
-    "bucket, epoch, applied_seq, total_stock, available, reserved, sold";
+    "bucket, epoch, epoch_at_ms, applied_seq, total_stock, available, reserved, sold";
 
 pub const ORDER_COLUMNS: &str =
     "order_no, sku_id, user_id, request_id, quantity, status, deadline_ms, created_at_ms";

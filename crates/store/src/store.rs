@@ -265,7 +265,11 @@ impl<B: Backend> Store<B> {
             return Ok(None);
         }
         let taken = current + 1;
-        let args = [Arg::Id(bucket_epoch(taken, 0, n)), Arg::Id(sku.0)];
+        let args = [
+            Arg::Id(bucket_epoch(taken, 0, n)),
+            Arg::Int(flashsale_core::clock::now_ms()),
+            Arg::Id(sku.0),
+        ];
         B::run(&mut *tx, sql::TAKE_BUCKET_EPOCHS, &args).await?;
         tx.commit().await.map_err(db_error)?;
         Ok(Some(taken))
@@ -1126,9 +1130,11 @@ impl<B: Backend> OrderStore for Store<B> {
             }
         };
         let next = flashsale_core::buckets::next_epoch(current, bucket, n);
-        let sql = "UPDATE sale_buckets SET epoch = ? WHERE sku_id = ? AND bucket = ? AND epoch = ?";
+        let sql = "UPDATE sale_buckets SET epoch = ?, epoch_at_ms = ? \
+                   WHERE sku_id = ? AND bucket = ? AND epoch = ?";
         let args = [
             Arg::Id(next),
+            Arg::Int(flashsale_core::clock::now_ms()),
             Arg::Id(sku.0),
             Arg::Small(u32::from(bucket)),
             Arg::Id(current),

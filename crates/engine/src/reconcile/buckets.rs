@@ -237,6 +237,7 @@ mod tests {
         let row = BucketRow {
             bucket: 1,
             epoch: 4,
+            epoch_at_ms: 0,
             counters: counters(10, 9, 1, 1),
         };
         let hot = snap(

@@ -83,8 +83,9 @@ impl Journal {
     }
 
     /// Forgets what the database holds and takes out what it never will (`stored`, `orders`
-    /// and a sale kept in buckets' bucket rows `buckets` read in one transaction). A
-    /// purchase of a bucketed sale is lost once its bucket's epoch moved past the order's.
+    /// and a sale kept in buckets' bucket rows `buckets` read in one transaction). An order
+    /// of a bucketed sale is judged by its own bucket's epoch: its purchase is lost once that
+    /// epoch moved past the order's, a resolution once that epoch was taken after it.
     pub fn settle(
         &self,
         stored: &StoredSale,
@@ -106,11 +107,15 @@ impl Journal {
             complete: j.dropped == 0,
             ..Losses::default()
         };
-        let n = stored.sale.buckets;
-        let current = |epoch: u64| {
-            let bucket = flashsale_core::buckets::bucket_of_epoch(epoch, n.max(1));
-            (buckets.iter().find(|r| r.bucket == bucket)).map_or(stored.epoch, |r| r.epoch)
+        // The epoch (and when it was taken) of the copy that sold an order of `epoch`: the
+        // sale's, or its bucket's for a sale kept in buckets.
+        let n = stored.sale.buckets.max(1);
+        let row = |epoch: u64| {
+            let bucket = flashsale_core::buckets::bucket_of_epoch(epoch, n);
+            buckets.iter().find(|r| r.bucket == bucket)
         };
+        let current = |epoch: u64| row(epoch).map_or(stored.epoch, |r| r.epoch);
+        let taken_at_ms = |epoch: u64| row(epoch).map_or(stored.epoch_at_ms, |r| r.epoch_at_ms);
         j.purchases.retain(|&(epoch, _), no| {
             let lost = !held.contains(no) && epoch < current(epoch);
             if lost {
@@ -121,7 +126,7 @@ impl Journal {
         j.resolutions.retain(|no, &mut (kind, at_ms)| {
             // Resolutions exist in reserve mode only.
             let done = status.get(no).copied() == Some(kind.status_after(SaleMode::Reserve));
-            let lost = !done && stored.epoch_at_ms > at_ms;
+            let lost = !done && taken_at_ms(no.epoch()) > at_ms;
             if lost {
                 losses.resolutions.push((*no, kind));
             }
@@ -209,6 +214,7 @@ mod tests {
         let row = |bucket: u16, epoch: u64| BucketRow {
             bucket,
             epoch,
+            epoch_at_ms: 0,
             counters: flashsale_core::Counters::default(),
         };
         let orders = [held(&no(2, 1), OrderStatus::Reserved)];
@@ -217,6 +223,13 @@ mod tests {
         let l = j.settle(&sale, &orders, &[row(0, 4), row(1, 3)]);
         assert_eq!(l.orders, vec![no(2, 2)]);
         assert_eq!(j.len(sku), 1, "bucket 1's order is still in flight");
+        // Payments at 1,000 of an order of each bucket; bucket 1 rebuilt at 2,000 since.
+        j.record_resolution(&no(2, 1), EventKind::Paid, 1_000);
+        j.record_resolution(&no(3, 1), EventKind::Paid, 1_000);
+        let mut rebuilt = row(1, 5);
+        rebuilt.epoch_at_ms = 2_000;
+        let l = j.settle(&sale, &orders, &[row(0, 4), rebuilt]);
+        assert_eq!(l.resolutions, vec![(no(3, 1), EventKind::Paid)]);
     }
 
     #[test]

@@ -373,6 +373,7 @@ mod tests {
         let rows = split().map(|(bucket, counters)| BucketRow {
             bucket,
             epoch: 3 + u64::from(bucket),
+            epoch_at_ms: 0,
             counters,
         });
         let v = view(BucketFields::database(&rows, 100));

@@ -16,6 +16,8 @@ CREATE TABLE sale_buckets (
     sku_id      BIGINT UNSIGNED NOT NULL,
     bucket      INT UNSIGNED NOT NULL,
     epoch       BIGINT UNSIGNED NOT NULL DEFAULT 0,
+    -- When the epoch was taken (ms, the taker's clock): what the loss report compares with.
+    epoch_at_ms BIGINT NOT NULL DEFAULT 0,
     applied_seq BIGINT UNSIGNED NOT NULL DEFAULT 0,
     total_stock BIGINT NOT NULL,
     available   BIGINT NOT NULL,

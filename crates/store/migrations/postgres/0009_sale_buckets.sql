@@ -8,6 +8,8 @@ CREATE TABLE sale_buckets (
     sku_id      BIGINT NOT NULL CHECK (sku_id >= 0),
     bucket      BIGINT NOT NULL,
     epoch       BIGINT NOT NULL DEFAULT 0 CHECK (epoch >= 0),
+    -- When the epoch was taken (ms, the taker's clock): what the loss report compares with.
+    epoch_at_ms BIGINT NOT NULL DEFAULT 0,
     applied_seq BIGINT NOT NULL DEFAULT 0 CHECK (applied_seq >= 0),
     total_stock BIGINT NOT NULL,
     available   BIGINT NOT NULL,

@@ -8,6 +8,8 @@ CREATE TABLE sale_buckets (
     sku_id      INTEGER NOT NULL,
     bucket      INTEGER NOT NULL,
     epoch       INTEGER NOT NULL DEFAULT 0,
+    -- When the epoch was taken (ms, the taker's clock): what the loss report compares with.
+    epoch_at_ms INTEGER NOT NULL DEFAULT 0,
     applied_seq INTEGER NOT NULL DEFAULT 0,
     total_stock INTEGER NOT NULL,
     available   INTEGER NOT NULL,
