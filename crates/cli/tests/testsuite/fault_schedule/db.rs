@@ -149,6 +149,7 @@ fn bucket_row(r: &MySqlRow) -> (SkuId, BucketRow) {
     let row = BucketRow {
         bucket,
         epoch: r.get("epoch"),
+        epoch_at_ms: r.get("epoch_at_ms"),
         counters,
     };
     (SkuId(r.get("sku_id")), row)
