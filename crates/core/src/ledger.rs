@@ -151,6 +151,12 @@ pub trait HotLedger: Send + Sync + 'static {
         false
     }
 
+    /// Whether `sale` is kept in buckets here: more than one, on a ledger that keeps them
+    /// apart (then the database holds a row per bucket and everything goes per bucket).
+    fn kept_in_buckets(&self, sale: &Sale) -> bool {
+        sale.buckets > 1 && self.keeps_buckets(sale.sku_id)
+    }
+
     /// A bucketed sale's hot buckets, each with its own counters, and the units in flight
     /// between them. `None` for a sale of one bucket, an unknown sale, or a ledger that runs a
     /// bucketed sale as one book (the embedded one).

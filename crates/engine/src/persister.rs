@@ -103,6 +103,9 @@ pub struct Persister {
     retired: HashSet<CopyTag>,
     /// Reads where a bucketed sale's buckets live; connected on first need.
     layouts: Option<StreamReader>,
+    /// Bucketed sales' copies once read (placement never changes): read once, not at every
+    /// discovery.
+    placed: HashMap<SkuId, Vec<CopyTag>>,
     /// Tells every sale's task to stop.
     stop: watch::Sender<bool>,
     /// One discovery per `discover_every`.
@@ -121,6 +124,7 @@ impl Persister {
             tasks: HashMap::new(),
             retired: HashSet::new(),
             layouts: None,
+            placed: HashMap::new(),
             stop: watch::channel(false).0,
             pace,
         }
@@ -166,6 +170,9 @@ impl Persister {
         if sale.buckets <= 1 {
             return vec![sku.into()];
         }
+        if let Some(copies) = self.placed.get(&sku) {
+            return copies.clone();
+        }
         if self.layouts.is_none() {
             let c = &self.config;
             match StreamReader::connect(&c.redis_url, &c.prefix, &c.consumer).await {
@@ -177,7 +184,10 @@ impl Persister {
             return Vec::new();
         };
         match reader.layout(sku).await {
-            Ok(Some(layout)) if layout.n() == sale.buckets => layout.copies(),
+            Ok(Some(layout)) if layout.n() == sale.buckets => {
+                self.placed.insert(sku, layout.copies());
+                layout.copies()
+            }
             Ok(_) => Vec::new(),
             Err(e) => {
                 tracing::warn!(%sku, error = %e, "persister cannot read the sale's buckets");

@@ -83,6 +83,12 @@ impl Layout {
         CopyTag::new(self.sku, bucket, salt)
     }
 
+    /// Bucket `bucket`'s copy of a sale of several buckets; `None` for a sale of one, or
+    /// past its last bucket.
+    pub fn bucket(&self, bucket: u16) -> Option<CopyTag> {
+        (!self.is_single() && bucket < self.n()).then(|| self.copy(bucket))
+    }
+
     /// Every bucket's copy, bucket 0 first.
     pub fn copies(&self) -> Vec<CopyTag> {
         (0..self.n()).map(|b| self.copy(b)).collect()

@@ -779,7 +779,7 @@ impl HotCopies for RedisLedger {
     }
 
     async fn fence_bucket(&self, sku: SkuId, bucket: u16) -> Result<bool, LedgerError> {
-        let copy = self.bucket_copy(sku, bucket).await?;
+        let (_, copy) = self.bucket_copy(sku, bucket).await?;
         let mut inv = self.scripts.fence.prepare_invoke();
         inv.key(self.keys.sale(copy));
         Ok(self.run::<i64>("fence", &inv).await? == 1)
@@ -793,8 +793,7 @@ impl HotCopies for RedisLedger {
         epoch: u64,
         transfers: &BucketTransfers,
     ) -> Result<(), LedgerError> {
-        let layout = self.layout(sale.sku_id).await?;
-        let copy = self.bucket_copy(sale.sku_id, bucket).await?;
+        let (layout, copy) = self.bucket_copy(sale.sku_id, bucket).await?;
         let text = layout.salts_text();
         self.load_copy(copy, sale, counters, epoch, Some((layout.n(), &text)))
             .await?;
@@ -808,7 +807,7 @@ impl HotCopies for RedisLedger {
         epoch: u64,
         state: SaleState,
     ) -> Result<(), LedgerError> {
-        let copy = self.bucket_copy(sku, bucket).await?;
+        let (_, copy) = self.bucket_copy(sku, bucket).await?;
         let mut inv = self.scripts.open.prepare_invoke();
         inv.key(self.keys.sale(copy)).arg(epoch).arg(state.as_str());
         match self.run::<String>("open", &inv).await?.as_str() {
@@ -827,11 +826,10 @@ impl HotCopies for RedisLedger {
         sku: SkuId,
         bucket: u16,
     ) -> Result<Option<HotSnapshot>, LedgerError> {
-        let layout = self.layout(sku).await?;
-        if layout.is_single() || bucket >= layout.n() {
-            return Ok(None);
+        match self.layout(sku).await?.bucket(bucket) {
+            Some(copy) => self.copy_snapshot(copy).await,
+            None => Ok(None),
         }
-        self.copy_snapshot(layout.copy(bucket)).await
     }
 
     async fn restore_orders(
@@ -845,15 +843,13 @@ impl HotCopies for RedisLedger {
 }
 
 impl RedisLedger {
-    /// Bucket `bucket` of a sale of several (whose layout is stored in Redis).
-    async fn bucket_copy(&self, sku: SkuId, bucket: u16) -> Result<CopyTag, LedgerError> {
+    /// Bucket `bucket` of a sale of several, with the sale's layout.
+    async fn bucket_copy(&self, sku: SkuId, bucket: u16) -> Result<(Layout, CopyTag), LedgerError> {
         let layout = self.layout(sku).await?;
-        if layout.is_single() || bucket >= layout.n() {
-            return Err(LedgerError::Internal(format!(
-                "sale {sku} has no bucket {bucket} in Redis"
-            )));
-        }
-        Ok(layout.copy(bucket))
+        let copy = layout.bucket(bucket).ok_or_else(|| {
+            LedgerError::Internal(format!("sale {sku} has no bucket {bucket} in Redis"))
+        })?;
+        Ok((layout, copy))
     }
 
     /// Puts a rebuilt bucket's transfers back (its copy was loaded with none): the ids it

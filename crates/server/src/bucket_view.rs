@@ -117,7 +117,7 @@ pub async fn read(
     // bucketed sale as one book (the embedded one) has no per-bucket counters to show, and
     // its database rows are dropped when the book is loaded.
     let sku = stored.sale.sku_id;
-    if stored.sale.buckets <= 1 || !ledger.keeps_buckets(sku) {
+    if !ledger.kept_in_buckets(&stored.sale) {
         return BucketFields::default();
     }
     if let Some(hot) = read_hot(ledger, stored).await {

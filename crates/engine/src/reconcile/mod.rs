@@ -362,7 +362,7 @@ impl Reconciler {
             .sale(sku)
             .await?
             .ok_or(StoreError::SaleNotFound)?;
-        if stored.sale.buckets > 1 && self.ledger.keeps_buckets(sku) {
+        if self.ledger.kept_in_buckets(&stored.sale) {
             return self.inspect_buckets(sku, stored.sale.buckets, at_ms).await;
         }
         // Hot first, then the database (I6's fold depends on this order).
@@ -400,8 +400,8 @@ impl Reconciler {
 
     /// [`Reconciler::inspect`] of a bucketed sale: every bucket's snapshot first, then the
     /// database; I1–I7 with I5 per bucket and I2 over buckets; the diff per bucket
-    /// (`buckets::compare`). A bucket's copy is not rebuilt by itself yet: a bucket missing
-    /// or behind is a finding, never `hot_behind` (no repair would mend it).
+    /// (`buckets::compare`). A bucket missing or behind is listed in `buckets_behind`, never
+    /// `hot_behind`: a repair rebuilds that bucket alone (`rebuild::rebuild_bucket`).
     async fn inspect_buckets(&self, sku: SkuId, n: u16, at_ms: i64) -> anyhow::Result<SaleReport> {
         rebuild::adopt_salts(self.ledger.as_ref(), self.store.as_ref(), sku).await?;
         let mut snaps = Vec::with_capacity(usize::from(n));
@@ -611,12 +611,8 @@ impl Reconciler {
         // worker leaves fresh ones to the persister; on demand, everything is replayed.
         let replay = report.trigger != Trigger::Worker.as_str() || report.stale_pending > 0;
         // A bucketed sale's streams are each their own persister's: no replay from here.
-        let bucketed = self.ledger.keeps_buckets(sku)
-            && self
-                .store
-                .sale(sku)
-                .await?
-                .is_some_and(|s| s.sale.buckets > 1);
+        let stored = self.store.sale(sku).await?;
+        let bucketed = stored.is_some_and(|s| self.ledger.kept_in_buckets(&s.sale));
         if replay && !report.hot_behind && !bucketed {
             if let Some(line) = self.replay(sku).await? {
                 done.push((Repair::Replay, line));

@@ -72,8 +72,9 @@ pub async fn rebuild(
     store: &dyn OrderStore,
     sku: SkuId,
 ) -> Result<Rebuilt, RebuildError> {
-    let bucketed = ledger.keeps_buckets(sku) && stored(store, sku).await?.sale.buckets > 1;
-    if bucketed && stored(store, sku).await?.epoch > 0 {
+    let first = stored(store, sku).await?;
+    let bucketed = ledger.kept_in_buckets(&first.sale);
+    if bucketed && first.epoch > 0 {
         // Checked before the fence: a fence that no rebuild lifts would stop the sale.
         return Err(RebuildError::Ledger(LedgerError::Internal(format!(
             "sale {sku}: a bucketed sale's copies are loaded once; rebuilding them is not built"
@@ -90,10 +91,7 @@ pub async fn rebuild(
         .await?
         .ok_or(RebuildError::Raced(sku))?;
     let after = stored(store, sku).await?;
-    let raced = |e: LedgerError| match e {
-        LedgerError::AlreadyWarm => RebuildError::Raced(sku),
-        e => RebuildError::Ledger(e),
-    };
+    let raced = raced(sku);
     ledger
         .load(&after.sale, &after.counters, epoch)
         .await
@@ -136,7 +134,7 @@ pub async fn rebuild_all(
     sku: SkuId,
 ) -> Result<Rebuilt, RebuildError> {
     let sale = stored(store, sku).await?;
-    if !(ledger.keeps_buckets(sku) && sale.sale.buckets > 1 && sale.epoch > 0) {
+    if !(ledger.kept_in_buckets(&sale.sale) && sale.epoch > 0) {
         return rebuild(ledger, store, sku).await;
     }
     let mut last = None;
@@ -167,10 +165,7 @@ pub async fn rebuild_bucket(
     let audit = store.audit(sku).await?.ok_or(StoreError::SaleNotFound)?;
     let row =
         (audit.buckets.iter().find(|r| r.bucket == bucket)).ok_or(StoreError::SaleNotFound)?;
-    let raced = |e: LedgerError| match e {
-        LedgerError::AlreadyWarm => RebuildError::Raced(sku),
-        e => RebuildError::Ledger(e),
-    };
+    let raced = raced(sku);
     let transfers = BucketTransfers::of(bucket, &audit.transfers);
     let sale = &audit.sale.sale;
     (ledger
@@ -249,6 +244,14 @@ async fn drain_bucket(
         store.apply_transfer(t).await?;
     }
     Ok(applied)
+}
+
+/// A ledger's refusal of a copy that is no longer the one being rebuilt: another rebuild won.
+fn raced(sku: SkuId) -> impl Fn(LedgerError) -> RebuildError + Copy {
+    move |e| match e {
+        LedgerError::AlreadyWarm => RebuildError::Raced(sku),
+        e => RebuildError::Ledger(e),
+    }
 }
 
 async fn stored(

@@ -293,7 +293,7 @@ async fn warm_snapshot(
     stored: &flashsale_core::StoredSale,
 ) -> Result<Option<flashsale_core::HotSnapshot>, AppError> {
     let sku = stored.sale.sku_id;
-    if stored.sale.buckets > 1 && st.ledger.keeps_buckets(sku) {
+    if st.ledger.kept_in_buckets(&stored.sale) {
         if let Some(mut snap) = st.ledger.bucket_snapshot(sku, 0).await? {
             let rows = st.store.buckets(sku).await?;
             let current = rows.first().is_some_and(|r| r.epoch == snap.epoch);
