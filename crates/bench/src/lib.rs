@@ -11,11 +11,15 @@
 //! - [`lifecycle`]: a reserve-mode sale's holds over time (reserved, paid, cancelled,
 //!   expired, resold), from the database's events.
 //! - [`report`]: the JSON and the self-contained HTML of a run; [`charts`]: its inline SVG.
+//! - [`harness`]: the measurements `flashsale bench` runs (release mode), in-process against
+//!   the service's own ledgers, store, engine and server, or over HTTP.
 //!
-//! Depends on core (for ids) and client libraries; never on a server crate.
+//! The load modules depend on core (for ids) and client libraries only; the harness may
+//! depend on every crate of the workspace but the binary.
 
 pub mod charts;
 pub mod closed;
+pub mod harness;
 pub mod lifecycle;
 pub mod load;
 pub mod procs;

@@ -197,7 +197,7 @@ async fn open_sale(base: &str, admin: &str, sku: u64, args: &DemoArgs) -> anyhow
     if mode == SaleMode::Reserve {
         body["payment_timeout_ms"] = json!(args.hold_ms);
     }
-    crate::bench::create_and_warm(base, admin, &body).await
+    flashsale_bench::harness::setup::create_and_warm(base, admin, &body).await
 }
 
 /// Users `users`, each with a token valid `ttl_s` seconds.

@@ -4,24 +4,16 @@
 //! - [`settings`]: flags, environment, config file and secrets.
 //! - [`demo`]: the whole flash sale in one command, with a report.
 //! - [`reconcile`]: one reconciler run from the command line.
-//! - [`bench`]: `bench http | ledger | persister`; [`bench_alone`]: `bench http --server-bin`,
-//!   the server as its own process; [`spike`]: `bench spike` against running
-//!   instances; [`strategies`]: `bench strategies`, the seeds' designs against ours.
+//! - [`bench`]: `flashsale bench …`, the measurements of `flashsale_bench::harness`.
 //!
 //! The top of the dependency graph: may depend on every crate of the workspace; none
 //! depends on it.
 
 mod bench;
-mod bench_alone;
-mod bench_buckets;
-mod bench_risk;
-mod bench_script;
 mod demo;
 mod demo_reserve;
 mod reconcile;
 mod settings;
-mod spike;
-mod strategies;
 
 use std::path::PathBuf;
 

@@ -144,7 +144,7 @@ async fn cpu_us(nodes: &mut [Node]) -> anyhow::Result<Vec<f64>> {
             .arg("cpu")
             .query_async(&mut node.conn)
             .await?;
-        out.push(crate::strategies::main_thread_cpu_us(&info));
+        out.push(super::strategies::main_thread_cpu_us(&info));
     }
     Ok(out)
 }

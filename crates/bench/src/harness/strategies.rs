@@ -18,8 +18,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use crate::procs::{Meter, PhaseCpu};
 use async_trait::async_trait;
-use flashsale_bench::procs::{Meter, PhaseCpu};
 use flashsale_core::{
     Ledger, OrderStore, PurchaseOutcome, PurchaseRequest, RequestId, Sale, SkuId, UserId,
 };
@@ -27,7 +27,7 @@ use flashsale_engine::batcher::Batcher;
 use hdrhistogram::Histogram;
 use redis::aio::MultiplexedConnection;
 use serde::Serialize;
-use sqlx::{Connection, Executor, MySqlPool, Row};
+use sqlx::{Executor, MySqlPool, Row};
 
 const SKU: u64 = 1001;
 
@@ -579,26 +579,6 @@ pub fn bench_sale(units: u64) -> Sale {
         name: "hot".into(),
         ..Sale::always_open(SkuId(SKU), units)
     }
-}
-
-/// A fresh database on the MySQL server of `url` (its path is replaced).
-pub async fn fresh_mysql(server_url: &str, name: &str) -> anyhow::Result<String> {
-    let mut conn = sqlx::MySqlConnection::connect(server_url).await?;
-    conn.execute(format!("DROP DATABASE IF EXISTS `{name}`").as_str())
-        .await?;
-    conn.execute(format!("CREATE DATABASE `{name}`").as_str())
-        .await?;
-    Ok(format!("{}/{name}", server_url.trim_end_matches('/')))
-}
-
-/// Drops the databases a bench made with [`fresh_mysql`] (absent ones are fine).
-pub async fn drop_mysql(server_url: &str, names: &[String]) -> anyhow::Result<()> {
-    let mut conn = sqlx::MySqlConnection::connect(server_url).await?;
-    for name in names {
-        conn.execute(format!("DROP DATABASE IF EXISTS `{name}`").as_str())
-            .await?;
-    }
-    Ok(())
 }
 
 #[cfg(test)]

@@ -17,14 +17,15 @@ use std::process::Stdio;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use crate::closed::{self, MakeRequest, Rate};
+use crate::procs::{self, Meter, PhaseCpu, Watched};
 use anyhow::Context;
-use flashsale_bench::closed::{self, MakeRequest, Rate};
-use flashsale_bench::procs::{self, Meter, PhaseCpu, Watched};
 use flashsale_core::{SkuId, UserId};
 use flashsale_server::auth::Auth;
 use tokio::io::{AsyncBufReadExt, BufReader};
 
-use crate::bench::{open, purchase_req, secret, sell_out, HttpArgs, BENCH_USERS};
+use super::http::HttpArgs;
+use super::setup::{open, purchase_req, secret, sell_out, BENCH_USERS};
 
 /// How long a server (under valgrind: much slower) may take to listen.
 const START_TIMEOUT: Duration = Duration::from_secs(180);
@@ -228,12 +229,12 @@ fn watched(child: &Child, args: &HttpArgs) -> Vec<Watched> {
         Watched::one("client", std::process::id()),
     ];
     let others = procs::path_processes(
-        crate::bench::port_of(Some(&args.redis_url_alone())),
-        crate::bench::port_of(Some(&args.mysql_url)),
+        super::setup::port_of(Some(&args.redis_url_alone())),
+        super::setup::port_of(Some(&args.mysql_url)),
     );
     out.extend(others.into_iter().skip(1));
     if let Some((url, _)) = &child.db {
-        out.extend(crate::bench::postgres_processes(url));
+        out.extend(super::setup::postgres_processes(url));
     }
     out
 }
@@ -253,7 +254,7 @@ impl Child {
         let (jwt, admin) = (secret(), secret());
         let (database_url, db) = match record.server(args) {
             Some(server) => {
-                let url = crate::bench::fresh_database(server, &tag).await?;
+                let url = super::setup::fresh_database(server, &tag).await?;
                 (url.clone(), Some((url, tag.clone())))
             }
             None => (format!("sqlite://{}/flashsale.db", dir.display()), None),
@@ -346,13 +347,13 @@ impl Child {
             self.process.kill().await?;
         }
         if let Some((_, name)) = &self.db {
-            crate::bench::drop_database(&self.db_server, name).await?;
+            super::setup::drop_database(&self.db_server, name).await?;
         }
         if let Some((url, tag)) = &self.redis {
             let mut conn = redis::Client::open(url.as_str())?
                 .get_multiplexed_async_connection()
                 .await?;
-            crate::bench::cleanup_redis(&mut conn, tag).await?;
+            super::setup::cleanup_redis(&mut conn, tag).await?;
         }
         let _ = std::fs::remove_dir_all(&self.dir);
         Ok(())

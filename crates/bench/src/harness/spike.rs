@@ -7,16 +7,14 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+use crate::load::{self, Arrival, Buyer, Plan};
+use crate::report::{Check, Report};
+use crate::summary;
 use clap::Args;
-use flashsale_bench::load::{self, Arrival, Buyer, Plan};
-use flashsale_bench::report::{Check, Report};
-use flashsale_bench::summary;
 use flashsale_core::UserId;
 use flashsale_server::auth::Auth;
 use indicatif::ProgressBar;
 use serde_json::json;
-
-use crate::settings::Settings;
 
 #[derive(Debug, Clone, Args)]
 pub struct SpikeArgs {
@@ -52,12 +50,18 @@ pub struct SpikeArgs {
     pub sample_redis: Option<String>,
     #[arg(long, default_value = "fs")]
     pub prefix: String,
-    #[command(flatten)]
-    pub settings: Settings,
 }
 
-pub async fn run(args: SpikeArgs) -> anyhow::Result<()> {
-    let (jwt, admin) = args.settings.secrets()?;
+/// What the spike needs of the service's settings: its secrets and where reports go.
+#[derive(Debug, Clone)]
+pub struct SpikeSecrets {
+    pub jwt_secret: String,
+    pub admin_token: String,
+    pub reports_dir: std::path::PathBuf,
+}
+
+pub async fn run(args: SpikeArgs, secrets: SpikeSecrets) -> anyhow::Result<()> {
+    let (jwt, admin) = (secrets.jwt_secret, secrets.admin_token);
     let auth = Auth::new(&jwt, &admin);
     if let Some(stock) = args.create_stock {
         create(&args.targets[0], &admin, args.sku, stock, args.limit).await?;
@@ -109,10 +113,7 @@ pub async fn run(args: SpikeArgs) -> anyhow::Result<()> {
     )
     .await?;
     let stamp = SystemTime::now().duration_since(UNIX_EPOCH)?.as_secs();
-    let html = report.write(
-        &args.settings.data_dir.join("reports"),
-        &format!("spike-{stamp}"),
-    )?;
+    let html = report.write(&secrets.reports_dir, &format!("spike-{stamp}"))?;
     println!(
         "{}",
         serde_json::to_string_pretty(&json!({"summary": {"outcomes": report.summary.outcomes,
@@ -125,7 +126,7 @@ pub async fn run(args: SpikeArgs) -> anyhow::Result<()> {
 async fn create(base: &str, admin: &str, sku: u64, stock: u64, limit: u32) -> anyhow::Result<()> {
     let body =
         json!({"sku_id": sku, "name": "spike", "total_stock": stock, "per_user_limit": limit});
-    crate::bench::create_and_warm(base, admin, &body).await
+    super::setup::create_and_warm(base, admin, &body).await
 }
 
 /// Samples Redis every 100 ms while the spike runs.
