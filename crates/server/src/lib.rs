@@ -30,7 +30,7 @@
 //! risk client, dashboard readings, bucket views, and the engine's batcher, caches, breaker,
 //! journal) and depends on their modules; `routes`, `middleware`, `workers`, `serve` and
 //! `openapi` depend on `state`; no module that `state` holds imports `state`, `routes`,
-//! `middleware`, `workers` or `serve` (`scripts/layering.sh` checks it).
+//! `middleware`, `workers` or `serve` (the layering check in `crates/layering` reads it from the code).
 //!
 //! May depend on every backend crate and the engine; the domain rules stay in flashsale-core.
 //! Only the binary (flashsale) and tests depend on it.
