@@ -216,7 +216,8 @@ impl From<StoreError> for AppError {
     }
 }
 
-fn internal(message: String) -> AppError {
+/// A 500 whose cause is logged, not shown.
+pub(crate) fn internal(message: String) -> AppError {
     tracing::error!(%message, "internal error");
     AppError::new(ErrorCode::Internal, "internal error")
 }

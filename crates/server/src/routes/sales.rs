@@ -2,7 +2,8 @@
 
 use axum::extract::rejection::QueryRejection;
 use axum::extract::{Query, State};
-use axum::http::StatusCode;
+use axum::http::{header, HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
 use axum::Json;
 use flashsale_core::ledger::StoredSale;
 use flashsale_core::{Counters, ErrorCode, LedgerError, Sale, SaleMode, SaleState, SkuId};
@@ -130,11 +131,14 @@ pub async fn create(
 
 #[utoipa::path(get, path = "/sales/{sku_id}", tag = "sales", operation_id = "get_sale",
     params(("sku_id" = u64, Path, minimum = 0)),
-    responses((status = 200, description = "the sale (counters may be 1 s old); a bucketed sale also its per-bucket counters, from the hot ledger or else the database (`bucket_source`), when either has them", body = SaleView)))]
+    responses((status = 200, description = "the sale (counters may be 1 s old); a bucketed sale also its per-bucket counters, from the hot ledger or else the database (`bucket_source`), when either has them. Carries `ETag` and `Cache-Control: public, max-age=1`", body = SaleView,
+        headers(("ETag" = String, description = "the view's validator"), ("Cache-Control" = String, description = "public, max-age=1"))),
+        (status = 304, description = "`If-None-Match` named the current `ETag`: the client's copy is current")))]
 pub async fn get(
     State(st): State<AppState>,
     ApiPath(p): ApiPath<u64>,
-) -> Result<Json<SaleView>, AppError> {
+    headers: HeaderMap,
+) -> Result<Response, AppError> {
     let sku = SkuId(p);
     let stored = super::sale(&st, sku).await?;
     let counters = match st.sales.counters(sku) {
@@ -145,9 +149,51 @@ pub async fn get(
         .buckets
         .read(st.ledger.as_ref(), st.store.as_ref(), &stored)
         .await;
-    Ok(Json(
-        SaleView::new(&stored.sale, &counters).with_buckets(per_bucket),
-    ))
+    let view = SaleView::new(&stored.sale, &counters).with_buckets(per_bucket);
+    Ok(cacheable(&headers, &view))
+}
+
+/// How long a browser or a shared cache (a CDN in front of the service) may keep a sale's view
+/// without asking again: the counters in it are up to a second old already (the sale cache),
+/// and the contract allows a view cached for at most a second.
+const SALE_VIEW_MAX_AGE_S: u32 = 1;
+
+/// A view with its validator: `ETag` (a hash of the body's bytes, the same on every instance
+/// for the same view) and `Cache-Control: public, max-age=1`; a request whose `If-None-Match`
+/// names the current tag is answered `304 Not Modified` without the body.
+fn cacheable<T: Serialize>(request: &HeaderMap, view: &T) -> Response {
+    let body = match serde_json::to_vec(view) {
+        Ok(b) => b,
+        Err(e) => return crate::error::internal(format!("serialize a view: {e}")).into_response(),
+    };
+    let tag = format!("\"{:016x}\"", fnv1a(&body));
+    let cache = format!("public, max-age={SALE_VIEW_MAX_AGE_S}");
+    let headers = [(header::ETAG, tag.clone()), (header::CACHE_CONTROL, cache)];
+    if none_match(request, &tag) {
+        return (StatusCode::NOT_MODIFIED, headers).into_response();
+    }
+    let json = [(header::CONTENT_TYPE, "application/json")];
+    (StatusCode::OK, headers, json, body).into_response()
+}
+
+/// Whether `If-None-Match` names `tag` (or is `*`): the client's copy is current.
+fn none_match(request: &HeaderMap, tag: &str) -> bool {
+    let given = request.get_all(header::IF_NONE_MATCH).iter();
+    let mut tags = given
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','));
+    tags.any(|t| {
+        let t = t.trim();
+        t == "*" || t.trim_start_matches("W/") == tag
+    })
+}
+
+/// FNV-1a, 64 bits: a stable hash (the same in every process and release, unlike the
+/// standard library's seeded hashers), so instances behind a balancer give one view one tag.
+fn fnv1a(bytes: &[u8]) -> u64 {
+    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |h, b| {
+        (h ^ u64::from(*b)).wrapping_mul(0x0100_0000_01b3)
+    })
 }
 
 /// Hot counters when the sale is warm and the ledger answers; else the database's.

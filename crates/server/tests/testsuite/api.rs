@@ -431,3 +431,41 @@ async fn idempotency_key_names_the_attempt(stack: &Stack) {
     assert_eq!(sale_view(stack, 18).await["available"].as_u64(), Some(9));
     common::assert_invariants(stack.store().as_ref(), 17).await;
 }
+
+both_ledgers!(the_sale_view_carries_a_validator_and_answers_304_while_current);
+async fn the_sale_view_carries_a_validator_and_answers_304_while_current(stack: &Stack) {
+    stack.live_sale(17, 10, 1).await;
+    let url = format!("{}/api/v1/sales/17", stack.base);
+    let first = stack.http.get(&url).send().await.expect("GET");
+    assert_eq!(first.status(), StatusCode::OK);
+    let header = |r: &reqwest::Response, h: &str| {
+        r.headers()
+            .get(h)
+            .and_then(|v| v.to_str().ok())
+            .map(String::from)
+    };
+    assert_eq!(
+        header(&first, "cache-control").as_deref(),
+        Some("public, max-age=1")
+    );
+    let tag = header(&first, "etag").expect("an ETag");
+    let body: Value = first.json().await.expect("a JSON view");
+    assert_eq!(body["available"], json!(10));
+    let current = stack.http.get(&url).header("if-none-match", &tag);
+    let again = current.send().await.expect("GET");
+    assert_eq!(again.status(), StatusCode::NOT_MODIFIED);
+    assert_eq!(header(&again, "etag").as_deref(), Some(tag.as_str()));
+    assert!(again.bytes().await.expect("body").is_empty());
+    let other = stack.http.get(&url).header("if-none-match", "\"0\"");
+    assert_eq!(other.send().await.expect("GET").status(), StatusCode::OK);
+    // A sale that changed gets a new tag once the view's counters move (the cache's second).
+    stack.buy_ok(1, 17, "a", 1).await;
+    let changed =
+        flashsale_testkit::wait::until("a new tag", std::time::Duration::from_secs(10), || async {
+            let r = stack.http.get(&url).header("if-none-match", &tag);
+            let r = r.send().await.ok()?;
+            (r.status() == StatusCode::OK).then(|| header(&r, "etag"))?
+        })
+        .await;
+    assert_ne!(changed, tag);
+}
