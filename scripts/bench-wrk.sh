@@ -1,0 +1,193 @@
+#!/usr/bin/env bash
+# The server's own cost per answer, measured with wrk: a C client that costs little per request,
+# so on a two-core machine the ratios show the server, not the client (`flashsale bench http`'s
+# own client spends ~50 µs per answer and hides most of it).
+#
+# Method: the `flashsale serve` binary alone (release build), rate limits off, one wrk thread and
+# 64 connections; tokens of 2,000 users signed with the server's secret, cycled by a Lua script;
+# each path and /healthz are run in turn three times and the median of the three ratios
+# path / /healthz is reported. A non-2xx answer on a path that must succeed (accepted purchase,
+# stock read) fails the run; on the sold-out path every answer must be the 409.
+#
+# Usage: scripts/bench-wrk.sh [embedded] [redis]      (default: both)
+# Environment: FLASHSALE_BIN (default target/release/flashsale, built when missing),
+# WRK_DURATION (5s), WRK_CONNECTIONS (64), WRK_ROUNDS (3), BENCH_REDIS_URL
+# (redis://127.0.0.1:6379), BENCH_MYSQL (the MariaDB server: `-h 127.0.0.1 -P 3306 -u root`).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+BIN=${FLASHSALE_BIN:-target/release/flashsale}
+DURATION=${WRK_DURATION:-5s}
+CONNECTIONS=${WRK_CONNECTIONS:-64}
+ROUNDS=${WRK_ROUNDS:-3}
+REDIS_URL=${BENCH_REDIS_URL:-redis://127.0.0.1:6379}
+MYSQL_ARGS=${BENCH_MYSQL:--h 127.0.0.1 -P 3306 -u root}
+LEDGERS=("$@")
+[ ${#LEDGERS[@]} -gt 0 ] || LEDGERS=(embedded redis)
+USERS=2000
+
+command -v wrk >/dev/null || scripts/apt-install.sh bench-wrk wrk
+[ -x "$BIN" ] || cargo build --release --locked -p flashsale
+
+WORK=$(mktemp -d)
+SERVER_PID=""
+DB=""
+TAG="fswrk$$"
+cleanup() {
+    [ -n "$SERVER_PID" ] && kill "$SERVER_PID" 2>/dev/null && wait "$SERVER_PID" 2>/dev/null
+    [ -n "$DB" ] && mariadb $MYSQL_ARGS -e "DROP DATABASE IF EXISTS \`$DB\`" 2>/dev/null
+    redis-cli -u "$REDIS_URL" --scan --pattern "$TAG:*" | xargs -r redis-cli -u "$REDIS_URL" del >/dev/null 2>&1
+    rm -rf "$WORK"
+}
+trap cleanup EXIT
+
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+
+# HS256 tokens for users 1..USERS, one a line, signed as `flashsale token` signs them.
+sign_tokens() {
+    python3 - "$1" "$USERS" <<'EOF'
+import base64, hashlib, hmac, json, sys, time
+secret, users = sys.argv[1].encode(), int(sys.argv[2])
+b64 = lambda b: base64.urlsafe_b64encode(b).rstrip(b"=").decode()
+head = b64(json.dumps({"typ": "JWT", "alg": "HS256"}).encode())
+for u in range(1, users + 1):
+    body = b64(json.dumps({"sub": str(u), "exp": int(time.time()) + 3600}).encode())
+    sig = b64(hmac.new(secret, f"{head}.{body}".encode(), hashlib.sha256).digest())
+    print(f"{head}.{body}.{sig}")
+EOF
+}
+
+# The wrk script: POST a purchase with the next user's token and a request id never sent before.
+write_lua() {
+    cat >"$WORK/purchase.lua" <<EOF
+local tokens = {}
+for line in io.lines("$WORK/tokens") do tokens[#tokens + 1] = "Bearer " .. line end
+local n = 0
+local run = tostring(math.random(1, 1e9))
+wrk.method = "POST"
+wrk.headers["content-type"] = "application/json"
+request = function()
+    n = n + 1
+    wrk.headers["authorization"] = tokens[(n % #tokens) + 1]
+    local body = '{"request_id":"' .. run .. "-" .. n .. '","quantity":1}'
+    return wrk.format(nil, nil, nil, body)
+end
+EOF
+}
+
+start_server() { # ledger
+    local ledger=$1 port data="$WORK/$1"
+    port=$(free_port)
+    mkdir -p "$data"
+    JWT=$(head -c 24 /dev/urandom | base64 | tr -d '/+=')
+    ADMIN=$(head -c 24 /dev/urandom | base64 | tr -d '/+=')
+    local env=(FLASHSALE_LISTEN="127.0.0.1:$port" FLASHSALE_DATA_DIR="$data"
+        FLASHSALE_JWT_SECRET="$JWT" FLASHSALE_ADMIN_TOKEN="$ADMIN" FLASHSALE_LOG=warn
+        FLASHSALE_RATE_INSTANCE=off FLASHSALE_RATE_SALE=off FLASHSALE_RATE_USER=off
+        FLASHSALE_RATE_IP=off FLASHSALE_REDIS_PREFIX="$TAG")
+    if [ "$ledger" = redis ]; then
+        DB="${TAG}_db"
+        mariadb $MYSQL_ARGS -e "DROP DATABASE IF EXISTS \`$DB\`; CREATE DATABASE \`$DB\`"
+        env+=(FLASHSALE_REDIS_URL="$REDIS_URL" FLASHSALE_DATABASE_URL="mysql://root@127.0.0.1:3306/$DB")
+    else
+        env+=(FLASHSALE_DATABASE_URL="sqlite://$data/flashsale.db")
+    fi
+    env -u FLASHSALE_REDIS_URL "${env[@]}" "$BIN" serve >"$data/server.log" 2>&1 &
+    SERVER_PID=$!
+    BASE="http://127.0.0.1:$port"
+    for _ in $(seq 1 300); do
+        curl -fs "$BASE/healthz" >/dev/null 2>&1 && return 0
+        kill -0 "$SERVER_PID" 2>/dev/null || break
+        sleep 0.1
+    done
+    echo "bench-wrk: the server did not start:" >&2
+    cat "$data/server.log" >&2
+    exit 1
+}
+
+stop_server() {
+    kill "$SERVER_PID" && wait "$SERVER_PID" 2>/dev/null || true
+    SERVER_PID=""
+    if [ -n "$DB" ]; then
+        mariadb $MYSQL_ARGS -e "DROP DATABASE IF EXISTS \`$DB\`"
+        DB=""
+    fi
+}
+
+admin() { # method path [body]
+    curl -fsS -X "$1" "$BASE$2" -H "authorization: Bearer $ADMIN" \
+        -H 'content-type: application/json' ${3:+-d "$3"} >/dev/null
+}
+
+open_sale() { # sku stock
+    admin POST /api/v1/sales "{\"sku_id\":$1,\"name\":\"wrk\",\"total_stock\":$2,\"per_user_limit\":1000}"
+    admin POST "/api/v1/sales/$1/warm"
+}
+
+# Runs wrk on one path; prints "requests/s non2xx total".
+wrk_run() { # url [lua]
+    local out
+    out=$(wrk -t1 -c"$CONNECTIONS" -d"$DURATION" ${2:+-s "$2"} "$1")
+    local rps non total
+    rps=$(awk '/^Requests\/sec:/ {print $2}' <<<"$out")
+    non=$(awk '/Non-2xx or 3xx responses:/ {print $5}' <<<"$out")
+    total=$(awk '/requests in/ {print $1}' <<<"$out")
+    echo "$rps ${non:-0} $total"
+}
+
+median() { sort -g | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
+
+# One row: the path and /healthz in turn ROUNDS times; the median ratio. $3: what a run must
+# answer (ok: 2xx only; refused: no 2xx at all).
+measure() { # label url expect [lua]
+    local label=$1 url=$2 expect=$3 lua=${4:-} ratios=() r h non total
+    for _ in $(seq 1 "$ROUNDS"); do
+        read -r r non total < <(wrk_run "$url" "$lua")
+        if [ "$expect" = ok ] && [ "$non" != 0 ]; then
+            echo "bench-wrk: $label: $non of $total answers were not 2xx" >&2
+            FAILED=1
+        fi
+        if [ "$expect" = refused ] && [ "$non" != "$total" ]; then
+            echo "bench-wrk: $label: $((total - non)) of $total answers were 2xx, not refused" >&2
+            FAILED=1
+        fi
+        read -r h _ _ < <(wrk_run "$BASE/healthz")
+        ratios+=("$(python3 -c "print(f'{$r / $h:.3f}')")")
+        RATES+=("$label $r/s, /healthz $h/s")
+    done
+    local m
+    m=$(printf '%s\n' "${ratios[@]}" | median)
+    ROWS+=("| $label | $LEDGER_NAME | $m | ${ratios[*]} |")
+}
+
+FAILED=0
+ROWS=()
+RATES=()
+for LEDGER in "${LEDGERS[@]}"; do
+    case "$LEDGER" in
+    embedded) LEDGER_NAME="embedded (SQLite)" ;;
+    redis) LEDGER_NAME="Redis + MariaDB, persister on" ;;
+    *) echo "bench-wrk: unknown ledger $LEDGER (embedded, redis)" >&2; exit 2 ;;
+    esac
+    start_server "$LEDGER"
+    sign_tokens "$JWT" >"$WORK/tokens"
+    write_lua
+    open_sale 1 1000000000
+    open_sale 2 1
+    first=$(head -1 "$WORK/tokens")
+    curl -fsS -XPOST "$BASE/api/v1/sales/2/purchases" -H "authorization: Bearer $first" \
+        -H 'content-type: application/json' -d '{"request_id":"only","quantity":1}' >/dev/null
+    measure "stock read (GET /api/v1/sales/{sku})" "$BASE/api/v1/sales/1" ok
+    measure "sold out (409)" "$BASE/api/v1/sales/2/purchases" refused "$WORK/purchase.lua"
+    measure "accepted (202)" "$BASE/api/v1/sales/1/purchases" ok "$WORK/purchase.lua"
+    stop_server
+done
+
+echo
+echo "wrk -t1 -c$CONNECTIONS -d$DURATION, $ROUNDS rounds, $(nproc) cores, load average $(cut -d' ' -f1 /proc/loadavg), $BIN"
+for line in "${RATES[@]}"; do echo "  $line"; done
+echo
+echo "| path | ledger | ratio to /healthz (median) | rounds |"
+echo "|---|---|---|---|"
+printf '%s\n' "${ROWS[@]}"
+exit "$FAILED"
