@@ -5,54 +5,30 @@
 /// may add `flashsale-testkit`. The binary sits on top: nothing depends on it.
 pub const CRATE_DEPS: &[(&str, &[&str])] = &[
     ("flashsale-core", &[]),
-    ("flashsale-redis", &["flashsale-core"]),
-    ("flashsale-store", &["flashsale-core"]),
-    ("flashsale-embedded", &["flashsale-core", "flashsale-store"]),
-    (
-        "flashsale-engine",
-        &[
-            "flashsale-core",
-            "flashsale-redis",
-            "flashsale-store",
-            "flashsale-embedded",
-        ],
-    ),
-    (
-        "flashsale-server",
-        &[
-            "flashsale-core",
-            "flashsale-redis",
-            "flashsale-store",
-            "flashsale-embedded",
-            "flashsale-engine",
-        ],
-    ),
-    ("flashsale-testkit", &["flashsale-core"]),
+    ("flashsale-redis", &[CORE]),
+    ("flashsale-store", &[CORE]),
+    ("flashsale-embedded", &[CORE, STORE]),
+    ("flashsale-engine", &[CORE, REDIS, STORE, EMBEDDED]),
+    ("flashsale-server", &[CORE, REDIS, STORE, EMBEDDED, ENGINE]),
+    ("flashsale-testkit", &[CORE]),
     (
         "flashsale-bench",
-        &[
-            "flashsale-core",
-            "flashsale-redis",
-            "flashsale-store",
-            "flashsale-embedded",
-            "flashsale-engine",
-            "flashsale-server",
-        ],
+        &[CORE, REDIS, STORE, EMBEDDED, ENGINE, SERVER],
     ),
     (
         "flashsale",
-        &[
-            "flashsale-core",
-            "flashsale-redis",
-            "flashsale-store",
-            "flashsale-embedded",
-            "flashsale-engine",
-            "flashsale-server",
-            "flashsale-bench",
-        ],
+        &[CORE, REDIS, STORE, EMBEDDED, ENGINE, SERVER, BENCH],
     ),
     ("flashsale-layering", &[]),
 ];
+
+const CORE: &str = "flashsale-core";
+const REDIS: &str = "flashsale-redis";
+const STORE: &str = "flashsale-store";
+const EMBEDDED: &str = "flashsale-embedded";
+const ENGINE: &str = "flashsale-engine";
+const SERVER: &str = "flashsale-server";
+const BENCH: &str = "flashsale-bench";
 
 /// The crates any crate's dev-dependencies may add to its own.
 pub const DEV_EXTRA: &[&str] = &["flashsale-testkit"];
