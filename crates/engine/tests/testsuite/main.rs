@@ -5,4 +5,5 @@
 mod common;
 mod persister;
 mod reconcile;
+mod sold_out_flag;
 mod stream_upgrade;

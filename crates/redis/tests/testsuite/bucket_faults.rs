@@ -2,9 +2,10 @@
 //! when a batch fails, their holds still expire, and a rebuilt bucket moves the sold-out
 //! flag's version.
 
+use flashsale_core::buckets::home_bucket;
 use flashsale_core::{
     BucketTransfers, Counters, HotCopies, HotLedger, LedgerError, OrderNo, SaleMode, SaleState,
-    SoldOutSupport,
+    SoldOutSupport, UserId,
 };
 use flashsale_testkit::bucketed::{bucketed_sale, buyers, Spread};
 use flashsale_testkit::conformance::{accepted, buy_ok, expire_until, req, warm};
@@ -28,7 +29,9 @@ async fn a_batch_whose_second_home_fails_names_what_the_first_accepted() {
     let sale = bucketed_sale(SaleMode::Direct, 4, 1, 2);
     let sku = warm(t.ledger.as_ref(), &sale).await;
     let layout = t.ledger.layout(sku).await.unwrap();
-    let at0 = buyers(2, 1, Spread::Skewed)[0];
+    let at0 = (buyers(2, 20, Spread::Skewed).into_iter())
+        .find(|&u| home_bucket(UserId(u), 2) == 0)
+        .expect("four in five skewed buyers are homed at bucket 0");
     let at1 = buyers(2, 1, Spread::OneHome)[0];
     let broken = t.ledger.keys().requests(layout.copy(1));
     let _: () = redis::pipe()
