@@ -2,8 +2,8 @@
 //! with each system of record (MariaDB, PostgreSQL), and the stream's format across a rolling
 //! upgrade.
 
+mod bucket_faults;
 mod common;
 mod persister;
 mod reconcile;
-mod sold_out_flag;
 mod stream_upgrade;

@@ -1,6 +1,7 @@
-//! The sold-out flag of a bucketed sale on Redis: a retry of an accepted purchase always
-//! reaches the ledger (I4), also after a bucket other than 0 was rebuilt without a purchase
-//! and one new purchase left the count of accepted requests as it was.
+//! A bucketed sale on Redis with one bucket lost: a retry of an accepted purchase still
+//! reaches the ledger past the sold-out flag (I4), also after a bucket other than 0 was
+//! rebuilt without a purchase and one new purchase left the count of accepted requests as it
+//! was; and the other buckets' holds still expire, on an instance new to the sale too.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -85,4 +86,79 @@ async fn a_retry_after_a_bucket_rebuild_reaches_the_ledger() {
         matches!(again, PurchaseOutcome::Accepted { replayed: true, .. }),
         "{again:?}"
     );
+}
+
+/// An instance new to a reserve-mode sale of two buckets (it never read the layout), while
+/// bucket 0's copy is gone: its expiry worker finds the other bucket where the database
+/// keeps it, and that bucket's holds expire.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_new_instance_expires_a_healthy_buckets_holds_while_bucket_0_is_missing() {
+    use flashsale_core::{HotLedger, OrderStore as _};
+    let db = flashsale_testkit::mariadb::TestDatabase::create().await;
+    let store = flashsale_engine::backends::open_store(&db.url)
+        .await
+        .unwrap();
+    let prefix = unique_prefix();
+    let connect = || async {
+        let ledger = RedisLedger::connect(&shared_url(), &prefix).await.unwrap();
+        Arc::new(ledger.with_buckets())
+    };
+    let first = connect().await;
+    let sale = bucketed_sale(SaleMode::Reserve, 6, 1, 2);
+    let sku = sale.sku_id;
+    store.create_sale(&sale).await.unwrap();
+    store.set_state(sku, SaleState::Live).await.unwrap();
+    flashsale_engine::reconcile::rebuild(first.as_ref(), store.as_ref(), sku)
+        .await
+        .unwrap();
+    for user in buyers(2, 3, Spread::OneHome) {
+        let out = first
+            .purchase_batch(sku, &[req(sku, user, "a", 1)])
+            .await
+            .unwrap();
+        assert!(
+            matches!(out[0], PurchaseOutcome::Accepted { .. }),
+            "{out:?}"
+        );
+    }
+    let layout = first.layout(sku).await.unwrap();
+    let mut conn = redis::Client::open(shared_url())
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    let _: i64 = redis::cmd("DEL")
+        .arg(first.keys().sale(layout.copy(0)))
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+
+    let settled: flashsale_engine::workers::Settled = Arc::new(|_| false);
+    let mut worker = flashsale_engine::workers::ExpiryWorker::new(
+        connect().await,
+        store.clone(),
+        settled,
+        Duration::from_millis(50),
+        100,
+    );
+    let held_at_1 = first.keys().sale(layout.copy(1));
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        use flashsale_engine::workers::Worker;
+        worker.work().await.unwrap();
+        let reserved: u64 = redis::cmd("HGET")
+            .arg(&held_at_1)
+            .arg("reserved")
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        if reserved == 0 {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "bucket 1's holds never expired"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
 }
