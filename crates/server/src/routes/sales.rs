@@ -346,6 +346,11 @@ async fn warm_snapshot(
             snap.epoch = if current { stored.epoch } else { 0 };
             return Ok(Some(snap));
         }
+        if st.ledger.bucket_salts(sku).await?.is_some() {
+            // Placed in buckets and bucket 0 missing (a first load that failed midway):
+            // rebuilt, never read as a copy of one bucket.
+            return Ok(None);
+        }
     }
     Ok(st.ledger.hot_snapshot(sku).await?)
 }
