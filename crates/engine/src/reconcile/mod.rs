@@ -50,7 +50,9 @@ use serde::Serialize;
 
 pub use diff::Diff;
 pub use journal::{Journal, Losses};
-pub use rebuild::{rebuild, rebuild_all, rebuild_bucket, RebuildError, Rebuilt, REBUILD_STALL_MS};
+pub use rebuild::{
+    rebuild, rebuild_all, rebuild_bucket, warm_snapshot, RebuildError, Rebuilt, REBUILD_STALL_MS,
+};
 pub use worker::{Nudges, ReconcileWorker, WorkerSettings};
 
 /// What started a run (stored with it).

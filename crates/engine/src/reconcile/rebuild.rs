@@ -21,8 +21,8 @@
 //! [`REBUILD_STALL_MS`]), so a rebuild cannot be left half done.
 
 use flashsale_core::{
-    BucketRow, BucketTransfers, Event, Ledger, LedgerError, OrderStore, SaleState, SkuId,
-    StoreError, TransferSide,
+    BucketRow, BucketTransfers, Event, HotSnapshot, Ledger, LedgerError, OrderStore, SaleState,
+    SkuId, StoreError, StoredSale, TransferSide,
 };
 
 /// A copy fenced this long is taken for a rebuild that died midway and rebuilt again.
@@ -63,6 +63,31 @@ pub enum RebuildError {
     Ledger(#[from] LedgerError),
     #[error(transparent)]
     Store(#[from] StoreError),
+}
+
+/// The copy a warm looks at: the sale's own, or for a sale kept in buckets its bucket 0,
+/// whose epoch is given as the sale's when it is its row's (the copy is current), else as 0.
+/// `None` when there is no copy to keep, or a bucketed sale's bucket 0 is missing while its
+/// placement is kept (a first load that failed midway): such a sale is rebuilt, never read as
+/// a copy of one bucket.
+pub async fn warm_snapshot(
+    ledger: &dyn Ledger,
+    store: &dyn OrderStore,
+    stored: &StoredSale,
+) -> Result<Option<HotSnapshot>, RebuildError> {
+    let sku = stored.sale.sku_id;
+    if ledger.kept_in_buckets(&stored.sale) {
+        if let Some(mut snap) = ledger.bucket_snapshot(sku, 0).await? {
+            let rows = store.buckets(sku).await?;
+            let current = rows.first().is_some_and(|r| r.epoch == snap.epoch);
+            snap.epoch = if current { stored.epoch } else { 0 };
+            return Ok(Some(snap));
+        }
+        if ledger.bucket_salts(sku).await?.is_some() {
+            return Ok(None);
+        }
+    }
+    Ok(ledger.hot_snapshot(sku).await?)
 }
 
 /// Replaces a sale's hot copy with one loaded from the database in a new epoch (see the

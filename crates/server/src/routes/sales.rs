@@ -239,7 +239,10 @@ pub async fn warm(
         // The database first: a rebuild opens the copy in the database's state.
         st.store.set_state(sku, SaleState::Live).await?;
     }
-    let snap = warm_snapshot(&st, &stored).await?;
+    let snap =
+        flashsale_engine::reconcile::warm_snapshot(st.ledger.as_ref(), st.store.as_ref(), &stored)
+            .await
+            .map_err(rebuild_error)?;
     let intact = snap
         .as_ref()
         .filter(|s| s.epoch == stored.epoch && s.fenced_ms.is_none());
@@ -330,29 +333,6 @@ pub async fn resume(AdminOn { st, p, .. }: AdminOn<u64>) -> Answer<SaleView> {
     params(("sku_id" = u64, Path, minimum = 0)), responses((status = 200, description = "ended", body = SaleView)))]
 pub async fn end(AdminOn { st, p, .. }: AdminOn<u64>) -> Answer<SaleView> {
     set_state(st, p, SaleState::Ended).await
-}
-
-/// The copy `warm` looks at: the sale's own, or for a sale kept in buckets its bucket 0,
-/// whose epoch is given as the sale's when it is its row's (the copy is current), else as 0.
-async fn warm_snapshot(
-    st: &AppState,
-    stored: &flashsale_core::StoredSale,
-) -> Result<Option<flashsale_core::HotSnapshot>, AppError> {
-    let sku = stored.sale.sku_id;
-    if st.ledger.kept_in_buckets(&stored.sale) {
-        if let Some(mut snap) = st.ledger.bucket_snapshot(sku, 0).await? {
-            let rows = st.store.buckets(sku).await?;
-            let current = rows.first().is_some_and(|r| r.epoch == snap.epoch);
-            snap.epoch = if current { stored.epoch } else { 0 };
-            return Ok(Some(snap));
-        }
-        if st.ledger.bucket_salts(sku).await?.is_some() {
-            // Placed in buckets and bucket 0 missing (a first load that failed midway):
-            // rebuilt, never read as a copy of one bucket.
-            return Ok(None);
-        }
-    }
-    Ok(st.ledger.hot_snapshot(sku).await?)
 }
 
 #[cfg(test)]
