@@ -89,6 +89,42 @@ pub(crate) fn compare(
     }
 }
 
+/// The transfers with one side stored (ids, sorted), and the buckets whose rebuild stores the
+/// other side: an out's destination, an in's source.
+pub(crate) fn unbalanced(sides: &[TransferEvent]) -> (Vec<String>, Vec<u16>) {
+    let stored: HashSet<(&str, TransferSide)> =
+        sides.iter().map(|t| (t.id.as_str(), t.side)).collect();
+    let mut ids = Vec::new();
+    let mut buckets = Vec::new();
+    for t in sides {
+        let other = match t.side {
+            TransferSide::Out => TransferSide::In,
+            TransferSide::In => TransferSide::Out,
+        };
+        if stored.contains(&(t.id.as_str(), other)) {
+            continue;
+        }
+        ids.push(format!(
+            "{} ({} only, {} → {}, {} units)",
+            t.id,
+            t.side.as_str(),
+            t.from,
+            t.to,
+            t.units
+        ));
+        let rebuilt = match t.side {
+            TransferSide::Out => t.to,
+            TransferSide::In => t.from,
+        };
+        if !buckets.contains(&rebuilt) {
+            buckets.push(rebuilt);
+        }
+    }
+    ids.sort();
+    buckets.sort_unstable();
+    (ids, buckets)
+}
+
 /// Why `row`'s bucket must be rebuilt: its copy gone, of an older epoch, behind the row's
 /// seq, or fenced by a rebuild that stalled.
 fn behind(snap: Option<&HotSnapshot>, row: &BucketRow, stall_ms: u64) -> Option<String> {
@@ -229,6 +265,29 @@ mod tests {
             fenced_ms: None,
             state: SaleState::Live,
         }
+    }
+
+    /// The transfers with one side stored, and the buckets whose rebuild counts the other.
+    #[test]
+    fn unbalanced_transfers_name_the_bucket_that_counts_their_other_side() {
+        let whole = [
+            out(1),
+            TransferEvent {
+                side: TransferSide::In,
+                epoch: 6,
+                ..out(1)
+            },
+        ];
+        assert_eq!(unbalanced(&whole), (vec![], vec![]));
+        let created = TransferEvent {
+            id: "4.2".into(),
+            side: TransferSide::In,
+            ..out(3)
+        };
+        let (ids, buckets) = unbalanced(&[out(1), created]);
+        assert_eq!(ids.len(), 2, "{ids:?}");
+        assert!(ids[0].starts_with("4.1 (out only") && ids[1].starts_with("4.2 (in only"));
+        assert_eq!(buckets, [0, 1], "the out's destination, the in's source");
     }
 
     /// Bucket 1 of 3 at epoch 4: sold 2 (one persisted), then sent 5 units out (not stored).

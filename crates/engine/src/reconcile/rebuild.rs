@@ -20,9 +20,11 @@
 //! as behind and rebuilds again (a fenced copy once it has been fenced for
 //! [`REBUILD_STALL_MS`]), so a rebuild cannot be left half done.
 
+use std::collections::HashSet;
+
 use flashsale_core::{
     BucketRow, BucketTransfers, Event, HotSnapshot, Ledger, LedgerError, OrderStore, SaleState,
-    SkuId, StoreError, StoredSale, TransferSide,
+    SkuId, StoreError, StoredSale, TransferApplied, TransferEvent, TransferSide,
 };
 
 /// A copy fenced this long is taken for a rebuild that died midway and rebuilt again.
@@ -182,6 +184,7 @@ pub async fn rebuild_bucket(
     adopt_salts(ledger, store, sku).await?;
     ledger.fence_bucket(sku, bucket).await?;
     let drained = drain_bucket(ledger, store, sku, bucket).await?;
+    let completed = complete_transfers(ledger, store, sku, bucket).await?;
     let before = bucket_row(store, sku, bucket).await?;
     let epoch = store
         .take_bucket_epoch(sku, bucket, before.epoch)
@@ -203,7 +206,7 @@ pub async fn rebuild_bucket(
     let state = stored(store, sku).await?.sale.state;
     (ledger.open_bucket(sku, bucket, epoch, state).await).map_err(raced)?;
     tracing::warn!(%sku, bucket, epoch, drained, restored, applied_seq = row.counters.seq,
-        pending_transfers = transfers.pending.len(), "bucket's hot copy rebuilt from the database");
+        completed_transfers = completed, pending_transfers = transfers.pending.len(), "bucket's hot copy rebuilt from the database");
     Ok(Rebuilt {
         epoch,
         drained,
@@ -294,6 +297,98 @@ async fn drain_bucket(
     Ok(applied)
 }
 
+/// The other side of `bucket`'s transfers, stored by its rebuild (after the drain, before the
+/// epoch moves, so at the row's epoch) where the bucket's own side is missing for good: what
+/// its fenced, drained copy does not hold, no copy of its epoch ever will.
+/// - As a destination: an out to it is stored and its in is not. The in was lost with the
+///   copy (or never came): stored now, so the copy is loaded with the units and the id (a
+///   later in of that id counts nothing, and drops the source's pending record).
+/// - As a source: an in from it is stored, or waits in another bucket's stream, and its out
+///   is not stored. The out was lost with the copy while its in reached the destination:
+///   stored now, so the copy is not loaded with units the destination holds (a created
+///   unit). An in that reaches a destination after this read is reported by the reconciler,
+///   by transfer id, and counted by the next rebuild of this bucket.
+///
+/// Returns how many sides it stored.
+async fn complete_transfers(
+    ledger: &dyn Ledger,
+    store: &dyn OrderStore,
+    sku: SkuId,
+    bucket: u16,
+) -> Result<usize, RebuildError> {
+    let audit = store.audit(sku).await?.ok_or(StoreError::SaleNotFound)?;
+    let row =
+        (audit.buckets.iter().find(|r| r.bucket == bucket)).ok_or(StoreError::SaleNotFound)?;
+    let mut ins: Vec<TransferEvent> = audit.transfers.clone();
+    for other in (0..audit.sale.sale.buckets).filter(|&b| b != bucket) {
+        ins.extend(streamed_ins(ledger, sku, other).await);
+    }
+    let missing = sides_missing(bucket, row.epoch, &audit.transfers, &ins);
+    let mut stored = 0;
+    for side in &missing {
+        match store.apply_transfer(side).await {
+            Ok(TransferApplied::Applied) => stored += 1,
+            Ok(_) => {}
+            // An out the bucket no longer holds the units for (they were sold meanwhile):
+            // the reconciler reports it by transfer id; the rebuild goes on.
+            Err(StoreError::Internal(why)) => {
+                tracing::error!(%sku, bucket, transfer = %side.id, side = side.side.as_str(), %why,
+                    "a transfer side its rebuild cannot store")
+            }
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Ok(stored)
+}
+
+/// The in sides waiting in bucket `other`'s stream. A bucket that cannot be read now gives
+/// none: one lost bucket must not keep another from being rebuilt (a unit its in created
+/// is then reported by the reconciler once it reads every bucket again).
+async fn streamed_ins(ledger: &dyn Ledger, sku: SkuId, other: u16) -> Vec<TransferEvent> {
+    match ledger.bucket_snapshot(sku, other).await {
+        Ok(Some(snap)) => (snap.transfers.into_iter())
+            .filter(|t| t.side == TransferSide::In)
+            .collect(),
+        Ok(None) => Vec::new(),
+        Err(e) => {
+            tracing::warn!(%sku, bucket = other, error = %e, "bucket unreadable: its stream's ins not counted");
+            Vec::new()
+        }
+    }
+}
+
+/// The sides `bucket` (its row at `epoch`) must store: an in for each stored out to it
+/// without one, an out for each in from it (of `ins`, stored or not) without one.
+fn sides_missing(
+    bucket: u16,
+    epoch: u64,
+    stored: &[TransferEvent],
+    ins: &[TransferEvent],
+) -> Vec<TransferEvent> {
+    let has: HashSet<(&str, TransferSide)> =
+        (stored.iter()).map(|t| (t.id.as_str(), t.side)).collect();
+    let side_of = |t: &TransferEvent, side: TransferSide| TransferEvent {
+        epoch,
+        side,
+        ..t.clone()
+    };
+    let mut missing: Vec<TransferEvent> = (stored.iter())
+        .filter(|t| t.side == TransferSide::Out && t.to == bucket)
+        .filter(|t| !has.contains(&(t.id.as_str(), TransferSide::In)))
+        .map(|t| side_of(t, TransferSide::In))
+        .collect();
+    let mut seen: HashSet<&str> = HashSet::new();
+    for t in ins
+        .iter()
+        .filter(|t| t.side == TransferSide::In && t.from == bucket)
+    {
+        if !has.contains(&(t.id.as_str(), TransferSide::Out)) && seen.insert(t.id.as_str()) {
+            missing.push(side_of(t, TransferSide::Out));
+        }
+    }
+    missing
+}
+
 /// A ledger's refusal of a copy that is no longer the one being rebuilt: another rebuild won.
 fn raced(sku: SkuId) -> impl Fn(LedgerError) -> RebuildError + Copy {
     move |e| match e {
@@ -369,6 +464,50 @@ mod tests {
             at_ms: 0,
             deadline_ms: 0,
         }
+    }
+
+    fn side(id: &str, side: TransferSide, (from, to): (u16, u16), epoch: u64) -> TransferEvent {
+        TransferEvent {
+            sku_id: SkuId(1),
+            epoch,
+            id: id.into(),
+            side,
+            from,
+            to,
+            units: 2,
+            at_ms: 7,
+        }
+    }
+
+    /// Bucket 1 of 3 rebuilt at epoch 4: "3.1" (0 → 1) has its out stored and lost its in;
+    /// "4.1" (1 → 2) reached bucket 2 (stored) and "4.2" (1 → 0) waits in bucket 0's stream,
+    /// both outs lost; "4.3" (1 → 0) is whole; "5.1" (2 → 0) is none of bucket 1's business.
+    #[test]
+    fn a_rebuild_stores_the_missing_side_of_its_own_transfers_only() {
+        use TransferSide::{In, Out};
+        let stored = [
+            side("3.1", Out, (0, 1), 3),
+            side("4.1", In, (1, 2), 5),
+            side("4.3", Out, (1, 0), 4),
+            side("4.3", In, (1, 0), 3),
+            side("5.1", Out, (2, 0), 5),
+        ];
+        let streamed = [side("4.2", In, (1, 0), 3), side("4.1", In, (1, 2), 5)];
+        let ins: Vec<TransferEvent> = stored.iter().chain(&streamed).cloned().collect();
+        let missing = sides_missing(1, 4, &stored, &ins);
+        let got: Vec<(&str, TransferSide, u64)> = missing
+            .iter()
+            .map(|t| (t.id.as_str(), t.side, t.epoch))
+            .collect();
+        assert_eq!(got, [("3.1", In, 4), ("4.1", Out, 4), ("4.2", Out, 4)]);
+        assert!(
+            missing.iter().all(|t| t.at_ms == 7 && t.units == 2),
+            "the other side's"
+        );
+        assert!(sides_missing(2, 5, &stored, &stored).is_empty());
+        let to_zero = sides_missing(0, 3, &stored, &stored);
+        assert_eq!(to_zero.len(), 1);
+        assert_eq!((to_zero[0].id.as_str(), to_zero[0].side), ("5.1", In));
     }
 
     #[test]
