@@ -3,10 +3,11 @@
 //! tree's `flashsale`, on one Redis and on a Redis Cluster, one fresh MariaDB database each,
 //! with a sale of one bucket and a sale of three:
 //!
-//! 1. the previous release's worker runs; a new `serve --no-persister` comes up (it migrates),
-//!    creates and warms the sales and takes a spike: the old reader persists what it reads and
-//!    waits on what it cannot (it says so: `flashsale_stream_unknown_format`);
-//! 2. a new worker, and an old `serve --no-persister` takes a spike (new reader, old writer);
+//! 1. the previous release runs (a worker and a `serve --no-persister`); a new `serve
+//!    --no-persister` comes up (it migrates the database), creates and warms the sales, and a
+//!    spike goes through both writers: the old reader persists what it reads and waits on what
+//!    it cannot (it says so: `flashsale_stream_unknown_format`);
+//! 2. the workers rolled first: a new worker instead of the old, a spike through both writers;
 //! 3. rolled forward: a new `serve` alone;
 //! 4. rolled back: an old `serve` alone.
 //!
@@ -38,9 +39,10 @@ const ONE: u64 = 71;
 const BUCKETED: u64 = 72;
 const BUCKETS: u16 = 3;
 const STOCK: u64 = 300;
-/// Buyers per phase; the first phase's are more than the buckets' share of 100, so the
-/// bucketed sale moves stock (every buyer is homed at its last bucket).
-const BUYERS: [usize; 4] = [110, 50, 50, 50];
+/// Buyers per phase homed at the bucketed sale's last bucket (the first phase's more than its
+/// share of 100, so stock moves there from the first phase on), and a fifth as many again homed
+/// at the other two: 276 of 300 units asked of each sale.
+const BUYERS: [usize; 4] = [110, 40, 40, 40];
 const START_LIMIT: Duration = Duration::from_secs(60);
 const DRAIN_LIMIT: Duration = Duration::from_secs(90);
 
@@ -188,12 +190,13 @@ impl Stack {
     }
 }
 
-/// `count` user ids from `from` on, all homed at the bucketed sale's last bucket.
+/// `count` user ids from `from` on homed at the bucketed sale's last bucket, and `count / 5`
+/// homed at the others.
 fn buyers(from: u64, count: usize) -> Vec<u64> {
-    (from..)
-        .filter(|&u| home_bucket(UserId(u), BUCKETS) == BUCKETS - 1)
-        .take(count)
-        .collect()
+    let last = |u: &u64| home_bucket(UserId(*u), BUCKETS) == BUCKETS - 1;
+    let mut users: Vec<u64> = (from..).filter(last).take(count).collect();
+    users.extend((from..).filter(|u| !last(u)).take(count / 5));
+    users
 }
 
 /// One purchase, retried with its request id on an answer that promises nothing (429, 503, no
@@ -346,13 +349,15 @@ async fn old_reader_reads_or_waits(
         }
     })
     .await;
-    seen.unwrap_or_else(|| {
-        panic!(
-            "the old worker neither stored the bucketed sale's orders nor raised \
-             flashsale_stream_unknown_format:\n{}",
-            worker.proc.log_tail(30)
-        )
-    })
+    if let Some(did) = seen {
+        return did;
+    }
+    panic!(
+        "the old worker neither stored the bucketed sale's orders nor raised \
+         flashsale_stream_unknown_format ({}):\n{}",
+        checks(&pool).await,
+        worker.proc.log_tail(30)
+    )
 }
 
 async fn stop(mut instance: Instance) {
@@ -365,29 +370,31 @@ async fn roll(stack: Stack) {
     let mut users = (1..=4).map(|phase| buyers(phase * 1_000_000, BUYERS[phase as usize - 1]));
     let mut acked = Acked::default();
 
-    // 1. The previous release's reader beside a new writer that migrated the database.
+    // 1. The previous release runs (its worker and a writer); a new writer comes up, migrates
+    //    the database and creates the sales; a spike through both writers.
     let old_worker = stack.start("old-worker", Release::Old, Role::Worker).await;
+    let old_writer = stack.start("old-writer", Release::Old, Role::Writer).await;
     let new_writer = stack.start("new-writer", Release::New, Role::Writer).await;
     stack.sales(&new_writer).await;
-    let got = spike(&http, &[&new_writer], &users.next().unwrap()).await;
-    persisted(&stack, ONE, got.of(ONE), "new writer, old worker").await;
+    let writers = [&new_writer, &old_writer];
+    let got = spike(&http, &writers, &users.next().unwrap()).await;
+    persisted(&stack, ONE, got.of(ONE), "both writers, old worker").await;
     let did = old_reader_reads_or_waits(&stack, &old_worker, got.of(BUCKETED)).await;
     eprintln!("phase 1: the old worker, given a bucketed sale's new entries, {did}");
     acked.add(got);
 
-    // 2. A new reader beside the previous release's writer.
+    // 2. The workers rolled first: a new reader beside both writers.
     let new_worker = stack.start("new-worker", Release::New, Role::Worker).await;
     stop(old_worker).await;
-    let old_writer = stack.start("old-writer", Release::Old, Role::Writer).await;
-    stop(new_writer).await;
-    acked.add(spike(&http, &[&old_writer], &users.next().unwrap()).await);
+    acked.add(spike(&http, &writers, &users.next().unwrap()).await);
     for sku in [ONE, BUCKETED] {
-        persisted(&stack, sku, acked.of(sku), "old writer, new worker").await;
+        persisted(&stack, sku, acked.of(sku), "both writers, new worker").await;
     }
 
     // 3. Rolled forward: the new release alone.
     let new_serve = stack.start("new-serve", Release::New, Role::Serve).await;
     stop(old_writer).await;
+    stop(new_writer).await;
     stop(new_worker).await;
     acked.add(spike(&http, &[&new_serve], &users.next().unwrap()).await);
     for sku in [ONE, BUCKETED] {
