@@ -17,10 +17,12 @@ local max = tonumber(ARGV[1])
 local function int(n) return string.format('%d', n) end
 
 local f = redis.call('HMGET', K_SALE, 'available', 'reserved', 'sold', 'seq', 'sku', 'epoch',
-  'fenced_at_ms')
+  'fenced_at_ms', 'buckets')
 if not f[1] then return redis.error_reply('NOT_WARMED sale is not in the hot ledger') end
 -- A fenced copy changes nothing: its replacement expires the holds it restores.
 if f[7] or moved(K_SALE) then return { 0, 0 } end
+-- The entries' format version (codec.rs): 2 for a bucket of a sale of several, else 1.
+local entry_v = f[8] and '2' or '1'
 local available, reserved, sold, seq, sku, epoch =
   tonumber(f[1]), tonumber(f[2]), tonumber(f[3]), tonumber(f[4]), f[5], f[6]
 if not (available and reserved and sold and seq and sku and epoch) then
@@ -67,8 +69,8 @@ for _, e in ipairs(expire) do
   available = available + q
   redis.call('HSET', K_ORDERS, order_no,
     u .. ':' .. rid .. ':' .. qs .. ':EXPIRED:' .. e[5] .. ':' .. e[6])
-  -- 'v': the entry's format version (codec.rs FORMAT_VERSION), so an older reader waits on it.
-  redis.call('XADD', K_EVENTS, '*', 'v', '1', 'sku_id', sku, 'epoch', epoch, 'seq', int(seq),
+  -- 'v': the entry's format version, so a reader that cannot read it waits on it.
+  redis.call('XADD', K_EVENTS, '*', 'v', entry_v, 'sku_id', sku, 'epoch', epoch, 'seq', int(seq),
     'kind', 'expired',
     'order_no', order_no, 'request_id', rid, 'user_id', u, 'quantity', qs,
     'at_ms', int(now), 'deadline_ms', '0')

@@ -43,7 +43,7 @@ end
 
 local f = redis.call('HMGET', K_SALE, 'total', 'available', 'reserved', 'sold', 'seq',
   'epoch', 'limit', 'mode', 'timeout_ms', 'starts_at_ms', 'ends_at_ms', 'state', 'sku',
-  'fenced_at_ms')
+  'fenced_at_ms', 'buckets')
 if not f[1] then
   return redis.error_reply('NOT_WARMED sale is not in the hot ledger')
 end
@@ -52,6 +52,9 @@ local total, available, reserved, sold, seq = tonumber(f[1]), tonumber(f[2]),
 local epoch, limit, mode, timeout_ms = f[6], tonumber(f[7]), f[8], tonumber(f[9])
 local starts_at, ends_at, state, sku = tonumber(f[10]), tonumber(f[11]), f[12], f[13]
 local fenced = f[14]
+-- The entries' format version (codec.rs): a bucket of a sale of several writes version 2, which
+-- a reader from before buckets waits on instead of misreading; a sale of one bucket, 1.
+local entry_v = f[15] and '2' or '1'
 if not fenced and moved(K_SALE) then fenced = '0' end
 if not (total and available and reserved and sold and seq and limit and timeout_ms
     and starts_at and ends_at and epoch and sku and state)
@@ -199,8 +202,8 @@ for i = 1, n do
 end
 if w > 0 then
   local concat = table.concat
-  -- 'v': the entry's format version (codec.rs FORMAT_VERSION), so an older reader waits on it.
-  redis.call('XADD', K_EVENTS, '*', 'v', '1', 'sku_id', sku, 'epoch', epoch, 'kind', 'deducted',
+  -- 'v': the entry's format version, so a reader that cannot read it waits on it.
+  redis.call('XADD', K_EVENTS, '*', 'v', entry_v, 'sku_id', sku, 'epoch', epoch, 'kind', 'deducted',
     'first_seq', first_seq, 'n', int(ev_n), 'at_ms', now_s, 'deadline_ms', deadline_s,
     'users', concat(ev_users, ','), 'request_ids', concat(ev_rids, ','),
     'quantities', concat(ev_qs, ','))

@@ -52,9 +52,12 @@ if o_status == 'EXPIRED' then return { 'X', 'HOLD_EXPIRED' } end
 if o_status == STATUS then return { 'R', encoded } end
 if o_status ~= 'RESERVED' then return { 'X', 'ALREADY_RESOLVED' } end
 
-local f = redis.call('HMGET', K_SALE, 'available', 'reserved', 'sold', 'seq', 'sku', 'epoch')
+local f = redis.call('HMGET', K_SALE, 'available', 'reserved', 'sold', 'seq', 'sku', 'epoch',
+  'buckets')
 if not f[1] then return redis.error_reply('NOT_WARMED sale is not in the hot ledger') end
 local epoch = f[6]
+-- The entry's format version (codec.rs): 2 for a bucket of a sale of several, else 1.
+local entry_v = f[7] and '2' or '1'
 local available, reserved, sold, seq, sku =
   tonumber(f[1]), tonumber(f[2]), tonumber(f[3]), tonumber(f[4]), f[5]
 if not (available and reserved and sold and seq and sku) or reserved < q then
@@ -86,8 +89,8 @@ redis.call('HSET', K_ORDERS, order_no, after)
 redis.call('ZREM', K_HOLDS, order_no)
 redis.call('HSET', K_SALE, 'available', int(available), 'reserved', int(reserved),
   'sold', int(sold), 'seq', int(seq))
--- 'v': the entry's format version (codec.rs FORMAT_VERSION), so an older reader waits on it.
-redis.call('XADD', K_EVENTS, '*', 'v', '1', 'sku_id', sku, 'epoch', epoch, 'seq', int(seq),
+-- 'v': the entry's format version, so a reader that cannot read it waits on it.
+redis.call('XADD', K_EVENTS, '*', 'v', entry_v, 'sku_id', sku, 'epoch', epoch, 'seq', int(seq),
   'kind', KIND, 'order_no', order_no, 'request_id', o_rid, 'user_id', o_user, 'quantity', o_q,
   'at_ms', int(now), 'deadline_ms', '0')
 return { 'OK', after, restocked }

@@ -48,6 +48,7 @@ local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 redis.call('HSET', K_SALE, 'total', int(total + units), 'available', int(available + units))
 redis.call('HSET', K_XIN, id, ARGV[3])
-redis.call('XADD', K_EVENTS, '*', 'v', '1', 'sku_id', sku, 'epoch', epoch,
+-- 'v' 2 (codec.rs): entries of a bucketed sale, which a reader from before buckets waits on.
+redis.call('XADD', K_EVENTS, '*', 'v', '2', 'sku_id', sku, 'epoch', epoch,
   'kind', 'transfer_in', 'transfer_id', id, 'from', from, 'units', ARGV[3], 'at_ms', int(now))
 return 'OK'

@@ -44,6 +44,7 @@ local id = epoch .. '.' .. int(xseq)
 redis.call('HSET', K_SALE, 'total', int(total - units), 'available', int(available - units),
   'xseq', int(xseq))
 redis.call('HSET', K_XOUT, id, to .. ':' .. ARGV[2])
-redis.call('XADD', K_EVENTS, '*', 'v', '1', 'sku_id', sku, 'epoch', epoch,
+-- 'v' 2 (codec.rs): entries of a bucketed sale, which a reader from before buckets waits on.
+redis.call('XADD', K_EVENTS, '*', 'v', '2', 'sku_id', sku, 'epoch', epoch,
   'kind', 'transfer_out', 'transfer_id', id, 'to', to, 'units', ARGV[2], 'at_ms', int(now))
 return { 'OK', id }

@@ -7,13 +7,17 @@
 //! [`Entry`] per event either way: a batch entry is expanded into its events, each under
 //! the entry's id, in seq order.
 //!
-//! Format versions: every entry the scripts write carries `v` = [`FORMAT_VERSION`]. An entry
-//! without `v` is one of the formats written before versions (a one-event entry or a batch
-//! entry, told apart by `first_seq` as for version 1, which is the same two shapes). An entry
-//! of a version above ours was written by a newer binary during a rolling upgrade: it is
-//! [`EntryError::NewerFormat`], which a reader waits on (a newer reader can read it), never
-//! a corrupt entry to dead-letter. A `v` that is not a version we could ever have written
-//! (not a positive integer) is corrupt like any other malformed entry.
+//! Format versions: every entry the scripts write carries `v`. An entry without `v` is one of
+//! the formats written before versions (a one-event entry or a batch entry, told apart by
+//! `first_seq` as for version 1, which is the same two shapes). Version 2
+//! ([`FORMAT_BUCKETED`]) is an entry of a bucket of a sale kept in several buckets: the same
+//! shapes plus the transfer sides, with a bucket's epoch (`E·n + b`); a reader from before
+//! buckets would take its events for fenced ones and its transfer sides for corrupt ones, so
+//! such a reader must wait on it instead. An entry of a version above ours was written by a
+//! newer binary during a rolling upgrade: it is [`EntryError::NewerFormat`], which a reader
+//! waits on (a newer reader can read it), never a corrupt entry to dead-letter. A `v` that is
+//! not a version we could ever have written (not a positive integer) is corrupt like any other
+//! malformed entry.
 
 use std::collections::HashMap;
 
@@ -25,10 +29,17 @@ use flashsale_core::{
 use crate::keys::CopyTag;
 use redis::Value;
 
-/// The stream format version this binary writes (in purchase.lua, resolve.lua and
-/// expire_due.lua) and the newest it reads. Raise it, and teach the parser the new shape,
-/// whenever an entry changes in a way an older parser would misread or refuse.
-pub const FORMAT_VERSION: u64 = 1;
+/// The newest stream format version this binary reads and writes. Raise it, and teach the
+/// parser the new shape, whenever an entry changes in a way an older parser would misread or
+/// refuse.
+pub const FORMAT_VERSION: u64 = FORMAT_BUCKETED;
+/// What the scripts write for a sale of one bucket (purchase.lua, resolve.lua,
+/// expire_due.lua): every release since versions reads it, so such a sale rolls back freely.
+pub const FORMAT_ONE_COPY: u64 = 1;
+/// What the scripts write for every bucket of a sale of several (the same three, and
+/// transfer_out.lua and transfer_in.lua). Releases before it wrote these entries as version 1,
+/// which this binary still reads.
+pub const FORMAT_BUCKETED: u64 = 2;
 /// The field that holds an entry's format version.
 pub const FORMAT_FIELD: &str = "v";
 
@@ -57,15 +68,15 @@ impl std::fmt::Display for EntryError {
     }
 }
 
-/// Checks an entry's format version: absent or at most ours reads; above ours is newer;
-/// anything else is malformed.
-fn check_format(fields: &HashMap<String, String>) -> Result<(), EntryError> {
+/// Checks an entry's format version for a reader of versions up to `newest`: absent or at
+/// most that reads; above it is newer; anything else is malformed.
+fn check_format(fields: &HashMap<String, String>, newest: u64) -> Result<(), EntryError> {
     let Some(text) = fields.get(FORMAT_FIELD) else {
         return Ok(());
     };
     match text.parse::<u64>() {
-        Ok(v) if (1..=FORMAT_VERSION).contains(&v) => Ok(()),
-        Ok(v) if v > FORMAT_VERSION => Err(EntryError::NewerFormat(v)),
+        Ok(v) if (1..=newest).contains(&v) => Ok(()),
+        Ok(v) if v > newest => Err(EntryError::NewerFormat(v)),
         _ => Err(EntryError::Malformed(format!(
             "field {FORMAT_FIELD} is not a format version: {text:?}"
         ))),
@@ -270,6 +281,17 @@ pub type Entry = (String, Result<Item, EntryError>);
 /// per event (a batch entry gives one per event it holds, all under its id). A deleted entry
 /// (nil fields, in a pending read), one of a newer format or a malformed one is one `Err`.
 pub fn parse_entries(copy: CopyTag, value: &Value) -> Result<Vec<Entry>, LedgerError> {
+    parse_entries_as(copy, value, FORMAT_VERSION)
+}
+
+/// [`parse_entries`] as a reader of format versions up to `newest` parses them: the binary's
+/// readers pass [`FORMAT_VERSION`]; tests pass an older one to see what an older release's
+/// reader makes of an entry (it must read it, or wait on it, never misread it).
+pub fn parse_entries_as(
+    copy: CopyTag,
+    value: &Value,
+    newest: u64,
+) -> Result<Vec<Entry>, LedgerError> {
     let items = match value {
         Value::Nil => return Ok(Vec::new()),
         Value::Array(items) => items,
@@ -277,7 +299,7 @@ pub fn parse_entries(copy: CopyTag, value: &Value) -> Result<Vec<Entry>, LedgerE
     };
     let mut out = Vec::with_capacity(items.len());
     for item in items {
-        match parse_entry(copy, item)? {
+        match parse_entry(copy, item, newest)? {
             (id, Ok(events)) => out.extend(events.into_iter().map(|e| (id.clone(), Ok(e)))),
             (id, Err(why)) => out.push((id, Err(why))),
         }
@@ -288,6 +310,7 @@ pub fn parse_entries(copy: CopyTag, value: &Value) -> Result<Vec<Entry>, LedgerE
 fn parse_entry(
     copy: CopyTag,
     item: &Value,
+    newest: u64,
 ) -> Result<(String, Result<Vec<Item>, EntryError>), LedgerError> {
     let Value::Array(pair) = item else {
         return Err(unexpected("stream entry", item));
@@ -297,7 +320,7 @@ fn parse_entry(
         .and_then(as_string)
         .ok_or_else(|| unexpected("stream entry id", item))?;
     let events = match pair.get(1) {
-        Some(Value::Array(kv)) => field_map(kv).and_then(|map| parse_fields(copy, &map)),
+        Some(Value::Array(kv)) => field_map(kv).and_then(|map| parse_fields(copy, &map, newest)),
         None | Some(Value::Nil) => Err(EntryError::Deleted),
         Some(other) => Err(EntryError::Malformed(format!(
             "fields are not a list: {other:?}"
@@ -322,9 +345,14 @@ fn field_map(fields: &[Value]) -> Result<HashMap<String, String>, EntryError> {
 }
 
 /// The items of an entry's fields: the version first (a newer entry's other fields mean
-/// nothing to us), then the shape.
-fn parse_fields(copy: CopyTag, map: &HashMap<String, String>) -> Result<Vec<Item>, EntryError> {
-    check_format(map)?;
+/// nothing to us), then the shape, which versions 1 and 2 share (a transfer side written by a
+/// release before version 2 is version 1).
+fn parse_fields(
+    copy: CopyTag,
+    map: &HashMap<String, String>,
+    newest: u64,
+) -> Result<Vec<Item>, EntryError> {
+    check_format(map, newest)?;
     let kind = map.get("kind").map_or("", String::as_str);
     let items = if map.contains_key("first_seq") {
         parse_batch(copy.sku, map).map(|es| es.into_iter().map(Item::Event).collect())
@@ -471,7 +499,7 @@ mod tests {
             ("at_ms", "9"),
         ]);
         let dest = CopyTag::new(SkuId(5), 2, 4);
-        let items = parse_fields(dest, &into).unwrap();
+        let items = parse_fields(dest, &into, FORMAT_VERSION).unwrap();
         let Item::Transfer(t) = &items[0] else {
             panic!("a transfer: {items:?}")
         };
@@ -614,5 +642,28 @@ mod tests {
             assert!(matches!(e, Err(EntryError::Malformed(why)) if why.contains("version")));
         }
         assert_eq!(entries[6].1, Err(newer));
+    }
+
+    /// Version 2 (a bucketed sale's entries) reads here; a reader of version 1 (a release
+    /// from before buckets, emulated) waits on it and still reads a sale of one bucket's.
+    #[test]
+    fn a_reader_of_version_1_waits_on_bucketed_entries() {
+        let bulk = |s: &str| Value::BulkString(s.as_bytes().to_vec());
+        let entry = |id: &str, v: u64| {
+            let v = v.to_string();
+            let mut kv = ONE_EVENT.to_vec();
+            kv.push((FORMAT_FIELD, &v));
+            let fields = kv.iter().flat_map(|(k, v)| [bulk(k), bulk(v)]).collect();
+            Value::Array(vec![bulk(id), Value::Array(fields)])
+        };
+        let reply = Value::Array(vec![
+            entry("1-0", FORMAT_ONE_COPY),
+            entry("1-1", FORMAT_BUCKETED),
+        ]);
+        let now = parse_entries(SkuId(5).into(), &reply).unwrap();
+        assert!(now.iter().all(|(_, e)| e.is_ok()), "{now:?}");
+        let old = parse_entries_as(SkuId(5).into(), &reply, FORMAT_ONE_COPY).unwrap();
+        assert!(old[0].1.is_ok());
+        assert_eq!(old[1].1, Err(EntryError::NewerFormat(FORMAT_BUCKETED)));
     }
 }

@@ -26,7 +26,7 @@ pub mod scripts;
 pub mod stream;
 
 pub use bucketed::{BucketState, BucketStats, BucketsView, Layout};
-pub use codec::{Entry, EntryError, Item, FORMAT_VERSION};
+pub use codec::{Entry, EntryError, Item, FORMAT_BUCKETED, FORMAT_ONE_COPY, FORMAT_VERSION};
 pub use keys::{slot, CopyTag, Keys};
 pub use ledger::{RedisLedger, Replication, Snapshot};
 pub use routed::RoutedLedger;

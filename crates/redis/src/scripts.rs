@@ -109,21 +109,33 @@ mod tests {
         }
     }
 
-    /// Every entry a script writes names the format version this binary reads, so a reader
-    /// of an older binary knows it cannot read it (and waits) instead of misreading it.
+    /// Every entry a script writes names its format version, so a reader of an older binary
+    /// knows it cannot read it (and waits) instead of misreading it: a sale of one bucket's
+    /// entries the version every release reads, a bucketed sale's (its purchases, resolutions,
+    /// expiries, and every transfer side) the version of bucketed entries.
     #[test]
     fn every_stream_entry_carries_the_format_version() {
-        let field = format!(
-            "'XADD', K_EVENTS, '*', '{}', '{}',",
-            crate::codec::FORMAT_FIELD,
-            crate::codec::FORMAT_VERSION
-        );
+        use crate::codec::{FORMAT_BUCKETED, FORMAT_FIELD, FORMAT_ONE_COPY};
+        let xadd = |v: &str| format!("'XADD', K_EVENTS, '*', '{FORMAT_FIELD}', {v},");
+        let chosen = format!("'{FORMAT_BUCKETED}' or '{FORMAT_ONE_COPY}'");
         for (name, src) in ALL {
+            let by_copy = src.matches(&xadd("entry_v")).count();
+            let bucketed = src.matches(&xadd(&format!("'{FORMAT_BUCKETED}'"))).count();
+            assert_eq!(src.matches("XADD").count(), by_copy + bucketed, "{name}");
+            if by_copy > 0 {
+                let line = src.lines().find(|l| l.starts_with("local entry_v = "));
+                let line = line.unwrap_or_else(|| panic!("{name} never sets entry_v"));
+                assert!(line.ends_with(&chosen), "{name}: {line}");
+            }
+        }
+        for src in [TRANSFER_OUT, TRANSFER_IN] {
             assert_eq!(
-                src.matches("XADD").count(),
-                src.matches(&field).count(),
-                "{name}"
+                src.matches(&xadd(&format!("'{FORMAT_BUCKETED}'"))).count(),
+                1
             );
+        }
+        for src in [PURCHASE, RESOLVE, EXPIRE_DUE] {
+            assert_eq!(src.matches(&xadd("entry_v")).count(), 1);
         }
     }
 }

@@ -71,6 +71,29 @@ impl Proc {
         kill(&mut self.child);
     }
 
+    /// SIGTERM, as an operator stops an instance (its shutdown hooks run: leases given up,
+    /// in-flight work finished), then reaped; SIGKILL after `limit` if it has not exited.
+    pub async fn terminate(&mut self, limit: Duration) {
+        let Some(child) = self.child.as_mut() else {
+            return;
+        };
+        let pid = child.id().to_string();
+        let sent = Command::new("kill").args(["-TERM", &pid]).status();
+        assert!(sent.is_ok_and(|s| s.success()), "SIGTERM to {}", self.name);
+        let exited = crate::wait::within(limit, || {
+            let done = child.try_wait().ok().flatten().is_some();
+            async move { done.then_some(()) }
+        })
+        .await;
+        if exited.is_none() {
+            eprintln!(
+                "{} did not stop within {limit:?} of SIGTERM: killed",
+                self.name
+            );
+        }
+        kill(&mut self.child);
+    }
+
     pub fn is_running(&self) -> bool {
         self.child.is_some()
     }

@@ -11,6 +11,10 @@ use sqlx::sqlite::SqliteConnection;
 use sqlx::{Connection, Executor};
 
 const OURS: &str = "SELECT MAX(version) FROM _sqlx_migrations";
+const MIN_BINARY: &str = "SELECT min_binary_version FROM schema_compat WHERE id = 1";
+/// The first binary schema version that reads a bucketed sale's stream entries (or waits on
+/// them): migration 10 declares it the lowest that may run.
+const BUCKETED_ENTRIES_READ_FROM: i64 = 9;
 
 /// What a newer binary's migration `ours + 1` leaves behind: a table of its own, its row in
 /// sqlx's table (`checksum`: a one-byte literal in the database's dialect), and its
@@ -69,6 +73,22 @@ macro_rules! upgrades {
                 let store = $open(&url).await.expect("a compatible newer schema opens");
                 assert!(store.sales().await.unwrap().is_empty());
                 store.close().await;
+            }
+
+            /// Binaries from before bucketed stream entries (schema version 8 and below)
+            /// would misread a bucketed sale: the database refuses them; the previous
+            /// release (9) still runs beside this one and can be rolled back to.
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn declares_binaries_before_bucketed_entries_incompatible() {
+                let (_db, url) = $db.await;
+                $open(&url).await.expect("migrate").close().await;
+                let mut conn = <$conn>::connect(&url).await.expect("connect");
+                let min: i64 = sqlx::query_scalar(MIN_BINARY)
+                    .fetch_one(&mut conn)
+                    .await
+                    .unwrap();
+                assert_eq!(min, BUCKETED_ENTRIES_READ_FROM);
+                conn.close().await.unwrap();
             }
 
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

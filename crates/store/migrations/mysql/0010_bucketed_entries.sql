@@ -1,0 +1,12 @@
+-- Rolling upgrades (docs/DEPLOY.md): a binary must now read a bucketed sale's stream entries.
+-- Bucket 0 of a sale of several buckets lives under the sale's own keys, so a binary from
+-- before buckets on Redis (schema version 8 and below) reads its stream: it takes the
+-- bucket's events (epoch E·n) for fenced ones and its transfer sides for corrupt ones, and
+-- its own purchases there go to a stream its persister fences. This release writes those
+-- entries as stream format version 2, which every binary of schema version 9 reads as
+-- version 1 (9 wrote them so) or waits on; below 9 nothing protects the sale. So the lowest
+-- binary that may start against this database is 9: the previous release can still run
+-- beside this one and be rolled back to, the releases before buckets cannot. A declaration
+-- only: no table or column changes, so the schema stays expand-only.
+-- Same change in migrations/sqlite and migrations/postgres.
+UPDATE schema_compat SET min_binary_version = 9 WHERE id = 1 AND min_binary_version < 9;
