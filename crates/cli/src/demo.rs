@@ -158,6 +158,7 @@ fn demo_config(args: &DemoArgs) -> anyhow::Result<Config> {
             instance_id: format!("demo-{}", std::process::id()),
             persister: Default::default(),
             reconcile: Default::default(),
+            events: Default::default(),
         },
         listen: "127.0.0.1:0".parse()?,
         jwt_secret: secret(),
