@@ -385,8 +385,6 @@ pub struct StreamStatus {
 #[derive(Debug, Clone, Serialize)]
 pub struct SinkStatus {
     pub sink: String,
-    /// Whether this process is configured to deliver to it.
-    pub configured: bool,
     pub holder: String,
     pub lease_until_ms: i64,
     pub paused: bool,
@@ -401,15 +399,12 @@ pub struct SinkStatus {
     pub streams: Vec<StreamStatus>,
 }
 
-/// Every sink's position, lag and last error (configured sinks and those with a row).
-pub async fn status(
-    log: &dyn EventLog,
-    configured: &[&str],
-) -> anyhow::Result<Vec<SinkStatus>> {
+/// The position, lag and last error of each sink named in `sinks` or with a row.
+pub async fn status(log: &dyn EventLog, sinks: &[&str]) -> anyhow::Result<Vec<SinkStatus>> {
     let rows = log.sinks().await?;
     let heads = log.event_streams().await?;
     let mut names: Vec<String> = rows.iter().map(|r| r.sink.clone()).collect();
-    names.extend(configured.iter().map(|s| s.to_string()));
+    names.extend(sinks.iter().map(|s| s.to_string()));
     names.sort();
     names.dedup();
     let mut out = Vec::new();
@@ -435,7 +430,6 @@ pub async fn status(
             });
         }
         out.push(SinkStatus {
-            configured: configured.contains(&name.as_str()),
             sink: name,
             holder: row.holder,
             lease_until_ms: row.lease_until_ms,
