@@ -202,7 +202,9 @@ impl EventsFlags {
         });
         let webhook = match (&self.webhook_url, &self.webhook_secret) {
             (None, _) => None,
-            (Some(_), None) => anyhow::bail!("FLASHSALE_WEBHOOK_URL needs FLASHSALE_WEBHOOK_SECRET"),
+            (Some(_), None) => {
+                anyhow::bail!("FLASHSALE_WEBHOOK_URL needs FLASHSALE_WEBHOOK_SECRET")
+            }
             (Some(url), Some(secret)) => {
                 flashsale_engine::relay::webhook::secret_key(secret)?;
                 Some(WebhookSettings {

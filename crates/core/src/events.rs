@@ -343,7 +343,11 @@ mod tests {
         assert_eq!(held.data.deadline_ms, Some(99));
         for (kind, ty, status) in [
             (EventKind::Paid, "order.paid", OrderStatus::Paid),
-            (EventKind::Cancelled, "order.cancelled", OrderStatus::Cancelled),
+            (
+                EventKind::Cancelled,
+                "order.cancelled",
+                OrderStatus::Cancelled,
+            ),
             (EventKind::Expired, "order.expired", OrderStatus::Expired),
         ] {
             let e = CloudEvent::of(&logged(kind, 99, false)).unwrap();

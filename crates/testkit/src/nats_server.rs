@@ -49,7 +49,10 @@ impl NatsServer {
         cmd.args(["-a", "127.0.0.1", "-p", &self.port.to_string(), "-js"])
             .args(["-sd", self.dir.path().to_str().expect("utf-8 path")]);
         let name = "nats-server (is it installed? see scripts/test-deps.sh)";
-        let ready = ("nats-server to greet with JetStream", Duration::from_secs(15));
+        let ready = (
+            "nats-server to greet with JetStream",
+            Duration::from_secs(15),
+        );
         let addr = format!("127.0.0.1:{}", self.port);
         crate::process::spawn_server(&mut self.child, &mut cmd, name, ready, addr, greets).await;
     }

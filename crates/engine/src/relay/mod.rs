@@ -272,7 +272,11 @@ impl Relay {
         let name = self.sink.name();
         metrics::counter!(m::EVENTS_FAILURES, "sink" => name).increment(1);
         let text = format!("{error:#}");
-        self.failures = match self.log.record_sink_outcome(name, Some(&text), now_ms()).await {
+        self.failures = match self
+            .log
+            .record_sink_outcome(name, Some(&text), now_ms())
+            .await
+        {
             Ok(n) => n,
             Err(_) => self.failures.saturating_add(1),
         };
@@ -293,7 +297,11 @@ impl Relay {
         if self.failures > 0 {
             let name = self.sink.name();
             self.log.record_sink_outcome(name, None, now_ms()).await?;
-            tracing::info!(sink = name, failures = self.failures, "order-event sink delivers again");
+            tracing::info!(
+                sink = name,
+                failures = self.failures,
+                "order-event sink delivers again"
+            );
             self.failures = 0;
         }
         Ok(())
@@ -409,7 +417,11 @@ pub async fn status(log: &dyn EventLog, sinks: &[&str]) -> anyhow::Result<Vec<Si
     names.dedup();
     let mut out = Vec::new();
     for name in names {
-        let row = rows.iter().find(|r| r.sink == name).cloned().unwrap_or_default();
+        let row = rows
+            .iter()
+            .find(|r| r.sink == name)
+            .cloned()
+            .unwrap_or_default();
         let positions: HashMap<StreamKey, u64> = log.positions(&name).await?.into_iter().collect();
         let (mut streams, mut lag, mut oldest) = (Vec::new(), 0, None::<i64>);
         for h in &heads {

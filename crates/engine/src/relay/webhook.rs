@@ -186,7 +186,13 @@ mod tests {
         let body = br#"{"test": 2432232314}"#;
         let sig = sign(&key, "msg_p5jXN8AQM9LWM0D4loKWxJek", 1614265330, body);
         assert_eq!(sig, "v1,g0hM9SsE+OTPJTGt/tmIKtSyZlE3uFJELVlNIOLJ1OE=");
-        assert!(verify(&key, "msg_p5jXN8AQM9LWM0D4loKWxJek", 1614265330, body, &sig));
+        assert!(verify(
+            &key,
+            "msg_p5jXN8AQM9LWM0D4loKWxJek",
+            1614265330,
+            body,
+            &sig
+        ));
         assert!(!verify(&key, "msg_other", 1614265330, body, &sig));
     }
 

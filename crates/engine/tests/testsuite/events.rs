@@ -10,8 +10,8 @@ use std::time::Duration;
 
 use flashsale_core::events::{CloudEvent, EventLog};
 use flashsale_core::{
-    HotLedger, OrderStore, PurchaseOutcome, PurchaseRequest, Sale, SaleBook,
-    SaleMode, SaleState, SkuId, UserId,
+    HotLedger, OrderStore, PurchaseOutcome, PurchaseRequest, Sale, SaleBook, SaleMode, SaleState,
+    SkuId, UserId,
 };
 use flashsale_embedded::EmbeddedLedger;
 use flashsale_engine::relay::nats::{NatsSettings, NatsSink};
@@ -39,7 +39,7 @@ enum Shop {
     /// MariaDB: the transitions a hot ledger's book produced, applied in batches as the
     /// persister applies a stream.
     MariaDb {
-        book: SaleBook,
+        book: Box<SaleBook>,
         _db: mariadb::TestDatabase,
     },
 }
@@ -79,7 +79,9 @@ async fn embedded() -> Rig {
 
 async fn mariadb() -> Rig {
     let db = mariadb::TestDatabase::create().await;
-    let store = flashsale_engine::backends::open_store(&db.url).await.unwrap();
+    let store = flashsale_engine::backends::open_store(&db.url)
+        .await
+        .unwrap();
     let sale = reserve_sale();
     store.create_sale(&sale).await.unwrap();
     store.set_state(sale.sku_id, SaleState::Live).await.unwrap();
@@ -92,7 +94,10 @@ async fn mariadb() -> Rig {
     Rig {
         log: store.event_log().unwrap(),
         store,
-        shop: Shop::MariaDb { book, _db: db },
+        shop: Shop::MariaDb {
+            book: Box::new(book),
+            _db: db,
+        },
         sku: sale.sku_id,
         users: 0,
     }
@@ -118,7 +123,10 @@ impl Rig {
         }
     }
 
-    async fn purchase(&mut self, reqs: &[PurchaseRequest]) -> Vec<(flashsale_core::OrderNo, UserId)> {
+    async fn purchase(
+        &mut self,
+        reqs: &[PurchaseRequest],
+    ) -> Vec<(flashsale_core::OrderNo, UserId)> {
         let outcomes = match &mut self.shop {
             Shop::Embedded { ledger, .. } => ledger.purchase_batch(self.sku, reqs).await.unwrap(),
             Shop::MariaDb { book, .. } => {
@@ -181,11 +189,15 @@ impl Rig {
 
     /// Waits until `sink` has delivered every stored event (its positions at the heads).
     async fn quiesced(&self, sink: &str) {
-        wait::until(&format!("{sink} to deliver every stored event"), LIMIT, || async {
-            let status = relay::status(self.log.as_ref(), &[sink]).await.ok()?;
-            let s = status.iter().find(|s| s.sink == sink)?;
-            (s.lag_events == 0).then_some(())
-        })
+        wait::until(
+            &format!("{sink} to deliver every stored event"),
+            LIMIT,
+            || async {
+                let status = relay::status(self.log.as_ref(), &[sink]).await.ok()?;
+                let s = status.iter().find(|s| s.sink == sink)?;
+                (s.lag_events == 0).then_some(())
+            },
+        )
         .await;
     }
 }
@@ -247,7 +259,9 @@ impl Nats {
 
     /// Every message of the stream, in stream order, with its `Nats-Msg-Id`.
     async fn consumed(&self) -> Vec<CloudEvent> {
-        let client = async_nats::connect(self.settings.url.as_str()).await.unwrap();
+        let client = async_nats::connect(self.settings.url.as_str())
+            .await
+            .unwrap();
         let js = async_nats::jetstream::new(client);
         let mut stream = js.get_stream(&self.settings.stream).await.unwrap();
         let last = stream.info().await.unwrap().state.last_sequence;
@@ -255,7 +269,10 @@ impl Nats {
         for seq in 1..=last {
             let msg = stream.get_raw_message(seq).await.unwrap();
             let event: CloudEvent = serde_json::from_slice(&msg.payload).unwrap();
-            let id = msg.headers.get(async_nats::header::NATS_MESSAGE_ID).unwrap();
+            let id = msg
+                .headers
+                .get(async_nats::header::NATS_MESSAGE_ID)
+                .unwrap();
             assert_eq!(id.as_str(), event.id, "Nats-Msg-Id is the event id");
             assert_eq!(msg.subject.as_str(), self.settings.subject_of(&event));
             out.push(event);
@@ -281,7 +298,10 @@ fn received(receiver: &WebhookReceiver) -> Vec<CloudEvent> {
             let id = &r.headers["webhook-id"];
             let ts: i64 = r.headers["webhook-timestamp"].parse().unwrap();
             let sig = &r.headers["webhook-signature"];
-            assert!(webhook::verify(&key, id, ts, &r.body, sig), "signature of {id}");
+            assert!(
+                webhook::verify(&key, id, ts, &r.body, sig),
+                "signature of {id}"
+            );
             let event: CloudEvent = serde_json::from_slice(&r.body).unwrap();
             assert_eq!(&event.id, id);
             event
@@ -326,9 +346,15 @@ async fn every_stored_transition_reaches_nats_once_in_order(mut rig: Rig) {
     rig.quiesced("nats").await;
     relay.stop().await;
     let stored = rig.stored().await;
-    let created = stored.iter().filter(|e| e.suffix() == "order.created").count();
+    let created = stored
+        .iter()
+        .filter(|e| e.suffix() == "order.created")
+        .count();
     assert_eq!(created, 300);
-    assert!(stored.len() > 500, "and about two thirds of them paid or cancelled");
+    assert!(
+        stored.len() > 500,
+        "and about two thirds of them paid or cancelled"
+    );
     let consumed = nats.consumed().await;
     check(&stored, &consumed);
     assert_eq!(consumed.len(), stored.len(), "JetStream kept no duplicate");
@@ -343,7 +369,11 @@ async fn every_stored_transition_reaches_the_webhook_signed_once_in_order(mut ri
     let stored = rig.stored().await;
     let got = received(&receiver);
     check(&stored, &got);
-    assert_eq!(got.len(), stored.len(), "nothing failed, so nothing was sent twice");
+    assert_eq!(
+        got.len(),
+        stored.len(),
+        "nothing failed, so nothing was sent twice"
+    );
 }
 
 async fn an_aborted_relay_and_a_restarted_nats_server_lose_and_double_nothing(mut rig: Rig) {
@@ -365,7 +395,11 @@ async fn an_aborted_relay_and_a_restarted_nats_server_lose_and_double_nothing(mu
     let stored = rig.stored().await;
     let consumed = nats.consumed().await;
     check(&stored, &consumed);
-    assert_eq!(consumed.len(), stored.len(), "Nats-Msg-Id dropped every re-delivery");
+    assert_eq!(
+        consumed.len(),
+        stored.len(),
+        "Nats-Msg-Id dropped every re-delivery"
+    );
 }
 
 async fn a_failing_receiver_delays_and_never_drops(mut rig: Rig) {
@@ -387,8 +421,14 @@ async fn a_failing_receiver_delays_and_never_drops(mut rig: Rig) {
     relay.stop().await;
     let sinks = rig.log.sinks().await.unwrap();
     let row = sinks.iter().find(|s| s.sink == "webhook").unwrap();
-    assert_eq!(row.failures, 0, "the failures were cleared once it delivered");
-    assert!(row.last_error.is_some(), "the last error is kept for the operator");
+    assert_eq!(
+        row.failures, 0,
+        "the failures were cleared once it delivered"
+    );
+    assert!(
+        row.last_error.is_some(),
+        "the last error is kept for the operator"
+    );
     check(&rig.stored().await, &received(&receiver));
 }
 
@@ -413,7 +453,11 @@ async fn two_relays_at_once_deliver_once(mut rig: Rig) {
     assert_eq!(consumed.len(), stored.len());
     let got = received(&receiver);
     check(&stored, &got);
-    assert_eq!(got.len(), stored.len(), "one relay at a time: no event posted twice");
+    assert_eq!(
+        got.len(),
+        stored.len(),
+        "one relay at a time: no event posted twice"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -427,7 +471,10 @@ async fn a_receiver_that_keeps_failing_pauses_the_sink_until_an_operator_resumes
     rig.spike(10).await;
     wait::until("the sink to pause", LIMIT, || async {
         let sinks = rig.log.sinks().await.ok()?;
-        sinks.iter().any(|s| s.sink == "webhook" && s.paused).then_some(())
+        sinks
+            .iter()
+            .any(|s| s.sink == "webhook" && s.paused)
+            .then_some(())
     })
     .await;
     receiver.set(Answer::Accept);
