@@ -12,6 +12,7 @@ mod cluster;
 mod dashboard;
 mod dashboard_api;
 mod deploy;
+mod events;
 mod faults;
 mod gateway;
 mod hostile;
