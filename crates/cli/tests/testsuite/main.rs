@@ -5,5 +5,6 @@ mod demo;
 mod fault_schedule;
 mod haproxy;
 mod kill9_serve;
+mod relay_kill9;
 mod secrets;
 mod worker_http;
