@@ -182,7 +182,10 @@ impl Relay {
         self.lease_until_ms = now + self.ttl_ms();
         if fresh {
             tracing::info!(sink = name, holder = %self.holder, "order-event relay holds the sink's lease");
-            self.paused = self.row().await?.is_some_and(|r| r.paused);
+            // Take over the last holder's state: a pause, and failures still to clear.
+            let row = self.row().await?;
+            self.paused = row.as_ref().is_some_and(|r| r.paused);
+            self.failures = row.map_or(0, |r| r.failures);
         }
         Ok(true)
     }
