@@ -62,6 +62,26 @@ impl NatsServer {
         crate::process::kill(&mut self.child);
     }
 
+    /// SIGSTOP: the server keeps its connections but reads nothing, so what clients send
+    /// waits in its socket buffers (lost if it is then killed) until [`NatsServer::resume`].
+    pub fn pause(&self) {
+        self.signal("STOP");
+    }
+
+    /// SIGCONT after [`NatsServer::pause`].
+    pub fn resume(&self) {
+        self.signal("CONT");
+    }
+
+    fn signal(&self, name: &str) {
+        let child = self.child.as_ref().expect("running");
+        let status = Command::new("kill")
+            .args([format!("-{name}"), child.id().to_string()])
+            .status()
+            .expect("run kill");
+        assert!(status.success(), "kill -{name} {}", child.id());
+    }
+
     pub fn is_running(&self) -> bool {
         self.child.is_some()
     }

@@ -513,3 +513,35 @@ async fn an_operator_redelivers_from_a_position() {
     check(&rig.stored().await, &got);
     assert_eq!(got.len(), first * 2 - 10, "seq 11 on delivered again, once");
 }
+
+/// The broker stops reading (SIGSTOP) while events are published, is killed in that state
+/// (what waited in its socket buffers is gone, though the client wrote it) and restarted: no
+/// PubAck came for those events, so their positions stayed behind them and they are
+/// published again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_nats_server_frozen_then_killed_loses_nothing() {
+    let mut rig = embedded().await;
+    let mut server = NatsServer::spawn().await;
+    let nats = Nats::on(&server.url());
+    let relay = start(nats.sink(), &rig.log, "a");
+    rig.spike(50).await;
+    rig.quiesced("nats").await;
+    server.pause();
+    rig.spike(300).await;
+    // The relay has written to the frozen broker and is waiting for its PubAcks.
+    let log = rig.log.clone();
+    wait::until("a PubAck to time out", LIMIT, || async {
+        let sinks = log.sinks().await.ok()?;
+        sinks
+            .iter()
+            .any(|s| s.sink == "nats" && s.failures > 0)
+            .then_some(())
+    })
+    .await;
+    server.kill();
+    server.start().await;
+    rig.quiesced("nats").await;
+    relay.stop().await;
+    let consumed = nats.consumed().await;
+    check(&rig.stored().await, &consumed);
+}
