@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Makes sure the servers the tests need are reachable: Redis on 127.0.0.1:6379, MariaDB on
-# 127.0.0.1:3306 (root, no password) and PostgreSQL on 127.0.0.1:5432 (role postgres, no
-# password over TCP). Starts them when installed and stopped; installs them with apt-get when
+# 127.0.0.1:3306 (root, no password), PostgreSQL on 127.0.0.1:5432 (role postgres, no
+# password over TCP) and NATS with JetStream on 127.0.0.1:4222. Starts them when installed and stopped; installs them with apt-get when
 # missing and running as root; otherwise stops with a clear message.
 # The tests also spawn throwaway redis-server / mariadbd processes of their own, so the binaries
 # must be installed even when the shared servers run elsewhere.
@@ -11,6 +11,7 @@ cd "$(dirname "$0")/.."
 REDIS_PORT=${FLASHSALE_TEST_REDIS_PORT:-6379}
 MYSQL_PORT=${FLASHSALE_TEST_MYSQL_PORT:-3306}
 PG_PORT=${FLASHSALE_TEST_POSTGRES_PORT:-5432}
+NATS_PORT=${FLASHSALE_TEST_NATS_PORT:-4222}
 
 say() { echo "services: $*" >&2; }
 die() { say "$*"; exit 1; }
@@ -99,7 +100,21 @@ ensure_postgres() {
     wait_for "postgres to trust the role postgres over TCP" pg_trusted
 }
 
+nats_up() { exec 3<>"/dev/tcp/127.0.0.1/$NATS_PORT" && head -n 1 <&3 | grep -q '"jetstream":true'; }
+
+# The order-event tests' shared broker (tests that kill one spawn their own).
+ensure_nats() {
+    command -v nats-server >/dev/null 2>&1 || apt_install nats-server
+    if timeout 2 bash -c "$(declare -f nats_up); NATS_PORT=$NATS_PORT nats_up"; then return 0; fi
+    say "starting nats-server with JetStream on $NATS_PORT"
+    mkdir -p /tmp/flashsale-nats
+    nohup nats-server -a 127.0.0.1 -p "$NATS_PORT" -js -sd /tmp/flashsale-nats \
+        >/tmp/flashsale-nats/nats.log 2>&1 &
+    wait_for "nats on $NATS_PORT" timeout 2 bash -c "$(declare -f nats_up); NATS_PORT=$NATS_PORT nats_up"
+}
+
 ensure_redis
 ensure_mariadb
 ensure_postgres
-say "redis on 127.0.0.1:$REDIS_PORT, mariadb on 127.0.0.1:$MYSQL_PORT and postgresql on 127.0.0.1:$PG_PORT are up"
+ensure_nats
+say "redis on 127.0.0.1:$REDIS_PORT, mariadb on 127.0.0.1:$MYSQL_PORT, postgresql on 127.0.0.1:$PG_PORT and nats on 127.0.0.1:$NATS_PORT are up"

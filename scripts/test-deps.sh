@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs, once and before any test runs, every Debian tool the tests call: HAProxy (the
 # multi-instance test), Chromium + ChromeDriver (the dashboard's browser test), promtool (the
-# alert rules' checks, from Debian's `prometheus`) and iproute2 (`ip netns` for the partition
+# alert rules' checks, from Debian's `prometheus`), nats-server (the order-event relay's tests,
+# which spawn their own with JetStream) and iproute2 (`ip netns` for the partition
 # tests). Called by scripts/test.sh; no test installs anything itself (tests that ran at once
 # raced for apt's lock). One lock serialises concurrent callers, and apt-get waits for
 # another apt run's lock instead of failing. Idempotent: installs nothing when all are there.
@@ -15,6 +16,7 @@ TOOLS=(
     "chromium chromium"
     "chromedriver chromium-driver"
     "ip iproute2"
+    "nats-server nats-server"
 )
 
 missing() {
@@ -45,4 +47,4 @@ fi
 exec 9>/tmp/flashsale-test-deps.lock
 flock --wait 900 9 || { echo "test-deps: another install holds the lock" >&2; exit 1; }
 install_missing
-echo "test-deps: haproxy, promtool, chromium, chromedriver and ip are installed" >&2
+echo "test-deps: haproxy, promtool, chromium, chromedriver, nats-server and ip are installed" >&2

@@ -6,6 +6,8 @@
 //! same request id), then counts from the database, checks I1–I7 and the reconciliation, and
 //! writes a JSON and an HTML report. In reserve mode the holds are then paid, cancelled or
 //! left to expire, and the units that come back are sold to later buyers (`demo_reserve`).
+//! With `--webhook` the demo also runs a webhook receiver of its own and reports the order
+//! events delivered against what the database stored (`demo_events`).
 
 use std::collections::{BTreeMap, HashSet};
 use std::ops::RangeInclusive;
@@ -66,6 +68,10 @@ pub struct DemoArgs {
     pub database_url: Option<String>,
     #[arg(long, env = "FLASHSALE_DATA_DIR", default_value = "./flashsale-data")]
     pub data_dir: PathBuf,
+    /// Run a webhook receiver, relay the order events to it, and report them delivered
+    /// against the orders stored.
+    #[arg(long)]
+    pub webhook: bool,
 }
 
 #[derive(Debug, Clone, Copy, clap::ValueEnum)]
@@ -93,7 +99,15 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<()> {
         args.pay_percent + args.cancel_percent <= 100,
         "--pay-percent and --cancel-percent add up to more than 100"
     );
-    let config = demo_config(&args)?;
+    let mut config = demo_config(&args)?;
+    let receiver = match args.webhook {
+        true => Some(crate::demo_events::DemoReceiver::start().await?),
+        false => None,
+    };
+    if let Some(r) = &receiver {
+        let settings = flashsale_engine::relay::webhook::WebhookSettings::new(&r.url, &r.secret);
+        config.engine.events.webhook = Some(settings);
+    }
     let server = Server::start(config.clone()).await?;
     let base = format!("http://{}", server.addr);
     let auth = Arc::new(Auth::new(&config.jwt_secret, &config.admin_token));
@@ -128,7 +142,11 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<()> {
         database_url: config.engine.database_url.clone(),
         sku,
     };
-    let report = build_report(&server, &args, outcome).await?;
+    let mut report = build_report(&server, &args, outcome).await?;
+    if let Some(r) = &receiver {
+        let check = r.report(&server, sku, &mut report.database).await?;
+        report.checks.push(check);
+    }
     server.shutdown().await?;
     print_report(&report);
     let stamp = SystemTime::now().duration_since(UNIX_EPOCH)?.as_secs();
@@ -158,6 +176,7 @@ fn demo_config(args: &DemoArgs) -> anyhow::Result<Config> {
             instance_id: format!("demo-{}", std::process::id()),
             persister: Default::default(),
             reconcile: Default::default(),
+            events: Default::default(),
         },
         listen: "127.0.0.1:0".parse()?,
         jwt_secret: secret(),

@@ -10,6 +10,9 @@ use anyhow::Context;
 use clap::Args;
 use flashsale_engine::placement::HotSales;
 use flashsale_engine::reconcile::WorkerSettings;
+use flashsale_engine::relay::nats::NatsSettings;
+use flashsale_engine::relay::webhook::WebhookSettings;
+use flashsale_engine::relay::EventsSettings;
 use flashsale_engine::settings::{LedgerSettings, PersisterSettings, Settings as EngineSettings};
 use flashsale_server::gateway::{GatewayConfig, TokenRate};
 use flashsale_server::identity::{IdentityConfig, JwksSource};
@@ -65,6 +68,8 @@ pub struct Settings {
     pub reconcile_repair: bool,
     #[command(flatten)]
     pub persister: PersisterFlags,
+    #[command(flatten)]
+    pub events: EventsFlags,
     #[command(flatten)]
     pub gateway: GatewaySettings,
     #[command(flatten)]
@@ -156,6 +161,68 @@ pub struct PersisterFlags {
     pub persister_discover_ms: u64,
 }
 
+/// Order events to the shop's other systems: a sink is on when its URL is set. Every process
+/// with a sink configured runs its relay; a lease in the database keeps one delivering.
+#[derive(Debug, Clone, Args)]
+pub struct EventsFlags {
+    /// `nats://…`: publish order events to NATS JetStream.
+    #[arg(long, env = "FLASHSALE_EVENTS_NATS_URL")]
+    pub events_nats_url: Option<String>,
+    /// Subjects are `<this>.<sku>.order.created` and so on.
+    #[arg(long, env = "FLASHSALE_EVENTS_NATS_SUBJECT", default_value = NatsSettings::DEFAULT_SUBJECT)]
+    pub events_nats_subject: String,
+    /// The JetStream stream (subjects `<subject>.>`), created when missing.
+    #[arg(long, env = "FLASHSALE_EVENTS_NATS_STREAM", default_value = NatsSettings::DEFAULT_STREAM)]
+    pub events_nats_stream: String,
+    /// `http(s)://…`: POST each order event there, signed per Standard Webhooks.
+    #[arg(long, env = "FLASHSALE_WEBHOOK_URL")]
+    pub webhook_url: Option<String>,
+    /// `whsec_<base64 of the key>`: the webhook signing secret (required with the URL).
+    #[arg(long, env = "FLASHSALE_WEBHOOK_SECRET", hide_env_values = true)]
+    pub webhook_secret: Option<String>,
+    /// One webhook request's timeout, ms.
+    #[arg(long, env = "FLASHSALE_WEBHOOK_TIMEOUT_MS",
+          default_value_t = millis(WebhookSettings::DEFAULT_TIMEOUT))]
+    pub webhook_timeout_ms: u64,
+    /// Failed tries in a row (each after a backoff) before the endpoint is paused with an alert.
+    #[arg(long, env = "FLASHSALE_WEBHOOK_PAUSE_AFTER", default_value_t = WebhookSettings::DEFAULT_PAUSE_AFTER)]
+    pub webhook_pause_after: u32,
+    /// Whether this process runs the relays of the configured sinks.
+    #[arg(long, env = "FLASHSALE_EVENTS_RELAY", default_value_t = true,
+          value_parser = clap::builder::BoolishValueParser::new(), action = clap::ArgAction::Set)]
+    pub events_relay: bool,
+}
+
+impl EventsFlags {
+    pub fn settings(&self) -> anyhow::Result<EventsSettings> {
+        let nats = self.events_nats_url.as_ref().map(|url| NatsSettings {
+            url: url.clone(),
+            subject: self.events_nats_subject.clone(),
+            stream: self.events_nats_stream.clone(),
+        });
+        let webhook = match (&self.webhook_url, &self.webhook_secret) {
+            (None, _) => None,
+            (Some(_), None) => {
+                anyhow::bail!("FLASHSALE_WEBHOOK_URL needs FLASHSALE_WEBHOOK_SECRET")
+            }
+            (Some(url), Some(secret)) => {
+                flashsale_engine::relay::webhook::secret_key(secret)?;
+                Some(WebhookSettings {
+                    timeout: Duration::from_millis(self.webhook_timeout_ms.max(1)),
+                    pause_after: self.webhook_pause_after.max(1),
+                    ..WebhookSettings::new(url, secret)
+                })
+            }
+        };
+        Ok(EventsSettings {
+            run: self.events_relay,
+            nats,
+            webhook,
+            relay: Default::default(),
+        })
+    }
+}
+
 /// The defaults of the persister's flags.
 const P: PersisterSettings = PersisterSettings::DEFAULT;
 
@@ -201,6 +268,7 @@ impl Settings {
                 interval: Duration::from_millis(self.reconcile_interval_ms),
                 repair: self.reconcile_repair,
             },
+            events: self.events.settings()?,
         })
     }
 

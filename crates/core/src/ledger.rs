@@ -439,6 +439,11 @@ pub struct ApplyReport {
 /// The system of record (MySQL/MariaDB in production, SQLite embedded).
 #[async_trait]
 pub trait OrderStore: Send + Sync + 'static {
+    /// The ordered event log the order-event relay reads (`None`: this store has none).
+    fn event_log(&self) -> Option<std::sync::Arc<dyn crate::events::EventLog>> {
+        None
+    }
+
     async fn create_sale(&self, sale: &Sale) -> Result<StoredSale, StoreError>;
 
     async fn sale(&self, sku: SkuId) -> Result<Option<StoredSale>, StoreError>;

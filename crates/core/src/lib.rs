@@ -7,6 +7,8 @@
 //!   the initial split, epochs and placement salts per bucket, the transfer plan, and
 //!   `BucketModel`, the reference a bucketed hot ledger is checked against.
 //! - [`order`]: order status, hot orders, events and the counter delta of each event.
+//! - [`events`]: order events for the shop's other systems: the CloudEvents form of a stored
+//!   transition, and the `EventLog` (ordered log, positions, sink leases) the relay reads.
 //! - [`error`]: the error codes of the HTTP contract and the errors of ledgers and stores.
 //! - [`rules`]: `SaleBook`, the reference state machine of one sale. The embedded ledger
 //!   runs it; the Lua scripts mirror it; tests compare both ledgers against it.
@@ -23,6 +25,7 @@
 pub mod buckets;
 pub mod clock;
 pub mod error;
+pub mod events;
 pub mod ids;
 pub mod invariants;
 pub mod ledger;

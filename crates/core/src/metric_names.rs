@@ -106,3 +106,16 @@ pub const JWKS_FETCHES: &str = "flashsale_jwks_fetches_total";
 pub const JWKS_STALE: &str = "flashsale_jwks_stale";
 /// Tokens naming a `kid` the cached key set lacks (rotations, and forged kids).
 pub const JWKS_UNKNOWN_KID: &str = "flashsale_jwks_unknown_kid_total";
+
+/// Counter `{sink}`: order events a sink acknowledged (NATS PubAck, webhook 2xx).
+pub const EVENTS_DELIVERED: &str = "flashsale_events_delivered_total";
+/// Counter `{sink}`: deliveries that failed (the relay retries them with backoff).
+pub const EVENTS_FAILURES: &str = "flashsale_events_delivery_failures_total";
+/// Gauge `{sink}`: stored events not yet delivered to the sink, over every stream.
+pub const EVENTS_LAG: &str = "flashsale_events_lag_events";
+/// Gauge `{sink}`: age of the oldest stored event not yet delivered (0 when none).
+pub const EVENTS_OLDEST_AGE: &str = "flashsale_events_oldest_age_seconds";
+/// Gauge `{sink}`: 1 while the sink is paused (an endpoint that kept failing), awaiting an operator.
+pub const EVENTS_PAUSED: &str = "flashsale_events_sink_paused";
+/// Histogram `{sink}`: from an event's time to the sink's acknowledgement.
+pub const EVENTS_DELIVERY_LATENCY: &str = "flashsale_events_delivery_latency_seconds";

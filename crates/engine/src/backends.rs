@@ -131,6 +131,10 @@ pub fn workers(
         EXPIRY_INTERVAL,
         EXPIRY_BATCH_MAX,
     ))];
+    match crate::relay::relays(&settings.events, &settings.instance_id, store.event_log()) {
+        Ok(relays) => workers.extend(relays.into_iter().map(|r| Box::new(r) as Box<dyn Worker>)),
+        Err(e) => tracing::error!(error = %e, "order events are not relayed by this process"),
+    }
     let l = &settings.ledger;
     let p = &settings.persister;
     if let (Some(redis_url), true) = (&l.redis_url, p.run) {

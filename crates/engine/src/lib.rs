@@ -14,6 +14,8 @@
 //!   sale (lease), one transaction per batch, XACK after commit.
 //! - [`reconcile`]: the reconciler (`diff`, its `worker`), the loss `journal`, and the hot
 //!   copy's lifecycle (`rebuild`).
+//! - [`relay`]: order events from the system of record's event log to NATS JetStream and
+//!   signed webhooks (one relay per sink under a database lease, positions after the ack).
 //! - [`runner`]: the `Worker` contract and the one runner of every worker (loop, shutdown,
 //!   stop deadline, error logging, metrics); [`workers`]: the workers of no other module
 //!   (hold expiry, restock subscriptions).
@@ -29,6 +31,7 @@ pub mod persister;
 pub mod placement;
 pub mod purchase;
 pub mod reconcile;
+pub mod relay;
 pub mod runner;
 pub mod settings;
 pub mod workers;

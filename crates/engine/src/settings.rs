@@ -19,6 +19,8 @@ pub struct Settings {
     pub persister: PersisterSettings,
     /// The reconcile worker of this process.
     pub reconcile: WorkerSettings,
+    /// Order events to the shop's other systems (the sinks, the relay).
+    pub events: crate::relay::EventsSettings,
 }
 
 impl Settings {
@@ -40,6 +42,7 @@ impl Settings {
             instance_id: instance_id.to_owned(),
             persister: PersisterSettings::default(),
             reconcile: WorkerSettings::default(),
+            events: crate::relay::EventsSettings::default(),
         }
     }
 }

@@ -60,6 +60,7 @@ pub const ENGINE_API: &[&str] = &["shop"];
 /// case whole. The check fails when a file names more than its count here (a new arrow), and
 /// says so when it names fewer (the count can come down). The goal is an empty list.
 pub const ROUTES_KNOWN: &[(&str, usize)] = &[
+    ("routes/admin/events.rs", 4),
     ("routes/admin/reconcile.rs", 3),
     ("routes/dashboard.rs", 9),
     ("routes/health.rs", 3),

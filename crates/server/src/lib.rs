@@ -3,7 +3,7 @@
 //! - [`app`]: the axum router, built apart from `main` so tests call it. Every route is
 //!   declared once, by its handler's `#[utoipa::path]`, and routed with `utoipa-axum`.
 //! - [`routes`]: every handler (`sales`, `purchases`, `orders`, `health`, `dashboard`, and
-//!   `admin::{gateway, risk, reconcile}`) and the API's extractors (`ApiPath`, `ApiJson`,
+//!   `admin::{events, gateway, risk, reconcile}`) and the API's extractors (`ApiPath`, `ApiJson`,
 //!   `User`, `Admin`).
 //! - [`middleware`]: the layers that hand the gateway its parts of the state;
 //!   [`workers`]: the server's own periodic work (the gateway's).
@@ -119,4 +119,5 @@ fn api() -> OpenApiRouter<AppState> {
         .routes(routes!(reconcile_routes::repair_route))
         .merge(routes::admin::gateway::router())
         .merge(routes::admin::risk::router())
+        .merge(routes::admin::events::router())
 }

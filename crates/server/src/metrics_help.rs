@@ -15,6 +15,36 @@ pub fn describe() {
     describe_risk();
     describe_reconciler();
     describe_identity();
+    describe_events();
+}
+
+fn describe_events() {
+    describe_counter!(
+        names::EVENTS_DELIVERED,
+        "Order events a sink acknowledged (NATS PubAck, webhook 2xx), by sink."
+    );
+    describe_counter!(
+        names::EVENTS_FAILURES,
+        "Order-event deliveries that failed and will be retried with backoff, by sink."
+    );
+    describe_gauge!(
+        names::EVENTS_LAG,
+        "Stored order events not yet delivered to the sink, over every stream."
+    );
+    describe_gauge!(
+        names::EVENTS_OLDEST_AGE,
+        Unit::Seconds,
+        "Age of the oldest stored order event the sink has not acknowledged (0 when none)."
+    );
+    describe_gauge!(
+        names::EVENTS_PAUSED,
+        "1 while the sink is paused after failing in a row, until an operator resumes it."
+    );
+    describe_histogram!(
+        names::EVENTS_DELIVERY_LATENCY,
+        Unit::Seconds,
+        "From an order event's time to the sink's acknowledgement."
+    );
 }
 
 fn describe_identity() {

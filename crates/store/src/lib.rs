@@ -5,6 +5,8 @@
 //! - [`backend`]: the [`Backend`] trait, what a database gives that algorithm (its dialect,
 //!   binds and column types, migrations, the steps that differ), in the manner of sqlx's
 //!   `Migrate`.
+//! - [`events`]: the order-event relay's side ([`flashsale_core::events::EventLog`]): the
+//!   ordered event log per stream, each sink's lease, pause and delivered positions.
 //! - [`sql`]: the SQL text, written once with `?` placeholders, and each dialect's clauses
 //!   (public: the embedded ledger's writer runs the store's statements).
 //! - [`mysql`]: `MySqlStore`, the production backend over MySQL/MariaDB.
@@ -26,6 +28,7 @@
 pub mod backend;
 mod batch;
 mod compat;
+pub mod events;
 pub mod mysql;
 pub mod postgres;
 mod rows;

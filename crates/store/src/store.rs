@@ -884,6 +884,10 @@ fn events_of<R: crate::backend::Columns>(rows: &[R]) -> Result<Vec<Event>, Store
 
 #[async_trait]
 impl<B: Backend> OrderStore for Store<B> {
+    fn event_log(&self) -> Option<std::sync::Arc<dyn flashsale_core::events::EventLog>> {
+        Some(std::sync::Arc::new(self.clone()))
+    }
+
     async fn create_sale(&self, sale: &Sale) -> Result<StoredSale, StoreError> {
         rows::validate(sale)?;
         let stored = rows::created(sale);

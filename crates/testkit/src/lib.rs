@@ -10,6 +10,11 @@
 //! - [`mariadb`]: a throwaway `mariadbd` in a temp dir, and a fresh database of its own on the
 //!   shared server.
 //! - [`postgres`]: a fresh database of its own on the shared PostgreSQL server.
+//! - [`nats_server`]: a throwaway `nats-server -js` on a free port with its own store dir (for
+//!   tests that kill or restart it), and unique subjects and stream names on the shared one.
+//! - [`events`]: the check of delivered order events against the stored transitions.
+//! - [`webhook_receiver`]: a real HTTP receiver of webhooks that answers as the test says
+//!   (accept, a status, hang, drop the connection).
 //! - [`conformance`]: the one suite both hot ledgers must pass; [`bucketed`]: its checks of
 //!   sales of several buckets, for ledgers that hold them.
 //! - [`wait`]: polling with a deadline, the only way tests wait (`until` panics at the
@@ -20,8 +25,10 @@
 
 pub mod bucketed;
 pub mod conformance;
+pub mod events;
 pub mod mariadb;
 pub mod model;
+pub mod nats_server;
 pub mod netns;
 pub mod postgres;
 pub mod process;
@@ -30,6 +37,7 @@ pub mod redis_cluster;
 pub mod redis_cluster_ns;
 pub mod redis_server;
 pub mod wait;
+pub mod webhook_receiver;
 
 use std::net::TcpListener;
 

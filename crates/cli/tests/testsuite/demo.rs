@@ -70,7 +70,8 @@ async fn demo_sells_exactly_the_stock_and_its_report_matches_the_database() {
 
 /// `flashsale demo --mode reserve`: holds are paid, cancelled or left to expire, the units
 /// that come back are sold to later buyers, and the report's counts over time agree with
-/// the events and orders SQL counts in the demo's SQLite file.
+/// the events and orders SQL counts in the demo's SQLite file. With `--webhook`, the demo's own
+/// receiver gets every stored transition as a signed order event, once after dedupe.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn reserve_demo_resolves_every_hold_and_resells_what_comes_back() {
     let dir = tempfile::tempdir().unwrap();
@@ -89,6 +90,7 @@ async fn reserve_demo_resolves_every_hold_and_resells_what_comes_back() {
             "200",
             "--hold-ms",
             "2000",
+            "--webhook",
         ],
     );
     let json = std::fs::read_dir(dir.path().join("reports"))
@@ -103,6 +105,7 @@ async fn reserve_demo_resolves_every_hold_and_resells_what_comes_back() {
         "I7 one resolution",
         "resolutions as answered",
         "returned units resold",
+        "order events delivered",
     ] {
         assert!(checks.iter().any(|c| c["name"] == name), "{name} checked");
     }
@@ -136,6 +139,14 @@ async fn reserve_demo_resolves_every_hold_and_resells_what_comes_back() {
         .unwrap();
     let counters: (i64, i64, i64) = (row.get("sold"), row.get("reserved"), row.get("available"));
     assert_eq!(counters, (100, 0, 0), "every unit ends paid");
+    let stored: i64 = sqlx::query("SELECT COUNT(*) AS n FROM stock_events WHERE rejected = 0")
+        .fetch_one(&mut db)
+        .await
+        .unwrap()
+        .get("n");
+    let database = &report["database"];
+    assert_eq!(database["order events stored"], stored);
+    assert_eq!(database["order events delivered (webhook)"], stored);
 }
 
 /// Runs `flashsale demo <args>` in `dir` without Redis; asserts it succeeded and returns its

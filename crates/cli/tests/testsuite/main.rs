@@ -6,6 +6,7 @@ mod demo;
 mod fault_schedule;
 mod haproxy;
 mod kill9_serve;
+mod relay_kill9;
 mod secrets;
 mod upgrade;
 mod worker_http;

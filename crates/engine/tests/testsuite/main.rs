@@ -1,9 +1,10 @@
 //! The engine's integration tests, one binary: the persister and the reconciler on real Redis
 //! with each system of record (MariaDB, PostgreSQL), and the stream's format across a rolling
-//! upgrade.
+//! upgrade; order events to a real nats-server and a real webhook receiver.
 
 mod bucket_faults;
 mod common;
+mod events;
 mod persister;
 mod reconcile;
 mod stream_upgrade;

@@ -13,6 +13,7 @@ mod cluster;
 mod dashboard;
 mod dashboard_api;
 mod deploy;
+mod events;
 mod faults;
 mod first_load;
 mod gateway;

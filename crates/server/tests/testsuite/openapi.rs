@@ -36,6 +36,9 @@ const ROUTES: &[(&str, &str)] = &[
     ("get", "/api/v1/admin/dashboard"),
     ("get", "/api/v1/admin/reconcile"),
     ("post", "/api/v1/admin/reconcile/{sku_id}/repair"),
+    ("get", "/api/v1/admin/events"),
+    ("post", "/api/v1/admin/events/{sink}/redeliver"),
+    ("post", "/api/v1/admin/events/{sink}/resume"),
     ("get", "/healthz"),
     ("get", "/readyz"),
     ("get", "/metrics"),
@@ -47,6 +50,7 @@ fn concrete(path: &str) -> String {
         .replace("{order_no}", "1-1-1")
         .replace("{user_id}", "1")
         .replace("{ip}", "10.0.0.1")
+        .replace("{sink}", "webhook")
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

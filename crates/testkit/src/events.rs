@@ -1,0 +1,62 @@
+//! The check of delivered order events against what the database stored: a consumer that
+//! deduplicates by `id` must hold exactly the stored transitions, each once, with the same
+//! content, and per order in the order they happened (created before its resolution).
+
+use std::collections::{HashMap, HashSet};
+
+use flashsale_core::events::CloudEvent;
+
+/// What a delivery looked like, for the report.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Delivery {
+    /// Events received, duplicates included.
+    pub received: usize,
+    /// Distinct ids.
+    pub unique: usize,
+}
+
+/// Checks `delivered` (in arrival order, duplicates allowed) against `stored` (every
+/// transition the database holds, as the relay maps it): an error names the first breach.
+pub fn check_exactly_once(
+    stored: &[CloudEvent],
+    delivered: &[CloudEvent],
+) -> Result<Delivery, String> {
+    let want: HashMap<&str, &CloudEvent> = stored.iter().map(|e| (e.id.as_str(), e)).collect();
+    let mut seen: HashMap<&str, usize> = HashMap::new();
+    let mut first_order: Vec<&CloudEvent> = Vec::new();
+    for e in delivered {
+        let Some(stored) = want.get(e.id.as_str()) else {
+            return Err(format!("delivered {} that the database never stored", e.id));
+        };
+        if *stored != e {
+            return Err(format!("{} delivered with other content than stored", e.id));
+        }
+        if seen.insert(&e.id, first_order.len()).is_none() {
+            first_order.push(e);
+        }
+    }
+    let missing: Vec<&str> = stored
+        .iter()
+        .map(|e| e.id.as_str())
+        .filter(|id| !seen.contains_key(id))
+        .collect();
+    if !missing.is_empty() {
+        return Err(format!(
+            "{} stored transitions never delivered, e.g. {:?}",
+            missing.len(),
+            &missing[..missing.len().min(5)]
+        ));
+    }
+    let mut created: HashSet<&str> = HashSet::new();
+    for e in &first_order {
+        if e.suffix() == "order.created" {
+            created.insert(&e.subject);
+        } else if !created.contains(e.subject.as_str()) {
+            return Err(format!("{} arrived before its order's creation", e.id));
+        }
+    }
+    Ok(Delivery {
+        received: delivered.len(),
+        unique: first_order.len(),
+    })
+}

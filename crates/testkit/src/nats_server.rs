@@ -1,0 +1,116 @@
+//! NATS for tests: unique subjects and stream names on the shared server with JetStream, or a
+//! throwaway `nats-server -js` of the test's own (its own port and store dir) for tests that
+//! kill or restart it.
+
+use std::process::{Child, Command};
+use std::time::Duration;
+
+use tempfile::TempDir;
+use tokio::io::AsyncReadExt;
+
+/// URL of the shared NATS with JetStream (the machine's, or `FLASHSALE_TEST_NATS_URL`).
+pub fn shared_url() -> String {
+    crate::process::env_or("FLASHSALE_TEST_NATS_URL", "nats://127.0.0.1:4222")
+}
+
+/// A subject prefix and a stream name no other test uses (streams on one server must not
+/// share subjects).
+pub fn unique_names() -> (String, String) {
+    let name = crate::unique_name("fstest");
+    (format!("{name}.events"), name.to_uppercase())
+}
+
+/// A `nats-server` with JetStream of this test's own, killed on drop; its store survives a
+/// restart (same dir), as a server's disk would.
+pub struct NatsServer {
+    pub port: u16,
+    dir: TempDir,
+    child: Option<Child>,
+}
+
+impl NatsServer {
+    pub async fn spawn() -> NatsServer {
+        let mut server = NatsServer {
+            port: crate::free_port(),
+            dir: tempfile::tempdir().expect("temp dir"),
+            child: None,
+        };
+        server.start().await;
+        server
+    }
+
+    pub fn url(&self) -> String {
+        format!("nats://127.0.0.1:{}", self.port)
+    }
+
+    /// Starts (again) on the same port and store dir; waits for its INFO with JetStream.
+    pub async fn start(&mut self) {
+        let mut cmd = Command::new(nats_binary());
+        cmd.args(["-a", "127.0.0.1", "-p", &self.port.to_string(), "-js"])
+            .args(["-sd", self.dir.path().to_str().expect("utf-8 path")]);
+        let name = "nats-server (is it installed? see scripts/test-deps.sh)";
+        let ready = (
+            "nats-server to greet with JetStream",
+            Duration::from_secs(15),
+        );
+        let addr = format!("127.0.0.1:{}", self.port);
+        crate::process::spawn_server(&mut self.child, &mut cmd, name, ready, addr, greets).await;
+    }
+
+    /// SIGKILL: JetStream recovers its store on the next start.
+    pub fn kill(&mut self) {
+        crate::process::kill(&mut self.child);
+    }
+
+    /// SIGSTOP: the server keeps its connections but reads nothing, so what clients send
+    /// waits in its socket buffers (lost if it is then killed) until [`NatsServer::resume`].
+    pub fn pause(&self) {
+        self.signal("STOP");
+    }
+
+    /// SIGCONT after [`NatsServer::pause`].
+    pub fn resume(&self) {
+        self.signal("CONT");
+    }
+
+    fn signal(&self, name: &str) {
+        let child = self.child.as_ref().expect("running");
+        let status = Command::new("kill")
+            .args([format!("-{name}"), child.id().to_string()])
+            .status()
+            .expect("run kill");
+        assert!(status.success(), "kill -{name} {}", child.id());
+    }
+
+    pub fn is_running(&self) -> bool {
+        self.child.is_some()
+    }
+}
+
+impl Drop for NatsServer {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// Whether the server at `addr` greets a client with an INFO that offers JetStream.
+async fn greets(addr: String) -> bool {
+    let Ok(Ok(mut conn)) = tokio::time::timeout(
+        Duration::from_secs(1),
+        tokio::net::TcpStream::connect(&addr),
+    )
+    .await
+    else {
+        return false;
+    };
+    let mut buf = vec![0u8; 4096];
+    let Ok(Ok(n)) = tokio::time::timeout(Duration::from_secs(1), conn.read(&mut buf)).await else {
+        return false;
+    };
+    let info = String::from_utf8_lossy(&buf[..n]);
+    info.starts_with("INFO ") && info.contains("\"jetstream\":true")
+}
+
+fn nats_binary() -> String {
+    crate::process::env_or("FLASHSALE_TEST_NATS_SERVER", "nats-server")
+}
