@@ -10,6 +10,8 @@
 //! - [`mariadb`]: a throwaway `mariadbd` in a temp dir, and a fresh database of its own on the
 //!   shared server.
 //! - [`postgres`]: a fresh database of its own on the shared PostgreSQL server.
+//! - [`bucket_model`]: the reference model of a sale over stock buckets, and its property
+//!   tests.
 //! - [`conformance`]: the one suite both hot ledgers must pass; [`bucketed`]: its checks of
 //!   sales of several buckets, for ledgers that hold them.
 //! - [`wait`]: polling with a deadline, the only way tests wait (`until` panics at the
@@ -18,6 +20,7 @@
 //!
 //! Depends on flashsale-core and client libraries only; never on a backend crate.
 
+pub mod bucket_model;
 pub mod bucketed;
 pub mod conformance;
 pub mod mariadb;
