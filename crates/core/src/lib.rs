@@ -4,8 +4,8 @@
 //! - [`ids`]: `SkuId`, `UserId`, `RequestId`, `RequestKey`, `OrderNo`: validation and text forms.
 //! - [`sale`]: a sale's definition, mode, state and counters.
 //! - [`buckets`]: a sale's stock split over several hot copies: bounds, a buyer's home bucket,
-//!   the initial split, epochs and placement salts per bucket, the transfer plan, and
-//!   `BucketModel`, the reference a bucketed hot ledger is checked against.
+//!   the initial split, epochs per bucket and the transfer plan. (Placement on Redis is the
+//!   redis crate's; the reference model of a bucketed sale is the testkit's.)
 //! - [`order`]: order status, hot orders, events and the counter delta of each event.
 //! - [`events`]: order events for the shop's other systems: the CloudEvents form of a stored
 //!   transition, and the `EventLog` (ordered log, positions, sink leases) the relay reads.

@@ -10,6 +10,8 @@
 //!   sale's hot ledger fails.
 //! - [`placement`]: where each sale's hot copy lives (the configured ledger, or a dedicated
 //!   Redis for the named hot sales).
+//! - [`gateway_store`]: where the gateway's lists, used purchase tokens and `Idempotency-Key`
+//!   bindings are kept (Redis, the embedded database, memory).
 //! - [`persister`]: moves each sale's Redis Stream into the system of record, one writer per
 //!   sale (lease), one transaction per batch, XACK after commit.
 //! - [`reconcile`]: the reconciler (`diff`, its `worker`), the loss `journal`, and the hot
@@ -27,6 +29,7 @@ pub mod backends;
 pub mod batcher;
 pub mod breaker;
 pub mod cache;
+pub mod gateway_store;
 pub mod persister;
 pub mod placement;
 pub mod purchase;

@@ -29,6 +29,7 @@ use crate::codec::as_string;
 use crate::conn::{bounded, Timeouts};
 use crate::keys::{slot, CopyTag};
 use crate::ledger::{evalsha, RedisLedger};
+use crate::placement;
 
 /// Most sales whose layout one ledger keeps; past it the table starts over (a layout is
 /// read again with one round trip).
@@ -250,7 +251,7 @@ impl RedisLedger {
     }
 
     /// Loads a fresh sale of several buckets: its stock split evenly
-    /// (`buckets::split_stock`), each bucket on the primary `buckets::place` picks, bucket 0
+    /// (`buckets::split_stock`), each bucket on the primary `placement::place` picks, bucket 0
     /// last (its hash names the others). A sale that has sold is rebuilt bucket by bucket
     /// from its per-bucket rows in the database, which are not kept yet: refused.
     pub(crate) async fn load_bucketed(
@@ -305,7 +306,7 @@ impl RedisLedger {
                 .find(|&&(lo, hi, _)| lo <= s && s <= hi)
                 .map_or(0, |r| r.2)
         };
-        Ok(buckets::place(sku, n, primaries, primary_of))
+        Ok(placement::place(sku, n, primaries, primary_of))
     }
 
     /// The cluster's slot ranges with the index of their primary (`CLUSTER SLOTS`); empty on

@@ -2,16 +2,18 @@
 //! touches one Redis Cluster slot; the few keys shared by all sales are never touched inside a
 //! script. A sale of one bucket is one copy tagged `{<sku>}`; a sale of several buckets has a
 //! copy per bucket, bucket 0 tagged `{<sku>}` and bucket b `{<sku>.<b>.<salt>}`
-//! ([`CopyTag`], `flashsale_core::buckets::bucket_tag`).
+//! ([`CopyTag`], [`crate::placement::bucket_tag`]).
 
-use flashsale_core::{buckets, SkuId};
+use flashsale_core::SkuId;
+
+use crate::placement;
 
 /// The hot copy a key belongs to: a sale's own (bucket 0) or one of its buckets.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct CopyTag {
     pub sku: SkuId,
     pub bucket: u16,
-    /// Chosen when the sale is placed (`buckets::place`); 0 for bucket 0.
+    /// Chosen when the sale is placed (`placement::place`); 0 for bucket 0.
     pub salt: u32,
 }
 
@@ -32,7 +34,7 @@ impl std::fmt::Display for CopyTag {
         if self.bucket == 0 {
             write!(f, "{}", self.sku.0)
         } else {
-            f.write_str(&buckets::bucket_tag(self.sku, self.bucket, self.salt))
+            f.write_str(&placement::bucket_tag(self.sku, self.bucket, self.salt))
         }
     }
 }

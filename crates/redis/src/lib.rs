@@ -1,6 +1,8 @@
 //! flashsale-redis: the Redis hot ledger.
 //!
 //! - [`keys`]: the key schema; every key of a hot copy carries its hash tag (`{<sku>}`).
+//! - [`placement`]: where a sale's buckets live: each bucket's hash tag, salted so that the
+//!   buckets land on distinct primaries of the cluster's slot map.
 //! - [`scripts`]: the Lua scripts (`scripts/*.lua`, loaded with `include_str!`).
 //! - [`bucketed`]: sales of several buckets, each a hot copy of its own on its own primary,
 //!   and the transfers of stock between them.
@@ -20,6 +22,7 @@ pub mod codec;
 pub mod conn;
 pub mod keys;
 pub mod ledger;
+pub mod placement;
 mod restock;
 pub mod routed;
 pub mod scripts;

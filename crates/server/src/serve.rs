@@ -9,11 +9,11 @@ use std::sync::Arc;
 
 use anyhow::{bail, Context};
 use flashsale_core::{Ledger, OrderStore};
+use flashsale_engine::gateway_store::{RedisBlacklist, SqliteBlacklist};
 use tokio::net::TcpListener;
 use tokio::sync::broadcast;
 
 use crate::auth::Auth;
-use crate::gateway::blacklist::{RedisBlacklist, SqliteBlacklist};
 use crate::gateway::BlacklistStore;
 use crate::state::AppState;
 use crate::tunables::Tunables;

@@ -15,6 +15,8 @@
 //! - [`events`]: the check of delivered order events against the stored transitions.
 //! - [`webhook_receiver`]: a real HTTP receiver of webhooks that answers as the test says
 //!   (accept, a status, hang, drop the connection).
+//! - [`bucket_model`]: the reference model of a sale over stock buckets, and its property
+//!   tests.
 //! - [`conformance`]: the one suite both hot ledgers must pass; [`bucketed`]: its checks of
 //!   sales of several buckets, for ledgers that hold them.
 //! - [`wait`]: polling with a deadline, the only way tests wait (`until` panics at the
@@ -23,6 +25,7 @@
 //!
 //! Depends on flashsale-core and client libraries only; never on a backend crate.
 
+pub mod bucket_model;
 pub mod bucketed;
 pub mod conformance;
 pub mod events;

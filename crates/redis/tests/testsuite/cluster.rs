@@ -5,8 +5,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use flashsale_core::{buckets, Ledger, SkuId};
-use flashsale_redis::{slot, Keys, RedisLedger};
+use flashsale_core::{Ledger, SkuId};
+use flashsale_redis::{placement, slot, Keys, RedisLedger};
 use flashsale_testkit::conformance;
 use flashsale_testkit::redis_cluster::{self, RedisCluster};
 use flashsale_testkit::redis_server::RedisServer;
@@ -95,7 +95,7 @@ async fn one_seed_url_runs_the_whole_cluster() {
     }
 }
 
-/// The salts the domain picks for a sale's buckets land its buckets on distinct primaries of a
+/// The salts `placement::place` picks for a sale's buckets land its buckets on distinct primaries of a
 /// real six-node cluster, asked slot by slot of the cluster itself (`CLUSTER KEYSLOT`): three
 /// buckets on three primaries, six buckets two on each.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -113,10 +113,10 @@ async fn bucket_salts_put_a_sales_buckets_on_distinct_primaries() {
     for sku in (1..=20).map(SkuId) {
         for n in [3u16, 6] {
             let primary_of = |tag: &str| shard_of_slot(slot(&format!("fs:{{{tag}}}:sale")));
-            let salts = buckets::place(sku, n, shards.len(), primary_of);
+            let salts = placement::place(sku, n, shards.len(), primary_of);
             let mut buckets_on = [0; 3];
             for (bucket, salt) in (0..n).zip(salts) {
-                let key = format!("fs:{{{}}}:sale", buckets::bucket_tag(sku, bucket, salt));
+                let key = format!("fs:{{{}}}:sale", placement::bucket_tag(sku, bucket, salt));
                 buckets_on[shard_of_slot(keyslot(&mut conn, &key).await)] += 1;
             }
             let each = usize::from(n) / 3;

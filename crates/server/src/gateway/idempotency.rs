@@ -13,11 +13,11 @@
 //!
 //! [`GatewayConfig::idempotency_keys_per_user`]: super::GatewayConfig::idempotency_keys_per_user
 
-use std::collections::HashMap;
-use std::sync::Mutex;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use flashsale_core::{ErrorCode, RequestKey, SkuId};
+
+use flashsale_engine::gateway_store::Binding;
 
 use super::BlacklistStore;
 use crate::error::AppError;
@@ -25,21 +25,6 @@ use crate::error::AppError;
 /// How long a key stays bound to its sale: a day, as the idempotency-key draft's examples
 /// and common APIs keep keys; retries come within seconds, reuse bugs within the same run.
 pub const KEY_BINDING_TTL: Duration = Duration::from_secs(24 * 3_600);
-
-/// Key bindings held in memory at most, over all users (embedded); past it, after expired
-/// ones are swept, a new key is refused like a user past its own bound.
-pub const BINDINGS_MAX: usize = 1_000_000;
-
-/// What a store answered to a key's binding.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Binding {
-    /// Bound to this sale now, or before (a retry).
-    Bound,
-    /// Bound to another sale.
-    OtherSale,
-    /// Not bound: the user holds its bound of live keys (or the shared table is full).
-    Full,
-}
 
 /// Binds `key` to `sku` on first use; another sale → 422, a user past `per_user` live keys
 /// → 429.
@@ -66,81 +51,6 @@ pub async fn bind(
                  allowed; retry a purchase with its own key, or send request_id in the body"
             ),
         )),
-    }
-}
-
-/// Key bindings in memory (the embedded deployment, tests), apart from used purchase tokens
-/// so that keys never crowd tokens out: per user, each key's sale and expiry.
-#[derive(Default)]
-pub struct MemoryBindings {
-    users: Mutex<Users>,
-}
-
-#[derive(Default)]
-struct Users {
-    keys: HashMap<u64, HashMap<String, (SkuId, Instant)>>,
-    /// Bindings over all users (expired ones included until swept).
-    len: usize,
-}
-
-impl MemoryBindings {
-    pub fn bind(&self, key: &RequestKey, sku: SkuId, ttl: Duration, per_user: usize) -> Binding {
-        self.bind_at(key, sku, ttl, per_user, BINDINGS_MAX, Instant::now())
-    }
-
-    fn bind_at(
-        &self,
-        key: &RequestKey,
-        sku: SkuId,
-        ttl: Duration,
-        per_user: usize,
-        max: usize,
-        now: Instant,
-    ) -> Binding {
-        let mut users = self.users.lock().expect("key bindings lock");
-        let (user, id) = (key.user.0, key.request_id.as_str());
-        users.expire(user, now);
-        let mine = users.keys.get(&user);
-        match mine.and_then(|keys| keys.get(id)) {
-            Some((first, _)) if *first == sku => return Binding::Bound,
-            Some(_) => return Binding::OtherSale,
-            None if mine.map_or(0, HashMap::len) >= per_user => return Binding::Full,
-            None => {}
-        }
-        if users.len >= max {
-            users.sweep(now);
-            if users.len >= max {
-                return Binding::Full;
-            }
-        }
-        let mine = users.keys.entry(user).or_default();
-        mine.insert(id.to_owned(), (sku, now + ttl));
-        users.len += 1;
-        Binding::Bound
-    }
-}
-
-impl Users {
-    /// Drops `user`'s expired bindings.
-    fn expire(&mut self, user: u64, now: Instant) {
-        let Some(mine) = self.keys.get_mut(&user) else {
-            return;
-        };
-        let before = mine.len();
-        mine.retain(|_, (_, until)| *until > now);
-        self.len -= before - mine.len();
-        if mine.is_empty() {
-            self.keys.remove(&user);
-        }
-    }
-
-    /// Drops every expired binding (the table is full; a new key may fit then).
-    fn sweep(&mut self, now: Instant) {
-        for keys in self.keys.values_mut() {
-            keys.retain(|_, (_, until)| *until > now);
-        }
-        self.keys.retain(|_, keys| !keys.is_empty());
-        self.len = self.keys.values().map(HashMap::len).sum();
     }
 }
 
@@ -196,26 +106,5 @@ mod tests {
             "and is still judged"
         );
         assert!(bind(&store, &key(8, "k3"), SkuId(1), 3).await.is_ok());
-    }
-
-    #[test]
-    fn the_shared_table_is_bounded_and_expired_bindings_make_room() {
-        let table = MemoryBindings::default();
-        let now = Instant::now();
-        let ttl = Duration::from_secs(10);
-        let bind = |user, id: &str, at| table.bind_at(&key(user, id), SkuId(1), ttl, 2, 4, at);
-        for user in 0..2 {
-            assert_eq!(bind(user, "a", now), Binding::Bound);
-            assert_eq!(bind(user, "b", now), Binding::Bound);
-        }
-        assert_eq!(bind(9, "a", now), Binding::Full, "the table holds 4");
-        assert_eq!(bind(0, "a", now), Binding::Bound, "a retry needs no room");
-        let later = now + ttl + Duration::from_secs(1);
-        assert_eq!(
-            bind(9, "a", later),
-            Binding::Bound,
-            "expired ones swept for room"
-        );
-        assert_eq!(bind(0, "c", later), Binding::Bound, "user 0's keys expired");
     }
 }

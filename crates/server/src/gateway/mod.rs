@@ -2,8 +2,9 @@
 //!
 //! - [`config`]: `GatewayConfig`, every knob and its default.
 //! - [`ratelimit`]: governor token buckets per instance, sale, user and client IP.
-//! - [`blacklist`]: blocked users and IPs, and token-only sales, behind `BlacklistStore`
-//!   (Redis sets or the SQLite database), cached per instance and refreshed in the background.
+//! - [`blacklist`]: blocked users and IPs, and token-only sales, cached per instance and
+//!   refreshed in the background from their store (`flashsale_engine::gateway_store`: Redis
+//!   sets or the SQLite database).
 //! - [`pressure`]: per-sale in-flight limit (hot-sale isolation) and back-pressure (BUSY).
 //! - [`scalping`]: single-use purchase tokens, HMAC-bound to user, sale and expiry.
 //! - [`idempotency`]: an `Idempotency-Key` stays on the sale it was first used on.
@@ -35,8 +36,9 @@ use axum::extract::ConnectInfo;
 use axum::http::request::Parts;
 use flashsale_core::{ErrorCode, SkuId, UserId};
 
-pub use blacklist::{Blacklist, BlacklistStore, MemoryBlacklist};
+pub use blacklist::Blacklist;
 pub use config::{GatewayConfig, TokenRate};
+pub use flashsale_engine::gateway_store::{BlacklistStore, MemoryBlacklist};
 use pressure::SaleGates;
 use ratelimit::RateLimits;
 use scalping::PurchaseTokens;

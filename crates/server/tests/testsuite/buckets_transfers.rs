@@ -5,8 +5,9 @@
 
 use std::time::Duration;
 
-use flashsale_core::buckets::{home_bucket, place};
+use flashsale_core::buckets::home_bucket;
 use flashsale_core::{SkuId, TransferSide, UserId};
+use flashsale_redis::placement::place;
 use flashsale_redis::CopyTag;
 use reqwest::StatusCode;
 use serde_json::{json, Value};

@@ -11,6 +11,7 @@ use utoipa_axum::routes;
 
 use crate::auth::Admin;
 use crate::error::AppError;
+use crate::gateway::blacklist;
 use crate::risk::Fallback;
 use crate::routes::{
     gateway_store_error, gateway_write, stored_sale, user_id, AdminOn, Answer, ApiJson, ApiPath,
@@ -74,8 +75,7 @@ pub async fn view(State(st): State<AppState>, _: Admin) -> Result<Json<RiskView>
         .map_err(gateway_store_error)?;
     let mut allowlist: Vec<u64> = s.risk_allow.into_iter().collect();
     allowlist.sort_unstable();
-    let mut sales: Vec<SaleFallbackView> = s
-        .risk_fallback
+    let mut sales: Vec<SaleFallbackView> = blacklist::risk_fallbacks(&s.risk_fallback)
         .into_iter()
         .map(|(sku_id, fallback)| SaleFallbackView {
             sku_id,
@@ -124,7 +124,12 @@ async fn set_fallback(
 ) -> Result<Json<SaleFallbackView>, AppError> {
     let sku = SkuId(p);
     stored_sale(st, sku).await?;
-    gateway_write(st, st.gateway.blacklist.store.set_risk_fallback(sku, rule)).await?;
+    let stored = rule.map(Fallback::as_str);
+    gateway_write(
+        st,
+        st.gateway.blacklist.store.set_risk_fallback(sku, stored),
+    )
+    .await?;
     Ok(Json(SaleFallbackView {
         sku_id: sku.0,
         fallback: rule.unwrap_or(st.risk.config().fallback),
