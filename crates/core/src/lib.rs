@@ -3,6 +3,8 @@
 //! Map of the crate:
 //! - [`ids`]: `SkuId`, `UserId`, `RequestId`, `RequestKey`, `OrderNo`: validation and text forms.
 //! - [`sale`]: a sale's definition, mode, state and counters.
+//! - [`admission`]: who may buy a queue or draw sale: the seeded pre-queue shuffle, the draw,
+//!   the seed's commitment, the wave size, the admission pass (all recomputable by anyone).
 //! - [`buckets`]: a sale's stock split over several hot copies: bounds, a buyer's home bucket,
 //!   the initial split, epochs and placement salts per bucket, the transfer plan, and
 //!   `BucketModel`, the reference a bucketed hot ledger is checked against.
@@ -17,9 +19,10 @@
 //! - [`metric_names`]: the name of every metric; [`clock`]: the wall clock, read in one place.
 //! - [`limits`]: the bounds of the domain (stock, per-user limit, batch length, name length).
 //!
-//! May depend on serde, serde_json, thiserror and async-trait only; never on tokio, redis or
-//! sqlx. Every other crate may depend on it.
+//! May depend on serde, serde_json, thiserror, async-trait, and sha2 and hmac (pure hashing,
+//! for the admission's published algorithms); never on tokio, redis or sqlx. Every other crate may depend on it.
 
+pub mod admission;
 pub mod buckets;
 pub mod clock;
 pub mod error;
@@ -42,6 +45,7 @@ pub use order::{
     Event, EventKind, HotOrder, OrderStatus, PurchaseOutcome, TransferEvent, TransferSide,
 };
 pub use rules::SaleBook;
+pub use admission::{Admission, AdmissionMode};
 pub use sale::{Counters, Sale, SaleMode, SaleState};
 
 /// Hard limits that every layer enforces (TigerBeetle style: a bound on everything).
