@@ -20,7 +20,8 @@
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
-use crate::ids::UserId;
+use crate::error::StoreError;
+use crate::ids::{SkuId, UserId};
 use crate::limits::SCRIPT_INT_MAX;
 use crate::sale::{Sale, SaleMode};
 
@@ -206,7 +207,10 @@ pub fn wave_window(sellable: u64) -> u64 {
 pub fn next_cursor(cursor: u64, done: u64, sellable: u64, queued: u64, wave_max: u64) -> u64 {
     let outstanding = cursor.saturating_sub(done);
     let room = wave_window(sellable).saturating_sub(outstanding);
-    cursor.saturating_add(room.min(wave_max)).min(queued).max(cursor)
+    cursor
+        .saturating_add(room.min(wave_max))
+        .min(queued)
+        .max(cursor)
 }
 
 /// The admission pass: proof that a user was admitted to a sale, until a time. Text form
@@ -307,3 +311,100 @@ pub mod pass {
 
 #[cfg(test)]
 mod tests;
+
+/// A buyer's join of a queue: before the start (`pre`, placed by the shuffle) or the `n`-th
+/// join after it (placed behind the pre-queue, [`place_after_start`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Ticket {
+    pub pre: bool,
+    pub n: u64,
+}
+
+/// A queue's counters, read at once.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct QueueCounts {
+    /// The pre-queue is closed (at or after the start, by the book's clock) and its length final.
+    pub sealed: bool,
+    pub prequeue: u64,
+    pub joined_after: u64,
+    /// Places `1..=cursor` are admitted.
+    pub cursor: u64,
+    /// Admitted buyers who bought.
+    pub bought: u64,
+    /// The cursor as it was at the asked time (admissions older than that have lapsed).
+    pub lapsed_through: u64,
+    /// Of those, the buyers who bought.
+    pub bought_through: u64,
+}
+
+impl QueueCounts {
+    pub fn queued(&self) -> u64 {
+        self.prequeue + self.joined_after
+    }
+
+    /// Admitted buyers that no longer hold an unused admission: they bought, or it lapsed.
+    pub fn done(&self) -> u64 {
+        self.bought + self.lapsed_through.saturating_sub(self.bought_through)
+    }
+}
+
+/// What an entry asked of a draw got.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Entered {
+    /// Taken now (the `n`-th entry).
+    New(u64),
+    /// The user's entry was taken before: this one.
+    Already(Entry),
+    /// The window is not open yet, or closed.
+    NotOpen,
+    Closed,
+    /// The draw holds its most entries.
+    Full,
+}
+
+/// Where a sale's admission state lives: in the sale's Redis slot (the Redis ledger) or in the
+/// database (the embedded ledger). Every change is atomic; times are the book's own clock
+/// (Redis `TIME`; the embedded ledger's single process), so instances' clocks order nothing.
+#[async_trait::async_trait]
+pub trait AdmissionBook: Send + Sync {
+    /// Commits `seed` for the sale unless one is committed; answers the committed one.
+    async fn commit_seed(&self, sku: SkuId, seed: &Seed) -> Result<Seed, StoreError>;
+    async fn seed(&self, sku: SkuId) -> Result<Option<Seed>, StoreError>;
+    /// Joins the queue once: a second join answers the first ticket. `None`: the queue holds
+    /// `len_max` buyers. The seed must be committed first.
+    async fn join(
+        &self,
+        sku: SkuId,
+        user: UserId,
+        starts_at_ms: i64,
+        len_max: u64,
+    ) -> Result<Option<Ticket>, StoreError>;
+    async fn ticket(&self, sku: SkuId, user: UserId) -> Result<Option<Ticket>, StoreError>;
+    /// Closes the pre-queue once the book's clock reaches `starts_at_ms`; answers its final
+    /// length, or `None` before the start.
+    async fn seal(&self, sku: SkuId, starts_at_ms: i64) -> Result<Option<u64>, StoreError>;
+    /// The pre-queue's users, in no particular order.
+    async fn prequeue(&self, sku: SkuId) -> Result<Vec<UserId>, StoreError>;
+    /// The counters, with admissions made before `lapse_before_ms` counted as lapsed.
+    async fn counts(&self, sku: SkuId, lapse_before_ms: i64) -> Result<QueueCounts, StoreError>;
+    /// Moves the cursor from `from` to `to` (compare and set) and records the wave's time.
+    async fn advance(&self, sku: SkuId, from: u64, to: u64) -> Result<bool, StoreError>;
+    /// When the wave that admitted `place` was made, and the book's clock now.
+    async fn admitted_at(&self, sku: SkuId, place: u64) -> Result<(Option<i64>, i64), StoreError>;
+    /// Records that the admitted user at `place` bought (once).
+    async fn mark_bought(&self, sku: SkuId, user: UserId, place: u64) -> Result<(), StoreError>;
+    /// Takes a draw entry within `[opens_at_ms, closes_at_ms)`, one per user.
+    async fn enter(
+        &self,
+        sku: SkuId,
+        entry: Entry,
+        window: (i64, i64),
+        len_max: u64,
+    ) -> Result<Entered, StoreError>;
+    async fn entries(&self, sku: SkuId) -> Result<Vec<Entry>, StoreError>;
+    async fn entry(&self, sku: SkuId, user: UserId) -> Result<Option<Entry>, StoreError>;
+    /// How far down the waitlist the reservations have gone.
+    async fn draw_pos(&self, sku: SkuId) -> Result<u64, StoreError>;
+    /// Moves the draw's position from `from` to `to` (compare and set).
+    async fn advance_draw(&self, sku: SkuId, from: u64, to: u64) -> Result<bool, StoreError>;
+}

@@ -34,6 +34,7 @@ pub mod order;
 pub mod rules;
 pub mod sale;
 
+pub use admission::{Admission, AdmissionMode};
 pub use error::{ErrorCode, LedgerError, StoreError};
 pub use ids::{OrderNo, RequestId, RequestKey, SkuId, UserId};
 pub use ledger::{
@@ -45,7 +46,6 @@ pub use order::{
     Event, EventKind, HotOrder, OrderStatus, PurchaseOutcome, TransferEvent, TransferSide,
 };
 pub use rules::SaleBook;
-pub use admission::{Admission, AdmissionMode};
 pub use sale::{Counters, Sale, SaleMode, SaleState};
 
 /// Hard limits that every layer enforces (TigerBeetle style: a bound on everything).

@@ -1,5 +1,6 @@
 //! flashsale-redis: the Redis hot ledger.
 //!
+//! - [`admission`]: `RedisAdmission`, a sale's admission state (queue, draw) in its slot.
 //! - [`keys`]: the key schema; every key of a hot copy carries its hash tag (`{<sku>}`).
 //! - [`scripts`]: the Lua scripts (`scripts/*.lua`, loaded with `include_str!`).
 //! - [`bucketed`]: sales of several buckets, each a hot copy of its own on its own primary,
@@ -15,6 +16,7 @@
 //!
 //! May depend on flashsale-core and redis-rs; never on sqlx or the server.
 
+pub mod admission;
 pub mod bucketed;
 pub mod codec;
 pub mod conn;

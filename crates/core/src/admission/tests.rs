@@ -1,6 +1,5 @@
 use super::pass::{self, PassError};
 use super::*;
-use crate::ids::SkuId;
 use crate::sale::SaleState;
 
 fn queue_sale() -> Sale {
@@ -133,7 +132,10 @@ fn the_draw_fills_the_stock_in_waitlist_order() {
         .filter(|(_, w)| *w)
         .map(|(e, _)| u64::from(e.quantity))
         .sum();
-    assert_eq!(won, 100, "enough entries of one unit fill the stock exactly");
+    assert_eq!(
+        won, 100,
+        "enough entries of one unit fill the stock exactly"
+    );
     assert_eq!(result, draw(&[9u8; 32], &entries, 100));
     let by_rank: Vec<UserId> = result.iter().map(|(e, _)| e.user_id).collect();
     let users: Vec<UserId> = entries.iter().map(|e| e.user_id).collect();
@@ -227,7 +229,8 @@ fn erfc(x: f64) -> f64 {
     let t = 1.0 / (1.0 + 0.327_591_1 * x);
     let poly = t
         * (0.254_829_592
-            + t * (-0.284_496_736 + t * (1.421_413_741 + t * (-1.453_152_027 + t * 1.061_405_429))));
+            + t * (-0.284_496_736
+                + t * (1.421_413_741 + t * (-1.453_152_027 + t * 1.061_405_429))));
     poly * (-x * x).exp()
 }
 
