@@ -14,10 +14,10 @@ use tokio::sync::broadcast;
 
 use crate::auth::Auth;
 use crate::gateway::blacklist::{RedisBlacklist, SqliteBlacklist};
-use flashsale_core::admission::AdmissionBook;
 use crate::gateway::BlacklistStore;
 use crate::state::AppState;
 use crate::tunables::Tunables;
+use flashsale_core::admission::AdmissionBook;
 use flashsale_engine::backends::{workers, Background};
 use flashsale_engine::reconcile::ReconcileWorker;
 use flashsale_engine::runner::Runner;
@@ -64,8 +64,8 @@ impl Backends {
         let (blacklist, admission): (Arc<dyn BlacklistStore>, Arc<dyn AdmissionBook>) =
             match (&l.redis_url, b.embedded) {
                 (Some(redis_url), _) => {
-                    let keys = flashsale_redis::Keys::new(&l.redis_prefix)
-                        .map_err(anyhow::Error::msg)?;
+                    let keys =
+                        flashsale_redis::Keys::new(&l.redis_prefix).map_err(anyhow::Error::msg)?;
                     let conn = flashsale_redis::conn::Conn::lazy(
                         redis_url,
                         flashsale_redis::conn::Timeouts::HOT,

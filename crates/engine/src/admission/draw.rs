@@ -42,6 +42,8 @@ pub struct DrawView {
     pub sku_id: u64,
     pub entries_open_at_ms: i64,
     pub draw_at_ms: i64,
+    /// The stock the first round draws for.
+    pub total_stock: u64,
     pub seed_sha256: String,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub seed: Option<String>,
@@ -158,6 +160,7 @@ impl Admission {
             sku_id: sku.0,
             entries_open_at_ms: sale.admission.admission_opens_at_ms,
             draw_at_ms: sale.admission.draw_at_ms,
+            total_stock: sale.total_stock,
             seed_sha256: commitment(&seed),
             seed: drawn.as_ref().map(|d| admission::hex(&d.seed)),
             entry_count,

@@ -331,10 +331,11 @@ impl Admission {
         let Some(place) = place else {
             return Ok(Some(status));
         };
-        if place <= counts.cursor {
-            self.admitted(sale, user, place, &mut status).await?;
-        } else if sellable(c) == 0 {
+        if sellable(c) == 0 {
+            // Told to every buyer, admitted or not: nothing is left and no hold can return.
             status.state = QueueState::SoldOut;
+        } else if place <= counts.cursor {
+            self.admitted(sale, user, place, &mut status).await?;
         } else {
             status.state = QueueState::Waiting;
             status.eta_ms = Some(self.eta_ms(place - counts.cursor, c));

@@ -1,7 +1,8 @@
 //! The engine's integration tests, one binary: the persister and the reconciler on real Redis
 //! with each system of record (MariaDB, PostgreSQL), and the stream's format across a rolling
-//! upgrade.
+//! upgrade; admission (queue and draw) on the embedded ledger and on Redis.
 
+mod admission;
 mod common;
 mod persister;
 mod reconcile;

@@ -114,7 +114,9 @@ async fn status(st: &AppState, sku: SkuId, user: UserId) -> Result<QueueStatus, 
 fn retry_after(s: &QueueStatus) -> HeaderMap {
     let mut headers = HeaderMap::new();
     let secs = match s.state {
-        QueueState::Waiting => (s.eta_ms.unwrap_or(0) / 2_000).clamp(RETRY_AFTER_S.0, RETRY_AFTER_S.1),
+        QueueState::Waiting => {
+            (s.eta_ms.unwrap_or(0) / 2_000).clamp(RETRY_AFTER_S.0, RETRY_AFTER_S.1)
+        }
         QueueState::PreQueue => RETRY_AFTER_S.1,
         _ => return headers,
     };
@@ -133,7 +135,9 @@ pub async fn join(call: UserOn<u64>) -> Result<(HeaderMap, Json<QueueView>), App
     let sku = SkuId(p);
     let admission = service(&st)?;
     let (sale, _) = sale_and_counters(&st, sku).await?;
-    admission.join(&sale, user, flashsale_core::clock::now_ms()).await?;
+    admission
+        .join(&sale, user, flashsale_core::clock::now_ms())
+        .await?;
     let s = status(&st, sku, user).await?;
     Ok((retry_after(&s), Json(s.into())))
 }
@@ -226,7 +230,11 @@ pub async fn enter(
             AppError::invalid(format!("quantity must be 1..={}", sale.per_user_limit))
         })?;
     let (entry, new) = admission.enter(&sale, user, quantity).await?;
-    let status = if new { StatusCode::CREATED } else { StatusCode::OK };
+    let status = if new {
+        StatusCode::CREATED
+    } else {
+        StatusCode::OK
+    };
     Ok((status, Json(entry.into())))
 }
 
@@ -282,6 +290,8 @@ pub struct DrawPage {
     pub sku_id: u64,
     pub entries_open_at_ms: i64,
     pub draw_at_ms: i64,
+    /// The stock the first round draws for.
+    pub total_stock: u64,
     /// SHA-256 (hex) of the seed, committed when entries opened.
     pub seed_sha256: String,
     /// The seed (hex), revealed at the draw.
@@ -301,6 +311,7 @@ impl From<DrawView> for DrawPage {
             sku_id: d.sku_id,
             entries_open_at_ms: d.entries_open_at_ms,
             draw_at_ms: d.draw_at_ms,
+            total_stock: d.total_stock,
             seed_sha256: d.seed_sha256,
             seed: d.seed,
             entry_count: d.entry_count,
