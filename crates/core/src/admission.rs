@@ -175,7 +175,7 @@ pub fn draw(seed: &Seed, entries: &[Entry], stock: u64) -> Vec<(Entry, bool)> {
         .iter()
         .map(|&e| (rank_key(seed, e.user_id), e))
         .collect();
-    keyed.sort_unstable_by(|a, b| (a.0, a.1.user_id).cmp(&(b.0, b.1.user_id)));
+    keyed.sort_unstable_by_key(|a| (a.0, a.1.user_id));
     let mut left = stock;
     keyed
         .into_iter()
@@ -187,6 +187,12 @@ pub fn draw(seed: &Seed, entries: &[Entry], stock: u64) -> Vec<(Entry, bool)> {
             (e, wins)
         })
         .collect()
+}
+
+/// Units that may still be sold: the available stock plus the reserved units (holds that
+/// may come back).
+pub fn sellable_units(c: &crate::sale::Counters) -> u64 {
+    c.available + c.reserved
 }
 
 /// Admitted buyers that may be shopping at once, per unit still sellable: a buyer admitted

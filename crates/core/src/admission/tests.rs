@@ -215,7 +215,7 @@ fn kendall(xs: &[i64], ys: &[i64]) -> (f64, f64) {
     let mut s: i64 = 0;
     for i in 0..n {
         for j in i + 1..n {
-            s += ((xs[i] - xs[j]).signum() * (ys[i] - ys[j]).signum()) as i64;
+            s += (xs[i] - xs[j]).signum() * (ys[i] - ys[j]).signum();
         }
     }
     let nf = n as f64;

@@ -136,7 +136,7 @@ fn random_seed() -> Seed {
 
 /// Units that may still be sold: available, plus the reserved units that may come back.
 pub fn sellable(c: &Counters) -> u64 {
-    c.available + c.reserved
+    admission::sellable_units(c)
 }
 
 impl Admission {

@@ -403,3 +403,135 @@ async fn a_draw_on_the_embedded_ledger() {
 async fn a_draw_on_redis() {
     draw_is_recomputable_and_passes_down(redis().await, 4, 2_000, 300).await;
 }
+
+/// Runs `f` over `items`, `width` at a time.
+async fn each<T: Copy, F, Fut>(items: &[T], width: usize, f: F)
+where
+    F: Fn(T) -> Fut,
+    Fut: std::future::Future<Output = ()>,
+{
+    for chunk in items.chunks(width) {
+        futures::future::join_all(chunk.iter().map(|&t| f(t))).await;
+    }
+}
+
+/// `n` buyers join the pre-queue, the start shuffles them, admitted buyers buy one unit each
+/// with their pass, in place order as they are admitted: exactly the stock is sold, no place is
+/// admitted to two buyers, nothing is bought without a pass the service checked, and once the
+/// stock is gone every buyer (admitted or waiting) is told SOLD_OUT by the next read.
+async fn many_joiners(place: Place, sku: u64, n: u64, stock: u64) {
+    let config = AdmissionConfig {
+        tick: Duration::from_millis(10),
+        ..AdmissionConfig::default()
+    };
+    let adm = Arc::new(Admission::new(place.book.clone(), SECRET, config));
+    let open = Sale::always_open(SkuId(sku), stock);
+    place
+        .ledger
+        .warm(&open, &open.fresh_counters(), 1)
+        .await
+        .unwrap();
+    let before = queue_sale(sku, stock, now_ms() + 3_600_000);
+    let users: Vec<UserId> = (1..=n).map(UserId).collect();
+    let joined = Instant::now();
+    each(&users, 512, |u| {
+        let (adm, before) = (adm.clone(), before.clone());
+        async move {
+            assert!(adm.join(&before, u, now_ms()).await.unwrap().pre);
+        }
+    })
+    .await;
+    let joined = joined.elapsed();
+
+    let started = queue_sale(sku, stock, now_ms());
+    let c = place.ledger.counters(SkuId(sku)).await.unwrap().unwrap();
+    let first = adm.status(&started, users[0], &c).await.unwrap().unwrap();
+    let seed = admission::seed_from_hex(first.seed.as_deref().unwrap()).unwrap();
+    let order = admission::shuffle(&seed, &users);
+    let place_of: HashMap<UserId, u64> = order.iter().zip(1..).map(|(&u, p)| (u, p)).collect();
+    let sold_by = std::sync::Mutex::new(HashMap::<UserId, u64>::new());
+    let deadline = Instant::now() + LIMIT;
+    let mut next = 0usize;
+    let mut c = c;
+    while c.available > 0 {
+        assert!(Instant::now() < deadline, "the queue did not sell out");
+        let window = admission::wave_window(admission::sellable_units(&c)) as usize;
+        let polled = &order[next..(next + 2 * window.max(1)).min(order.len())];
+        each(polled, 256, |u| {
+            let (adm, sale, ledger, sold_by) =
+                (adm.clone(), started.clone(), place.ledger.clone(), &sold_by);
+            let expected = place_of[&u];
+            async move {
+                let s = adm.status(&sale, u, &c).await.unwrap().unwrap();
+                assert_eq!(s.place, Some(expected), "one place per buyer");
+                if s.state != QueueState::Admitted {
+                    return;
+                }
+                adm.check_pass(&sale, u, s.pass.as_deref(), now_ms())
+                    .unwrap();
+                let rid = format!("q{}", u.0);
+                let out = ledger
+                    .purchase_batch(sale.sku_id, &[req(sale.sku_id, u.0, &rid, 1)])
+                    .await
+                    .unwrap();
+                if matches!(
+                    out[0],
+                    PurchaseOutcome::Accepted {
+                        replayed: false,
+                        ..
+                    }
+                ) {
+                    adm.bought(&sale, u).await.unwrap();
+                    assert!(
+                        sold_by.lock().unwrap().insert(u, expected).is_none(),
+                        "bought twice"
+                    );
+                }
+            }
+        })
+        .await;
+        let counts = place.book.counts(SkuId(sku), 0).await.unwrap();
+        next = (counts.cursor as usize).min(next + polled.len());
+        c = place.ledger.counters(SkuId(sku)).await.unwrap().unwrap();
+    }
+    let sold_out_at = Instant::now();
+    let sold_by = sold_by.into_inner().unwrap();
+    assert_eq!(
+        (c.sold, sold_by.len() as u64),
+        (stock, stock),
+        "exactly the stock"
+    );
+    let cursor = place.book.counts(SkuId(sku), 0).await.unwrap().cursor;
+    assert!(
+        sold_by.values().all(|&p| p <= cursor),
+        "only admitted places bought"
+    );
+
+    // Every buyer hears SOLD_OUT at its next read.
+    let told = std::sync::atomic::AtomicU64::new(0);
+    each(&users, 256, |u| {
+        let (adm, sale, told) = (adm.clone(), started.clone(), &told);
+        async move {
+            let s = adm.status(&sale, u, &c).await.unwrap().unwrap();
+            assert_eq!(s.state, QueueState::SoldOut);
+            told.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        }
+    })
+    .await;
+    assert_eq!(told.into_inner(), n);
+    let tell = sold_out_at.elapsed();
+    println!(
+        "{n} joiners joined in {joined:?}; all {n} told SOLD_OUT within {tell:?} of the last unit"
+    );
+    assert!(tell < LIMIT, "sold out told within {LIMIT:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hundred_thousand_joiners_on_redis() {
+    many_joiners(redis().await, 5, 100_000, 1_000).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hundred_thousand_joiners_on_the_embedded_ledger() {
+    many_joiners(embedded().await, 6, 100_000, 1_000).await;
+}
