@@ -17,6 +17,7 @@ mod bench_buckets;
 mod bench_risk;
 mod bench_script;
 mod demo;
+mod demo_admission;
 mod demo_reserve;
 mod reconcile;
 mod settings;
