@@ -9,9 +9,16 @@ use flashsale_core::admission::{
 use flashsale_core::{LedgerError, SkuId, StoreError, UserId};
 use redis::{FromRedisValue, Script, Value};
 
-use crate::conn::{bounded, Conn, Timeouts};
+use crate::conn::{bounded, Conn};
 use crate::keys::Keys;
 use crate::scripts::ADMISSION;
+
+/// Bound on one call: admission is not the purchase path (whose calls fail fast so its breaker
+/// opens); a buyer polling its place may wait a little longer, and a slow answer beats a
+/// retry that asks again.
+const BOOK_CALL: std::time::Duration = std::time::Duration::from_secs(5);
+/// Bound on reading a whole pre-queue or entry list.
+const BULK_CALL: std::time::Duration = std::time::Duration::from_secs(30);
 
 /// The admission book of the sales a Redis ledger holds.
 #[derive(Clone)]
@@ -60,14 +67,28 @@ impl RedisAdmission {
             inv.arg(a);
         }
         let mut conn = self.conn.clone();
-        bounded(Timeouts::HOT.call, inv.invoke_async(&mut conn))
+        bounded(BOOK_CALL, inv.invoke_async(&mut conn))
             .await
             .map_err(store_error)
     }
 
     async fn cmd<T: FromRedisValue>(&self, cmd: redis::Cmd) -> Result<T, StoreError> {
+        self.cmd_within(BOOK_CALL, cmd).await
+    }
+
+    /// A read of a whole list (the pre-queue, the entries): up to a million items, read once
+    /// per sale and instance, so it gets more time than a hot-path call.
+    async fn bulk<T: FromRedisValue>(&self, cmd: redis::Cmd) -> Result<T, StoreError> {
+        self.cmd_within(BULK_CALL, cmd).await
+    }
+
+    async fn cmd_within<T: FromRedisValue>(
+        &self,
+        limit: std::time::Duration,
+        cmd: redis::Cmd,
+    ) -> Result<T, StoreError> {
         let mut conn = self.conn.clone();
-        bounded(Timeouts::HOT.call, cmd.query_async(&mut conn))
+        bounded(limit, cmd.query_async(&mut conn))
             .await
             .map_err(store_error)
     }
@@ -123,7 +144,7 @@ impl AdmissionBook for RedisAdmission {
             .arg(0)
             .arg(-1)
             .clone();
-        let users: Vec<u64> = self.cmd(cmd).await?;
+        let users: Vec<u64> = self.bulk(cmd).await?;
         Ok(users.into_iter().map(UserId).collect())
     }
 
@@ -190,9 +211,9 @@ impl AdmissionBook for RedisAdmission {
             .arg(0)
             .arg(-1)
             .clone();
-        let users: Vec<u64> = self.cmd(cmd).await?;
+        let users: Vec<u64> = self.bulk(cmd).await?;
         let cmd = redis::cmd("HGETALL").arg(self.key(sku, 6)).clone();
-        let quantities: std::collections::HashMap<u64, u32> = self.cmd(cmd).await?;
+        let quantities: std::collections::HashMap<u64, u32> = self.bulk(cmd).await?;
         users
             .into_iter()
             .map(|u| {

@@ -543,3 +543,84 @@ async fn twenty_thousand_joiners_on_the_embedded_ledger() {
 async fn a_hundred_thousand_joiners_on_the_embedded_ledger() {
     many_joiners(embedded().await, 7, 100_000, 1_000).await;
 }
+
+/// 100,000 entries on Redis for 1,000 units: the independent script recomputes the published
+/// winners, every winner's reservation is made, and the results (every winner's, and 5,000
+/// others') are readable within 60 s of the window's close.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_draw_of_a_hundred_thousand_entries_on_redis() {
+    let (n, stock, sku) = (100_000u64, 1_000u64, 8);
+    let place = redis().await;
+    let adm = Arc::new(Admission::new(
+        place.book.clone(),
+        SECRET,
+        AdmissionConfig::default(),
+    ));
+    let open = draw_sale(sku, stock, now_ms() + 3_600_000);
+    place
+        .ledger
+        .warm(&open, &open.fresh_counters(), 1)
+        .await
+        .unwrap();
+    let users: Vec<UserId> = (1..=n).map(UserId).collect();
+    each(&users, 512, |u| {
+        let (adm, sale) = (adm.clone(), open.clone());
+        async move {
+            assert!(adm.enter(&sale, u, (u.0 % 2 + 1) as u32).await.unwrap().1);
+        }
+    })
+    .await;
+    let drawn = draw_sale(sku, stock, now_ms());
+    let closed = Instant::now();
+    let t = Instant::now();
+    adm.drawn(&drawn).await.unwrap().unwrap();
+    println!("drawn in {:?}", t.elapsed());
+    adm.walk(&drawn, place.ledger.as_ref()).await.unwrap();
+    let view = adm.draw_view(&drawn).await.unwrap();
+    assert_eq!(view.entry_count, n);
+    let winners = view.winners.clone().unwrap();
+    let won: u64 = winners.iter().map(|e| u64::from(e.quantity)).sum();
+    let c = place.ledger.counters(SkuId(sku)).await.unwrap().unwrap();
+    assert_eq!(
+        (won, c.reserved),
+        (stock, stock),
+        "every winner's reservation made"
+    );
+    let winner_ids: Vec<UserId> = winners.iter().map(|e| e.user_id).collect();
+    let others: Vec<UserId> = (1..=5_000).map(|i| UserId(i * 19 % n + 1)).collect();
+    let results = std::sync::atomic::AtomicU64::new(0);
+    each(
+        &[winner_ids.as_slice(), others.as_slice()].concat(),
+        256,
+        |u| {
+            let (adm, sale, ledger, results, won) = (
+                adm.clone(),
+                drawn.clone(),
+                place.ledger.clone(),
+                &results,
+                &winner_ids,
+            );
+            async move {
+                let r = adm
+                    .my_entry(&sale, u, ledger.as_ref())
+                    .await
+                    .unwrap()
+                    .unwrap();
+                assert_eq!(r.result == "won", won.contains(&u), "{r:?}");
+                results.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            }
+        },
+    )
+    .await;
+    let readable = closed.elapsed();
+    println!(
+        "draw of {n}: {} winners reserved and {} results read in {readable:?}",
+        winners.len(),
+        results.into_inner()
+    );
+    assert!(
+        readable < Duration::from_secs(60),
+        "results within 60 s: {readable:?}"
+    );
+    verify_with_script(&serde_json::to_value(&view).unwrap());
+}
