@@ -166,6 +166,15 @@ async fn a_queue_sale_admits_then_sells_with_passes(stack: &Stack) {
         text.contains("event: queue") && text.contains("sold_out"),
         "{text}"
     );
+
+    // The dashboard's card shows the queue from the admission state.
+    let (_, dash) = stack.call("GET", "/api/v1/dashboard", None, None).await;
+    let cards = dash["sales"].as_array().unwrap();
+    let card = cards.iter().find(|c| c["sku_id"] == sku).unwrap();
+    assert_eq!(card["admission"], "queue", "{card}");
+    let queue = &card["queue"];
+    let counts = (queue["queue_length"].as_u64(), queue["bought"].as_u64());
+    assert_eq!(counts, (Some(6), Some(2)), "{card}");
 }
 
 both_ledgers!(a_draw_sale_publishes_a_recomputable_draw);
