@@ -72,6 +72,17 @@ pub struct DemoArgs {
     /// against the orders stored.
     #[arg(long)]
     pub webhook: bool,
+    /// Who may buy: everyone at once (`open`), through a queue with a shuffled pre-queue
+    /// (`queue`), or by a draw with a waitlist (`draw`, a reserve-mode sale).
+    #[arg(long, value_enum, default_value_t = DemoAdmission::Open)]
+    pub admission: DemoAdmission,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum DemoAdmission {
+    Open,
+    Queue,
+    Draw,
 }
 
 #[derive(Debug, Clone, Copy, clap::ValueEnum)]
@@ -119,6 +130,17 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<()> {
         args.users,
         args.concurrency
     );
+    if args.admission != DemoAdmission::Open {
+        let admin = &config.admin_token;
+        let run = match args.admission {
+            DemoAdmission::Queue => {
+                crate::demo_admission::queue(&base, admin, &auth, sku, &args).await
+            }
+            _ => crate::demo_admission::draw(&base, admin, &auth, sku, &args).await,
+        };
+        server.shutdown().await?;
+        return run;
+    }
     open_sale(&base, &config.admin_token, sku, &args).await?;
     let (records, resolutions) = match args.mode {
         DemoMode::Direct => (spike(&base, &auth, sku, &args, |_| {}).await?, None),

@@ -11,6 +11,7 @@
 
 mod bench;
 mod demo;
+mod demo_admission;
 mod demo_events;
 mod demo_reserve;
 mod reconcile;

@@ -12,6 +12,8 @@ pub enum ErrorCode {
     Forbidden,
     Blacklisted,
     RiskDenied,
+    /// A queue or draw sale's purchase without a valid admission pass for this user and sale.
+    AdmissionRequired,
     SaleNotFound,
     OrderNotFound,
     RouteNotFound,
@@ -34,12 +36,13 @@ pub enum ErrorCode {
 }
 
 impl ErrorCode {
-    pub const ALL: [ErrorCode; 23] = [
+    pub const ALL: [ErrorCode; 24] = [
         ErrorCode::InvalidRequest,
         ErrorCode::Unauthorized,
         ErrorCode::Forbidden,
         ErrorCode::Blacklisted,
         ErrorCode::RiskDenied,
+        ErrorCode::AdmissionRequired,
         ErrorCode::SaleNotFound,
         ErrorCode::OrderNotFound,
         ErrorCode::RouteNotFound,
@@ -67,6 +70,7 @@ impl ErrorCode {
             ErrorCode::Forbidden => "FORBIDDEN",
             ErrorCode::Blacklisted => "BLACKLISTED",
             ErrorCode::RiskDenied => "RISK_DENIED",
+            ErrorCode::AdmissionRequired => "ADMISSION_REQUIRED",
             ErrorCode::SaleNotFound => "SALE_NOT_FOUND",
             ErrorCode::OrderNotFound => "ORDER_NOT_FOUND",
             ErrorCode::RouteNotFound => "ROUTE_NOT_FOUND",
@@ -97,7 +101,10 @@ impl ErrorCode {
         match self {
             ErrorCode::InvalidRequest => 400,
             ErrorCode::Unauthorized => 401,
-            ErrorCode::Forbidden | ErrorCode::Blacklisted | ErrorCode::RiskDenied => 403,
+            ErrorCode::Forbidden
+            | ErrorCode::Blacklisted
+            | ErrorCode::RiskDenied
+            | ErrorCode::AdmissionRequired => 403,
             ErrorCode::SaleNotFound | ErrorCode::OrderNotFound | ErrorCode::RouteNotFound => 404,
             ErrorCode::MethodNotAllowed => 405,
             ErrorCode::IdempotencyKeyReused => 422,

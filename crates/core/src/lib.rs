@@ -3,6 +3,8 @@
 //! Map of the crate:
 //! - [`ids`]: `SkuId`, `UserId`, `RequestId`, `RequestKey`, `OrderNo`: validation and text forms.
 //! - [`sale`]: a sale's definition, mode, state and counters.
+//! - [`admission`]: who may buy a queue or draw sale: the seeded pre-queue shuffle, the draw,
+//!   the seed's commitment, the wave size, the admission pass (all recomputable by anyone).
 //! - [`buckets`]: a sale's stock split over several hot copies: bounds, a buyer's home bucket,
 //!   the initial split, epochs per bucket and the transfer plan. (Placement on Redis is the
 //!   redis crate's; the reference model of a bucketed sale is the testkit's.)
@@ -19,9 +21,10 @@
 //! - [`metric_names`]: the name of every metric; [`clock`]: the wall clock, read in one place.
 //! - [`limits`]: the bounds of the domain (stock, per-user limit, batch length, name length).
 //!
-//! May depend on serde, serde_json, thiserror and async-trait only; never on tokio, redis or
-//! sqlx. Every other crate may depend on it.
+//! May depend on serde, serde_json, thiserror, async-trait, and sha2 and hmac (pure hashing,
+//! for the admission's published algorithms); never on tokio, redis or sqlx. Every other crate may depend on it.
 
+pub mod admission;
 pub mod buckets;
 pub mod clock;
 pub mod error;
@@ -34,6 +37,7 @@ pub mod order;
 pub mod rules;
 pub mod sale;
 
+pub use admission::{Admission, AdmissionMode};
 pub use error::{ErrorCode, LedgerError, StoreError};
 pub use ids::{OrderNo, RequestId, RequestKey, SkuId, UserId};
 pub use ledger::{

@@ -2,6 +2,7 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::admission::Admission;
 use crate::buckets::{self, BUCKETS_MAX};
 use crate::ids::SkuId;
 use crate::limits::{
@@ -90,6 +91,10 @@ pub struct Sale {
     #[serde(default = "one_bucket")]
     #[cfg_attr(feature = "openapi", schema(minimum = 1, maximum = 64, default = 1))]
     pub buckets: u16,
+    /// Who may buy: `admission` (`open`, the default; `queue`; `draw`) and its times.
+    #[serde(flatten, default)]
+    #[cfg_attr(feature = "openapi", schema(inline))]
+    pub admission: Admission,
 }
 
 fn one_bucket() -> u16 {
@@ -112,6 +117,7 @@ impl Sale {
             ends_at_ms: SCRIPT_INT_MAX as i64,
             state: SaleState::Live,
             buckets: 1,
+            admission: Admission::default(),
         }
     }
 
@@ -144,7 +150,7 @@ impl Sale {
         if !buckets::valid_count(self.buckets) {
             return Err(format!("buckets must be 1..={BUCKETS_MAX}"));
         }
-        Ok(())
+        self.admission.validate(self)
     }
 
     /// Counters of a sale that has sold nothing.
@@ -267,6 +273,7 @@ mod tests {
             ends_at_ms: 1,
             state: SaleState::Scheduled,
             buckets: 1,
+            admission: Default::default(),
         }
     }
 

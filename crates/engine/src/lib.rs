@@ -6,6 +6,8 @@
 //! - [`purchase`]: the purchase decision of an admitted request (local refusals, then the
 //!   ledger with the breaker's accounting); [`batcher`]: the local sold-out flag, and natural
 //!   batching per sale into one ledger call.
+//! - [`admission`]: who may buy a queue or draw sale: joins, waves, places and passes, the
+//!   purchase's pass check, draw entries, the published draw and the waitlist's reservations.
 //! - [`cache`]: the sale cache and the sold-out flags; [`breaker`]: fast failure while a
 //!   sale's hot ledger fails.
 //! - [`placement`]: where each sale's hot copy lives (the configured ledger, or a dedicated
@@ -25,6 +27,7 @@
 //! May depend on flashsale-core, flashsale-redis, flashsale-store and flashsale-embedded;
 //! never on an HTTP crate (axum, tower, hyper, utoipa). The server and the binary depend on it.
 
+pub mod admission;
 pub mod backends;
 pub mod batcher;
 pub mod breaker;

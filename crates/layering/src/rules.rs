@@ -62,6 +62,7 @@ pub const ENGINE_API: &[&str] = &["shop"];
 pub const ROUTES_KNOWN: &[(&str, usize)] = &[
     ("routes/admin/events.rs", 4),
     ("routes/admin/reconcile.rs", 3),
+    ("routes/admission.rs", 10),
     ("routes/dashboard.rs", 9),
     ("routes/health.rs", 3),
     ("routes/mod.rs", 5),

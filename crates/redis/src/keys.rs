@@ -135,6 +135,22 @@ impl Keys {
         self.tagged(copy, "xin")
     }
 
+    /// The keys of a sale's admission state, in the order `scripts/admission.lua` takes them:
+    /// adm, joins, pre, waves, wave_at, bought, entries, entry_list.
+    pub fn admission(&self, sku: SkuId) -> [String; 8] {
+        [
+            "adm",
+            "adm:joins",
+            "adm:pre",
+            "adm:waves",
+            "adm:wave_at",
+            "adm:bought",
+            "adm:entries",
+            "adm:entry_list",
+        ]
+        .map(|what| self.tagged(sku, what))
+    }
+
     /// Every per-sale key, in a fixed order (for tests and tools).
     pub fn all_of_sale(&self, copy: impl Into<CopyTag>) -> [String; 10] {
         let sku = copy.into();
@@ -248,5 +264,7 @@ mod tests {
             assert_eq!(first, slot(&sku.to_string()));
         }
         assert_ne!(slot(&k.sale(SkuId(1))), slot(&k.sale(SkuId(2))));
+        let admission = k.admission(SkuId(42));
+        assert!(admission.iter().all(|key| slot(key) == slot("42")));
     }
 }

@@ -1,5 +1,6 @@
 //! flashsale-redis: the Redis hot ledger.
 //!
+//! - [`admission`]: `RedisAdmission`, a sale's admission state (queue, draw) in its slot.
 //! - [`keys`]: the key schema; every key of a hot copy carries its hash tag (`{<sku>}`).
 //! - [`placement`]: where a sale's buckets live: each bucket's hash tag, salted so that the
 //!   buckets land on distinct primaries of the cluster's slot map.
@@ -17,6 +18,7 @@
 //!
 //! May depend on flashsale-core and redis-rs; never on sqlx or the server.
 
+pub mod admission;
 pub mod bucketed;
 pub mod codec;
 pub mod conn;

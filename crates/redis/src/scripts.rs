@@ -36,9 +36,11 @@ pub const RESTORE_ORDERS: &str = with_node!("../scripts/restore_orders.lua");
 /// The two sides of a transfer of stock between buckets of a sale.
 pub const TRANSFER_OUT: &str = with_node!("../scripts/transfer_out.lua");
 pub const TRANSFER_IN: &str = with_node!("../scripts/transfer_in.lua");
+/// A sale's admission state (queue and draw): one script, its first argument the operation.
+pub const ADMISSION: &str = include_str!("../scripts/admission.lua");
 
 /// Every script with its name (the `script` label of `flashsale_script_latency_seconds`).
-pub const ALL: [(&str, &str); 13] = [
+pub const ALL: [(&str, &str); 14] = [
     ("purchase", PURCHASE),
     ("resolve", RESOLVE),
     ("expire_due", EXPIRE_DUE),
@@ -52,6 +54,7 @@ pub const ALL: [(&str, &str); 13] = [
     ("restore_orders", RESTORE_ORDERS),
     ("transfer_out", TRANSFER_OUT),
     ("transfer_in", TRANSFER_IN),
+    ("admission", ADMISSION),
 ];
 
 /// The scripts of the hot ledger, hashed once.

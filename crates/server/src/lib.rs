@@ -101,7 +101,7 @@ pub fn app(state: AppState) -> Router {
 /// The routes under `/api/v1`.
 fn api() -> OpenApiRouter<AppState> {
     use routes::admin::reconcile as reconcile_routes;
-    use routes::{orders, purchases, sales};
+    use routes::{admission, orders, purchases, sales};
     OpenApiRouter::new()
         .routes(routes!(sales::create))
         .routes(routes!(sales::get))
@@ -110,6 +110,12 @@ fn api() -> OpenApiRouter<AppState> {
         .routes(routes!(sales::resume))
         .routes(routes!(sales::end))
         .routes(routes!(purchases::purchase))
+        .routes(routes!(admission::join))
+        .routes(routes!(admission::me))
+        .routes(routes!(admission::events))
+        .routes(routes!(admission::enter))
+        .routes(routes!(admission::my_entry))
+        .routes(routes!(admission::draw))
         .routes(routes!(orders::get))
         .routes(routes!(orders::pay))
         .routes(routes!(orders::cancel))

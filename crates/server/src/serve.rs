@@ -17,6 +17,7 @@ use crate::auth::Auth;
 use crate::gateway::BlacklistStore;
 use crate::state::AppState;
 use crate::tunables::Tunables;
+use flashsale_core::admission::AdmissionBook;
 use flashsale_engine::backends::{workers, Background};
 use flashsale_engine::reconcile::ReconcileWorker;
 use flashsale_engine::runner::Runner;
@@ -51,21 +52,37 @@ pub struct Backends {
     pub ledger: Arc<dyn Ledger>,
     pub store: Arc<dyn OrderStore>,
     pub blacklist: Arc<dyn BlacklistStore>,
+    /// Where queue and draw sales keep their admission state: the sale's Redis slot, or the
+    /// embedded ledger's database.
+    pub admission: Arc<dyn AdmissionBook>,
 }
 
 impl Backends {
     pub async fn open(config: &Config) -> anyhow::Result<Backends> {
         let b = flashsale_engine::backends::Backends::open(&config.engine).await?;
         let l = &config.engine.ledger;
-        let blacklist: Arc<dyn BlacklistStore> = match (&l.redis_url, b.embedded) {
-            (Some(redis_url), _) => Arc::new(RedisBlacklist::connect(redis_url, &l.redis_prefix)),
-            (None, Some(sqlite)) => Arc::new(SqliteBlacklist::new(sqlite)),
-            (None, None) => bail!("the embedded ledger needs its SQLite database"),
-        };
+        let (blacklist, admission): (Arc<dyn BlacklistStore>, Arc<dyn AdmissionBook>) =
+            match (&l.redis_url, b.embedded) {
+                (Some(redis_url), _) => {
+                    let keys =
+                        flashsale_redis::Keys::new(&l.redis_prefix).map_err(anyhow::Error::msg)?;
+                    let conn = flashsale_redis::conn::Conn::lazy(
+                        redis_url,
+                        flashsale_redis::conn::Timeouts::HOT,
+                    );
+                    (
+                        Arc::new(RedisBlacklist::connect(redis_url, &l.redis_prefix)),
+                        Arc::new(flashsale_redis::admission::RedisAdmission::new(conn, keys)),
+                    )
+                }
+                (None, Some(sqlite)) => (Arc::new(SqliteBlacklist::new(sqlite.clone())), sqlite),
+                (None, None) => bail!("the embedded ledger needs its SQLite database"),
+            };
         Ok(Backends {
             ledger: b.ledger,
             store: b.store,
             blacklist,
+            admission,
         })
     }
 }
@@ -141,13 +158,15 @@ impl Server {
             ledger,
             store,
             blacklist,
+            admission,
         } = Backends::open(&config).await?;
-        let state = AppState::with_blacklist(
+        let state = AppState::with_admission(
             ledger.clone(),
             store.clone(),
             auth,
             config.tunables.clone(),
             blacklist,
+            Some(admission),
         );
         if let Err(e) = state.gateway.blacklist.refresh().await {
             tracing::warn!(error = %e, "could not load the blacklist at start; retrying in the background");

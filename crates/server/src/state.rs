@@ -12,6 +12,8 @@ use crate::bucket_view::BucketCache;
 use crate::gateway::{BlacklistStore, Gateway, MemoryBlacklist};
 use crate::risk::RiskCheck;
 pub use crate::tunables::Tunables;
+use flashsale_core::admission::AdmissionBook;
+use flashsale_engine::admission::{Admission, AdmissionConfig};
 use flashsale_engine::batcher::Batcher;
 use flashsale_engine::breaker::Breaker;
 use flashsale_engine::cache::{SaleCache, SoldOutFlags};
@@ -50,6 +52,9 @@ pub struct Shared {
     pub nudges: flashsale_engine::reconcile::Nudges,
     /// Per-sale answers and readings for the live dashboard.
     pub dashboard: crate::dashboard::Dashboard,
+    /// Queue and draw sales' admission (`None` without an admission book: such sales then
+    /// admit no one, and their purchases answer 403 ADMISSION_REQUIRED).
+    pub admission: Option<Arc<Admission>>,
 }
 
 impl std::ops::Deref for AppState {
@@ -88,6 +93,23 @@ impl AppState {
         tunables: Tunables,
         blacklist: Arc<dyn BlacklistStore>,
     ) -> AppState {
+        AppState::with_admission(ledger, store, auth, tunables, blacklist, None)
+    }
+
+    /// With the admission state of queue and draw sales kept in `book` (the sale's Redis
+    /// slot, or the embedded ledger's database).
+    pub fn with_admission(
+        ledger: Arc<dyn Ledger>,
+        store: Arc<dyn OrderStore>,
+        auth: Auth,
+        tunables: Tunables,
+        blacklist: Arc<dyn BlacklistStore>,
+        book: Option<Arc<dyn AdmissionBook>>,
+    ) -> AppState {
+        let admission = book.map(|book| {
+            let secret = auth.secret().as_bytes();
+            Arc::new(Admission::new(book, secret, AdmissionConfig::default()))
+        });
         let gateway = Gateway::new(tunables.gateway.clone(), auth.secret(), blacklist);
         let journal = Arc::new(Journal::default());
         let sold_out = Arc::new(SoldOutFlags::new(tunables.cache_ttl));
@@ -116,6 +138,7 @@ impl AppState {
             journal,
             nudges: Default::default(),
             dashboard: Default::default(),
+            admission,
         });
         let weak = Arc::downgrade(&inner);
         inner.ledger.on_restock(Arc::new(move |sku| {

@@ -11,6 +11,8 @@
 //!   (public: the embedded ledger's writer runs the store's statements).
 //! - [`mysql`]: `MySqlStore`, the production backend over MySQL/MariaDB.
 //! - [`postgres`]: `PgStore`, the backend over PostgreSQL.
+//! - [`admission`]: a sale's admission state (queue, draw) in the database, the book of a
+//!   sale on the embedded ledger (`AdmissionBook`).
 //! - [`sqlite`]: `SqliteStore`, the embedded backend over SQLite (WAL, synchronous=FULL).
 //!
 //! Migrations live in `migrations/mysql`, `migrations/postgres` and `migrations/sqlite`
@@ -25,6 +27,7 @@
 //!
 //! May depend on flashsale-core and sqlx.
 
+pub mod admission;
 pub mod backend;
 mod batch;
 mod compat;

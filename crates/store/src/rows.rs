@@ -3,9 +3,9 @@
 //! row is written once, here.
 
 use flashsale_core::{
-    BucketRow, Counters, DeadLetter, Event, EventKind, HotOrder, OrderStatus, ReconcileRun,
-    RequestId, Sale, SaleMode, SaleState, SkuId, StoreError, StoredSale, TransferEvent,
-    TransferSide, UserId,
+    Admission, AdmissionMode, BucketRow, Counters, DeadLetter, Event, EventKind, HotOrder,
+    OrderStatus, ReconcileRun, RequestId, Sale, SaleMode, SaleState, SkuId, StoreError, StoredSale,
+    TransferEvent, TransferSide, UserId,
 };
 
 use crate::backend::Columns;
@@ -28,6 +28,9 @@ pub(crate) struct SaleRow {
     pub ends_at_ms: i64,
     pub state: String,
     pub buckets: u32,
+    pub admission: String,
+    pub admission_opens_at_ms: i64,
+    pub draw_at_ms: i64,
 }
 
 fn count(what: &str, v: i64) -> Result<u64, StoreError> {
@@ -55,6 +58,9 @@ impl SaleRow {
             ends_at_ms: row.int("ends_at_ms")?,
             state: row.text("state")?,
             buckets: row.small("buckets")?,
+            admission: row.text("admission")?,
+            admission_opens_at_ms: row.int("admission_opens_at_ms")?,
+            draw_at_ms: row.int("draw_at_ms")?,
         })
     }
 
@@ -82,6 +88,11 @@ impl SaleRow {
         let mode = self.mode()?;
         let state = parse("state", &self.state, SaleState::parse)?;
         let buckets = self.bucket_count()?;
+        let admission = Admission {
+            mode: parse("admission", &self.admission, AdmissionMode::parse)?,
+            admission_opens_at_ms: self.admission_opens_at_ms,
+            draw_at_ms: self.draw_at_ms,
+        };
         Ok(StoredSale {
             sale: Sale {
                 sku_id: SkuId(self.sku_id),
@@ -94,6 +105,7 @@ impl SaleRow {
                 ends_at_ms: self.ends_at_ms,
                 state,
                 buckets,
+                admission,
             },
             counters,
             epoch: self.epoch,

@@ -131,16 +131,18 @@ pub const ORDER_COLUMNS: &str =
 pub const EVENT_COLUMNS: &str =
     "sku_id, epoch, seq, kind, order_no, request_id, user_id, quantity, at_ms, deadline_ms";
 pub const SALE_COLUMNS: &str = "sku_id, name, total_stock, available, reserved, sold, \
-     applied_seq, epoch, epoch_at_ms, per_user_limit, mode, payment_timeout_ms, starts_at_ms, ends_at_ms, state, buckets";
+     applied_seq, epoch, epoch_at_ms, per_user_limit, mode, payment_timeout_ms, starts_at_ms, ends_at_ms, state, buckets, \
+     admission, admission_opens_at_ms, draw_at_ms";
 pub const DEAD_LETTER_COLUMNS: &str = "sku_id, entry_id, seq, payload, error, attempts";
 /// What `apply_events` needs of an order the batch names.
 pub const KNOWN_ORDER_COLUMNS: &str = "sku_id, order_no, user_id, request_id, quantity, status";
 
 /// Binds: sku_id, name, total_stock, available, per_user_limit, mode, payment_timeout_ms,
-/// starts_at_ms, ends_at_ms, state, buckets. A new sale has sold nothing and has no epoch yet.
+/// starts_at_ms, ends_at_ms, state, buckets, admission, admission_opens_at_ms, draw_at_ms. A new sale has sold nothing and has no epoch yet.
 pub const INSERT_SALE: &str = "INSERT INTO sales (sku_id, name, total_stock, available, reserved, \
      sold, applied_seq, epoch, per_user_limit, mode, payment_timeout_ms, starts_at_ms, ends_at_ms, \
-     state, buckets) VALUES (?, ?, ?, ?, 0, 0, 0, 0, ?, ?, ?, ?, ?, ?, ?)";
+     state, buckets, admission, admission_opens_at_ms, draw_at_ms) \
+     VALUES (?, ?, ?, ?, 0, 0, 0, 0, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)";
 
 /// The compare and set of a sale's epoch. Binds: epoch_at_ms, sku_id, the current epoch.
 pub const TAKE_EPOCH: &str =

@@ -250,7 +250,8 @@ impl Store<Sqlite> {
         let upsert = sqlx::query(
             "INSERT INTO sales (sku_id, name, total_stock, available, reserved, sold, applied_seq, \
              epoch, per_user_limit, mode, payment_timeout_ms, starts_at_ms, ends_at_ms, state, \
-             buckets) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) \
+             buckets, admission, admission_opens_at_ms, draw_at_ms) \
+             VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) \
              ON CONFLICT (sku_id) DO UPDATE SET name = excluded.name, \
              total_stock = excluded.total_stock, available = excluded.available, \
              reserved = excluded.reserved, sold = excluded.sold, \
@@ -258,7 +259,10 @@ impl Store<Sqlite> {
              per_user_limit = excluded.per_user_limit, mode = excluded.mode, \
              payment_timeout_ms = excluded.payment_timeout_ms, \
              starts_at_ms = excluded.starts_at_ms, ends_at_ms = excluded.ends_at_ms, \
-             state = excluded.state, buckets = excluded.buckets, updated_at = strftime('%Y-%m-%dT%H:%M:%fZ', 'now')",
+             state = excluded.state, buckets = excluded.buckets, \
+             admission = excluded.admission, \
+             admission_opens_at_ms = excluded.admission_opens_at_ms, \
+             draw_at_ms = excluded.draw_at_ms, updated_at = strftime('%Y-%m-%dT%H:%M:%fZ', 'now')",
         );
         let mut tx = self
             .writer
@@ -281,6 +285,9 @@ impl Store<Sqlite> {
             .bind(sale.ends_at_ms)
             .bind(sale.state.as_str())
             .bind(sale.buckets)
+            .bind(sale.admission.mode.as_str())
+            .bind(sale.admission.admission_opens_at_ms)
+            .bind(sale.admission.draw_at_ms)
             .execute(&mut *tx)
             .await
             .map_err(db_error)?;

@@ -133,7 +133,7 @@ impl<B: Backend> Store<B> {
         B::run(&mut *conn, sql, args).await
     }
 
-    async fn begin_write(&self) -> Result<Tx<B>, StoreError> {
+    pub(crate) async fn begin_write(&self) -> Result<Tx<B>, StoreError> {
         begin(&self.writer, B::BEGIN_WRITE).await
     }
 
@@ -905,6 +905,9 @@ impl<B: Backend> OrderStore for Store<B> {
             Arg::Int(s.ends_at_ms),
             Arg::Text(s.state.as_str()),
             Arg::Small(u32::from(s.buckets)),
+            Arg::Text(s.admission.mode.as_str()),
+            Arg::Int(s.admission.admission_opens_at_ms),
+            Arg::Int(s.admission.draw_at_ms),
         ];
         let written = match s.buckets {
             0 | 1 => self.write(sql::INSERT_SALE, &args).await.map(drop),

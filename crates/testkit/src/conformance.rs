@@ -113,6 +113,7 @@ pub fn live_sale(mode: SaleMode, total: u64, limit: u32) -> Sale {
         ends_at_ms: now + HOUR_MS,
         state: SaleState::Live,
         buckets: 1,
+        admission: Default::default(),
     }
 }
 

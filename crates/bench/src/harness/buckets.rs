@@ -200,6 +200,7 @@ fn bench_sale(units: u64, buckets: u16) -> Sale {
         ends_at_ms: now + 3_600_000,
         state: SaleState::Live,
         buckets,
+        admission: Default::default(),
     }
 }
 

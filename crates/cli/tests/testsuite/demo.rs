@@ -168,3 +168,55 @@ fn demo(dir: &tempfile::TempDir, args: &[&str]) -> String {
     );
     stdout
 }
+
+/// `flashsale demo --admission queue`: the queue sells exactly the stock to buyers who
+/// joined before or after the start, and its report shows who bought per way of joining.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn queue_demo_sells_exactly_the_stock_through_the_queue() {
+    let dir = tempfile::tempdir().unwrap();
+    let args = [
+        "--admission",
+        "queue",
+        "--stock",
+        "40",
+        "--users",
+        "600",
+        "--concurrency",
+        "32",
+    ];
+    let stdout = demo(&dir, &args);
+    assert!(
+        stdout.contains("sale: sold 40 of 40 (buyers who bought: 40)"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("burst at open") && stdout.contains("after start"),
+        "{stdout}"
+    );
+}
+
+/// `flashsale demo --admission draw`: the published winners are recomputed from the seed,
+/// and the units of cancelled winners pass down the waitlist.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn draw_demo_recomputes_the_winners_and_passes_cancelled_units_down() {
+    let dir = tempfile::tempdir().unwrap();
+    let args = [
+        "--admission",
+        "draw",
+        "--stock",
+        "30",
+        "--users",
+        "400",
+        "--concurrency",
+        "32",
+        "--hold-ms",
+        "600000",
+    ];
+    let stdout = demo(&dir, &args);
+    assert!(
+        stdout.contains("30 winners recomputed from the seed"),
+        "{stdout}"
+    );
+    assert!(stdout.contains("waitlist position 36 of 400"), "{stdout}");
+    assert!(stdout.contains("available 0"), "{stdout}");
+}

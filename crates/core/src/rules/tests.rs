@@ -15,6 +15,7 @@ fn sale(total: u64, limit: u32, mode: SaleMode) -> Sale {
         ends_at_ms: 5_000,
         state: SaleState::Live,
         buckets: 1,
+        admission: Default::default(),
     }
 }
 

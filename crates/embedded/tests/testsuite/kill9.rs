@@ -31,6 +31,7 @@ fn sale() -> Sale {
         ends_at_ms: now + 3_600_000,
         state: SaleState::Live,
         buckets: 1,
+        admission: Default::default(),
     }
 }
 

@@ -253,3 +253,63 @@ async fn snapshot_reads_counters_and_events_together() {
     assert_eq!(t.ledger.sales().await.unwrap(), vec![sku]);
     t.cleanup().await;
 }
+
+/// The admission script refuses bad calls before any write: a wrong key count, an unknown
+/// operation, a bad number, a join before a seed is committed; a seed once committed stays.
+#[tokio::test]
+async fn the_admission_script_validates_its_calls() {
+    let (_before, keys, sku, mut conn) = warmed(SaleMode::Direct, 5, 1).await;
+    let script = Script::new(scripts::ADMISSION);
+    let call = |argv: Vec<&str>| {
+        let mut inv = script.prepare_invoke();
+        for k in keys.admission(sku) {
+            inv.key(k);
+        }
+        inv.arg(argv);
+        inv
+    };
+    let r: RedisResult<Value> = call(vec!["join", "7", "0", "10"])
+        .invoke_async(&mut conn)
+        .await;
+    assert_eq!(r.expect_err("no seed").code(), Some("NO_SEED"));
+    let seed = "ab".repeat(32);
+    let s: String = call(vec!["commit_seed", &seed])
+        .invoke_async(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(s, seed);
+    let other = "cd".repeat(32);
+    let s: String = call(vec!["commit_seed", &other])
+        .invoke_async(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(s, seed, "the first seed stays");
+    for argv in [
+        vec!["commit_seed", "short"],
+        vec!["bogus"],
+        vec!["join", "-1", "0", "10"],
+        vec!["join", "7", "x", "10"],
+        vec!["enter", "7", "0", "0", "10", "10"],
+        vec!["advance", "0", "1.5"],
+    ] {
+        let r: RedisResult<Value> = call(argv.clone()).invoke_async(&mut conn).await;
+        assert_eq!(
+            r.expect_err("refused").code(),
+            Some("INVALID_ARGS"),
+            "{argv:?}"
+        );
+    }
+    let few: RedisResult<Value> = Script::new(scripts::ADMISSION)
+        .key(keys.sale(sku))
+        .arg("counts")
+        .arg(0)
+        .invoke_async(&mut conn)
+        .await;
+    assert_eq!(few.expect_err("one key").code(), Some("INVALID_ARGS"));
+    let joins: i64 = redis::cmd("HLEN")
+        .arg(&keys.admission(sku)[1])
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(joins, 0, "nothing joined");
+}

@@ -34,6 +34,12 @@ pub struct SaleCard {
     pub mode: String,
     /// Hot copies the stock is split over (1: one).
     pub buckets: u16,
+    /// Who may buy: `open`, `queue` or `draw`.
+    pub admission: String,
+    /// A queue sale: its length, the places admitted and the admitted buyers who bought (from
+    /// the admission state, so a page opened at any time shows the whole queue).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub queue: Option<QueueTile>,
     pub total: u64,
     pub available: u64,
     pub reserved: u64,
@@ -41,6 +47,14 @@ pub struct SaleCard {
     /// A bucketed sale's per-bucket counters, when the hot ledger or the database has them.
     #[serde(flatten)]
     pub per_bucket: BucketFields,
+}
+
+/// A queue sale's admission, read from where its state lives.
+#[derive(Debug, Clone, Copy, Serialize)]
+pub struct QueueTile {
+    pub queue_length: u64,
+    pub admitted: u64,
+    pub bought: u64,
 }
 
 /// `GET /api/v1/dashboard`.

@@ -123,6 +123,23 @@ async fn shown_sales(st: &AppState) -> Result<Vec<StoredSale>, AppError> {
     Ok(sales)
 }
 
+/// A queue sale's counts (`None` for other sales, or when the admission state does not answer).
+async fn queue_tile(
+    st: &AppState,
+    stored: &StoredSale,
+) -> Option<crate::dashboard::view::QueueTile> {
+    if stored.sale.admission.mode != flashsale_core::AdmissionMode::Queue {
+        return None;
+    }
+    let book = st.admission.as_ref()?.book();
+    let counts = book.counts(stored.sale.sku_id, 0).await.ok()?;
+    Some(crate::dashboard::view::QueueTile {
+        queue_length: counts.queued(),
+        admitted: counts.cursor,
+        bought: counts.bought,
+    })
+}
+
 /// Hot counters when the ledger has the sale (fresher: the database lags the persister); a
 /// bucketed sale's buckets likewise.
 async fn card(st: &AppState, stored: &StoredSale) -> SaleCard {
@@ -138,6 +155,8 @@ async fn card(st: &AppState, stored: &StoredSale) -> SaleCard {
         state: stored.sale.state,
         mode: stored.sale.mode.as_str().to_owned(),
         buckets: stored.sale.buckets,
+        admission: stored.sale.admission.mode.as_str().to_owned(),
+        queue: queue_tile(st, stored).await,
         total: c.total,
         available: c.available,
         reserved: c.reserved,

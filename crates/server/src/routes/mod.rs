@@ -3,6 +3,7 @@
 //! [`User`] (a user token, not blacklisted) and [`Admin`] (the admin token).
 
 pub mod admin;
+pub mod admission;
 pub mod dashboard;
 pub mod health;
 pub mod orders;

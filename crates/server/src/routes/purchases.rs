@@ -47,6 +47,11 @@ pub struct PurchaseBody {
     #[serde(default)]
     #[schema(max_length = 512)]
     pub purchase_token: Option<String>,
+    /// Required by a queue sale: the pass `GET /api/v1/sales/{sku_id}/queue/me` gives an
+    /// admitted buyer (bound to the user and the sale, short-lived).
+    #[serde(default)]
+    #[schema(max_length = 160)]
+    pub admission_pass: Option<String>,
 }
 
 /// Where a purchase's request id came from.
@@ -158,6 +163,7 @@ pub async fn purchase(
         request_id(idempotency_header(&headers)?, body.request_id.as_deref())?;
     let req = body.validate(sku, user, request_id)?;
     let stored = super::sale(&st, sku).await?;
+    check_admission(&st, &stored.sale, user, body.admission_pass.as_deref())?;
     let key = req.key().to_string();
     if source == KeySource::Header {
         let store = st.gateway.blacklist.store.as_ref();
@@ -169,6 +175,9 @@ pub async fn purchase(
         .admit_purchase(sku, user, &key, body.purchase_token.as_deref())
         .await?;
     let result = decide(&st, req, stored.sale.state, ip).await;
+    if matches!(&result, Ok(view) if view.replayed == Some(false)) {
+        record_bought(&st, &stored.sale, user);
+    }
     let label = match &result {
         Ok(view) if view.replayed == Some(true) => "replayed",
         Ok(_) => "accepted",
@@ -215,6 +224,47 @@ async fn decide(
         }
         PurchaseOutcome::Rejected(code) => Err(AppError::from_code(code)),
     }
+}
+
+/// A queue or draw sale's purchase needs a valid admission pass for this user and sale:
+/// checked here, before any ledger call (403 ADMISSION_REQUIRED).
+fn check_admission(
+    st: &AppState,
+    sale: &flashsale_core::Sale,
+    user: UserId,
+    pass: Option<&str>,
+) -> Result<(), AppError> {
+    if sale.admission.mode == flashsale_core::AdmissionMode::Open {
+        return Ok(());
+    }
+    let refused = || {
+        AppError::new(
+            ErrorCode::AdmissionRequired,
+            "this sale admits buyers through its queue or draw",
+        )
+    };
+    let admission = st.admission.as_ref().ok_or_else(refused)?;
+    let now = flashsale_core::clock::now_ms();
+    admission
+        .check_pass(sale, user, pass, now)
+        .map_err(AppError::from)
+}
+
+/// Counts an admitted buyer's purchase against its admission (the next wave may admit one
+/// more buyer), off the answer's path.
+fn record_bought(st: &AppState, sale: &flashsale_core::Sale, user: UserId) {
+    if sale.admission.mode != flashsale_core::AdmissionMode::Queue {
+        return;
+    }
+    let Some(admission) = st.admission.clone() else {
+        return;
+    };
+    let sale = sale.clone();
+    tokio::spawn(async move {
+        if let Err(e) = admission.bought(&sale, user).await {
+            tracing::warn!(sku = sale.sku_id.0, error = %e, "could not record an admitted purchase");
+        }
+    });
 }
 
 /// The engine's local refusals as answers.

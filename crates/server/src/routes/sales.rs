@@ -6,7 +6,9 @@ use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use flashsale_core::ledger::StoredSale;
-use flashsale_core::{Counters, ErrorCode, LedgerError, Sale, SaleMode, SaleState, SkuId};
+use flashsale_core::{
+    Admission, AdmissionMode, Counters, ErrorCode, LedgerError, Sale, SaleMode, SaleState, SkuId,
+};
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
@@ -44,6 +46,18 @@ pub struct CreateSale {
     /// runs them as one book; the Redis ledger takes 1 (a sale lives on one shard).
     #[schema(minimum = 1, maximum = 64, default = 1)]
     pub buckets: Option<u16>,
+    /// Who may buy: `open` (anyone; the default), `queue` (a waiting room: joins before
+    /// `starts_at_ms` are shuffled at the start, then admitted in waves; purchases need the
+    /// admission pass) or `draw` (entries from `admission_opens_at_ms` to `draw_at_ms`, winners
+    /// drawn then, each a reservation; needs `mode: reserve`).
+    pub admission: Option<AdmissionMode>,
+    /// When the queue or the entry window opens (default: now). Before `starts_at_ms` for a
+    /// queue, before `draw_at_ms` for a draw.
+    #[schema(minimum = 0, maximum = 9_007_199_254_740_991_i64)]
+    pub admission_opens_at_ms: Option<i64>,
+    /// A draw: when entries close and winners are drawn; within `starts_at_ms..ends_at_ms`.
+    #[schema(minimum = 0, maximum = 9_007_199_254_740_991_i64)]
+    pub draw_at_ms: Option<i64>,
 }
 
 /// A sale with its stock. `available`, `reserved` and `sold` are the whole sale's (for a
@@ -85,7 +99,9 @@ pub use flashsale_core::clock::now_ms;
 
 impl CreateSale {
     fn into_sale(self) -> Result<Sale, AppError> {
-        let starts_at_ms = self.starts_at_ms.unwrap_or_else(now_ms);
+        let now = now_ms();
+        let starts_at_ms = self.starts_at_ms.unwrap_or(now);
+        let admission = self.admission(now);
         let mode = self.mode.unwrap_or_default();
         let sale = Sale {
             sku_id: SkuId(self.sku_id),
@@ -105,9 +121,24 @@ impl CreateSale {
                 .unwrap_or(starts_at_ms.saturating_add(SALE_LENGTH_MS_DEFAULT)),
             state: SaleState::Scheduled,
             buckets: self.buckets.unwrap_or(1),
+            admission,
         };
         sale.validate().map_err(AppError::invalid)?;
         Ok(sale)
+    }
+
+    /// The admission asked for; a queue or draw opens now unless told otherwise.
+    fn admission(&self, now: i64) -> Admission {
+        let mode = self.admission.unwrap_or_default();
+        let opens = match mode {
+            AdmissionMode::Open => 0,
+            _ => now,
+        };
+        Admission {
+            mode,
+            admission_opens_at_ms: self.admission_opens_at_ms.unwrap_or(opens),
+            draw_at_ms: self.draw_at_ms.unwrap_or(0),
+        }
     }
 }
 

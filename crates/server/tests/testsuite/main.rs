@@ -5,6 +5,7 @@
 #[macro_use]
 mod common;
 
+mod admission;
 mod api;
 mod bucket_counters;
 mod buckets;

@@ -69,6 +69,7 @@ fn sale(sku: SkuId, buckets: u16) -> Sale {
         ends_at_ms: NOW * 2,
         state: SaleState::Scheduled,
         buckets,
+        admission: Default::default(),
     }
 }
 

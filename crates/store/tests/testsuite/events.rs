@@ -61,6 +61,7 @@ async fn stored<S: OrderStore + EventLog>(store: &S, n: u64) {
         ends_at_ms: NOW * 2,
         state: SaleState::Live,
         buckets: 1,
+        admission: Default::default(),
     };
     store.create_sale(&sale).await.unwrap();
     assert_eq!(store.take_epoch(SKU, 0).await.unwrap(), Some(1));

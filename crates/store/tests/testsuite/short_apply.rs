@@ -24,6 +24,7 @@ fn sale() -> Sale {
         ends_at_ms: NOW * 2,
         state: SaleState::Live,
         buckets: 1,
+        admission: Default::default(),
     }
 }
 

@@ -76,6 +76,7 @@ fn sale(total: u64, limit: u32, mode: SaleMode) -> Sale {
         // One bucket: these bodies run one book over the sale's row (a bucketed sale's
         // events are its buckets', see the buckets module).
         buckets: 1,
+        admission: Default::default(),
     }
 }
 

@@ -128,6 +128,7 @@ fn sale(r: &MySqlRow) -> StoredSale {
         ends_at_ms: r.get("ends_at_ms"),
         state: SaleState::parse(r.get("state")).expect("stored state"),
         buckets: u16::try_from(r.get::<u32, _>("buckets")).expect("stored buckets"),
+        admission: Default::default(),
     };
     StoredSale {
         sale,

@@ -128,6 +128,10 @@ function renderSale(main, sale, admin, view) {
   badge.className = 'badge ' + sale.state;
   for (const k of ['available', 'sold', 'reserved', 'total']) setField(el, k, fmt(sale[k]), sale[k]);
   setField(el, 'buckets', fmt(sale.buckets), sale.buckets);
+  // A queue sale: queued, admitted and bought, as the server's admission state has them.
+  const q = sale.queue;
+  setField(el, 'admission', q ? sale.admission + ' ' + fmt(q.queue_length) + ' queued, ' +
+    fmt(q.admitted) + ' admitted, ' + fmt(q.bought) + ' bought' : sale.admission);
   renderBuckets(el, sale);
   $('.fill', el).style.width = (sale.total ? 100 * sale.sold / sale.total : 0) + '%';
   $('.ops', el).hidden = !admin;

@@ -1,0 +1,406 @@
+//! Admission: who may buy a queue or draw sale. The rules are the domain's
+//! (`flashsale_core::admission`); the state is an [`AdmissionBook`] (Redis in the sale's slot,
+//! or the embedded ledger's database); this module runs them:
+//!
+//! - a queue: joins ([`Admission::join`]), the pre-queue sealed and shuffled at the start,
+//!   waves sized by what is still sellable ([`Admission::tick`], run by whoever asks, at most
+//!   every `tick`, safe across instances: the cursor moves by compare and set), a buyer's place
+//!   and state with a signed pass once admitted ([`Admission::status`]), and the purchase
+//!   check ([`Admission::check_pass`]);
+//! - a draw ([`draw`]): entries in the window, the published draw, and the walk down the
+//!   waitlist that gives each winner a reservation.
+
+pub mod draw;
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use flashsale_core::admission::{
+    self, commitment, next_cursor, pass, place_after_start, shuffle, wave_window, AdmissionBook,
+    QueueCounts, Seed, Ticket,
+};
+use flashsale_core::{AdmissionMode, Counters, ErrorCode, Sale, SkuId, StoreError, UserId};
+use serde::Serialize;
+
+/// How admission runs (`[admission]` settings).
+#[derive(Debug, Clone, Copy)]
+pub struct AdmissionConfig {
+    /// How long an admission (and its pass) lasts from its wave.
+    pub pass_ttl_ms: i64,
+    /// Most places one wave admits (how fast a queue may move).
+    pub wave_max: u64,
+    /// Most buyers one queue holds, and entries one draw takes.
+    pub len_max: u64,
+    /// Least time between two waves of one sale on one instance.
+    pub tick: Duration,
+}
+
+impl Default for AdmissionConfig {
+    fn default() -> Self {
+        AdmissionConfig {
+            pass_ttl_ms: 120_000,
+            wave_max: 5_000,
+            len_max: admission::QUEUE_LEN_MAX,
+            tick: Duration::from_millis(200),
+        }
+    }
+}
+
+/// Why an admission call was refused.
+#[derive(Debug, thiserror::Error)]
+pub enum AdmissionError {
+    #[error("{1}")]
+    Refused(ErrorCode, String),
+    #[error("admission state unavailable: {0}")]
+    Store(#[from] StoreError),
+}
+
+impl AdmissionError {
+    fn refused(code: ErrorCode, why: &str) -> AdmissionError {
+        AdmissionError::Refused(code, why.to_owned())
+    }
+
+    /// The API's code of the refusal.
+    pub fn code(&self) -> ErrorCode {
+        match self {
+            AdmissionError::Refused(code, _) => *code,
+            AdmissionError::Store(_) => ErrorCode::Unavailable,
+        }
+    }
+}
+
+/// A buyer's state in a queue.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum QueueState {
+    /// Joined before the start: the place is drawn at the start.
+    PreQueue,
+    Waiting,
+    /// May buy with `pass` until `admitted_until_ms`.
+    Admitted,
+    /// The admission lapsed unused.
+    Lapsed,
+    /// Nothing is left to sell, and no hold can bring units back.
+    SoldOut,
+}
+
+/// A buyer's view of its queue.
+#[derive(Debug, Clone, Serialize)]
+pub struct QueueStatus {
+    pub state: QueueState,
+    /// 1-based; absent in the pre-queue before the start.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub place: Option<u64>,
+    /// Places admitted so far (the cursor).
+    pub admitted_through: u64,
+    pub queue_length: u64,
+    /// Estimated time until admission (waiting only).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub eta_ms: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub admitted_until_ms: Option<i64>,
+    /// The admission pass: send it with a purchase of this sale (`admission_pass`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pass: Option<String>,
+    /// SHA-256 of the pre-queue's seed, published when the queue opened.
+    pub seed_sha256: String,
+    /// The seed (hex), once the pre-queue is sealed.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub seed: Option<String>,
+}
+
+/// A sealed pre-queue's order: user → place.
+struct Order {
+    places: HashMap<UserId, u64>,
+    len: u64,
+}
+
+/// The admission service of one process.
+pub struct Admission {
+    book: Arc<dyn AdmissionBook>,
+    key: [u8; 32],
+    config: AdmissionConfig,
+    seeds: Mutex<HashMap<SkuId, Seed>>,
+    orders: Mutex<HashMap<SkuId, Arc<Order>>>,
+    ticks: Mutex<HashMap<SkuId, Instant>>,
+    draws: Mutex<HashMap<SkuId, Arc<draw::Drawn>>>,
+}
+
+fn random_seed() -> Seed {
+    use rand::RngCore;
+    let mut seed = [0u8; 32];
+    rand::rng().fill_bytes(&mut seed);
+    seed
+}
+
+/// Units that may still be sold: available, plus the reserved units that may come back.
+pub fn sellable(c: &Counters) -> u64 {
+    admission::sellable_units(c)
+}
+
+impl Admission {
+    /// `secret`: the service's user-token secret; the pass key is derived from it.
+    pub fn new(book: Arc<dyn AdmissionBook>, secret: &[u8], config: AdmissionConfig) -> Self {
+        Admission {
+            book,
+            key: pass::key(secret),
+            config,
+            seeds: Mutex::default(),
+            orders: Mutex::default(),
+            ticks: Mutex::default(),
+            draws: Mutex::default(),
+        }
+    }
+
+    pub fn config(&self) -> &AdmissionConfig {
+        &self.config
+    }
+
+    pub fn book(&self) -> &Arc<dyn AdmissionBook> {
+        &self.book
+    }
+
+    /// The sale's committed seed, committing a fresh one if none is.
+    pub async fn seed(&self, sku: SkuId) -> Result<Seed, StoreError> {
+        if let Some(seed) = self.seeds.lock().unwrap().get(&sku) {
+            return Ok(*seed);
+        }
+        let seed = match self.book.seed(sku).await? {
+            Some(seed) => seed,
+            None => self.book.commit_seed(sku, &random_seed()).await?,
+        };
+        self.seeds.lock().unwrap().insert(sku, seed);
+        Ok(seed)
+    }
+
+    fn mode(sale: &Sale, mode: AdmissionMode) -> Result<(), AdmissionError> {
+        if sale.admission.mode == mode {
+            return Ok(());
+        }
+        let why = format!(
+            "sale {} has admission {}",
+            sale.sku_id.0,
+            sale.admission.mode.as_str()
+        );
+        Err(AdmissionError::Refused(ErrorCode::InvalidRequest, why))
+    }
+
+    /// Joins the queue (once: a second join answers the same ticket).
+    pub async fn join(
+        &self,
+        sale: &Sale,
+        user: UserId,
+        now: i64,
+    ) -> Result<Ticket, AdmissionError> {
+        Self::mode(sale, AdmissionMode::Queue)?;
+        if now < sale.admission.admission_opens_at_ms {
+            return Err(AdmissionError::refused(
+                ErrorCode::NotStarted,
+                "the queue is not open yet",
+            ));
+        }
+        if now >= sale.ends_at_ms {
+            return Err(AdmissionError::refused(
+                ErrorCode::Ended,
+                "the sale has ended",
+            ));
+        }
+        self.seed(sale.sku_id).await?;
+        let joined = self
+            .book
+            .join(sale.sku_id, user, sale.starts_at_ms, self.config.len_max)
+            .await?;
+        joined.ok_or_else(|| AdmissionError::refused(ErrorCode::Busy, "the queue is full"))
+    }
+
+    /// The sealed pre-queue's order, once the start passed (by the book's clock).
+    async fn order(&self, sale: &Sale) -> Result<Option<Arc<Order>>, StoreError> {
+        let sku = sale.sku_id;
+        if let Some(order) = self.orders.lock().unwrap().get(&sku) {
+            return Ok(Some(order.clone()));
+        }
+        let Some(len) = self.book.seal(sku, sale.starts_at_ms).await? else {
+            return Ok(None);
+        };
+        let seed = self.seed(sku).await?;
+        let users = self.book.prequeue(sku).await?;
+        if users.len() as u64 != len {
+            return Err(StoreError::Internal(format!(
+                "sale {}: pre-queue of {} users, sealed at {len}",
+                sku.0,
+                users.len()
+            )));
+        }
+        let places = shuffle(&seed, &users)
+            .into_iter()
+            .zip(1..)
+            .collect::<HashMap<_, _>>();
+        let order = Arc::new(Order { places, len });
+        self.orders.lock().unwrap().insert(sku, order.clone());
+        Ok(Some(order))
+    }
+
+    /// A ticket's place, `None` while the pre-queue is not sealed.
+    async fn place(&self, sale: &Sale, user: UserId, t: Ticket) -> Result<Option<u64>, StoreError> {
+        let Some(order) = self.order(sale).await? else {
+            return Ok(None);
+        };
+        Ok(match t.pre {
+            true => order.places.get(&user).copied(),
+            false => Some(place_after_start(order.len, t.n)),
+        })
+    }
+
+    /// One wave, at most every `tick` per sale on this instance: seals the pre-queue at the
+    /// start, then moves the cursor so that the admitted buyers holding an unused admission
+    /// reach the window of what is still sellable. Answers the counts after it.
+    pub async fn tick(&self, sale: &Sale, c: &Counters) -> Result<QueueCounts, StoreError> {
+        let sku = sale.sku_id;
+        let due = {
+            let mut ticks = self.ticks.lock().unwrap();
+            let last = ticks.get(&sku).copied();
+            let due = last.is_none_or(|t| t.elapsed() >= self.config.tick);
+            if due {
+                ticks.insert(sku, Instant::now());
+            }
+            due
+        };
+        let now = flashsale_core::clock::now_ms();
+        let counts = self.book.counts(sku, now - self.config.pass_ttl_ms).await?;
+        if !due || self.order(sale).await?.is_none() {
+            return Ok(counts);
+        }
+        self.wave(sale, c, counts).await
+    }
+
+    /// Moves the cursor once (compare and set: a racing instance's wave wins, this one is
+    /// skipped).
+    async fn wave(
+        &self,
+        sale: &Sale,
+        c: &Counters,
+        counts: QueueCounts,
+    ) -> Result<QueueCounts, StoreError> {
+        let counts = QueueCounts {
+            sealed: true,
+            ..counts
+        };
+        let to = next_cursor(
+            counts.cursor,
+            counts.done(),
+            sellable(c),
+            counts.queued(),
+            self.config.wave_max,
+        );
+        if to > counts.cursor && self.book.advance(sale.sku_id, counts.cursor, to).await? {
+            return Ok(QueueCounts {
+                cursor: to,
+                ..counts
+            });
+        }
+        Ok(counts)
+    }
+
+    /// A buyer's place and state; an admitted buyer's pass. Runs a wave when one is due.
+    pub async fn status(
+        &self,
+        sale: &Sale,
+        user: UserId,
+        c: &Counters,
+    ) -> Result<Option<QueueStatus>, AdmissionError> {
+        Self::mode(sale, AdmissionMode::Queue)?;
+        let sku = sale.sku_id;
+        let Some(ticket) = self.book.ticket(sku, user).await? else {
+            return Ok(None);
+        };
+        let counts = self.tick(sale, c).await?;
+        let seed = self.seed(sku).await?;
+        let place = self.place(sale, user, ticket).await?;
+        let mut status = QueueStatus {
+            state: QueueState::PreQueue,
+            place,
+            admitted_through: counts.cursor,
+            queue_length: counts.queued(),
+            eta_ms: None,
+            admitted_until_ms: None,
+            pass: None,
+            seed_sha256: commitment(&seed),
+            seed: place.map(|_| admission::hex(&seed)),
+        };
+        let Some(place) = place else {
+            return Ok(Some(status));
+        };
+        if sellable(c) == 0 {
+            // Told to every buyer, admitted or not: nothing is left and no hold can return.
+            status.state = QueueState::SoldOut;
+        } else if place <= counts.cursor {
+            self.admitted(sale, user, place, &mut status).await?;
+        } else {
+            status.state = QueueState::Waiting;
+            status.eta_ms = Some(self.eta_ms(place - counts.cursor, c));
+        }
+        Ok(Some(status))
+    }
+
+    /// An admitted place: its pass while the admission lasts.
+    async fn admitted(
+        &self,
+        sale: &Sale,
+        user: UserId,
+        place: u64,
+        status: &mut QueueStatus,
+    ) -> Result<(), StoreError> {
+        let (at, now) = self.book.admitted_at(sale.sku_id, place).await?;
+        let until = at.unwrap_or(now) + self.config.pass_ttl_ms;
+        if now >= until {
+            status.state = QueueState::Lapsed;
+            return Ok(());
+        }
+        status.state = QueueState::Admitted;
+        status.admitted_until_ms = Some(until);
+        status.pass = Some(pass::sign(&self.key, sale.sku_id, user, until));
+        Ok(())
+    }
+
+    /// Places ahead over one window per admission period: each period at most the window is
+    /// admitted (a lower bound on the wait when buyers use their turns at once).
+    fn eta_ms(&self, ahead: u64, c: &Counters) -> u64 {
+        let window = wave_window(sellable(c)).max(1);
+        ahead.div_ceil(window).saturating_sub(1) * self.config.pass_ttl_ms as u64
+    }
+
+    /// Whether a purchase of a queue or draw sale carries a valid pass for this user: an open
+    /// sale needs none; a draw's winners buy through their reservation, so none of its
+    /// purchases does. Costs no call to the ledger or the book.
+    pub fn check_pass(
+        &self,
+        sale: &Sale,
+        user: UserId,
+        text: Option<&str>,
+        now: i64,
+    ) -> Result<(), AdmissionError> {
+        let refuse = |why: &str| AdmissionError::refused(ErrorCode::AdmissionRequired, why);
+        match sale.admission.mode {
+            AdmissionMode::Open => Ok(()),
+            AdmissionMode::Draw => Err(refuse("a draw sale is bought through a won reservation")),
+            AdmissionMode::Queue => {
+                let text = text.ok_or_else(|| refuse("this sale admits buyers through its queue: join it and send the admission pass"))?;
+                pass::verify(&self.key, text, sale.sku_id, user, now)
+                    .map(drop)
+                    .map_err(|e| refuse(&format!("admission pass refused: {e:?}")))
+            }
+        }
+    }
+
+    /// Records that an admitted buyer bought (counts its admission as used).
+    pub async fn bought(&self, sale: &Sale, user: UserId) -> Result<(), StoreError> {
+        let Some(ticket) = self.book.ticket(sale.sku_id, user).await? else {
+            return Ok(());
+        };
+        match self.place(sale, user, ticket).await? {
+            Some(place) => self.book.mark_bought(sale.sku_id, user, place).await,
+            None => Ok(()),
+        }
+    }
+}

@@ -1,0 +1,133 @@
+#!lua
+-- A sale's admission state (queue and draw), every change atomic in the sale's slot. The
+-- clock is the server's (TIME): which joins form the pre-queue and whether an entry is in
+-- its window never depend on an instance's clock.
+-- KEYS: 1 adm (hash: seed, sealed, prequeue, after, admitted, bought, entries, draw_pos),
+--       2 joins (hash: user -> 'p:<n>' | 'a:<n>'), 3 pre (list: pre-queue users),
+--       4 waves (zset: to_place scored by at_ms), 5 wave_at (zset: '<to>:<at_ms>' scored by to),
+--       6 bought (zset: user scored by place), 7 entries (hash: user -> quantity),
+--       8 entry_list (list: users in entry order)
+-- ARGV: 1 op, then the op's arguments (below). Error reply: 'INVALID_ARGS'.
+if #KEYS ~= 8 or #ARGV < 1 then
+  return redis.error_reply('INVALID_ARGS admission needs 8 keys and an op')
+end
+local op = ARGV[1]
+local function int(i)
+  local v = tonumber(ARGV[i])
+  if not v or v < 0 or v ~= math.floor(v) then
+    error({ err = 'INVALID_ARGS argument ' .. i .. ' must be a non-negative integer' })
+  end
+  return v
+end
+local function now_ms()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+local function field(name)
+  return tonumber(redis.call('HGET', KEYS[1], name) or '0')
+end
+
+-- commit_seed <hex>: the first seed stays; answers the committed one.
+if op == 'commit_seed' then
+  if not ARGV[2] or #ARGV[2] ~= 64 then
+    return redis.error_reply('INVALID_ARGS seed must be 64 hex digits')
+  end
+  redis.call('HSETNX', KEYS[1], 'seed', ARGV[2])
+  return redis.call('HGET', KEYS[1], 'seed')
+end
+
+if not redis.call('HGET', KEYS[1], 'seed') then
+  return redis.error_reply('NO_SEED no admission seed committed')
+end
+
+-- join <user> <starts_at_ms> <len_max>: answers 'p:<n>' | 'a:<n>' (the first join's), or 'FULL'.
+if op == 'join' then
+  local user, starts, len_max = int(2), int(3), int(4)
+  local had = redis.call('HGET', KEYS[2], ARGV[2])
+  if had then return had end
+  if field('prequeue') + field('after') >= len_max then return 'FULL' end
+  local pre = field('sealed') ~= 1 and now_ms() < starts
+  local t
+  if pre then
+    t = 'p:' .. redis.call('HINCRBY', KEYS[1], 'prequeue', 1)
+    redis.call('RPUSH', KEYS[3], ARGV[2])
+  else
+    t = 'a:' .. redis.call('HINCRBY', KEYS[1], 'after', 1)
+  end
+  redis.call('HSET', KEYS[2], ARGV[2], t)
+  return t
+end
+
+-- seal <starts_at_ms>: closes the pre-queue once the clock reached the start; answers its
+-- length, or -1 before the start.
+if op == 'seal' then
+  if now_ms() < int(2) then return -1 end
+  redis.call('HSET', KEYS[1], 'sealed', 1)
+  return field('prequeue')
+end
+
+-- counts <lapse_before_ms>: sealed, prequeue, after, admitted, bought, lapsed_through,
+-- bought_through.
+if op == 'counts' then
+  local before = int(2)
+  local last = redis.call('ZREVRANGEBYSCORE', KEYS[4], '(' .. before, '-inf', 'LIMIT', 0, 1)
+  local through = tonumber(last[1] or '0')
+  local bought_through = redis.call('ZCOUNT', KEYS[6], 1, through)
+  return { field('sealed'), field('prequeue'), field('after'), field('admitted'),
+    field('bought'), through, bought_through }
+end
+
+-- advance <from> <to>: moves the admission cursor (compare and set); records the wave.
+if op == 'advance' then
+  local from, to = int(2), int(3)
+  if to <= from or field('admitted') ~= from then return 0 end
+  local now = now_ms()
+  redis.call('HSET', KEYS[1], 'admitted', to)
+  redis.call('ZADD', KEYS[4], now, to)
+  redis.call('ZADD', KEYS[5], to, to .. ':' .. now)
+  return 1
+end
+
+-- admitted_at <place>: the time of the wave that admitted it (-1: none yet), and now.
+if op == 'admitted_at' then
+  local w = redis.call('ZRANGEBYSCORE', KEYS[5], int(2), '+inf', 'LIMIT', 0, 1)
+  local at = -1
+  if w[1] then at = tonumber(string.match(w[1], ':(%d+)$')) end
+  return { at, now_ms() }
+end
+
+-- mark_bought <user> <place>: once per user.
+if op == 'mark_bought' then
+  local user, place = int(2), int(3)
+  if redis.call('ZADD', KEYS[6], 'NX', place, ARGV[2]) == 1 then
+    redis.call('HINCRBY', KEYS[1], 'bought', 1)
+  end
+  return 1
+end
+
+-- enter <user> <quantity> <opens_at_ms> <closes_at_ms> <len_max>: answers {'N', n},
+-- {'A', quantity} (the user's entry before), 'NOT_OPEN', 'CLOSED' or 'FULL'.
+if op == 'enter' then
+  local user, qty, opens, closes, len_max = int(2), int(3), int(4), int(5), int(6)
+  if qty < 1 then return redis.error_reply('INVALID_ARGS quantity must be positive') end
+  local had = redis.call('HGET', KEYS[7], ARGV[2])
+  if had then return { 'A', tonumber(had) } end
+  local now = now_ms()
+  if now < opens then return 'NOT_OPEN' end
+  if now >= closes then return 'CLOSED' end
+  if field('entries') >= len_max then return 'FULL' end
+  local n = redis.call('HINCRBY', KEYS[1], 'entries', 1)
+  redis.call('HSET', KEYS[7], ARGV[2], qty)
+  redis.call('RPUSH', KEYS[8], ARGV[2])
+  return { 'N', n }
+end
+
+-- advance_draw <from> <to>: moves the draw's position down the waitlist (compare and set).
+if op == 'advance_draw' then
+  local from, to = int(2), int(3)
+  if field('draw_pos') ~= from then return 0 end
+  redis.call('HSET', KEYS[1], 'draw_pos', to)
+  return 1
+end
+
+return redis.error_reply('INVALID_ARGS unknown op ' .. op)

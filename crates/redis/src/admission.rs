@@ -1,0 +1,284 @@
+//! A sale's admission state in Redis, in the sale's slot (`Keys::admission`: every key carries
+//! `{<sku>}`), so it lives, survives and fails over with the sale's hot copy. Every change is
+//! one call of `scripts/admission.lua`.
+
+use async_trait::async_trait;
+use flashsale_core::admission::{
+    hex, seed_from_hex, AdmissionBook, Entered, Entry, QueueCounts, Seed, Ticket,
+};
+use flashsale_core::{LedgerError, SkuId, StoreError, UserId};
+use redis::{FromRedisValue, Script, Value};
+
+use crate::conn::{bounded, Conn};
+use crate::keys::Keys;
+use crate::scripts::ADMISSION;
+
+/// Bound on one call: admission is not the purchase path (whose calls fail fast so its breaker
+/// opens); a buyer polling its place may wait a little longer, and a slow answer beats a
+/// retry that asks again.
+const BOOK_CALL: std::time::Duration = std::time::Duration::from_secs(5);
+/// Bound on reading a whole pre-queue or entry list.
+const BULK_CALL: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// The admission book of the sales a Redis ledger holds.
+#[derive(Clone)]
+pub struct RedisAdmission {
+    conn: Conn,
+    keys: Keys,
+    script: std::sync::Arc<Script>,
+}
+
+fn store_error(e: LedgerError) -> StoreError {
+    StoreError::Unavailable(e.to_string())
+}
+
+fn ticket(text: &str) -> Result<Ticket, StoreError> {
+    let bad = || StoreError::Internal(format!("admission ticket {text:?}"));
+    let (kind, n) = text.split_once(':').ok_or_else(bad)?;
+    let n = n.parse().map_err(|_| bad())?;
+    match kind {
+        "p" => Ok(Ticket { pre: true, n }),
+        "a" => Ok(Ticket { pre: false, n }),
+        _ => Err(bad()),
+    }
+}
+
+impl RedisAdmission {
+    pub fn new(conn: Conn, keys: Keys) -> RedisAdmission {
+        RedisAdmission {
+            conn,
+            keys,
+            script: std::sync::Arc::new(Script::new(ADMISSION)),
+        }
+    }
+
+    async fn call<T: FromRedisValue>(
+        &self,
+        sku: SkuId,
+        op: &str,
+        args: &[String],
+    ) -> Result<T, StoreError> {
+        let mut inv = self.script.prepare_invoke();
+        for key in self.keys.admission(sku) {
+            inv.key(key);
+        }
+        inv.arg(op);
+        for a in args {
+            inv.arg(a);
+        }
+        let mut conn = self.conn.clone();
+        bounded(BOOK_CALL, inv.invoke_async(&mut conn))
+            .await
+            .map_err(store_error)
+    }
+
+    async fn cmd<T: FromRedisValue>(&self, cmd: redis::Cmd) -> Result<T, StoreError> {
+        self.cmd_within(BOOK_CALL, cmd).await
+    }
+
+    /// A read of a whole list (the pre-queue, the entries): up to a million items, read once
+    /// per sale and instance, so it gets more time than a hot-path call.
+    async fn bulk<T: FromRedisValue>(&self, cmd: redis::Cmd) -> Result<T, StoreError> {
+        self.cmd_within(BULK_CALL, cmd).await
+    }
+
+    async fn cmd_within<T: FromRedisValue>(
+        &self,
+        limit: std::time::Duration,
+        cmd: redis::Cmd,
+    ) -> Result<T, StoreError> {
+        let mut conn = self.conn.clone();
+        bounded(limit, cmd.query_async(&mut conn))
+            .await
+            .map_err(store_error)
+    }
+
+    fn key(&self, sku: SkuId, i: usize) -> String {
+        self.keys.admission(sku)[i].clone()
+    }
+}
+
+#[async_trait]
+impl AdmissionBook for RedisAdmission {
+    async fn commit_seed(&self, sku: SkuId, seed: &Seed) -> Result<Seed, StoreError> {
+        let text: String = self.call(sku, "commit_seed", &[hex(seed)]).await?;
+        seed_from_hex(&text).ok_or_else(|| StoreError::Internal("stored seed".into()))
+    }
+
+    async fn seed(&self, sku: SkuId) -> Result<Option<Seed>, StoreError> {
+        let cmd = redis::cmd("HGET").arg(self.key(sku, 0)).arg("seed").clone();
+        let text: Option<String> = self.cmd(cmd).await?;
+        Ok(text.as_deref().and_then(seed_from_hex))
+    }
+
+    async fn join(
+        &self,
+        sku: SkuId,
+        user: UserId,
+        starts_at_ms: i64,
+        len_max: u64,
+    ) -> Result<Option<Ticket>, StoreError> {
+        let args = [user.0, starts_at_ms.max(0) as u64, len_max].map(|v| v.to_string());
+        let text: String = self.call(sku, "join", &args).await?;
+        match text.as_str() {
+            "FULL" => Ok(None),
+            t => ticket(t).map(Some),
+        }
+    }
+
+    async fn ticket(&self, sku: SkuId, user: UserId) -> Result<Option<Ticket>, StoreError> {
+        let cmd = redis::cmd("HGET").arg(self.key(sku, 1)).arg(user.0).clone();
+        let text: Option<String> = self.cmd(cmd).await?;
+        text.as_deref().map(ticket).transpose()
+    }
+
+    async fn seal(&self, sku: SkuId, starts_at_ms: i64) -> Result<Option<u64>, StoreError> {
+        let args = [starts_at_ms.max(0).to_string()];
+        let n: i64 = self.call(sku, "seal", &args).await?;
+        Ok(u64::try_from(n).ok())
+    }
+
+    async fn prequeue(&self, sku: SkuId) -> Result<Vec<UserId>, StoreError> {
+        let cmd = redis::cmd("LRANGE")
+            .arg(self.key(sku, 2))
+            .arg(0)
+            .arg(-1)
+            .clone();
+        let users: Vec<u64> = self.bulk(cmd).await?;
+        Ok(users.into_iter().map(UserId).collect())
+    }
+
+    async fn counts(&self, sku: SkuId, lapse_before_ms: i64) -> Result<QueueCounts, StoreError> {
+        let args = [lapse_before_ms.max(0).to_string()];
+        let v: Vec<u64> = self.call(sku, "counts", &args).await?;
+        let [sealed, prequeue, joined_after, cursor, bought, lapsed_through, bought_through] =
+            v[..]
+        else {
+            return Err(StoreError::Internal(format!("admission counts {v:?}")));
+        };
+        Ok(QueueCounts {
+            sealed: sealed == 1,
+            prequeue,
+            joined_after,
+            cursor,
+            bought,
+            lapsed_through,
+            bought_through,
+        })
+    }
+
+    async fn advance(&self, sku: SkuId, from: u64, to: u64) -> Result<bool, StoreError> {
+        let moved: i64 = self
+            .call(sku, "advance", &[from.to_string(), to.to_string()])
+            .await?;
+        Ok(moved == 1)
+    }
+
+    async fn admitted_at(&self, sku: SkuId, place: u64) -> Result<(Option<i64>, i64), StoreError> {
+        let (at, now): (i64, i64) = self.call(sku, "admitted_at", &[place.to_string()]).await?;
+        Ok(((at >= 0).then_some(at), now))
+    }
+
+    async fn mark_bought(&self, sku: SkuId, user: UserId, place: u64) -> Result<(), StoreError> {
+        let _: i64 = self
+            .call(sku, "mark_bought", &[user.0.to_string(), place.to_string()])
+            .await?;
+        Ok(())
+    }
+
+    async fn enter(
+        &self,
+        sku: SkuId,
+        entry: Entry,
+        window: (i64, i64),
+        len_max: u64,
+    ) -> Result<Entered, StoreError> {
+        let args = [
+            entry.user_id.0,
+            u64::from(entry.quantity),
+            window.0.max(0) as u64,
+            window.1.max(0) as u64,
+            len_max,
+        ]
+        .map(|v| v.to_string());
+        let v: Value = self.call(sku, "enter", &args).await?;
+        entered(entry.user_id, v)
+    }
+
+    async fn entries(&self, sku: SkuId) -> Result<Vec<Entry>, StoreError> {
+        let cmd = redis::cmd("LRANGE")
+            .arg(self.key(sku, 7))
+            .arg(0)
+            .arg(-1)
+            .clone();
+        let users: Vec<u64> = self.bulk(cmd).await?;
+        let cmd = redis::cmd("HGETALL").arg(self.key(sku, 6)).clone();
+        let quantities: std::collections::HashMap<u64, u32> = self.bulk(cmd).await?;
+        users
+            .into_iter()
+            .map(|u| {
+                let quantity = *quantities
+                    .get(&u)
+                    .ok_or_else(|| StoreError::Internal(format!("entry of user {u}")))?;
+                Ok(Entry {
+                    user_id: UserId(u),
+                    quantity,
+                })
+            })
+            .collect()
+    }
+
+    async fn entry(&self, sku: SkuId, user: UserId) -> Result<Option<Entry>, StoreError> {
+        let cmd = redis::cmd("HGET").arg(self.key(sku, 6)).arg(user.0).clone();
+        let quantity: Option<u32> = self.cmd(cmd).await?;
+        Ok(quantity.map(|quantity| Entry {
+            user_id: user,
+            quantity,
+        }))
+    }
+
+    async fn draw_pos(&self, sku: SkuId) -> Result<u64, StoreError> {
+        let cmd = redis::cmd("HGET")
+            .arg(self.key(sku, 0))
+            .arg("draw_pos")
+            .clone();
+        let pos: Option<u64> = self.cmd(cmd).await?;
+        Ok(pos.unwrap_or(0))
+    }
+
+    async fn advance_draw(&self, sku: SkuId, from: u64, to: u64) -> Result<bool, StoreError> {
+        let moved: i64 = self
+            .call(sku, "advance_draw", &[from.to_string(), to.to_string()])
+            .await?;
+        Ok(moved == 1)
+    }
+}
+
+/// The script's answer to `enter`.
+fn entered(user: UserId, v: Value) -> Result<Entered, StoreError> {
+    let bad = |v: &Value| StoreError::Internal(format!("admission enter: {v:?}"));
+    if let Ok(text) = String::from_redis_value(&v) {
+        return match text.as_str() {
+            "NOT_OPEN" => Ok(Entered::NotOpen),
+            "CLOSED" => Ok(Entered::Closed),
+            "FULL" => Ok(Entered::Full),
+            _ => Err(bad(&v)),
+        };
+    }
+    let (kind, n): (String, u64) = FromRedisValue::from_redis_value(&v).map_err(|_| bad(&v))?;
+    match kind.as_str() {
+        "N" => Ok(Entered::New(n)),
+        "A" => Ok(Entered::Already(Entry {
+            user_id: user,
+            quantity: n as u32,
+        })),
+        _ => Err(bad(&v)),
+    }
+}
+
+impl crate::RedisLedger {
+    /// The admission book of this ledger's sales (same connection and key prefix).
+    pub fn admission(&self) -> RedisAdmission {
+        RedisAdmission::new(self.conn.clone(), self.keys().clone())
+    }
+}

@@ -1,0 +1,265 @@
+//! Queue and draw sales over HTTP on both ledgers: bad admission settings are 400; a queue
+//! sale's purchase without a valid pass is 403 ADMISSION_REQUIRED; joins keep their place,
+//! the queue admits after the start, an admitted buyer buys with its pass and the rest hear
+//! SOLD_OUT (JSON and SSE); a draw publishes its commitment, then the seed and winners, which
+//! the independent script recomputes, and each winner reads its reservation.
+
+use std::time::{Duration, Instant};
+
+use reqwest::StatusCode;
+use serde_json::{json, Value};
+
+use crate::common::{code, Stack};
+
+const LIMIT: Duration = Duration::from_secs(30);
+
+fn now_ms() -> i64 {
+    flashsale_core::clock::now_ms()
+}
+
+async fn queue_me(stack: &Stack, sku: u64, user: u64) -> (StatusCode, Value, Option<String>) {
+    let url = format!("{}/api/v1/sales/{sku}/queue/me", stack.base);
+    let resp = stack
+        .http
+        .get(url)
+        .bearer_auth(stack.token(user))
+        .send()
+        .await
+        .unwrap();
+    let status = resp.status();
+    let retry = resp
+        .headers()
+        .get("retry-after")
+        .map(|v| v.to_str().unwrap().to_owned());
+    (status, resp.json().await.unwrap(), retry)
+}
+
+async fn buy_with(stack: &Stack, user: u64, sku: u64, pass: Option<&str>) -> (StatusCode, Value) {
+    let body = json!({"request_id": format!("q{user}"), "quantity": 1, "admission_pass": pass});
+    let path = format!("/api/v1/sales/{sku}/purchases");
+    stack
+        .call("POST", &path, Some(&stack.token(user)), Some(body))
+        .await
+}
+
+both_ledgers!(bad_admission_settings_are_400);
+async fn bad_admission_settings_are_400(stack: &Stack) {
+    let starts = now_ms() + 60_000;
+    let bad = [
+        json!({"sku_id": 901, "name": "q", "total_stock": 5, "admission": "queue",
+               "starts_at_ms": starts, "admission_opens_at_ms": starts}),
+        json!({"sku_id": 902, "name": "d", "total_stock": 5, "admission": "draw",
+               "starts_at_ms": starts, "draw_at_ms": starts + 1}),
+        json!({"sku_id": 903, "name": "x", "total_stock": 5, "admission": "lottery"}),
+        json!({"sku_id": 904, "name": "o", "total_stock": 5, "admission_opens_at_ms": 5}),
+    ];
+    for body in bad {
+        let (s, b) = stack.create_sale(body.clone()).await;
+        assert_eq!(
+            (s, code(&b)),
+            (StatusCode::BAD_REQUEST, "INVALID_REQUEST"),
+            "{body}: {b}"
+        );
+        let sku = body["sku_id"].as_u64().unwrap();
+        let (s, _) = stack
+            .call("GET", &format!("/api/v1/sales/{sku}"), None, None)
+            .await;
+        assert_eq!(s, StatusCode::NOT_FOUND, "nothing stored");
+    }
+}
+
+both_ledgers!(a_queue_sale_admits_then_sells_with_passes);
+async fn a_queue_sale_admits_then_sells_with_passes(stack: &Stack) {
+    let sku = 910;
+    let starts = now_ms() + 2_000;
+    stack
+        .live_sale_with(json!({"sku_id": sku, "name": "queue", "total_stock": 2,
+            "admission": "queue", "starts_at_ms": starts}))
+        .await;
+    let (_, sale) = stack
+        .call("GET", &format!("/api/v1/sales/{sku}"), None, None)
+        .await;
+    assert_eq!(sale["admission"], "queue", "{sale}");
+    for pass in [None, Some("v1.910.1.9999999999999.00")] {
+        let (s, b) = buy_with(stack, 1, sku, pass).await;
+        assert_eq!(
+            (s, code(&b)),
+            (StatusCode::FORBIDDEN, "ADMISSION_REQUIRED"),
+            "{b}"
+        );
+    }
+    let join = |user: u64| async move {
+        let path = format!("/api/v1/sales/{sku}/queue");
+        stack
+            .call("POST", &path, Some(&stack.token(user)), None)
+            .await
+    };
+    let (s, first) = join(1).await;
+    assert_eq!(s, StatusCode::OK, "{first}");
+    assert_eq!(first["state"], "pre_queue");
+    let commitment = first["seed_sha256"].as_str().unwrap().to_owned();
+    for user in 2..=6 {
+        assert_eq!(join(user).await.0, StatusCode::OK);
+    }
+    let (_, again) = join(1).await;
+    assert_eq!(again["state"], "pre_queue");
+
+    // After the start: places are drawn, the first wave admits, admitted buyers buy.
+    let deadline = Instant::now() + LIMIT;
+    let mut bought = Vec::new();
+    let mut sold_out = Vec::new();
+    while bought.len() + sold_out.len() < 6 {
+        assert!(
+            Instant::now() < deadline,
+            "bought {bought:?}, sold out {sold_out:?}"
+        );
+        for user in 1..=6u64 {
+            if bought.contains(&user) || sold_out.contains(&user) {
+                continue;
+            }
+            let (s, me, retry) = queue_me(stack, sku, user).await;
+            assert_eq!(s, StatusCode::OK, "{me}");
+            assert_eq!(me["seed_sha256"], commitment.as_str());
+            match me["state"].as_str().unwrap() {
+                "admitted" => {
+                    let pass = me["pass"].as_str().unwrap();
+                    let other = if user == 6 { 5 } else { user + 1 };
+                    let (s, b) = buy_with(stack, other, sku, Some(pass)).await;
+                    assert_eq!(s, StatusCode::FORBIDDEN, "another user's pass: {b}");
+                    let (s, b) = buy_with(stack, user, sku, Some(pass)).await;
+                    match s {
+                        StatusCode::ACCEPTED => bought.push(user),
+                        StatusCode::CONFLICT => assert_eq!(code(&b), "SOLD_OUT"),
+                        _ => panic!("{s}: {b}"),
+                    }
+                }
+                "sold_out" => sold_out.push(user),
+                "waiting" => assert!(retry.is_some(), "Retry-After while waiting"),
+                "pre_queue" => {}
+                other => panic!("state {other}: {me}"),
+            }
+        }
+    }
+    assert_eq!(bought.len(), 2, "exactly the stock");
+    let (_, me, _) = queue_me(stack, sku, 1).await;
+    let seed = me["seed"].as_str().unwrap();
+    let digest = flashsale_core::admission::seed_from_hex(seed)
+        .map(|s| flashsale_core::admission::commitment(&s));
+    assert_eq!(
+        digest.as_deref(),
+        Some(commitment.as_str()),
+        "the seed revealed"
+    );
+
+    // The live stream gives the same state.
+    let url = format!("{}/api/v1/sales/{sku}/queue/me/events", stack.base);
+    let resp = stack
+        .http
+        .get(url)
+        .bearer_auth(stack.token(1))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), StatusCode::OK);
+    let text = resp.text().await.unwrap();
+    assert!(
+        text.contains("event: queue") && text.contains("sold_out"),
+        "{text}"
+    );
+
+    // The dashboard's card shows the queue from the admission state.
+    let (_, dash) = stack.call("GET", "/api/v1/dashboard", None, None).await;
+    let cards = dash["sales"].as_array().unwrap();
+    let card = cards.iter().find(|c| c["sku_id"] == sku).unwrap();
+    assert_eq!(card["admission"], "queue", "{card}");
+    let queue = &card["queue"];
+    let counts = (queue["queue_length"].as_u64(), queue["bought"].as_u64());
+    assert_eq!(counts, (Some(6), Some(2)), "{card}");
+}
+
+both_ledgers!(a_draw_sale_publishes_a_recomputable_draw);
+async fn a_draw_sale_publishes_a_recomputable_draw(stack: &Stack) {
+    let sku = 920;
+    let now = now_ms();
+    let draw_at = now + 2_000;
+    stack
+        .live_sale_with(json!({"sku_id": sku, "name": "draw", "total_stock": 3,
+            "per_user_limit": 2, "mode": "reserve", "admission": "draw",
+            "starts_at_ms": now, "draw_at_ms": draw_at}))
+        .await;
+    let path = format!("/api/v1/sales/{sku}/entries");
+    for user in 1..=8u64 {
+        let body = json!({"quantity": user % 2 + 1});
+        let (s, b) = stack
+            .call("POST", &path, Some(&stack.token(user)), Some(body))
+            .await;
+        assert_eq!(s, StatusCode::CREATED, "{b}");
+    }
+    let (s, b) = stack
+        .call(
+            "POST",
+            &path,
+            Some(&stack.token(1)),
+            Some(json!({"quantity": 1})),
+        )
+        .await;
+    assert_eq!(
+        (s, b["quantity"].as_u64()),
+        (StatusCode::OK, Some(2)),
+        "one entry per user"
+    );
+    let (s, b) = stack
+        .call(
+            "POST",
+            &path,
+            Some(&stack.token(9)),
+            Some(json!({"quantity": 3})),
+        )
+        .await;
+    assert_eq!((s, code(&b)), (StatusCode::BAD_REQUEST, "INVALID_REQUEST"));
+    let (s, b) = buy_with(stack, 1, sku, None).await;
+    assert_eq!((s, code(&b)), (StatusCode::FORBIDDEN, "ADMISSION_REQUIRED"));
+    let draw_path = format!("/api/v1/sales/{sku}/draw");
+    let (_, before) = stack.call("GET", &draw_path, None, None).await;
+    assert!(
+        before["seed"].is_null() && before["winners"].is_null(),
+        "{before}"
+    );
+
+    let deadline = Instant::now() + LIMIT;
+    let drawn = loop {
+        assert!(Instant::now() < deadline, "no draw");
+        let (_, d) = stack.call("GET", &draw_path, None, None).await;
+        if !d["seed"].is_null() {
+            break d;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert_eq!(drawn["seed_sha256"], before["seed_sha256"]);
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("draw.json");
+    std::fs::write(&file, drawn.to_string()).unwrap();
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/../../scripts/draw-verify.py");
+    let out = std::process::Command::new("python3")
+        .arg(script)
+        .arg(&file)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    for w in drawn["winners"].as_array().unwrap() {
+        let user = w["user_id"].as_u64().unwrap();
+        let me = format!("/api/v1/sales/{sku}/entries/me");
+        let (s, r) = stack.call("GET", &me, Some(&stack.token(user)), None).await;
+        assert_eq!(
+            (s, r["result"].as_str()),
+            (StatusCode::OK, Some("won")),
+            "{r}"
+        );
+        let (s, order) = stack.order(user, r["order_no"].as_str().unwrap()).await;
+        assert_eq!(s, StatusCode::OK, "{order}");
+    }
+}

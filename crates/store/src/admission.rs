@@ -1,0 +1,293 @@
+//! A sale's admission state in the database (`admission_*` tables): the book of a sale whose
+//! hot ledger is the embedded one. Each change is one write transaction; the clock is this
+//! process's (the embedded ledger runs in one process, so one clock orders every join).
+
+use async_trait::async_trait;
+use flashsale_core::admission::{
+    hex, seed_from_hex, AdmissionBook, Entered, Entry, QueueCounts, Seed, Ticket,
+};
+use flashsale_core::clock::now_ms;
+use flashsale_core::{SkuId, StoreError, UserId};
+
+use crate::backend::{Arg, Backend, Columns as _};
+use crate::rows::db_error;
+use crate::store::Store;
+
+const STATE_COLUMNS: &str =
+    "seed, sealed, prequeue, joined_after, admitted, bought, entries, draw_pos";
+
+/// A sale's `admission_state` row.
+struct State {
+    sealed: bool,
+    prequeue: u64,
+    joined_after: u64,
+    admitted: u64,
+    bought: u64,
+    entries: u64,
+    draw_pos: u64,
+}
+
+impl State {
+    fn read<R: crate::backend::Columns>(row: &R) -> Result<State, StoreError> {
+        Ok(State {
+            sealed: row.flag("sealed")?,
+            prequeue: row.uint("prequeue")?,
+            joined_after: row.uint("joined_after")?,
+            admitted: row.uint("admitted")?,
+            bought: row.uint("bought")?,
+            entries: row.uint("entries")?,
+            draw_pos: row.uint("draw_pos")?,
+        })
+    }
+}
+
+fn no_seed(sku: SkuId) -> StoreError {
+    StoreError::Internal(format!("sale {}: no admission seed committed", sku.0))
+}
+
+fn ticket_of<R: crate::backend::Columns>(row: &R) -> Result<Ticket, StoreError> {
+    Ok(Ticket {
+        pre: row.flag("pre")?,
+        n: row.uint("n")?,
+    })
+}
+
+fn entry_of<R: crate::backend::Columns>(row: &R) -> Result<Entry, StoreError> {
+    Ok(Entry {
+        user_id: UserId(row.uint("user_id")?),
+        quantity: row.small("quantity")?,
+    })
+}
+
+impl<B: Backend> Store<B> {
+    /// The sale's state row, locked in `tx` where the database locks rows.
+    async fn locked_state(
+        tx: &mut sqlx::Transaction<'static, B>,
+        sku: SkuId,
+    ) -> Result<State, StoreError> {
+        let sql = format!(
+            "SELECT {STATE_COLUMNS} FROM admission_state WHERE sku_id = ?{}",
+            B::DIALECT.lock_row
+        );
+        let rows = B::fetch(&mut **tx, &sql, &[Arg::Id(sku.0)]).await?;
+        State::read(rows.first().ok_or_else(|| no_seed(sku))?)
+    }
+
+    async fn state(&self, sku: SkuId) -> Result<State, StoreError> {
+        let sql = format!("SELECT {STATE_COLUMNS} FROM admission_state WHERE sku_id = ?");
+        let rows = self.read(&sql, &[Arg::Id(sku.0)]).await?;
+        State::read(rows.first().ok_or_else(|| no_seed(sku))?)
+    }
+
+    async fn count(&self, sql: &str, args: &[Arg<'_>]) -> Result<u64, StoreError> {
+        let rows = self.read(sql, args).await?;
+        rows.first()
+            .map(|r| r.int("n"))
+            .transpose()
+            .map(|n| n.unwrap_or(0) as u64)
+    }
+}
+
+#[async_trait]
+impl<B: Backend> AdmissionBook for Store<B> {
+    async fn commit_seed(&self, sku: SkuId, seed: &Seed) -> Result<Seed, StoreError> {
+        let (ins, tail) = B::DIALECT.insert_ignore;
+        let sql = format!("{ins}admission_state (sku_id, seed) VALUES (?, ?){tail}");
+        let text = hex(seed);
+        self.write(&sql, &[Arg::Id(sku.0), Arg::Text(&text)])
+            .await?;
+        self.seed(sku).await?.ok_or_else(|| no_seed(sku))
+    }
+
+    async fn seed(&self, sku: SkuId) -> Result<Option<Seed>, StoreError> {
+        let sql = "SELECT seed FROM admission_state WHERE sku_id = ?";
+        let rows = self.read(sql, &[Arg::Id(sku.0)]).await?;
+        let Some(row) = rows.first() else {
+            return Ok(None);
+        };
+        let text = row.text("seed")?;
+        let seed = seed_from_hex(text.trim()).ok_or_else(|| no_seed(sku))?;
+        Ok(Some(seed))
+    }
+
+    async fn join(
+        &self,
+        sku: SkuId,
+        user: UserId,
+        starts_at_ms: i64,
+        len_max: u64,
+    ) -> Result<Option<Ticket>, StoreError> {
+        let mut tx = self.begin_write().await?;
+        let state = Self::locked_state(&mut tx, sku).await?;
+        let sql = "SELECT pre, n FROM admission_joins WHERE sku_id = ? AND user_id = ?";
+        let rows = B::fetch(&mut *tx, sql, &[Arg::Id(sku.0), Arg::Id(user.0)]).await?;
+        if let Some(row) = rows.first() {
+            return ticket_of(row).map(Some);
+        }
+        if state.prequeue + state.joined_after >= len_max {
+            return Ok(None);
+        }
+        let pre = !state.sealed && now_ms() < starts_at_ms;
+        let (n, column) = match pre {
+            true => (state.prequeue + 1, "prequeue"),
+            false => (state.joined_after + 1, "joined_after"),
+        };
+        let sql = "INSERT INTO admission_joins (sku_id, user_id, pre, n) VALUES (?, ?, ?, ?)";
+        let args = [Arg::Id(sku.0), Arg::Id(user.0), Arg::Flag(pre), Arg::Id(n)];
+        B::run(&mut *tx, sql, &args).await?;
+        let sql = format!("UPDATE admission_state SET {column} = ? WHERE sku_id = ?");
+        B::run(&mut *tx, &sql, &[Arg::Id(n), Arg::Id(sku.0)]).await?;
+        tx.commit().await.map_err(db_error)?;
+        Ok(Some(Ticket { pre, n }))
+    }
+
+    async fn ticket(&self, sku: SkuId, user: UserId) -> Result<Option<Ticket>, StoreError> {
+        let sql = "SELECT pre, n FROM admission_joins WHERE sku_id = ? AND user_id = ?";
+        let rows = self.read(sql, &[Arg::Id(sku.0), Arg::Id(user.0)]).await?;
+        rows.first().map(ticket_of).transpose()
+    }
+
+    async fn seal(&self, sku: SkuId, starts_at_ms: i64) -> Result<Option<u64>, StoreError> {
+        if now_ms() < starts_at_ms {
+            return Ok(None);
+        }
+        let mut tx = self.begin_write().await?;
+        let state = Self::locked_state(&mut tx, sku).await?;
+        if !state.sealed {
+            let sql = "UPDATE admission_state SET sealed = ? WHERE sku_id = ?";
+            B::run(&mut *tx, sql, &[Arg::Flag(true), Arg::Id(sku.0)]).await?;
+        }
+        tx.commit().await.map_err(db_error)?;
+        Ok(Some(state.prequeue))
+    }
+
+    async fn prequeue(&self, sku: SkuId) -> Result<Vec<UserId>, StoreError> {
+        let sql = "SELECT user_id FROM admission_joins WHERE sku_id = ? AND pre = ?";
+        let rows = self.read(sql, &[Arg::Id(sku.0), Arg::Flag(true)]).await?;
+        rows.iter().map(|r| r.uint("user_id").map(UserId)).collect()
+    }
+
+    async fn counts(&self, sku: SkuId, lapse_before_ms: i64) -> Result<QueueCounts, StoreError> {
+        let state = self.state(sku).await?;
+        let sql = "SELECT MAX(to_place) AS n FROM admission_waves WHERE sku_id = ? AND at_ms < ?";
+        let rows = self
+            .read(sql, &[Arg::Id(sku.0), Arg::Int(lapse_before_ms)])
+            .await?;
+        let lapsed_through = rows.first().map(|r| r.opt_uint("n")).transpose()?;
+        let lapsed_through = lapsed_through.flatten().unwrap_or(0);
+        let sql = "SELECT COUNT(*) AS n FROM admission_joins \
+                   WHERE sku_id = ? AND bought_place IS NOT NULL AND bought_place <= ?";
+        let bought_through = self
+            .count(sql, &[Arg::Id(sku.0), Arg::Id(lapsed_through)])
+            .await?;
+        Ok(QueueCounts {
+            sealed: state.sealed,
+            prequeue: state.prequeue,
+            joined_after: state.joined_after,
+            cursor: state.admitted,
+            bought: state.bought,
+            lapsed_through,
+            bought_through,
+        })
+    }
+
+    async fn advance(&self, sku: SkuId, from: u64, to: u64) -> Result<bool, StoreError> {
+        if to <= from {
+            return Ok(false);
+        }
+        let mut tx = self.begin_write().await?;
+        let sql = "UPDATE admission_state SET admitted = ? WHERE sku_id = ? AND admitted = ?";
+        let moved = B::run(&mut *tx, sql, &[Arg::Id(to), Arg::Id(sku.0), Arg::Id(from)]).await?;
+        if moved == 1 {
+            let sql = "INSERT INTO admission_waves (sku_id, to_place, at_ms) VALUES (?, ?, ?)";
+            let args = [Arg::Id(sku.0), Arg::Id(to), Arg::Int(now_ms())];
+            B::run(&mut *tx, sql, &args).await?;
+        }
+        tx.commit().await.map_err(db_error)?;
+        Ok(moved == 1)
+    }
+
+    async fn admitted_at(&self, sku: SkuId, place: u64) -> Result<(Option<i64>, i64), StoreError> {
+        let sql = "SELECT at_ms FROM admission_waves WHERE sku_id = ? AND to_place >= ? \
+                   ORDER BY to_place LIMIT 1";
+        let rows = self.read(sql, &[Arg::Id(sku.0), Arg::Id(place)]).await?;
+        let at = rows.first().map(|r| r.int("at_ms")).transpose()?;
+        Ok((at, now_ms()))
+    }
+
+    async fn mark_bought(&self, sku: SkuId, user: UserId, place: u64) -> Result<(), StoreError> {
+        let mut tx = self.begin_write().await?;
+        let sql = "UPDATE admission_joins SET bought_place = ? \
+                   WHERE sku_id = ? AND user_id = ? AND bought_place IS NULL";
+        let args = [Arg::Id(place), Arg::Id(sku.0), Arg::Id(user.0)];
+        if B::run(&mut *tx, sql, &args).await? == 1 {
+            let sql = "UPDATE admission_state SET bought = bought + 1 WHERE sku_id = ?";
+            B::run(&mut *tx, sql, &[Arg::Id(sku.0)]).await?;
+        }
+        tx.commit().await.map_err(db_error)
+    }
+
+    async fn enter(
+        &self,
+        sku: SkuId,
+        entry: Entry,
+        window: (i64, i64),
+        len_max: u64,
+    ) -> Result<Entered, StoreError> {
+        let now = now_ms();
+        let mut tx = self.begin_write().await?;
+        let state = Self::locked_state(&mut tx, sku).await?;
+        let sql = "SELECT user_id, quantity FROM admission_entries \
+                   WHERE sku_id = ? AND user_id = ?";
+        let args = [Arg::Id(sku.0), Arg::Id(entry.user_id.0)];
+        if let Some(row) = B::fetch(&mut *tx, sql, &args).await?.first() {
+            return entry_of(row).map(Entered::Already);
+        }
+        if now < window.0 {
+            return Ok(Entered::NotOpen);
+        }
+        if now >= window.1 {
+            return Ok(Entered::Closed);
+        }
+        if state.entries >= len_max {
+            return Ok(Entered::Full);
+        }
+        let n = state.entries + 1;
+        let sql = "INSERT INTO admission_entries (sku_id, user_id, quantity, n) \
+                   VALUES (?, ?, ?, ?)";
+        let args = [
+            Arg::Id(sku.0),
+            Arg::Id(entry.user_id.0),
+            Arg::Small(entry.quantity),
+            Arg::Id(n),
+        ];
+        B::run(&mut *tx, sql, &args).await?;
+        let sql = "UPDATE admission_state SET entries = ? WHERE sku_id = ?";
+        B::run(&mut *tx, sql, &[Arg::Id(n), Arg::Id(sku.0)]).await?;
+        tx.commit().await.map_err(db_error)?;
+        Ok(Entered::New(n))
+    }
+
+    async fn entries(&self, sku: SkuId) -> Result<Vec<Entry>, StoreError> {
+        let sql = "SELECT user_id, quantity FROM admission_entries WHERE sku_id = ? ORDER BY n";
+        let rows = self.read(sql, &[Arg::Id(sku.0)]).await?;
+        rows.iter().map(entry_of).collect()
+    }
+
+    async fn entry(&self, sku: SkuId, user: UserId) -> Result<Option<Entry>, StoreError> {
+        let sql = "SELECT user_id, quantity FROM admission_entries \
+                   WHERE sku_id = ? AND user_id = ?";
+        let rows = self.read(sql, &[Arg::Id(sku.0), Arg::Id(user.0)]).await?;
+        rows.first().map(entry_of).transpose()
+    }
+
+    async fn draw_pos(&self, sku: SkuId) -> Result<u64, StoreError> {
+        Ok(self.state(sku).await?.draw_pos)
+    }
+
+    async fn advance_draw(&self, sku: SkuId, from: u64, to: u64) -> Result<bool, StoreError> {
+        let sql = "UPDATE admission_state SET draw_pos = ? WHERE sku_id = ? AND draw_pos = ?";
+        let args = [Arg::Id(to), Arg::Id(sku.0), Arg::Id(from)];
+        Ok(self.write(sql, &args).await? == 1)
+    }
+}
