@@ -9,45 +9,13 @@ use flashsale_core::{
     BucketRow, Counters, Event, OrderStore, PurchaseRequest, RequestId, Sale, SaleBook, SaleMode,
     SaleState, SkuId, StoreError, TransferApplied, TransferEvent, TransferSide, UserId,
 };
-use flashsale_store::{MySqlStore, PgStore, SqliteStore};
+use flashsale_store::SqliteStore;
 
 const SKU: SkuId = SkuId(44);
 const NOW: i64 = 1_700_000_000_000;
 /// Buckets of the sale, and its stock: 10 a bucket.
 const BUCKETS: u16 = 3;
 const TOTAL: u64 = 30;
-
-/// Runs `body` against MariaDB, PostgreSQL and SQLite, each in a test of its own.
-macro_rules! backends {
-    ($($name:ident),* $(,)?) => {$(
-        mod $name {
-            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-            async fn mysql() {
-                let db = flashsale_testkit::mariadb::TestDatabase::create().await;
-                let store = super::MySqlStore::connect(&db.url).await.expect("connect");
-                super::$name(&store).await;
-            }
-
-            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-            async fn postgres() {
-                let db = flashsale_testkit::postgres::TestDatabase::create().await;
-                let store = super::PgStore::connect(&db.url).await.expect("connect");
-                super::$name(&store).await;
-                store.close().await;
-            }
-
-            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-            async fn sqlite() {
-                let dir = tempfile::tempdir().expect("temp dir");
-                let path = dir.path().join("flashsale.db");
-                let store = super::SqliteStore::open(path.to_str().unwrap())
-                    .await
-                    .expect("open");
-                super::$name(&store).await;
-            }
-        }
-    )*};
-}
 
 backends!(
     bucket_batches_apply_to_their_bucket_and_the_sale_sums_them,

@@ -7,39 +7,9 @@ use flashsale_core::events::{EventLog, StreamKey};
 use flashsale_core::{
     OrderStore, PurchaseRequest, RequestId, Sale, SaleBook, SaleMode, SaleState, SkuId, UserId,
 };
-use flashsale_store::{MySqlStore, PgStore, SqliteStore};
 
 const SKU: SkuId = SkuId(77);
 const NOW: i64 = 1_700_000_000_000;
-
-macro_rules! backends {
-    ($($name:ident),* $(,)?) => {$(
-        mod $name {
-            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-            async fn mysql() {
-                let db = flashsale_testkit::mariadb::TestDatabase::create().await;
-                let store = super::MySqlStore::connect(&db.url).await.expect("connect");
-                super::$name(&store).await;
-            }
-
-            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-            async fn postgres() {
-                let db = flashsale_testkit::postgres::TestDatabase::create().await;
-                let store = super::PgStore::connect(&db.url).await.expect("connect");
-                super::$name(&store).await;
-                store.close().await;
-            }
-
-            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-            async fn sqlite() {
-                let dir = tempfile::tempdir().expect("temp dir");
-                let path = dir.path().join("flashsale.db");
-                let store = super::SqliteStore::open(path.to_str().unwrap()).await.expect("open");
-                super::$name(&store).await;
-            }
-        }
-    )*};
-}
 
 backends!(
     the_log_reads_a_stream_in_seq_order_after_a_position,

@@ -2,6 +2,40 @@
 //! backend (MariaDB, PostgreSQL, SQLite) against the same bodies, the short apply path,
 //! rolling schema upgrades and the order-event relay's rows.
 
+/// Runs each named body (an async fn over a store) against MariaDB, PostgreSQL and SQLite, each
+/// in a test of its own: a database of the test's own on the shared servers, a SQLite file in
+/// a temp dir (under folders the store makes itself).
+macro_rules! backends {
+    ($($name:ident),* $(,)?) => {$(
+        mod $name {
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn mysql() {
+                let db = flashsale_testkit::mariadb::TestDatabase::create().await;
+                let store = flashsale_store::MySqlStore::connect(&db.url).await.expect("connect");
+                super::$name(&store).await;
+            }
+
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn postgres() {
+                let db = flashsale_testkit::postgres::TestDatabase::create().await;
+                let store = flashsale_store::PgStore::connect(&db.url).await.expect("connect");
+                super::$name(&store).await;
+                store.close().await;
+            }
+
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn sqlite() {
+                let dir = tempfile::tempdir().expect("temp dir");
+                let path = dir.path().join("nested/dir/flashsale.db");
+                let store = flashsale_store::SqliteStore::open(path.to_str().unwrap())
+                    .await
+                    .expect("open");
+                super::$name(&store).await;
+            }
+        }
+    )*};
+}
+
 mod buckets;
 mod events;
 mod schema_compat;

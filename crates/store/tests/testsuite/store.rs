@@ -15,38 +15,6 @@ use flashsale_testkit::mariadb::TestDatabase;
 const SKU: SkuId = SkuId(42);
 const NOW: i64 = 1_700_000_000_000;
 
-/// Runs `body` against MariaDB, PostgreSQL and SQLite, each in a test of its own.
-macro_rules! backends {
-    ($($name:ident),* $(,)?) => {$(
-        mod $name {
-            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-            async fn mysql() {
-                let db = flashsale_testkit::mariadb::TestDatabase::create().await;
-                let store = super::MySqlStore::connect(&db.url).await.expect("connect");
-                super::$name(&store).await;
-            }
-
-            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-            async fn postgres() {
-                let db = flashsale_testkit::postgres::TestDatabase::create().await;
-                let store = super::PgStore::connect(&db.url).await.expect("connect");
-                super::$name(&store).await;
-                store.close().await;
-            }
-
-            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-            async fn sqlite() {
-                let dir = tempfile::tempdir().expect("temp dir");
-                let path = dir.path().join("nested/dir/flashsale.db");
-                let store = super::SqliteStore::open(path.to_str().unwrap())
-                    .await
-                    .expect("open");
-                super::$name(&store).await;
-            }
-        }
-    )*};
-}
-
 backends!(
     sale_lifecycle,
     batch_applies_orders_events_and_counters,
