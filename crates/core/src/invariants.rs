@@ -81,9 +81,14 @@ fn check_orders(
 /// [`check_sale`] of a bucketed sale from its sale row (`counters`), bucket rows and applied
 /// transfer sides: I1–I4 and I7 over the whole sale as there; I5 per bucket (its events
 /// gap-free from 1 to the bucket's applied seq, each of its orders deducted once in it); and
-/// I2 over the buckets: their reserved and sold sum to the sale row's, and their available
-/// and their totals, each with the units in flight (an out stored without its in, less an in
-/// stored before its out), to the sale row's available and the sale's stock.
+/// I2 over the buckets: each row holds its total (available + reserved + sold), their
+/// reserved and sold sum to the sale row's, and their available and their totals, each with
+/// the units in flight (an out stored without its in, less an in stored before its out), to
+/// the sale row's available and the sale's stock; the two sides of a transfer name the same
+/// buckets and units. `drained` (every stream persisted) makes I2 exact: no unit in flight,
+/// every transfer's out and in both stored, once. Without it one side may be stored before
+/// the other, so a created unit (an in whose out is never stored) or a stranded one (an out
+/// whose in is never stored) looks like a unit in flight: only a drained check sees them.
 pub fn check_bucketed_sale(
     sale: &Sale,
     counters: &Counters,
@@ -102,9 +107,85 @@ pub fn check_bucketed_sale(
             .collect();
         let its_events: Vec<Event> = events.iter().filter(|e| mine(e.epoch)).cloned().collect();
         check_events(&row.counters, &its_orders, &its_events, &mut report);
+        if !row.counters.conserved() {
+            let b = row.bucket;
+            report.fail(
+                "I2",
+                format!(
+                    "bucket {b}: available+reserved+sold != total: {:?}",
+                    row.counters
+                ),
+            );
+        }
     }
+    check_transfer_pairs(sale, transfers, drained, &mut report);
     check_bucket_sums(sale, counters, rows, transfers, &mut report);
     report
+}
+
+/// Each transfer's sides: at most one of each, an id that names its source bucket (`<source
+/// epoch>.<n>`), the out and the in agreeing on buckets and units, and, `drained`, both
+/// stored: an in alone is a created unit, an out alone a stranded one.
+fn check_transfer_pairs(
+    sale: &Sale,
+    transfers: &[TransferEvent],
+    drained: bool,
+    report: &mut InvariantReport,
+) {
+    let mut by_id: HashMap<&str, (Vec<&TransferEvent>, Vec<&TransferEvent>)> = HashMap::new();
+    for t in transfers {
+        let sides = by_id.entry(t.id.as_str()).or_default();
+        match t.side {
+            TransferSide::Out => sides.0.push(t),
+            TransferSide::In => sides.1.push(t),
+        }
+    }
+    let mut ids: Vec<&str> = by_id.keys().copied().collect();
+    ids.sort_unstable();
+    for id in ids {
+        let (outs, ins) = &by_id[id];
+        if outs.len() > 1 || ins.len() > 1 {
+            let (o, i) = (outs.len(), ins.len());
+            report.fail("I2", format!("transfer {id}: {o} outs and {i} ins stored"));
+        }
+        let all = outs.iter().chain(ins.iter());
+        if let Some(t) = all.clone().find(|t| !names_its_source(sale, t)) {
+            report.fail(
+                "I2",
+                format!(
+                    "transfer {id}: its id does not name its source bucket {}",
+                    t.from
+                ),
+            );
+        }
+        let mut shapes: Vec<(u16, u16, u64)> = all.map(|t| (t.from, t.to, t.units)).collect();
+        shapes.dedup();
+        if shapes.len() > 1 {
+            report.fail(
+                "I2",
+                format!("transfer {id}: its sides disagree on (from, to, units): {shapes:?}"),
+            );
+        }
+        match (outs.first(), ins.first()) {
+            (Some(o), None) if drained => report.fail(
+                "I2",
+                format!("transfer {id}: a stranded unit: out of bucket {} stored, its in never ({} units)", o.from, o.units),
+            ),
+            (None, Some(i)) if drained => report.fail(
+                "I2",
+                format!("transfer {id}: a created unit: in to bucket {} stored, its out never ({} units)", i.to, i.units),
+            ),
+            _ => {}
+        }
+    }
+}
+
+/// Whether a side's id, `<source epoch>.<n>`, names its source: the epoch of bucket `from`.
+fn names_its_source(sale: &Sale, t: &TransferEvent) -> bool {
+    let epoch =
+        t.id.split_once('.')
+            .and_then(|(e, _)| e.parse::<u64>().ok());
+    epoch.is_some_and(|e| crate::buckets::bucket_of_epoch(e, sale.buckets) == t.from)
 }
 
 /// Units that left a bucket by a stored out whose in is not stored, less those that came in
@@ -418,15 +499,37 @@ mod tests {
         };
         let both = [side(TransferSide::Out), side(TransferSide::In)];
         let rows = [row(0, 2, 5, 1), row(1, 3, 1, 1)];
-        let check = |rows: &[BucketRow], sides: &[TransferEvent]| {
-            check_bucketed_sale(&sale, &sums, rows, sides, &orders, &events, true)
+        let check_at = |rows: &[BucketRow], sides: &[TransferEvent], drained: bool| {
+            check_bucketed_sale(&sale, &sums, rows, sides, &orders, &events, drained)
         };
+        let check = |rows: &[BucketRow], sides: &[TransferEvent]| check_at(rows, sides, true);
         assert!(check(&rows, &both).is_ok(), "{:?}", check(&rows, &both));
-        // Only the out stored: 2 units in flight, bucket 0 not yet raised.
+        // Only the out stored: 2 units in flight, bucket 0 not yet raised. Fine while the
+        // streams are not drained; drained, the in never comes: a stranded unit.
         let out_only = [row(0, 2, 3, 1), row(1, 3, 1, 1)];
-        assert!(check(&out_only, &both[..1]).is_ok());
-        // A unit created (an in without its out, counted as if it had arrived twice).
-        assert!(!check(&rows, &both[1..]).held("I2"));
+        assert!(check_at(&out_only, &both[..1], false).is_ok());
+        let stranded = check(&out_only, &both[..1]);
+        assert!(!stranded.held("I2"), "{stranded:?}");
+        assert!(stranded.violations[0].detail.contains("3.1"), "named by id");
+        // Only the in stored (bucket 1 lost its out and was rebuilt with the units): the sums
+        // hold with -2 in flight, as an in persisted before its out; drained, a created unit.
+        let in_only = [row(0, 2, 5, 1), row(1, 3, 3, 1)];
+        assert!(check_at(&in_only, &both[1..], false).is_ok());
+        let created = check(&in_only, &both[1..]);
+        assert!(!created.held("I2"), "{created:?}");
+        assert!(created.violations[0].detail.contains("created"));
+        // An in counted as if it had arrived twice.
+        assert!(!check_at(&rows, &both[1..], false).held("I2"));
+        // Sides that disagree, an id that names another source, a row that loses a unit.
+        let mut other = both.clone();
+        other[1].units = 3;
+        assert!(!check(&rows, &other).held("I2"));
+        let mut misnamed = both.clone();
+        misnamed.iter_mut().for_each(|t| t.id = "2.1".into());
+        assert!(!check(&rows, &misnamed).held("I2"));
+        let mut leaky = rows;
+        leaky[0].counters.available -= 1;
+        assert!(!check_at(&leaky, &both, false).held("I2"));
         // A bucket's events must run 1..=seq on its own.
         let mut ahead = rows;
         ahead[1].counters.seq = 2;
