@@ -358,11 +358,3 @@ fn half_the_seeds_split_a_sale_and_aim_their_faults_at_its_buckets() {
         .filter(|p| p.steps.iter().any(|s| s.fault.loses()));
     assert!(empty.count() > 5, "few seeds restart a destination empty");
 }
-
-#[test]
-#[ignore]
-fn print_plans() {
-    for seed in 1..=30 {
-        print!("{}", ClusterPlan::from_seed(seed));
-    }
-}
