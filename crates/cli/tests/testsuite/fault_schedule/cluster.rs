@@ -6,7 +6,10 @@
 //! and one fault at a time: a partition between an instance and a primary, between a primary
 //! and its replica, a primary on the minority side with one instance (it acknowledges until
 //! it notices), the cluster bus cut, kill -9 of a primary, a planned `CLUSTER FAILOVER`, the
-//! late replica's attach, a serve instance restarted mid-spike.
+//! late replica's attach, a serve instance restarted mid-spike. Half the seeds split their
+//! last sale over three buckets, most of its buyers homed at one: a fault on a shard then
+//! lands on one of its buckets once a transfer there is in flight, and some restart the
+//! destination's shard empty (`cluster_plan.rs`).
 //!
 //! After the run quiesces, the loopback schedule's checker reads MariaDB: no order number
 //! twice; with WAIT no acknowledged purchase, payment or cancellation lost (not even one
