@@ -151,13 +151,15 @@ impl Persister {
             .iter()
             .filter(|s| s.sale.state != SaleState::Scheduled)
         {
-            for copy in self.copies(&stored.sale).await {
+            let copies = self.copies(&stored.sale).await;
+            for &copy in &copies {
                 // A finished task is reaped first (and started again unless it retired).
                 if self.tasks.contains_key(&copy) || self.retired.contains(&copy) {
                     continue;
                 }
                 let stop = self.stop.subscribe();
-                let worker = SaleWorker::new(self.config.clone(), self.store.clone(), copy, stop);
+                let (config, store) = (self.config.clone(), self.store.clone());
+                let worker = SaleWorker::new(config, store, copy, copies.clone(), stop);
                 self.tasks.insert(copy, tokio::spawn(worker.run()));
             }
         }
@@ -257,6 +259,8 @@ struct SaleWorker {
     store: Arc<dyn OrderStore>,
     /// The hot copy whose stream this task persists.
     copy: CopyTag,
+    /// Every copy of the sale, by bucket (a transfer's source is one of them).
+    copies: Vec<CopyTag>,
     sku: SkuId,
     stop: watch::Receiver<bool>,
     mode: Mode,
@@ -278,12 +282,14 @@ impl SaleWorker {
         config: PersisterConfig,
         store: Arc<dyn OrderStore>,
         copy: CopyTag,
+        copies: Vec<CopyTag>,
         stop: watch::Receiver<bool>,
     ) -> SaleWorker {
         SaleWorker {
             config,
             store,
             copy,
+            copies,
             sku: copy.sku,
             stop,
             mode: Mode::Recover,
@@ -517,8 +523,8 @@ impl SaleWorker {
         let mut read = Read::of(items);
         read.events.sort_by_key(|e| e.seq);
         let events = &read.events;
-        let report = match self.apply_read(&read).await {
-            Ok(report) => report,
+        let (report, stored_ins) = match self.apply_read(&read).await {
+            Ok(applied) => applied,
             Err(StoreError::Gap {
                 applied_seq,
                 first_seq,
@@ -534,6 +540,7 @@ impl SaleWorker {
                 return self.count_failure(&first_id, &entries, None).await;
             }
         };
+        self.drop_pending_outs(reader, &stored_ins).await?;
         // One id per stream entry (a batch entry's events share theirs), in stream order.
         let mut ids: Vec<String> = entries.iter().map(|(id, _)| id.clone()).collect();
         ids.dedup();
@@ -619,8 +626,12 @@ impl SaleWorker {
     /// accepted; the end state is the same. A failure midway leaves the entries
     /// unacknowledged: their redelivery finds the applied part as duplicates (exactly once
     /// still holds).
-    async fn apply_read(&self, read: &Read) -> Result<flashsale_core::ApplyReport, StoreError> {
-        self.apply_transfers(&read.ins).await?;
+    /// Also answers the ins it stored (not fenced): their sources may forget them.
+    async fn apply_read<'r>(
+        &self,
+        read: &'r Read,
+    ) -> Result<(flashsale_core::ApplyReport, Vec<&'r TransferEvent>), StoreError> {
+        let stored_ins = self.apply_transfers(&read.ins).await?;
         let mut total = flashsale_core::ApplyReport::default();
         for chunk in read.events.chunks(EVENTS_PER_APPLY_MAX) {
             let report = self.store.apply_events(self.sku, chunk).await?;
@@ -630,19 +641,42 @@ impl SaleWorker {
             total.fenced.extend(report.fenced);
         }
         self.apply_transfers(&read.outs).await?;
-        Ok(total)
+        Ok((total, stored_ins))
     }
 
-    /// Each side in one transaction of its own, exactly once. A side written by a copy of
-    /// another epoch than its bucket's in the database is kept there, not applied, and
-    /// alerted like a fenced event.
-    async fn apply_transfers(&self, sides: &[TransferEvent]) -> Result<(), StoreError> {
+    /// Each side in one transaction of its own, exactly once; answers those stored (now or
+    /// before). A side written by a copy of another epoch than its bucket's in the database
+    /// is kept there, not applied, and alerted like a fenced event.
+    async fn apply_transfers<'r>(
+        &self,
+        sides: &'r [TransferEvent],
+    ) -> Result<Vec<&'r TransferEvent>, StoreError> {
+        let mut stored = Vec::with_capacity(sides.len());
         for side in sides {
             if self.store.apply_transfer(side).await? == TransferApplied::Fenced {
                 metrics::counter!(flashsale_core::metric_names::FENCED_EVENTS, "sku" => self.sku.to_string())
                     .increment(1);
                 tracing::error!(sku = %self.sku, transfer = %side.id, side = side.side.as_str(),
                     epoch = side.epoch, "transfer side refused by the epoch fence");
+            } else {
+                stored.push(side);
+            }
+        }
+        Ok(stored)
+    }
+
+    /// A transfer's pending record at its source lives until its in is stored here (not
+    /// until Redis took it in): a destination that loses the in before this point is
+    /// rebuilt without it, and the record still there carries the units home again. Done
+    /// before the entries are acknowledged, so a failure here is retried by redelivery.
+    async fn drop_pending_outs(
+        &self,
+        reader: &StreamReader,
+        ins: &[&TransferEvent],
+    ) -> Result<(), PersistError> {
+        for t in ins {
+            if let Some(&source) = self.copies.get(usize::from(t.from)) {
+                reader.drop_pending_out(source, &t.id).await?;
             }
         }
         Ok(())

@@ -5,7 +5,8 @@
 -- the copy is open again.
 -- KEYS: 1 sale, 2 events, 3 xin (all of the destination bucket)
 -- ARGV: 1 transfer id, 2 from (source bucket), 3 units
--- Returns 'OK' (taken in now), 'R' (taken in before: nothing changed) or 'UNAVAILABLE'.
+-- Returns 'OK' (taken in now), 'R' (taken in before: nothing changed), 'S' (taken in before
+-- and stored in the database: this copy was loaded with it) or 'UNAVAILABLE'.
 -- Error replies: 'INVALID_ARGS', 'NOT_WARMED', 'CORRUPT'.
 if #KEYS ~= 3 or #ARGV ~= 3 then
   return redis.error_reply('INVALID_ARGS transfer_in needs 3 keys and 3 args')
@@ -18,7 +19,11 @@ if not (string.match(id, '^[1-9]%d*%.[1-9]%d*$') and #id <= 40
   return redis.error_reply('INVALID_ARGS bad transfer id, bucket or units')
 end
 local units = tonumber(ARGV[3])
-if redis.call('HEXISTS', K_XIN, id) == 1 then return 'R' end
+local had = redis.call('HGET', K_XIN, id)
+if had then
+  if had == 'restored' then return 'S' end
+  return 'R'
+end
 local f = redis.call('HMGET', K_SALE, 'total', 'available', 'epoch', 'sku', 'fenced_at_ms',
   'buckets')
 if not f[1] then return redis.error_reply('NOT_WARMED sale is not in the hot ledger') end

@@ -206,6 +206,20 @@ impl BucketsView {
 /// A transfer out that is pending at its source: (source, id, destination, units).
 type Pending = (CopyTag, String, u16, u64);
 
+/// What an in did at its destination.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Arrival {
+    /// Taken in now.
+    New,
+    /// Taken in before (its pending record waits for the database to store it).
+    Before,
+    /// Taken in and stored in the database before (the copy was loaded with it): its
+    /// pending record is dropped.
+    Stored,
+    /// Not now: the destination is fenced or its write is not confirmed.
+    NotNow,
+}
+
 impl RedisLedger {
     /// Where `sku`'s buckets live. Without [`RedisLedger::with_buckets`] every sale is of one
     /// bucket, with no round trip. Otherwise read once from bucket 0's hash (and kept): a
@@ -568,13 +582,20 @@ impl RedisLedger {
         if self.confirmed_write(acked).is_err() {
             return Ok(0);
         }
-        let done = self.transfer_in(layout, (src, id, t.to, t.units)).await?;
-        Ok(if done { t.units } else { 0 })
+        let arrival = self.transfer_in(layout, (src, id, t.to, t.units)).await?;
+        Ok(if arrival == Arrival::NotNow {
+            0
+        } else {
+            t.units
+        })
     }
 
-    /// The in side of a pending transfer, then its pending record dropped. False when the
-    /// destination could not take it now (fenced, or its write not confirmed).
-    async fn transfer_in(&self, layout: &Layout, pending: Pending) -> Result<bool, LedgerError> {
+    /// The in side of a pending transfer. Its pending record stays until the in is stored
+    /// in the database (the destination's persister drops it then): a destination that
+    /// loses the in before that is rebuilt without it, and the record carries the units
+    /// there again. A destination loaded with the in from the database answers so, and the
+    /// record is dropped here.
+    async fn transfer_in(&self, layout: &Layout, pending: Pending) -> Result<Arrival, LedgerError> {
         let (src, id, to, units) = pending;
         let dst = layout.copy(to);
         let keys = [
@@ -588,43 +609,49 @@ impl RedisLedger {
             .run_write("transfer_in", dst, crate::scripts::TRANSFER_IN, &cmd)
             .await?;
         let reply = as_string(&reply).unwrap_or_default();
-        match reply.as_str() {
+        let arrival = match reply.as_str() {
             "OK" => {
                 if let Some(table) = &self.buckets {
                     table.transfers.fetch_add(1, Ordering::Relaxed);
                 }
                 metrics::counter!(names::BUCKET_TRANSFERS, "side" => "in").increment(1);
                 metrics::counter!(names::BUCKET_TRANSFER_UNITS).increment(units);
+                Arrival::New
             }
-            "R" => {}
-            "UNAVAILABLE" => return Ok(false),
+            "R" => Arrival::Before,
+            "S" => Arrival::Stored,
+            "UNAVAILABLE" => return Ok(Arrival::NotNow),
             _ => {
                 return Err(LedgerError::Internal(format!(
                     "transfer_in answered {reply:?}"
                 )))
             }
-        }
+        };
         if self.confirmed_write(acked).is_err() {
-            return Ok(false);
+            return Ok(Arrival::NotNow);
         }
-        let mut conn = self.conn.clone();
-        let cmd = redis::cmd("HDEL")
-            .arg(self.keys().transfers_out(src))
-            .arg(&id)
-            .clone();
-        let _: i64 = bounded(Timeouts::HOT.call, cmd.query_async(&mut conn)).await?;
-        Ok(true)
+        if arrival == Arrival::Stored {
+            let mut conn = self.conn.clone();
+            let cmd = redis::cmd("HDEL")
+                .arg(self.keys().transfers_out(src))
+                .arg(&id)
+                .clone();
+            let _: i64 = bounded(Timeouts::HOT.call, cmd.query_async(&mut conn)).await?;
+        }
+        Ok(arrival)
     }
 
     /// Finishes every transfer of `sku` whose out is done and whose in is not known done (a
-    /// carrier that died midway, a destination that was fenced). Idempotent: an in applied
-    /// before counts once. Returns how many it finished now.
+    /// carrier that died midway, a destination that was fenced or lost the in before it was
+    /// stored). Idempotent: an in applied before counts once. Returns how many it took in
+    /// now.
     pub async fn finish_transfers(&self, sku: SkuId) -> Result<usize, LedgerError> {
         let layout = self.layout(sku).await?;
         let mut finished = 0;
         for pending in self.pending_transfers(&layout).await? {
             if self.out_confirmed(&pending).await? {
-                finished += usize::from(self.transfer_in(&layout, pending).await?);
+                let arrival = self.transfer_in(&layout, pending).await?;
+                finished += usize::from(arrival == Arrival::New);
             }
         }
         Ok(finished)

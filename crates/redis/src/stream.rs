@@ -244,6 +244,18 @@ impl StreamReader {
         self.query(&cmd, TIMEOUTS.call).await
     }
 
+    /// Forgets a transfer's pending record at its source `copy` (its in is stored in the
+    /// database); true when it was there.
+    pub async fn drop_pending_out(
+        &self,
+        copy: impl Into<CopyTag>,
+        id: &str,
+    ) -> Result<bool, LedgerError> {
+        let mut cmd = redis::cmd("HDEL");
+        cmd.arg(self.keys.transfers_out(copy.into())).arg(id);
+        Ok(self.query::<i64>(&cmd, TIMEOUTS.call).await? == 1)
+    }
+
     /// Removes entries with ids below `min_id` (exact XTRIM MINID); returns how many. The
     /// caller passes an id every group has acknowledged.
     pub async fn trim_below(

@@ -752,14 +752,16 @@ async fn locked_transfer_bucket<B: Backend>(
 }
 
 /// Stores a side of the bucket's epoch once and moves the bucket's total and available by
-/// it; a side stored before is a redelivery.
+/// it; a side stored before is a redelivery. A side kept as fenced under the key (a copy
+/// replaced before its side was stored) is taken over: the new copy applied the same side
+/// again, and this one counts.
 async fn move_stock<B: Backend>(
     tx: &mut Tx<B>,
     t: &TransferEvent,
     row: &BucketRow,
 ) -> Result<TransferApplied, StoreError> {
-    if insert_transfer::<B>(tx, t, false).await? == 0 {
-        return same_transfer::<B>(tx, t).await;
+    if insert_transfer::<B>(tx, t, false).await? == 0 && !take_over_fenced::<B>(tx, t).await? {
+        return Ok(TransferApplied::Duplicate);
     }
     let delta = t.units_delta();
     let available = signed(row.counters.available)?;
@@ -809,24 +811,38 @@ async fn insert_transfer<B: Backend>(
     B::run(&mut **tx, &sql, &args).await
 }
 
-/// A side whose key is stored: a redelivery when the stored side is this one; another side
-/// under the same key is a bug of the ledger, refused.
-async fn same_transfer<B: Backend>(
+/// A side whose key is stored: false for a redelivery (the stored side is this one); true
+/// when the stored side was fenced and is the same transfer (buckets and units), now
+/// replaced by this one, applied; another side under the same key is a bug of the ledger,
+/// refused.
+async fn take_over_fenced<B: Backend>(
     tx: &mut Tx<B>,
     t: &TransferEvent,
-) -> Result<TransferApplied, StoreError> {
+) -> Result<bool, StoreError> {
     let sql = format!(
         "SELECT {} FROM stock_transfers WHERE sku_id = ? AND transfer_id = ? AND side = ?",
         sql::TRANSFER_COLUMNS
     );
-    let args = [
+    let key = [
         Arg::Id(t.sku_id.0),
         Arg::Text(&t.id),
         Arg::Text(t.side.as_str()),
     ];
-    let rows = B::fetch(&mut **tx, &sql, &args).await?;
-    match rows.first().map(rows::transfer).transpose()? {
-        Some(stored) if stored == *t => Ok(TransferApplied::Duplicate),
+    let rows = B::fetch(&mut **tx, &sql, &key).await?;
+    let stored = match rows.first() {
+        Some(r) => Some((rows::transfer(r)?, r.flag("fenced")?)),
+        None => None,
+    };
+    let same_move = |s: &TransferEvent| (s.from, s.to, s.units) == (t.from, t.to, t.units);
+    match stored {
+        Some((stored, false)) if stored == *t => Ok(false),
+        Some((stored, true)) if same_move(&stored) => {
+            let sql = "UPDATE stock_transfers SET epoch = ?, at_ms = ?, fenced = FALSE \
+                WHERE sku_id = ? AND transfer_id = ? AND side = ? AND fenced = TRUE";
+            let [sku, id, side] = key;
+            let args = [Arg::Id(t.epoch), Arg::Int(t.at_ms), sku, id, side];
+            Ok(B::run(&mut **tx, sql, &args).await? == 1)
+        }
         stored => Err(StoreError::Internal(format!(
             "transfer side {t:?} not stored; under its key: {stored:?}"
         ))),

@@ -89,6 +89,42 @@ pub(crate) fn compare(
     }
 }
 
+/// The transfers with one side stored (ids, sorted), and the buckets whose rebuild stores the
+/// other side: an out's destination, an in's source.
+pub(crate) fn unbalanced(sides: &[TransferEvent]) -> (Vec<String>, Vec<u16>) {
+    let stored: HashSet<(&str, TransferSide)> =
+        sides.iter().map(|t| (t.id.as_str(), t.side)).collect();
+    let mut ids = Vec::new();
+    let mut buckets = Vec::new();
+    for t in sides {
+        let other = match t.side {
+            TransferSide::Out => TransferSide::In,
+            TransferSide::In => TransferSide::Out,
+        };
+        if stored.contains(&(t.id.as_str(), other)) {
+            continue;
+        }
+        ids.push(format!(
+            "{} ({} only, {} → {}, {} units)",
+            t.id,
+            t.side.as_str(),
+            t.from,
+            t.to,
+            t.units
+        ));
+        let rebuilt = match t.side {
+            TransferSide::Out => t.to,
+            TransferSide::In => t.from,
+        };
+        if !buckets.contains(&rebuilt) {
+            buckets.push(rebuilt);
+        }
+    }
+    ids.sort();
+    buckets.sort_unstable();
+    (ids, buckets)
+}
+
 /// Why `row`'s bucket must be rebuilt: its copy gone, of an older epoch, behind the row's
 /// seq, or fenced by a rebuild that stalled.
 fn behind(snap: Option<&HotSnapshot>, row: &BucketRow, stall_ms: u64) -> Option<String> {

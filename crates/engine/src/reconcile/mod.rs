@@ -75,6 +75,9 @@ impl Trigger {
     }
 }
 
+/// Reads of a bucketed sale's hot units before a difference from its stock is a finding.
+const HOT_UNITS_READS: usize = 3;
+
 /// Most fenced events one run reports (the rest in the next runs).
 const FENCED_PER_RUN_MAX: usize = 10_000;
 /// Holds one expiry call of a repair expires at most, and calls per repair.
@@ -127,6 +130,13 @@ pub struct SaleReport {
     /// itself).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub buckets_behind: Vec<u16>,
+    /// A sale kept in buckets whose hot copies hold another number of units than its stock
+    /// (a unit created or stranded by a lost transfer side): the transfers with one side
+    /// stored, by id, and the buckets a repair rebuilds to count their other side.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub transfers_unbalanced: Vec<String>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub buckets_unbalanced: Vec<u16>,
     pub violations: Vec<Violation>,
     /// Stream or fold problems (missing in-flight events, malformed entries …).
     pub findings: Vec<String>,
@@ -432,7 +442,49 @@ impl Reconciler {
         let stale_before_ms = at_ms - self.config.lag_bound.as_millis() as i64;
         let stall_ms = self.config.rebuild_stall.as_millis() as u64;
         buckets::compare(&mut report, &snaps, &audit, stale_before_ms, stall_ms);
+        if report.hot.is_some() {
+            self.check_hot_units(sku, &mut report, &audit).await;
+        }
         Ok(self.conclude(report, &audit))
+    }
+
+    /// The hot copies' units (their totals and the units in flight between them) against
+    /// the stock. Read up to [`HOT_UNITS_READS`] times: the buckets are read one after
+    /// another, so a transfer between two reads may skew one read; a difference every time
+    /// is a finding, with the transfers that have one side stored named by id
+    /// (`buckets::unbalanced`).
+    async fn check_hot_units(
+        &self,
+        sku: SkuId,
+        report: &mut SaleReport,
+        audit: &flashsale_core::SaleAudit,
+    ) {
+        let stock = audit.sale.sale.total_stock;
+        let mut held = Vec::new();
+        for _ in 0..HOT_UNITS_READS {
+            match self.ledger.hot_buckets(sku).await {
+                Ok(Some(hot)) => {
+                    let units = hot.buckets.iter().map(|(_, c)| c.total).sum::<u64>();
+                    let units = units + hot.in_flight_units;
+                    if units == stock {
+                        return;
+                    }
+                    held.push(units);
+                }
+                Ok(None) => return,
+                Err(e) => {
+                    let why = format!("hot units unreadable: {e}");
+                    return report.findings.push(why);
+                }
+            }
+        }
+        let (ids, buckets) = buckets::unbalanced(&audit.transfers);
+        report.findings.push(format!(
+            "hot copies hold {held:?} units, the stock is {stock}; transfers with one side stored: {ids:?}"
+        ));
+        tracing::error!(%sku, ?held, stock, transfers = ?ids, "hot copies hold another number of units than the stock");
+        report.transfers_unbalanced = ids;
+        report.buckets_unbalanced = buckets;
     }
 
     /// A report of what the database alone shows: counters, overdue holds, stale PENDING.
@@ -620,7 +672,15 @@ impl Reconciler {
         }
         // 2. Rebuild the hot copy when it is gone, behind, or fenced by a stalled rebuild; of
         // a sale kept in buckets, each such bucket by itself.
-        for &bucket in &report.buckets_behind {
+        // A bucket whose transfer lost a side is rebuilt too: its rebuild stores the other
+        // side of its transfers (`rebuild::rebuild_bucket`), so the unit is counted once.
+        let mut rebuilt_buckets = report.buckets_behind.clone();
+        for &bucket in &report.buckets_unbalanced {
+            if !rebuilt_buckets.contains(&bucket) {
+                rebuilt_buckets.push(bucket);
+            }
+        }
+        for bucket in rebuilt_buckets {
             let (ledger, store) = (self.ledger.as_ref(), self.store.as_ref());
             let rebuilt = rebuild::rebuild_bucket(ledger, store, sku, bucket).await?;
             done.push((Repair::Rebuild, format!("bucket {bucket}: {rebuilt}")));

@@ -20,9 +20,11 @@
 //! as behind and rebuilds again (a fenced copy once it has been fenced for
 //! [`REBUILD_STALL_MS`]), so a rebuild cannot be left half done.
 
+use std::collections::HashSet;
+
 use flashsale_core::{
     BucketRow, BucketTransfers, Event, Ledger, LedgerError, OrderStore, SaleState, SkuId,
-    StoreError, TransferSide,
+    StoreError, TransferApplied, TransferEvent, TransferSide,
 };
 
 /// A copy fenced this long is taken for a rebuild that died midway and rebuilt again.
@@ -155,6 +157,7 @@ pub async fn rebuild_bucket(
     adopt_salts(ledger, store, sku).await?;
     ledger.fence_bucket(sku, bucket).await?;
     let drained = drain_bucket(ledger, store, sku, bucket).await?;
+    let completed = complete_transfers(ledger, store, sku, bucket).await?;
     let before = bucket_row(store, sku, bucket).await?;
     let epoch = store
         .take_bucket_epoch(sku, bucket, before.epoch)
@@ -176,7 +179,7 @@ pub async fn rebuild_bucket(
     let state = stored(store, sku).await?.sale.state;
     (ledger.open_bucket(sku, bucket, epoch, state).await).map_err(raced)?;
     tracing::warn!(%sku, bucket, epoch, drained, restored, applied_seq = row.counters.seq,
-        pending_transfers = transfers.pending.len(), "bucket's hot copy rebuilt from the database");
+        completed_transfers = completed, pending_transfers = transfers.pending.len(), "bucket's hot copy rebuilt from the database");
     Ok(Rebuilt {
         epoch,
         drained,
@@ -244,6 +247,88 @@ async fn drain_bucket(
         store.apply_transfer(t).await?;
     }
     Ok(applied)
+}
+
+/// The other side of `bucket`'s transfers, stored by its rebuild (after the drain, before the
+/// epoch moves, so at the row's epoch) where the bucket's own side is missing for good: what
+/// its fenced, drained copy does not hold, no copy of its epoch ever will.
+/// - As a destination: an out to it is stored and its in is not. The in was lost with the
+///   copy (or never came): stored now, so the copy is loaded with the units and the id (a
+///   later in of that id counts nothing, and drops the source's pending record).
+/// - As a source: an in from it is stored, or waits in another bucket's stream, and its out
+///   is not stored. The out was lost with the copy while its in reached the destination:
+///   stored now, so the copy is not loaded with units the destination holds (a created
+///   unit). An in that reaches a destination after this read is reported by the reconciler,
+///   by transfer id, and counted by the next rebuild of this bucket.
+///
+/// Returns how many sides it stored.
+async fn complete_transfers(
+    ledger: &dyn Ledger,
+    store: &dyn OrderStore,
+    sku: SkuId,
+    bucket: u16,
+) -> Result<usize, RebuildError> {
+    let audit = store.audit(sku).await?.ok_or(StoreError::SaleNotFound)?;
+    let row =
+        (audit.buckets.iter().find(|r| r.bucket == bucket)).ok_or(StoreError::SaleNotFound)?;
+    let mut ins: Vec<TransferEvent> = audit.transfers.clone();
+    for other in (0..audit.sale.sale.buckets).filter(|&b| b != bucket) {
+        if let Some(snap) = ledger.bucket_snapshot(sku, other).await? {
+            ins.extend(
+                snap.transfers
+                    .into_iter()
+                    .filter(|t| t.side == TransferSide::In),
+            );
+        }
+    }
+    let missing = sides_missing(bucket, row.epoch, &audit.transfers, &ins);
+    let mut stored = 0;
+    for side in &missing {
+        match store.apply_transfer(side).await {
+            Ok(TransferApplied::Applied) => stored += 1,
+            Ok(_) => {}
+            // An out the bucket no longer holds the units for (they were sold meanwhile):
+            // the reconciler reports it by transfer id; the rebuild goes on.
+            Err(StoreError::Internal(why)) => {
+                tracing::error!(%sku, bucket, transfer = %side.id, side = side.side.as_str(), %why,
+                    "a transfer side its rebuild cannot store")
+            }
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Ok(stored)
+}
+
+/// The sides `bucket` (its row at `epoch`) must store: an in for each stored out to it
+/// without one, an out for each in from it (of `ins`, stored or not) without one.
+fn sides_missing(
+    bucket: u16,
+    epoch: u64,
+    stored: &[TransferEvent],
+    ins: &[TransferEvent],
+) -> Vec<TransferEvent> {
+    let has: HashSet<(&str, TransferSide)> =
+        (stored.iter()).map(|t| (t.id.as_str(), t.side)).collect();
+    let side_of = |t: &TransferEvent, side: TransferSide| TransferEvent {
+        epoch,
+        side,
+        ..t.clone()
+    };
+    let mut missing: Vec<TransferEvent> = (stored.iter())
+        .filter(|t| t.side == TransferSide::Out && t.to == bucket)
+        .filter(|t| !has.contains(&(t.id.as_str(), TransferSide::In)))
+        .map(|t| side_of(t, TransferSide::In))
+        .collect();
+    let mut seen: HashSet<&str> = HashSet::new();
+    for t in ins
+        .iter()
+        .filter(|t| t.side == TransferSide::In && t.from == bucket)
+    {
+        if !has.contains(&(t.id.as_str(), TransferSide::Out)) && seen.insert(t.id.as_str()) {
+            missing.push(side_of(t, TransferSide::Out));
+        }
+    }
+    missing
 }
 
 /// A ledger's refusal of a copy that is no longer the one being rebuilt: another rebuild won.

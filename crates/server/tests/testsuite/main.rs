@@ -8,6 +8,7 @@ mod common;
 mod api;
 mod bucket_counters;
 mod buckets;
+mod buckets_transfers;
 mod cluster;
 mod dashboard;
 mod dashboard_api;

@@ -54,6 +54,7 @@ backends!(
     transfer_sides_move_bucket_totals_once,
     a_batch_of_two_buckets_changes_nothing,
     salts_are_kept_once_and_a_bucket_takes_its_own_next_epoch,
+    a_fenced_side_applied_again_by_the_new_copy_counts_once,
 );
 
 fn sale(sku: SkuId, buckets: u16) -> Sale {
@@ -326,6 +327,51 @@ async fn transfer_sides_move_bucket_totals_once(store: &dyn OrderStore) {
         store.apply_transfer(&unknown).await,
         Err(StoreError::SaleNotFound)
     ));
+}
+
+/// An in that reached a destination whose copy was then replaced before the side was stored
+/// is fenced (kept, not applied); the new copy takes the same transfer in again (its source
+/// still holds it pending), and that side is applied over the fenced one: once, and only a
+/// side of the same move.
+async fn a_fenced_side_applied_again_by_the_new_copy_counts_once(store: &dyn OrderStore) {
+    create(store).await;
+    let out = side(3, "3.1", TransferSide::Out, (0, 2), 4);
+    assert_eq!(
+        store.apply_transfer(&out).await.unwrap(),
+        TransferApplied::Applied
+    );
+    assert_eq!(store.take_bucket_epoch(SKU, 2, 5).await.unwrap(), Some(8));
+    let old_in = side(5, "3.1", TransferSide::In, (0, 2), 4);
+    assert_eq!(
+        store.apply_transfer(&old_in).await.unwrap(),
+        TransferApplied::Fenced
+    );
+    let mut bigger = side(8, "3.1", TransferSide::In, (0, 2), 5);
+    bigger.at_ms = NOW + 1;
+    assert!(matches!(
+        store.apply_transfer(&bigger).await,
+        Err(StoreError::Internal(_))
+    ));
+    let new_in = TransferEvent {
+        at_ms: NOW + 1,
+        ..side(8, "3.1", TransferSide::In, (0, 2), 4)
+    };
+    assert_eq!(
+        store.apply_transfer(&new_in).await.unwrap(),
+        TransferApplied::Applied
+    );
+    assert_eq!(
+        store.apply_transfer(&new_in).await.unwrap(),
+        TransferApplied::Duplicate
+    );
+    assert_eq!(
+        store.apply_transfer(&old_in).await.unwrap(),
+        TransferApplied::Fenced
+    );
+    let rows = bucket_rows(store).await;
+    assert_eq!((rows[0].counters.total, rows[2].counters.total), (6, 14));
+    let audit = store.audit(SKU).await.unwrap().unwrap();
+    assert_eq!(audit.transfers, vec![out, new_in]);
 }
 
 /// The placement is kept once (a second placement changes nothing); a bucket's rebuild

@@ -1,0 +1,174 @@
+//! A transfer whose side is lost with one bucket's copy, on one Redis without WAIT: the unit
+//! is neither stranded nor created. The destination's rebuild counts the in of a stored out
+//! (the pending record at the source lives until the in is stored, so it also carries the
+//! units there again); the source's rebuild counts the out of an in its destination holds.
+
+use std::time::Duration;
+
+use flashsale_core::buckets::{home_bucket, place};
+use flashsale_core::{SkuId, TransferSide, UserId};
+use flashsale_redis::CopyTag;
+use reqwest::StatusCode;
+use serde_json::{json, Value};
+
+use crate::common::{self, code, Stack};
+
+const UNITS: u64 = 10;
+
+fn sale_body(sku: u64) -> Value {
+    json!({"sku_id": sku, "name": "two buckets", "total_stock": UNITS, "per_user_limit": 6,
+           "buckets": 2})
+}
+
+async fn redis_conn(stack: &Stack) -> redis::aio::MultiplexedConnection {
+    let url = stack.config.engine.ledger.redis_url.clone().unwrap();
+    let client = redis::Client::open(url).unwrap();
+    client.get_multiplexed_async_connection().await.unwrap()
+}
+
+/// Bucket `bucket`'s copy of a two-bucket sale on one Redis (its salt as `place` picks it).
+fn copy(sku: u64, bucket: u16) -> CopyTag {
+    let salts = place(SkuId(sku), 2, 1, |_| 0);
+    CopyTag::new(SkuId(sku), bucket, salts[usize::from(bucket)])
+}
+
+/// Some other owner holds bucket `bucket`'s persister lease: its stream is not persisted.
+async fn hold_lease(stack: &Stack, sku: u64, bucket: u16) {
+    let keys = flashsale_redis::keys::Keys::new(&stack.config.engine.ledger.redis_prefix).unwrap();
+    let _: () = redis::cmd("SET")
+        .arg(keys.lease(copy(sku, bucket)))
+        .arg("someone-else")
+        .arg("PX")
+        .arg(600_000)
+        .query_async(&mut redis_conn(stack).await)
+        .await
+        .unwrap();
+}
+
+/// Every key of bucket `bucket`'s copy deleted (its lease too): the copy is lost.
+async fn lose_bucket(stack: &Stack, sku: u64, bucket: u16) {
+    let mut conn = redis_conn(stack).await;
+    let pattern = format!(
+        "{}:{{{}}}:*",
+        stack.config.engine.ledger.redis_prefix,
+        copy(sku, bucket)
+    );
+    let keys: Vec<String> = redis::cmd("KEYS")
+        .arg(&pattern)
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    assert!(!keys.is_empty(), "no keys match {pattern}");
+    let _: () = redis::cmd("DEL")
+        .arg(&keys)
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+}
+
+/// The first `n` users homed at `bucket` of two, from `from` on.
+fn homed(bucket: u16, from: u64, n: usize) -> Vec<u64> {
+    (from..)
+        .filter(|u| home_bucket(UserId(*u), 2) == bucket)
+        .take(n)
+        .collect()
+}
+
+/// Waits until the database holds `side` of a transfer of `sku`.
+async fn stored_side(stack: &Stack, sku: u64, side: TransferSide) {
+    let store = stack.store();
+    flashsale_testkit::wait::until("a transfer side stored", Duration::from_secs(20), || {
+        let store = store.clone();
+        async move {
+            let audit = store.audit(SkuId(sku)).await.ok()??;
+            audit.transfers.iter().any(|t| t.side == side).then_some(())
+        }
+    })
+    .await;
+}
+
+/// New buyers, one unit each, until SOLD_OUT: how many units they got.
+async fn sell_out(stack: &Stack, sku: u64, from: u64) -> u64 {
+    let mut sold = 0;
+    for user in from..from + 3 * UNITS {
+        let (status, body) = stack.buy(user, sku, "new", json!(1)).await;
+        match status.as_u16() {
+            202 => sold += 1,
+            409 if code(&body) == "SOLD_OUT" => return sold,
+            other => panic!("unexpected {other}: {body}"),
+        }
+    }
+    panic!("sale {sku} never sold out")
+}
+
+async fn stack() -> Stack {
+    Stack::redis_mysql_with(|cfg| cfg.engine.reconcile.interval = Duration::ZERO).await
+}
+
+/// The reproduction: 2 buckets of 5, a buyer homed at bucket 1 takes 6, so a unit moves
+/// from bucket 0; bucket 1's stream is not persisted (its lease held elsewhere) and its
+/// keys are then lost. The repair rebuilds bucket 1, which must count the transfer's in
+/// (its out is stored): new buyers get all 10 units (the lost order's too), the database
+/// holds I2 exactly, and the reconciler agrees.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_destination_that_loses_an_in_strands_no_unit() {
+    const SKU: u64 = 311;
+    let stack = stack().await;
+    let (status, body) = stack.create_sale(sale_body(SKU)).await;
+    assert_eq!(status, StatusCode::CREATED, "{body}");
+    hold_lease(&stack, SKU, 1).await;
+    let (status, body) = stack.sale_action(SKU, "warm").await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    let buyer = homed(1, 1, 1)[0];
+    let (status, body) = stack.buy(buyer, SKU, "a", json!(6)).await;
+    assert_eq!(status.as_u16(), 202, "six units, one of them moved: {body}");
+    stored_side(&stack, SKU, TransferSide::Out).await;
+    lose_bucket(&stack, SKU, 1).await;
+
+    let report = stack.repair(SKU).await;
+    assert_eq!(
+        report["lost_orders"].as_array().map(Vec::len),
+        Some(1),
+        "{report:#}"
+    );
+    assert_eq!(
+        sell_out(&stack, SKU, 1_000).await,
+        UNITS,
+        "every unit sells again"
+    );
+    stack.drain(SKU).await;
+    common::assert_invariants(stack.store().as_ref(), SKU).await;
+    let report = stack.repair(SKU).await;
+    assert_eq!(report["ok"], true, "{report:#}");
+}
+
+/// The other way round: the in is stored at bucket 0 while bucket 1, the source, never
+/// persists its out and then loses its keys. Its rebuild must not load the units its
+/// destination holds: the sale sells exactly its stock, and I2 holds exactly.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_source_that_loses_an_out_creates_no_unit() {
+    const SKU: u64 = 312;
+    let stack = stack().await;
+    let (status, body) = stack.create_sale(sale_body(SKU)).await;
+    assert_eq!(status, StatusCode::CREATED, "{body}");
+    hold_lease(&stack, SKU, 1).await;
+    let (status, body) = stack.sale_action(SKU, "warm").await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    let buyer = homed(0, 1, 1)[0];
+    let (status, body) = stack.buy(buyer, SKU, "a", json!(6)).await;
+    assert_eq!(status.as_u16(), 202, "six units, one of them moved: {body}");
+    stored_side(&stack, SKU, TransferSide::In).await;
+    lose_bucket(&stack, SKU, 1).await;
+
+    let report = stack.repair(SKU).await;
+    assert_eq!(report["lost_orders"], json!([]), "{report:#}");
+    assert_eq!(
+        sell_out(&stack, SKU, 1_000).await,
+        UNITS - 6,
+        "no unit created"
+    );
+    stack.drain(SKU).await;
+    common::assert_invariants(stack.store().as_ref(), SKU).await;
+    let report = stack.repair(SKU).await;
+    assert_eq!(report["ok"], true, "{report:#}");
+}
