@@ -273,6 +273,10 @@ pub struct GatewaySettings {
     #[arg(long, env = "FLASHSALE_PURCHASE_TOKEN_TTL_S",
           default_value_t = G.purchase_token_ttl.as_secs())]
     pub purchase_token_ttl_s: u64,
+    /// Idempotency-Keys one user may have bound at once (each for 24 h); past it 429.
+    #[arg(long, env = "FLASHSALE_IDEMPOTENCY_KEYS_PER_USER",
+          default_value_t = G.idempotency_keys_per_user)]
+    pub idempotency_keys_per_user: usize,
 }
 
 /// The defaults of the gateway's flags.
@@ -302,6 +306,7 @@ impl GatewaySettings {
         g.inflight_max = self.inflight_max.max(1);
         g.header_bytes_max = self.header_bytes_max;
         g.purchase_token_ttl = Duration::from_secs(self.purchase_token_ttl_s.max(1));
+        g.idempotency_keys_per_user = self.idempotency_keys_per_user.max(1);
         tunables.request_timeout = Duration::from_millis(self.request_timeout_ms.max(1));
         Ok(())
     }

@@ -248,6 +248,16 @@ pub trait HotCopies: Send + Sync + 'static {
         Ok(None)
     }
 
+    /// Where a fresh sale kept in buckets would be placed: a salt per bucket, chosen without
+    /// writing anything (and not kept as the sale's: the database keeps them first, and
+    /// [`HotCopies::adopt_salts`] hands them back), so that a first load that fails midway
+    /// leaves its placement behind; `None` for a ledger that keeps no buckets, or chooses
+    /// them only as it loads.
+    async fn place_buckets(&self, sale: &Sale) -> Result<Option<Vec<u32>>, LedgerError> {
+        let _ = sale;
+        Ok(None)
+    }
+
     /// Takes `salts` (kept by the database since the first load) as where `sku`'s buckets
     /// live, unless this ledger already knows: so that a sale whose bucket 0, which names
     /// the others, was lost can still be rebuilt bucket by bucket.

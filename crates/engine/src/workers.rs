@@ -78,7 +78,19 @@ impl ExpiryWorker {
         });
         for stored in reserve {
             let sku = stored.sale.sku_id;
-            if let Err(e) = self.expire_sale(sku).await {
+            let mut result = self.expire_sale(sku).await;
+            if result.is_err() && self.ledger.kept_in_buckets(&stored.sale) {
+                // An instance that never read the layout reads it from bucket 0's copy; with
+                // that copy gone, the database says where the other buckets are.
+                let (ledger, store) = (self.ledger.as_ref(), self.store.as_ref());
+                match crate::reconcile::rebuild::adopt_salts(ledger, store, sku).await {
+                    Ok(()) => result = self.expire_sale(sku).await,
+                    Err(e) => {
+                        tracing::warn!(%sku, error = %e, "could not read where the buckets are")
+                    }
+                }
+            }
+            if let Err(e) = result {
                 metrics::counter!(flashsale_core::metric_names::EXPIRY_FAILURES, "sku" => sku.to_string())
                     .increment(1);
                 tracing::warn!(%sku, error = %e, "hold expiry of one sale failed; others go on");

@@ -295,7 +295,7 @@ impl RedisLedger {
 
     /// A salt per bucket putting `n` buckets of `sku` on distinct primaries (one Redis: all
     /// on it).
-    async fn place(&self, sku: SkuId, n: u16) -> Result<Vec<u32>, LedgerError> {
+    pub(crate) async fn place(&self, sku: SkuId, n: u16) -> Result<Vec<u32>, LedgerError> {
         let slots = self.primary_slots().await?;
         let primaries = slots.iter().map(|s| s.2).max().map_or(1, |m| m + 1);
         let primary_of = |tag: &str| {
@@ -323,7 +323,8 @@ impl RedisLedger {
     }
 
     /// Judges a batch of a bucketed sale: each buyer at home, all homes at once, answers in
-    /// the batch's order.
+    /// the batch's order. When a home fails, what the other homes accepted is still named
+    /// ([`promised`]): the loss journal must hear of every purchase a call wrote.
     pub(crate) async fn purchase_bucketed(
         &self,
         layout: &Layout,
@@ -345,10 +346,26 @@ impl RedisLedger {
             }
         });
         let mut out: Vec<Option<PurchaseOutcome>> = vec![None; reqs.len()];
+        let mut failed = None;
         for (idx, answers) in futures::future::join_all(calls).await {
-            for (&i, answer) in idx.iter().zip(answers?) {
-                out[i] = Some(answer);
+            match answers {
+                Ok(answers) => {
+                    for (&i, answer) in idx.iter().zip(answers) {
+                        out[i] = Some(answer);
+                    }
+                }
+                // The first failure is the batch's answer; a later one's writes still count.
+                Err(e) => {
+                    failed = Some(match failed {
+                        None => e,
+                        Some(first) => promised(first, &written_by(e)),
+                    })
+                }
             }
+        }
+        if let Some(e) = failed {
+            let answered: Vec<PurchaseOutcome> = out.into_iter().flatten().collect();
+            return Err(promised(e, &accepted_orders(&answered)));
         }
         Ok(out
             .into_iter()
@@ -357,7 +374,8 @@ impl RedisLedger {
     }
 
     /// One home's requests: judged there; those answered SOLD_OUT while the sale holds stock
-    /// elsewhere are judged again once it is brought home.
+    /// elsewhere are judged again once it is brought home. A failure after the first round
+    /// still names what the earlier rounds accepted.
     async fn purchase_home(
         &self,
         layout: &Layout,
@@ -365,31 +383,49 @@ impl RedisLedger {
         reqs: Vec<PurchaseRequest>,
     ) -> Result<Vec<PurchaseOutcome>, LedgerError> {
         let mut out = self.purchase_copy(home, &reqs).await?;
-        if sold_out(&out).next().is_none() || !self.may_serve(layout, &reqs, &out).await? {
-            return Ok(out);
+        match self.serve_short(layout, home, &reqs, &mut out).await {
+            Ok(()) => Ok(out),
+            Err(e) => Err(promised(e, &accepted_orders(&out))),
+        }
+    }
+
+    /// The rounds after the first at one home: bring stock home for the requests answered
+    /// SOLD_OUT and judge them again, updating `out` as answers come.
+    async fn serve_short(
+        &self,
+        layout: &Layout,
+        home: CopyTag,
+        reqs: &[PurchaseRequest],
+        out: &mut [PurchaseOutcome],
+    ) -> Result<(), LedgerError> {
+        if sold_out(out).next().is_none() || !self.may_serve(layout, reqs, out).await? {
+            return Ok(());
         }
         let mover = self.buckets.as_ref().map(|t| t.mover(home));
         let _turn = match &mover {
             Some(m) => Some(m.lock().await),
             None => None,
         };
-        self.judge_limits(home, &reqs, &mut out).await?;
+        self.judge_limits(home, reqs, out).await?;
         for _ in 0..ROUNDS_MAX {
-            let short: Vec<usize> = sold_out(&out).collect();
+            let short: Vec<usize> = sold_out(out).collect();
             if short.is_empty() {
                 break;
             }
             let again: Vec<PurchaseRequest> = short.iter().map(|&i| reqs[i].clone()).collect();
             if !self.bring_home(layout, home, &again).await? {
                 // The sale holds less than any of them: a true sold out, nothing to count.
-                return Ok(out);
+                return Ok(());
             }
             for (&i, answer) in short.iter().zip(self.purchase_copy(home, &again).await?) {
                 out[i] = answer;
             }
         }
-        self.count_false_sold_outs(layout, &reqs, &out).await?;
-        Ok(out)
+        // A metric only: a failed read must not fail purchases already decided.
+        if let Err(e) = self.count_false_sold_outs(layout, reqs, out).await {
+            tracing::warn!(sku = %layout.sku, error = %e, "could not count false sold-outs");
+        }
+        Ok(())
     }
 
     /// Answers LIMIT_EXCEEDED, without moving stock, to the requests answered SOLD_OUT whose
@@ -777,6 +813,62 @@ fn gauge_available(sku: SkuId, bucket: u16, units: u64) {
         .set(units as f64);
 }
 
+/// One number for a sale's bucket epochs, by bucket, that changes when any of them does (a
+/// splitmix64 fold: equal for two lists only by a 2⁻⁶⁴ chance), so the sold-out flag reloads
+/// its keys after any bucket's rebuild.
+pub(crate) fn epochs_version(epochs: &[u64]) -> u64 {
+    epochs
+        .iter()
+        .fold(0x9E37_79B9_7F4A_7C15, |acc: u64, &epoch| {
+            let mut z = (acc ^ epoch).wrapping_add(0x9E37_79B9_7F4A_7C15);
+            z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+            z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+            z ^ (z >> 31)
+        })
+}
+
+/// The order numbers of the accepted answers (new or replayed: a replay may be the first
+/// answer its buyer hears).
+fn accepted_orders(out: &[PurchaseOutcome]) -> Vec<OrderNo> {
+    out.iter()
+        .filter_map(|o| match o {
+            PurchaseOutcome::Accepted { order, .. } => Some(order.order_no),
+            PurchaseOutcome::Rejected(_) => None,
+        })
+        .collect()
+}
+
+/// What a failed call wrote, as far as its error says.
+fn written_by(e: LedgerError) -> Vec<OrderNo> {
+    match e {
+        LedgerError::Unconfirmed { written, .. } => written,
+        _ => Vec::new(),
+    }
+}
+
+/// A call that failed after `written` were accepted: [`LedgerError::Unconfirmed`] naming
+/// them with what the error wrote itself (answered 503, so each buyer retries and hears the
+/// replay, and the loss journal keeps them), or the error as it was when nothing was
+/// written.
+fn promised(e: LedgerError, written: &[OrderNo]) -> LedgerError {
+    if written.is_empty() {
+        return e;
+    }
+    match e {
+        LedgerError::Unconfirmed {
+            written: mut more,
+            why,
+        } => {
+            more.extend_from_slice(written);
+            LedgerError::Unconfirmed { written: more, why }
+        }
+        e => LedgerError::Unconfirmed {
+            written: written.to_vec(),
+            why: e.to_string(),
+        },
+    }
+}
+
 /// The indices of the answers that are SOLD_OUT.
 fn sold_out(out: &[PurchaseOutcome]) -> impl Iterator<Item = usize> + '_ {
     out.iter()
@@ -847,6 +939,16 @@ mod tests {
             "bucket 0 is unsalted"
         );
         assert_eq!(Layout::parse(sku, "65", "0"), None);
+    }
+
+    #[test]
+    fn the_epochs_version_moves_with_any_bucket() {
+        let base = epochs_version(&[3, 4, 5]);
+        assert_eq!(base, epochs_version(&[3, 4, 5]));
+        // A rebuild of bucket 1 (its epoch + n) and another moved down: the sum stays.
+        assert_ne!(base, epochs_version(&[3, 7, 2]));
+        assert_ne!(base, epochs_version(&[3, 4, 8]));
+        assert_ne!(base, epochs_version(&[4, 3, 5]), "by bucket");
     }
 
     #[test]

@@ -558,8 +558,19 @@ impl HotLedger for RedisLedger {
         }
         let mut expired = 0;
         let mut restocked = false;
+        let mut failed = None;
         for copy in layout.copies() {
-            let (n, back) = self.expire_copy(copy, max - expired).await?;
+            // A bucket missing, fenced or down keeps only its own holds: the others' still
+            // expire (the error is answered once every bucket was tried).
+            let (n, back) = match self.expire_copy(copy, max - expired).await {
+                Ok(done) => done,
+                Err(e) if layout.is_single() => return Err(e),
+                Err(e) => {
+                    tracing::warn!(%sku, bucket = copy.bucket, error = %e, "hold expiry of one bucket failed; the others go on");
+                    failed.get_or_insert(e);
+                    continue;
+                }
+            };
             expired += n;
             restocked |= back;
             if expired >= max {
@@ -569,7 +580,11 @@ impl HotLedger for RedisLedger {
         if restocked {
             self.announce_restock(sku).await;
         }
-        Ok(expired)
+        match failed {
+            // Nothing done: the caller hears why (and stops asking for this pass).
+            Some(e) if expired == 0 => Err(e),
+            _ => Ok(expired),
+        }
     }
 
     async fn counters(&self, sku: SkuId) -> Result<Option<Counters>, LedgerError> {
@@ -770,6 +785,13 @@ impl HotCopies for RedisLedger {
         Ok((!layout.is_single()).then(|| layout.copies().iter().map(|c| c.salt).collect()))
     }
 
+    async fn place_buckets(&self, sale: &Sale) -> Result<Option<Vec<u32>>, LedgerError> {
+        if !self.kept_in_buckets(sale) {
+            return Ok(None);
+        }
+        Ok(Some(self.place(sale.sku_id, sale.buckets).await?))
+    }
+
     fn adopt_salts(&self, sku: SkuId, salts: &[u32]) {
         if let Some(table) = &self.buckets {
             if table.known(sku).is_none() && salts.len() > 1 && salts[0] == 0 {
@@ -957,17 +979,26 @@ impl SoldOutSupport for RedisLedger {
         bounded(Timeouts::HOT.call, cmd.query_async(&mut conn)).await
     }
 
-    /// The epoch of bucket 0's copy, and the accepted requests of every bucket.
+    /// The copy's epoch and its accepted requests; for a sale of several buckets, a version
+    /// of every bucket's epoch and the accepted requests of all. Every bucket's epoch is in
+    /// it, not bucket 0's only: a rebuild of another bucket that lost a purchase, then one
+    /// new purchase, leaves the count as it was, and keys read before would miss the new one.
     async fn accepted_count(&self, sku: SkuId) -> Result<Option<(u64, usize)>, LedgerError> {
-        let mut sum: Option<(u64, usize)> = None;
-        for copy in self.layout(sku).await?.copies() {
+        let layout = self.layout(sku).await?;
+        let mut epochs = Vec::with_capacity(usize::from(layout.n()));
+        let mut count = 0;
+        for copy in layout.copies() {
             let Some((epoch, len)) = self.accepted_count_copy(copy).await? else {
                 return Ok(None);
             };
-            let (first, total) = sum.unwrap_or((epoch, 0));
-            sum = Some((first, total + len));
+            epochs.push(epoch);
+            count += len;
         }
-        Ok(sum)
+        let version = match epochs[..] {
+            [epoch] => epoch,
+            _ => crate::bucketed::epochs_version(&epochs),
+        };
+        Ok(Some((version, count)))
     }
 
     fn on_restock(&self, listener: RestockListener) {

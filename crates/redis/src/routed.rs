@@ -136,6 +136,10 @@ impl HotCopies for RoutedLedger {
         self.route(sku).bucket_salts(sku).await
     }
 
+    async fn place_buckets(&self, sale: &Sale) -> Result<Option<Vec<u32>>, LedgerError> {
+        self.route(sale.sku_id).place_buckets(sale).await
+    }
+
     fn adopt_salts(&self, sku: SkuId, salts: &[u32]) {
         self.route(sku).adopt_salts(sku, salts)
     }

@@ -87,6 +87,7 @@ pub async fn rebuild(
     let before = stored(store, sku).await?;
     if bucketed {
         store.split_buckets(sku).await?;
+        place(ledger, store, &before.sale).await?;
     }
     let epoch = store
         .take_epoch(sku, before.epoch)
@@ -99,7 +100,8 @@ pub async fn rebuild(
         .await
         .map_err(raced)?;
     if bucketed {
-        // Where the buckets were placed, kept for a rebuild that finds bucket 0 lost.
+        // Where the buckets were placed, when the ledger chose as it loaded ([`place`] kept
+        // them already otherwise; the database keeps the first salts it is given).
         if let Some(salts) = ledger.bucket_salts(sku).await? {
             store.keep_bucket_salts(sku, &salts).await?;
         }
@@ -187,6 +189,27 @@ pub async fn rebuild_bucket(
         applied_seq: row.counters.seq,
         state,
     })
+}
+
+/// Where a sale kept in buckets is loaded, settled before its first epoch is taken: the
+/// salts the database keeps (a first load tried before), or the ledger's choice, kept by the
+/// database first and then read back (of two instances loading at once, the first one's).
+/// A first load that fails midway (a timeout, a node lost, a slot moving) then leaves an
+/// epoch whose buckets can be found: a forced warm or the reconciler rebuilds each bucket
+/// from its row ([`rebuild_all`]), the missing bucket 0 included.
+async fn place(
+    ledger: &dyn Ledger,
+    store: &dyn OrderStore,
+    sale: &flashsale_core::Sale,
+) -> Result<(), RebuildError> {
+    let sku = sale.sku_id;
+    if store.bucket_salts(sku).await?.is_none() {
+        if let Some(salts) = ledger.place_buckets(sale).await? {
+            store.keep_bucket_salts(sku, &salts).await?;
+        }
+    }
+    adopt_salts(ledger, store, sku).await?;
+    Ok(())
 }
 
 /// Tells the ledger where `sku`'s buckets live as the database keeps it (a ledger that

@@ -16,10 +16,11 @@ use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use flashsale_core::clock::now_ms;
-use flashsale_core::{SkuId, UserId};
+use flashsale_core::{RequestKey, SkuId, UserId};
 use flashsale_redis::conn::{Conn, Timeouts};
 use flashsale_store::SqliteStore;
 
+use super::idempotency::{Binding, MemoryBindings};
 use crate::risk::Fallback;
 
 /// Most entries of each set loaded into the cache.
@@ -51,6 +52,15 @@ pub trait BlacklistStore: Send + Sync + 'static {
     /// Marks a purchase token used by request `key`; true when it was unused, or used by
     /// this same request (a retry). Remembered for `ttl` (the token's remaining life).
     async fn consume_token(&self, jti: &str, key: &str, ttl: Duration) -> Result<bool, String>;
+    /// Binds an `Idempotency-Key` to the sale it is first used on, for `ttl`, unless its user
+    /// holds `per_user` live bindings already (see `gateway::idempotency`).
+    async fn bind_key(
+        &self,
+        key: &RequestKey,
+        sku: SkuId,
+        ttl: Duration,
+        per_user: usize,
+    ) -> Result<Binding, String>;
 }
 
 /// Used purchase tokens held in memory (one instance owns them all: embedded, tests).
@@ -87,6 +97,7 @@ impl UsedTokens {
 pub struct MemoryBlacklist {
     snapshot: Mutex<BlacklistSnapshot>,
     tokens: UsedTokens,
+    keys: MemoryBindings,
 }
 
 impl MemoryBlacklist {
@@ -123,6 +134,15 @@ impl BlacklistStore for MemoryBlacklist {
     async fn consume_token(&self, jti: &str, key: &str, ttl: Duration) -> Result<bool, String> {
         Ok(self.tokens.consume(jti, key, ttl))
     }
+    async fn bind_key(
+        &self,
+        key: &RequestKey,
+        sku: SkuId,
+        ttl: Duration,
+        per_user: usize,
+    ) -> Result<Binding, String> {
+        Ok(self.keys.bind(key, sku, ttl, per_user))
+    }
 }
 
 fn toggle<T: std::hash::Hash + Eq>(set: &mut HashSet<T>, v: T, on: bool) {
@@ -137,6 +157,7 @@ fn toggle<T: std::hash::Hash + Eq>(set: &mut HashSet<T>, v: T, on: bool) {
 pub struct SqliteBlacklist {
     pub store: Arc<SqliteStore>,
     tokens: UsedTokens,
+    keys: MemoryBindings,
 }
 
 impl SqliteBlacklist {
@@ -144,6 +165,7 @@ impl SqliteBlacklist {
         SqliteBlacklist {
             store,
             tokens: UsedTokens::default(),
+            keys: MemoryBindings::default(),
         }
     }
 }
@@ -221,6 +243,15 @@ impl BlacklistStore for SqliteBlacklist {
     }
     async fn consume_token(&self, jti: &str, key: &str, ttl: Duration) -> Result<bool, String> {
         Ok(self.tokens.consume(jti, key, ttl))
+    }
+    async fn bind_key(
+        &self,
+        key: &RequestKey,
+        sku: SkuId,
+        ttl: Duration,
+        per_user: usize,
+    ) -> Result<Binding, String> {
+        Ok(self.keys.bind(key, sku, ttl, per_user))
     }
 }
 
@@ -381,7 +412,58 @@ impl BlacklistStore for RedisBlacklist {
             .map_err(|e| e.to_string())?;
         Ok(holder.as_deref() == Some(key))
     }
+    /// A place among the user's live keys first (a sorted set per user, scored by expiry,
+    /// bounded by `per_user`: [`CLAIM_KEY`]), then the key's binding as a used token (`SET
+    /// NX PX`), so a user past its bound writes nothing.
+    async fn bind_key(
+        &self,
+        key: &RequestKey,
+        sku: SkuId,
+        ttl: Duration,
+        per_user: usize,
+    ) -> Result<Binding, String> {
+        let ms = ttl.as_millis().clamp(1, u64::MAX as u128) as u64;
+        let mut conn = self.conn.clone();
+        let claimed: i64 = redis::Script::new(CLAIM_KEY)
+            .key(format!("{}:ptok:idemkeys:{}", self.prefix, key.user.0))
+            .arg(key.request_id.as_str())
+            .arg(ms)
+            .arg(per_user)
+            .invoke_async(&mut conn)
+            .await
+            .map_err(|e| e.to_string())?;
+        if claimed == 0 {
+            return Ok(Binding::Full);
+        }
+        let bound = self
+            .consume_token(&format!("idem:{key}"), &sku.0.to_string(), ttl)
+            .await?;
+        Ok(if bound {
+            Binding::Bound
+        } else {
+            Binding::OtherSale
+        })
+    }
 }
+
+/// A place for an `Idempotency-Key` among its user's live keys (KEYS[1]: the user's sorted
+/// set, member → expiry ms; ARGV: key, ttl ms, bound). 1: the key holds a place (now or
+/// before), 0: the user holds its bound. Expired places are dropped first; the set lives as
+/// long as its newest place.
+const CLAIM_KEY: &str = r#"
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
+if redis.call('ZSCORE', KEYS[1], ARGV[1]) then
+  return 1
+end
+if redis.call('ZCARD', KEYS[1]) >= tonumber(ARGV[3]) then
+  return 0
+end
+redis.call('ZADD', KEYS[1], now + tonumber(ARGV[2]), ARGV[1])
+redis.call('PEXPIRE', KEYS[1], ARGV[2])
+return 1
+"#;
 
 /// The instance's copy of the blacklist: read per request without I/O, reloaded in the background.
 pub struct Blacklist {

@@ -101,6 +101,9 @@ pub struct GatewayConfig {
     pub headers_max: usize,
     /// Lifetime of an anti-scalping purchase token [`FLASHSALE_PURCHASE_TOKEN_TTL_S`].
     pub purchase_token_ttl: Duration,
+    /// `Idempotency-Key`s one user may have bound at once (each for 24 h); a new key past it
+    /// is 429 `RATE_LIMITED` [`FLASHSALE_IDEMPOTENCY_KEYS_PER_USER`].
+    pub idempotency_keys_per_user: usize,
 }
 
 impl Default for GatewayConfig {
@@ -131,6 +134,7 @@ impl GatewayConfig {
         header_bytes_max: 16 * 1_024,
         headers_max: 64,
         purchase_token_ttl: Duration::from_secs(60),
+        idempotency_keys_per_user: 1_000,
     };
 
     /// `FLASHSALE_TRUST_FORWARDED_FOR`: `false`/`off`/`0` ignores the header, `true`/`on`

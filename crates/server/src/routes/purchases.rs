@@ -141,6 +141,8 @@ impl PurchaseBody {
     responses((status = 202, description = "accepted (or the replay of the first outcome)", body = OrderView),
         (status = 403, description = "RISK_DENIED: refused by the shop's risk service (schemas RiskCheckRequest, RiskCheckAnswer), or by the fallback rule while it gives no answer; BLACKLISTED; FORBIDDEN (purchase token)", body = crate::openapi::Error, content_type = "application/problem+json"),
         (status = 422, description = "IDEMPOTENCY_KEY_REUSED: the request id was sent before with another quantity, or (header key) on another sale",
+         body = crate::openapi::Error, content_type = "application/problem+json"),
+        (status = 429, description = "RATE_LIMITED: a rate limit, or (header key) the user has FLASHSALE_IDEMPOTENCY_KEYS_PER_USER keys bound in the last 24 h; BUSY: the sale's queue is full; with Retry-After",
          body = crate::openapi::Error, content_type = "application/problem+json")))]
 pub async fn purchase(
     State(st): State<AppState>,
@@ -159,7 +161,8 @@ pub async fn purchase(
     let key = req.key().to_string();
     if source == KeySource::Header {
         let store = st.gateway.blacklist.store.as_ref();
-        crate::gateway::idempotency::bind(store, &key, sku).await?;
+        let per_user = st.gateway.config.idempotency_keys_per_user;
+        crate::gateway::idempotency::bind(store, &req.key(), sku, per_user).await?;
     }
     let _permit = st
         .gateway
