@@ -267,6 +267,29 @@ mod tests {
         }
     }
 
+    /// The transfers with one side stored, and the buckets whose rebuild counts the other.
+    #[test]
+    fn unbalanced_transfers_name_the_bucket_that_counts_their_other_side() {
+        let whole = [
+            out(1),
+            TransferEvent {
+                side: TransferSide::In,
+                epoch: 6,
+                ..out(1)
+            },
+        ];
+        assert_eq!(unbalanced(&whole), (vec![], vec![]));
+        let created = TransferEvent {
+            id: "4.2".into(),
+            side: TransferSide::In,
+            ..out(3)
+        };
+        let (ids, buckets) = unbalanced(&[out(1), created]);
+        assert_eq!(ids.len(), 2, "{ids:?}");
+        assert!(ids[0].starts_with("4.1 (out only") && ids[1].starts_with("4.2 (in only"));
+        assert_eq!(buckets, [0, 1], "the out's destination, the in's source");
+    }
+
     /// Bucket 1 of 3 at epoch 4: sold 2 (one persisted), then sent 5 units out (not stored).
     #[test]
     fn a_bucket_folds_its_unstored_events_and_transfer_sides() {

@@ -431,6 +431,50 @@ mod tests {
         }
     }
 
+    fn side(id: &str, side: TransferSide, (from, to): (u16, u16), epoch: u64) -> TransferEvent {
+        TransferEvent {
+            sku_id: SkuId(1),
+            epoch,
+            id: id.into(),
+            side,
+            from,
+            to,
+            units: 2,
+            at_ms: 7,
+        }
+    }
+
+    /// Bucket 1 of 3 rebuilt at epoch 4: "3.1" (0 → 1) has its out stored and lost its in;
+    /// "4.1" (1 → 2) reached bucket 2 (stored) and "4.2" (1 → 0) waits in bucket 0's stream,
+    /// both outs lost; "4.3" (1 → 0) is whole; "5.1" (2 → 0) is none of bucket 1's business.
+    #[test]
+    fn a_rebuild_stores_the_missing_side_of_its_own_transfers_only() {
+        use TransferSide::{In, Out};
+        let stored = [
+            side("3.1", Out, (0, 1), 3),
+            side("4.1", In, (1, 2), 5),
+            side("4.3", Out, (1, 0), 4),
+            side("4.3", In, (1, 0), 3),
+            side("5.1", Out, (2, 0), 5),
+        ];
+        let streamed = [side("4.2", In, (1, 0), 3), side("4.1", In, (1, 2), 5)];
+        let ins: Vec<TransferEvent> = stored.iter().chain(&streamed).cloned().collect();
+        let missing = sides_missing(1, 4, &stored, &ins);
+        let got: Vec<(&str, TransferSide, u64)> = missing
+            .iter()
+            .map(|t| (t.id.as_str(), t.side, t.epoch))
+            .collect();
+        assert_eq!(got, [("3.1", In, 4), ("4.1", Out, 4), ("4.2", Out, 4)]);
+        assert!(
+            missing.iter().all(|t| t.at_ms == 7 && t.units == 2),
+            "the other side's"
+        );
+        assert!(sides_missing(2, 5, &stored, &stored).is_empty());
+        let to_zero = sides_missing(0, 3, &stored, &stored);
+        assert_eq!(to_zero.len(), 1);
+        assert_eq!((to_zero[0].id.as_str(), to_zero[0].side), ("5.1", In));
+    }
+
     #[test]
     fn a_drain_takes_the_run_of_its_epoch_up_to_the_first_hole() {
         let events = [ev(1, 2), ev(2, 3), ev(2, 5), ev(2, 4), ev(2, 7)];

@@ -1,5 +1,6 @@
 //! Buckets on one Redis: a transfer cut between its out and its in (a carrier that died) is
-//! counted in flight, finished once, and its units sold; the transfer scripts refuse what is
+//! counted in flight, finished once (its pending record kept until the in is stored), and
+//! its units sold; the transfer scripts refuse what is
 //! not a transfer between two buckets of one sale.
 
 use flashsale_core::buckets::home_bucket;
@@ -70,6 +71,31 @@ async fn a_transfer_cut_midway_is_in_flight_then_finished_once_and_sold() {
     );
     let replay = in_only(&t, layout.copy(0), &reply[1], 1, 2).await.unwrap();
     assert_eq!(replay, "R", "a second in of one id counts once");
+    // The pending record lives until the in is stored in the database: a destination that
+    // loses the in before that is taken in again from it. Loaded with the in from the
+    // database (as a rebuild loads it), the destination answers so and the record goes.
+    let keys = t.ledger.keys();
+    let pending = || async {
+        redis::cmd("HEXISTS")
+            .arg(keys.transfers_out(layout.copy(1)))
+            .arg(&reply[1])
+            .query_async::<bool>(&mut raw().await)
+            .await
+            .unwrap()
+    };
+    assert!(pending().await, "kept until the in is stored");
+    let _: () = redis::cmd("HSET")
+        .arg(keys.transfers_in(layout.copy(0)))
+        .arg(&reply[1])
+        .arg("restored")
+        .query_async(&mut raw().await)
+        .await
+        .unwrap();
+    assert_eq!(t.ledger.finish_transfers(sku).await.unwrap(), 0);
+    assert!(
+        !pending().await,
+        "dropped once the destination holds the in stored"
+    );
     let view = t.ledger.bucket_view(sku).await.unwrap().unwrap();
     let totals: Vec<u64> = view.buckets.iter().map(|b| b.counters.total).collect();
     assert_eq!((totals, view.in_flight_units), (vec![5, 1, 3], 0));

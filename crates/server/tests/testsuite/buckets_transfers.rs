@@ -172,3 +172,46 @@ async fn a_source_that_loses_an_out_creates_no_unit() {
     let report = stack.repair(SKU).await;
     assert_eq!(report["ok"], true, "{report:#}");
 }
+
+/// A unit in flight that no record holds any more (its out stored, its pending record gone,
+/// no in anywhere): every bucket matches its row, yet the hot copies hold 9 of 10 units.
+/// The reconciler says so, naming the transfer, and its repair rebuilds the destination,
+/// which counts the in: the sale sells all 10 units and reconciles.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_unit_no_record_holds_is_reported_by_transfer_id_and_repaired() {
+    const SKU: u64 = 313;
+    let stack = stack().await;
+    stack.live_sale_with(sale_body(SKU)).await;
+    let keys = flashsale_redis::keys::Keys::new(&stack.config.engine.ledger.redis_prefix).unwrap();
+    let source = copy(SKU, 0);
+    let mut conn = redis_conn(&stack).await;
+    let reply: Vec<String> = redis::Script::new(flashsale_redis::scripts::TRANSFER_OUT)
+        .key(keys.sale(source))
+        .key(keys.events(source))
+        .key(keys.transfers_out(source))
+        .arg(1)
+        .arg(1)
+        .invoke_async(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(reply[0], "OK", "{reply:?}");
+    stored_side(&stack, SKU, TransferSide::Out).await;
+    let _: i64 = redis::cmd("HDEL")
+        .arg(keys.transfers_out(source))
+        .arg(&reply[1])
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+
+    let report = stack.repair(SKU).await;
+    assert_eq!(report["ok"], false, "{report:#}");
+    let named = report["transfers_unbalanced"].to_string();
+    assert!(named.contains(&reply[1]), "the transfer by id: {report:#}");
+    assert_eq!(report["buckets_unbalanced"], json!([1]), "{report:#}");
+    assert_eq!(report["after"]["ok"], true, "repaired: {report:#}");
+    assert_eq!(sell_out(&stack, SKU, 1_000).await, UNITS);
+    stack.drain(SKU).await;
+    common::assert_invariants(stack.store().as_ref(), SKU).await;
+    let report = stack.repair(SKU).await;
+    assert_eq!(report["ok"], true, "{report:#}");
+}
