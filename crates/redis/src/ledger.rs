@@ -559,18 +559,23 @@ impl HotLedger for RedisLedger {
         let mut expired = 0;
         let mut restocked = false;
         let mut failed = None;
+        let mut answered = false;
         for copy in layout.copies() {
             // A bucket missing, fenced or down keeps only its own holds: the others' still
-            // expire (the error is answered once every bucket was tried).
+            // expire. Its failure is logged and counted here; the call fails only when no
+            // bucket answered.
             let (n, back) = match self.expire_copy(copy, max - expired).await {
                 Ok(done) => done,
                 Err(e) if layout.is_single() => return Err(e),
                 Err(e) => {
                     tracing::warn!(%sku, bucket = copy.bucket, error = %e, "hold expiry of one bucket failed; the others go on");
+                    metrics::counter!(flashsale_core::metric_names::EXPIRY_FAILURES, "sku" => sku.to_string())
+                        .increment(1);
                     failed.get_or_insert(e);
                     continue;
                 }
             };
+            answered = true;
             expired += n;
             restocked |= back;
             if expired >= max {
@@ -581,8 +586,7 @@ impl HotLedger for RedisLedger {
             self.announce_restock(sku).await;
         }
         match failed {
-            // Nothing done: the caller hears why (and stops asking for this pass).
-            Some(e) if expired == 0 => Err(e),
+            Some(e) if !answered => Err(e),
             _ => Ok(expired),
         }
     }

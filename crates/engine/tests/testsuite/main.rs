@@ -2,6 +2,7 @@
 //! with each system of record (MariaDB, PostgreSQL), and the stream's format across a rolling
 //! upgrade.
 
+mod bucket_faults;
 mod common;
 mod persister;
 mod reconcile;

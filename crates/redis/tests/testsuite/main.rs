@@ -1,6 +1,7 @@
 //! The crate's integration tests, one binary (each former test file is a module).
 
 mod bucket_failover;
+mod bucket_faults;
 mod buckets;
 mod cluster;
 mod common;

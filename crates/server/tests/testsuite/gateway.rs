@@ -724,3 +724,79 @@ async fn rate_limited_answers_carry_ratelimit_headers() {
         assert!(resp.headers().get("ratelimit-policy").is_none());
     }
 }
+
+/// `Idempotency-Key`s bound per user are capped: past the cap a new key is 429
+/// `RATE_LIMITED` and changes nothing, a retry of a bound key still gets its first outcome,
+/// and another user still binds. On Redis the user's keys are a bounded set with a TTL.
+async fn idempotency_keys_are_capped_per_user(stack: &Stack) {
+    const CAP: usize = 3;
+    stack.live_sale(81, 100, 10).await;
+    let keyed = |user: u64, key: &str| {
+        stack
+            .purchase_request(user, 81, &json!({"quantity": 1}))
+            .header("idempotency-key", key.to_owned())
+            .send()
+    };
+    let mut first = Value::Null;
+    for i in 0..CAP {
+        let resp = keyed(1, &format!("k{i}")).await.unwrap();
+        assert_eq!(resp.status(), StatusCode::ACCEPTED);
+        if i == 0 {
+            first = resp.json().await.unwrap();
+        }
+    }
+    let resp = keyed(1, "k-over").await.unwrap();
+    assert_eq!(resp.status(), StatusCode::TOO_MANY_REQUESTS);
+    assert!(resp.headers().contains_key("retry-after"));
+    let body: Value = resp.json().await.unwrap();
+    assert_eq!(code(&body), "RATE_LIMITED", "{body}");
+    assert!(
+        body["detail"].as_str().unwrap().contains("Idempotency-Key"),
+        "{body}"
+    );
+    let again: Value = keyed(1, "k0").await.unwrap().json().await.unwrap();
+    assert_eq!(again["order_no"], first["order_no"], "a retry: {again}");
+    let resp = keyed(2, "k-over").await.unwrap();
+    assert_eq!(resp.status(), StatusCode::ACCEPTED, "another user binds");
+    stack.drain(81).await;
+    let view = stack.get_ok("/api/v1/sales/81").await;
+    assert_eq!(
+        view["available"],
+        json!(100 - CAP - 1),
+        "the refusal took nothing: {view}"
+    );
+    common::assert_invariants(stack.store().as_ref(), 81).await;
+}
+
+fn keys_capped(c: &mut Config) {
+    c.tunables.gateway.idempotency_keys_per_user = 3;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn idempotency_keys_are_capped_per_user_on_redis() {
+    let stack = Stack::redis_mysql_with(keys_capped).await;
+    idempotency_keys_are_capped_per_user(&stack).await;
+    let prefix = &stack.config.engine.ledger.redis_prefix;
+    let set = format!("{prefix}:ptok:idemkeys:1");
+    let mut conn = redis::Client::open(redis_server::shared_url())
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    let (held, ttl_ms): (usize, i64) = redis::pipe()
+        .cmd("ZCARD")
+        .arg(&set)
+        .cmd("PTTL")
+        .arg(&set)
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(held, 3, "the user's keys, bounded");
+    assert!(ttl_ms > 0, "and forgotten after a day: {ttl_ms}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn idempotency_keys_are_capped_per_user_embedded() {
+    let stack = embedded_with(keys_capped).await;
+    idempotency_keys_are_capped_per_user(&stack).await;
+}

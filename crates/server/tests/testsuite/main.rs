@@ -14,6 +14,7 @@ mod dashboard;
 mod dashboard_api;
 mod deploy;
 mod faults;
+mod first_load;
 mod gateway;
 mod hostile;
 mod hostile_model;
