@@ -246,6 +246,9 @@ impl Nemesis<'_> {
         self.lose_here();
         let what = format!("primary node {p} ({}) alone with serve{instance}, cut from the other nodes, serve{} and the worker", name(copy), 1 - instance);
         self.cut_for(&pairs, ms, &what).await;
+        // What `instance` had acknowledged on the minority side is dropped only now, when the
+        // old primary rejoins as a replica: its loss can be reported from here, not before.
+        self.lose_here();
     }
 
     async fn kill_primary(&mut self, copy: (u64, u16)) {
