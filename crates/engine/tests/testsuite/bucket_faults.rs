@@ -93,7 +93,7 @@ async fn a_retry_after_a_bucket_rebuild_reaches_the_ledger() {
 /// keeps it, and that bucket's holds expire.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_new_instance_expires_a_healthy_buckets_holds_while_bucket_0_is_missing() {
-    use flashsale_core::{HotLedger, OrderStore as _};
+    use flashsale_core::HotLedger;
     let db = flashsale_testkit::mariadb::TestDatabase::create().await;
     let store = flashsale_engine::backends::open_store(&db.url)
         .await
