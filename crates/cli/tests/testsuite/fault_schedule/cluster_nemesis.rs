@@ -164,6 +164,8 @@ impl Nemesis<'_> {
             .collect();
         self.cut_for(&pairs, ms, "every node ↔ every node (the cluster bus)")
             .await;
+        // A primary failed over once the cut heals loses what it acknowledged meanwhile.
+        self.lose_here();
     }
 
     async fn failover(&mut self, copy: (u64, u16)) {

@@ -79,11 +79,13 @@ impl Fault {
         )
     }
 
-    /// Faults after which a promoted replica may lack acknowledged writes (without WAIT).
+    /// Faults after which a promoted replica may lack acknowledged writes (without WAIT). A
+    /// bus cut is one: it cuts replication too, and one longer than the node timeout can
+    /// still fail a primary over once it heals (the failure reports gossip then).
     pub fn may_lose(&self) -> bool {
         matches!(
             self,
-            Fault::MinorityPrimary { .. } | Fault::KillPrimary { .. }
+            Fault::MinorityPrimary { .. } | Fault::KillPrimary { .. } | Fault::BusCut { .. }
         )
     }
 
