@@ -56,6 +56,12 @@ if [[ $test == fault_schedule_cluster ]]; then
         "buckets ($(total 'in flight [0-9]+') with a transfer in flight), $(total 'restarts empty [0-9]+')" \
         "destinations restarted empty"
 fi
+if [[ $test == fault_schedule ]]; then
+    # A seed with a bucketed sale prints `bucketed: transfers T`.
+    total() { grep -oE "$1" <<<"$verdicts" | grep -oE '[0-9]+' | sum_first; }
+    echo "bucketed: $(grep -c 'bucketed: transfers' <<<"$verdicts" || true) seeds," \
+        "$(total 'transfers [0-9]+') transfers"
+fi
 echo "soak: $((passed + failed)) seeds in $(( $(date +%s) - started ))s (log: $log)"
 echo "$passed passed, $failed failed"
 if [[ $status -ne 0 || $failed -ne 0 ]]; then

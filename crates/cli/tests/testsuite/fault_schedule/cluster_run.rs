@@ -92,14 +92,10 @@ fn bucketed(plan: &ClusterPlan, seen: &Seen, stored: &Stored) -> String {
     let Some(skew) = plan.base.skew else {
         return "bucketed: no".into();
     };
-    let transfers: std::collections::BTreeSet<&str> = (stored.transfers.iter())
-        .filter(|t| t.sku_id.0 == skew.sku)
-        .map(|t| t.id.as_str())
-        .collect();
     let empty = plan.steps.iter().filter(|s| s.fault.loses()).count();
     format!(
         "bucketed: transfers {}, faults on buckets {} (in flight {}), restarts empty {empty}",
-        transfers.len(),
+        run::transfers(stored, skew.sku),
         seen.on_buckets,
         seen.in_flight
     )
