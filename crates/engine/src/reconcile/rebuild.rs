@@ -296,13 +296,7 @@ async fn complete_transfers(
         (audit.buckets.iter().find(|r| r.bucket == bucket)).ok_or(StoreError::SaleNotFound)?;
     let mut ins: Vec<TransferEvent> = audit.transfers.clone();
     for other in (0..audit.sale.sale.buckets).filter(|&b| b != bucket) {
-        if let Some(snap) = ledger.bucket_snapshot(sku, other).await? {
-            ins.extend(
-                snap.transfers
-                    .into_iter()
-                    .filter(|t| t.side == TransferSide::In),
-            );
-        }
+        ins.extend(streamed_ins(ledger, sku, other).await);
     }
     let missing = sides_missing(bucket, row.epoch, &audit.transfers, &ins);
     let mut stored = 0;
@@ -320,6 +314,22 @@ async fn complete_transfers(
         }
     }
     Ok(stored)
+}
+
+/// The in sides waiting in bucket `other`'s stream. A bucket that cannot be read now gives
+/// none: one lost bucket must not keep another from being rebuilt (a unit its in created
+/// is then reported by the reconciler once it reads every bucket again).
+async fn streamed_ins(ledger: &dyn Ledger, sku: SkuId, other: u16) -> Vec<TransferEvent> {
+    match ledger.bucket_snapshot(sku, other).await {
+        Ok(Some(snap)) => (snap.transfers.into_iter())
+            .filter(|t| t.side == TransferSide::In)
+            .collect(),
+        Ok(None) => Vec::new(),
+        Err(e) => {
+            tracing::warn!(%sku, bucket = other, error = %e, "bucket unreadable: its stream's ins not counted");
+            Vec::new()
+        }
+    }
 }
 
 /// The sides `bucket` (its row at `epoch`) must store: an in for each stored out to it

@@ -142,6 +142,48 @@ async fn a_destination_that_loses_an_in_strands_no_unit() {
     assert_eq!(report["ok"], true, "{report:#}");
 }
 
+/// As above, but no side is stored when bucket 1 loses its keys (both streams wait): its
+/// rebuild knows nothing of the transfer, and the pending record at bucket 0, which lives
+/// until the in is stored, carries the unit there again. Then bucket 0's stream is let go:
+/// every unit sells and both sides are stored once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_destination_that_loses_an_in_gets_it_again_from_the_pending_record() {
+    const SKU: u64 = 314;
+    let stack = stack().await;
+    let (status, body) = stack.create_sale(sale_body(SKU)).await;
+    assert_eq!(status, StatusCode::CREATED, "{body}");
+    hold_lease(&stack, SKU, 0).await;
+    hold_lease(&stack, SKU, 1).await;
+    let (status, body) = stack.sale_action(SKU, "warm").await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    let buyer = homed(1, 1, 1)[0];
+    let (status, body) = stack.buy(buyer, SKU, "a", json!(6)).await;
+    assert_eq!(status.as_u16(), 202, "six units, one of them moved: {body}");
+    lose_bucket(&stack, SKU, 1).await;
+
+    let report = stack.repair(SKU).await;
+    assert_eq!(
+        report["lost_orders"].as_array().map(Vec::len),
+        Some(1),
+        "{report:#}"
+    );
+    assert_eq!(
+        sell_out(&stack, SKU, 1_000).await,
+        UNITS,
+        "every unit sells again"
+    );
+    let keys = flashsale_redis::keys::Keys::new(&stack.config.engine.ledger.redis_prefix).unwrap();
+    let _: i64 = redis::cmd("DEL")
+        .arg(keys.lease(copy(SKU, 0)))
+        .query_async(&mut redis_conn(&stack).await)
+        .await
+        .unwrap();
+    stack.drain(SKU).await;
+    common::assert_invariants(stack.store().as_ref(), SKU).await;
+    let report = stack.repair(SKU).await;
+    assert_eq!(report["ok"], true, "{report:#}");
+}
+
 /// The other way round: the in is stored at bucket 0 while bucket 1, the source, never
 /// persists its out and then loses its keys. Its rebuild must not load the units its
 /// destination holds: the sale sells exactly its stock, and I2 holds exactly.
