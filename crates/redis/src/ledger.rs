@@ -558,19 +558,17 @@ impl HotLedger for RedisLedger {
         }
         let mut expired = 0;
         let mut restocked = false;
-        let mut failed = None;
+        let (mut failed, mut failures) = (None, 0u64);
         let mut answered = false;
         for copy in layout.copies() {
             // A bucket missing, fenced or down keeps only its own holds: the others' still
-            // expire. Its failure is logged and counted here; the call fails only when no
-            // bucket answered.
+            // expire. The call fails only when no bucket answered (its caller counts that).
             let (n, back) = match self.expire_copy(copy, max - expired).await {
                 Ok(done) => done,
                 Err(e) if layout.is_single() => return Err(e),
                 Err(e) => {
                     tracing::warn!(%sku, bucket = copy.bucket, error = %e, "hold expiry of one bucket failed; the others go on");
-                    metrics::counter!(flashsale_core::metric_names::EXPIRY_FAILURES, "sku" => sku.to_string())
-                        .increment(1);
+                    failures += 1;
                     failed.get_or_insert(e);
                     continue;
                 }
@@ -587,7 +585,13 @@ impl HotLedger for RedisLedger {
         }
         match failed {
             Some(e) if !answered => Err(e),
-            _ => Ok(expired),
+            _ => {
+                if failures > 0 {
+                    metrics::counter!(flashsale_core::metric_names::EXPIRY_FAILURES, "sku" => sku.to_string())
+                        .increment(failures);
+                }
+                Ok(expired)
+            }
         }
     }
 

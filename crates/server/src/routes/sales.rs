@@ -294,15 +294,17 @@ async fn warm_snapshot(
 ) -> Result<Option<flashsale_core::HotSnapshot>, AppError> {
     let sku = stored.sale.sku_id;
     if st.ledger.kept_in_buckets(&stored.sale) {
-        // Bucket 0 stands for the sale; when it is missing (a first load that failed
-        // midway) the sale is rebuilt, never read as a copy of one bucket.
-        let Some(mut snap) = st.ledger.bucket_snapshot(sku, 0).await? else {
+        if let Some(mut snap) = st.ledger.bucket_snapshot(sku, 0).await? {
+            let rows = st.store.buckets(sku).await?;
+            let current = rows.first().is_some_and(|r| r.epoch == snap.epoch);
+            snap.epoch = if current { stored.epoch } else { 0 };
+            return Ok(Some(snap));
+        }
+        if st.ledger.bucket_salts(sku).await?.is_some() {
+            // Placed in buckets and bucket 0 missing (a first load that failed midway):
+            // rebuilt, never read as a copy of one bucket.
             return Ok(None);
-        };
-        let rows = st.store.buckets(sku).await?;
-        let current = rows.first().is_some_and(|r| r.epoch == snap.epoch);
-        snap.epoch = if current { stored.epoch } else { 0 };
-        return Ok(Some(snap));
+        }
     }
     Ok(st.ledger.hot_snapshot(sku).await?)
 }
