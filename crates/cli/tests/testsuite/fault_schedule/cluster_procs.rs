@@ -97,17 +97,9 @@ impl NsStack {
         procs::answers_200(&self.http, &url, limit).await
     }
 
-    /// Copies every process's log into `to` (made if missing): a failing seed's evidence,
-    /// which the stack's temporary directory would take with it.
-    pub fn keep_logs(&self, to: &std::path::Path) {
-        std::fs::create_dir_all(to).expect("the logs' directory");
-        let logs = std::fs::read_dir(self.dir.path()).expect("the stack's directory");
-        for entry in logs.flatten() {
-            let path = entry.path();
-            if path.extension().is_some_and(|e| e == "log") {
-                let _ = std::fs::copy(&path, to.join(entry.file_name()));
-            }
-        }
+    /// Where every process's `<name>.log` is.
+    pub fn logs_dir(&self) -> &std::path::Path {
+        self.dir.path()
     }
 
     /// Processes that died by themselves, started again so that the run can be checked.

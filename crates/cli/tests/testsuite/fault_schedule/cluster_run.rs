@@ -11,9 +11,6 @@ use super::db;
 use super::db::Stored;
 use super::run::{self, Outcome, Selling, Sold};
 
-/// Where a failing seed's process logs are copied (`<dir>/cluster-seed-<seed>/`), when set.
-const KEEP_LOGS: &str = "FLASHSALE_KEEP_LOGS";
-
 /// The workload goes on this long after the last fault healed: every sale sells again.
 const TAIL: Duration = Duration::from_millis(1_000);
 
@@ -39,15 +36,7 @@ pub async fn run_seed(seed: u64) -> Outcome<ClusterPlan> {
     let mut outcome = run::judge(plan, sold, &stored, hot_copy_lost, reconciled, phases);
     outcome.verdict.notes.extend(seen.unsettled);
     outcome.drawn = Some(drawn);
-    if let Some(dir) = std::env::var_os(KEEP_LOGS).filter(|_| !outcome.verdict.failures.is_empty())
-    {
-        let to = std::path::Path::new(&dir).join(format!("cluster-seed-{seed}"));
-        stack.keep_logs(&to);
-        outcome
-            .verdict
-            .notes
-            .push(format!("logs kept in {}", to.display()));
-    }
+    run::keep_logs(&mut outcome, "cluster", seed, stack.logs_dir());
     outcome
 }
 

@@ -50,7 +50,28 @@ pub async fn run_seed(seed: u64) -> Outcome<Plan> {
     };
     let mut outcome = judge(plan, sold, &stored, hot_copy_lost, reconciled, phases);
     outcome.drawn = Some(drawn);
+    keep_logs(&mut outcome, "loopback", seed, cluster.logs_dir());
     outcome
+}
+
+/// When `FLASHSALE_KEEP_LOGS` names a directory and the seed failed, copies its processes'
+/// logs (which the run's temporary directory takes with it) to `<dir>/<schedule>-seed-<seed>/`.
+pub fn keep_logs<P>(outcome: &mut Outcome<P>, schedule: &str, seed: u64, from: &std::path::Path) {
+    let Some(dir) = std::env::var_os("FLASHSALE_KEEP_LOGS") else {
+        return;
+    };
+    if outcome.verdict.failures.is_empty() {
+        return;
+    }
+    let to = std::path::Path::new(&dir).join(format!("{schedule}-seed-{seed}"));
+    std::fs::create_dir_all(&to).expect("the logs' directory");
+    for entry in std::fs::read_dir(from).into_iter().flatten().flatten() {
+        if entry.path().extension().is_some_and(|e| e == "log") {
+            let _ = std::fs::copy(entry.path(), to.join(entry.file_name()));
+        }
+    }
+    let kept = format!("logs kept in {}", to.display());
+    outcome.verdict.notes.push(kept);
 }
 
 /// How many transfers of sale `sku` the database stored (a side or both).
