@@ -49,6 +49,18 @@ if [[ $test == fault_schedule_cluster ]]; then
     echo "drawn: $(total 'partitions [0-9]+') partitions, $(total 'failovers [0-9]+') failovers" \
         "($(total 'moved [0-9]+') primary moves); losses reported: $(total '[0-9]+ orders') orders," \
         "$(total '[0-9]+ resolutions') resolutions"
+    # Seeds with a bucketed sale print `bucketed: transfers T, faults on buckets B (in flight I),
+    # restarts empty R`.
+    echo "bucketed: $(grep -c 'bucketed: transfers' <<<"$verdicts" || true) seeds," \
+        "$(total 'transfers [0-9]+') transfers, $(total 'faults on buckets [0-9]+') faults on their" \
+        "buckets ($(total 'in flight [0-9]+') with a transfer in flight), $(total 'restarts empty [0-9]+')" \
+        "destinations restarted empty"
+fi
+if [[ $test == fault_schedule ]]; then
+    # A seed with a bucketed sale prints `bucketed: transfers T`.
+    total() { grep -oE "$1" <<<"$verdicts" | grep -oE '[0-9]+' | sum_first; }
+    echo "bucketed: $(grep -c 'bucketed: transfers' <<<"$verdicts" || true) seeds," \
+        "$(total 'transfers [0-9]+') transfers"
 fi
 echo "soak: $((passed + failed)) seeds in $(( $(date +%s) - started ))s (log: $log)"
 echo "$passed passed, $failed failed"

@@ -1,13 +1,14 @@
 //! The cluster nemesis: one fault at a time, at its planned time or as soon as the one before
 //! it has healed and the cluster has settled. Each fault resolves its shard when it lands (a
 //! sale's primary may have moved since the plan was drawn) and writes down what it did, in
-//! the loopback nemesis's [`Timeline`] so that the same checker reads it.
+//! the loopback nemesis's [`Timeline`] so that the same checker reads it. A fault on a bucket
+//! of a bucketed sale waits, a bounded while, for a transfer to or from that bucket to be in
+//! flight, and lands then (or at the bound, noted).
 
 use std::net::Ipv4Addr;
 use std::time::{Duration, Instant};
 
-use flashsale_redis::slot;
-
+use super::cluster_copies::Copies;
 use super::cluster_plan::{ClusterPlan, Fault};
 use super::cluster_procs::NsStack;
 use super::nemesis::Timeline;
@@ -16,6 +17,8 @@ use super::nemesis::Timeline;
 const SETTLE_LIMIT: Duration = Duration::from_secs(20);
 /// How long a killed primary's replica gets to be promoted before the node comes back anyway.
 const PROMOTE_LIMIT: Duration = Duration::from_secs(10);
+/// How long a fault on a bucket waits for a transfer in flight there before it lands anyway.
+const IN_FLIGHT_LIMIT: Duration = Duration::from_secs(3);
 /// One slot of each shard (the shards' first slots).
 const SHARD_SLOTS: [u16; 3] = [0, 5461, 10923];
 
@@ -26,9 +29,18 @@ pub struct Seen {
     pub primary_changes: usize,
     /// Faults that settled late or could not land (no replica to fail over to, …).
     pub unsettled: Vec<String>,
+    /// Faults on a bucket of a bucketed sale, and how many of them found a transfer to or
+    /// from that bucket in flight when they landed.
+    pub on_buckets: usize,
+    pub in_flight: usize,
 }
 
-pub async fn run(plan: &ClusterPlan, stack: &mut NsStack, start: Instant) -> (Timeline, Seen) {
+pub async fn run(
+    plan: &ClusterPlan,
+    stack: &mut NsStack,
+    copies: &mut Copies,
+    start: Instant,
+) -> (Timeline, Seen) {
     let mut t = Timeline::default();
     let mut seen = Seen::default();
     for step in &plan.steps {
@@ -38,9 +50,14 @@ pub async fn run(plan: &ClusterPlan, stack: &mut NsStack, start: Instant) -> (Ti
         let mut n = Nemesis {
             plan,
             stack,
+            copies: &mut *copies,
             start,
             t: &mut t,
         };
+        if let Some(found) = n.await_transfer(step.fault).await {
+            seen.on_buckets += 1;
+            seen.in_flight += usize::from(found);
+        }
         n.apply(step.fault).await;
         if !n.stack.redis.settled_within(SETTLE_LIMIT).await {
             let why = format!(
@@ -68,6 +85,7 @@ async fn primaries(stack: &NsStack) -> Vec<Option<usize>> {
 struct Nemesis<'a> {
     plan: &'a ClusterPlan,
     stack: &'a mut NsStack,
+    copies: &'a mut Copies,
     start: Instant,
     t: &'a mut Timeline,
 }
@@ -75,14 +93,25 @@ struct Nemesis<'a> {
 impl Nemesis<'_> {
     async fn apply(&mut self, fault: Fault) {
         match fault {
-            Fault::InstancePrimary { instance, sku, ms } => {
-                self.instance_primary(instance, sku, ms).await
+            Fault::InstancePrimary {
+                instance,
+                sku,
+                bucket,
+                ms,
+            } => self.instance_primary(instance, (sku, bucket), ms).await,
+            Fault::PrimaryReplica { sku, bucket, ms } => {
+                self.primary_replica((sku, bucket), ms).await
             }
-            Fault::PrimaryReplica { sku, ms } => self.primary_replica(sku, ms).await,
-            Fault::MinorityPrimary { sku, instance, ms } => self.minority(sku, instance, ms).await,
+            Fault::MinorityPrimary {
+                sku,
+                bucket,
+                instance,
+                ms,
+            } => self.minority((sku, bucket), instance, ms).await,
             Fault::BusCut { ms } => self.bus_cut(ms).await,
-            Fault::KillPrimary { sku } => self.kill_primary(sku).await,
-            Fault::Failover { sku } => self.failover(sku).await,
+            Fault::KillPrimary { sku, bucket } => self.kill_primary((sku, bucket)).await,
+            Fault::Failover { sku, bucket } => self.failover((sku, bucket)).await,
+            Fault::RestartEmpty { sku, bucket } => self.restart_empty((sku, bucket)).await,
             Fault::AttachReplica => self.attach_late_replica().await,
             Fault::RestartServe { instance, down_ms } => {
                 self.restart_serve(instance, down_ms).await
@@ -90,21 +119,39 @@ impl Nemesis<'_> {
         }
     }
 
-    async fn instance_primary(&mut self, instance: usize, sku: u64, ms: u64) {
-        let Some(p) = self.primary(sku).await else {
+    /// Before a fault on a bucket of the plan's bucketed sale: waits (bounded) for a transfer
+    /// to or from it to be in flight and notes what it saw. `None` for other faults.
+    async fn await_transfer(&mut self, fault: Fault) -> Option<bool> {
+        let (sku, bucket) = fault.copy()?;
+        self.plan.base.skew.filter(|s| s.sku == sku)?;
+        let seen = (self.copies)
+            .wait_in_flight(sku, bucket, IN_FLIGHT_LIMIT)
+            .await;
+        let what = match &seen {
+            Some(transfer) => format!("in flight at sale {sku} bucket {bucket}: {transfer}"),
+            None => format!(
+                "no transfer seen in flight at sale {sku} bucket {bucket} within {IN_FLIGHT_LIMIT:?}"
+            ),
+        };
+        self.note(what);
+        Some(seen.is_some())
+    }
+
+    async fn instance_primary(&mut self, instance: usize, copy: (u64, u16), ms: u64) {
+        let Some(p) = self.primary(copy).await else {
             return;
         };
         let pair = (self.stack.instance_addr(instance), self.stack.redis.addr(p));
-        let what = format!("serve{instance} ↔ primary node {p} (sale {sku})");
+        let what = format!("serve{instance} ↔ primary node {p} ({})", name(copy));
         self.cut_for(&[pair], ms, &what).await;
     }
 
-    async fn primary_replica(&mut self, sku: u64, ms: u64) {
-        let Some((p, r)) = self.pair(sku).await else {
+    async fn primary_replica(&mut self, copy: (u64, u16), ms: u64) {
+        let Some((p, r)) = self.pair(copy).await else {
             return;
         };
         let pair = (self.stack.redis.addr(p), self.stack.redis.addr(r));
-        let what = format!("primary node {p} ↔ its replica node {r} (sale {sku})");
+        let what = format!("primary node {p} ↔ its replica node {r} ({})", name(copy));
         self.cut_for(&[pair], ms, &what).await;
     }
 
@@ -117,15 +164,18 @@ impl Nemesis<'_> {
             .collect();
         self.cut_for(&pairs, ms, "every node ↔ every node (the cluster bus)")
             .await;
+        // A primary failed over once the cut heals loses what it acknowledged meanwhile.
+        self.lose_here();
     }
 
-    async fn failover(&mut self, sku: u64) {
-        let Some((p, r)) = self.pair(sku).await else {
+    async fn failover(&mut self, copy: (u64, u16)) {
+        let Some((p, r)) = self.pair(copy).await else {
             return;
         };
         let result = self.stack.redis.failover(r).await;
         self.note(format!(
-            "CLUSTER FAILOVER on node {r} (replica of node {p}, sale {sku}): {result:?}"
+            "CLUSTER FAILOVER on node {r} (replica of node {p}, {}): {result:?}",
+            name(copy)
         ));
     }
 
@@ -140,23 +190,26 @@ impl Nemesis<'_> {
         ));
     }
 
-    /// The sale's primary now, or `None` (noted) when no majority names one.
-    async fn primary(&mut self, sku: u64) -> Option<usize> {
-        let p = self.stack.redis.primary_of_slot(slot_of(sku)).await;
+    /// The copy's primary now, or `None` (noted) when no majority names one.
+    async fn primary(&mut self, (sku, bucket): (u64, u16)) -> Option<usize> {
+        let slot = self.copies.slot(sku, bucket);
+        let p = self.stack.redis.primary_of_slot(slot).await;
         if p.is_none() {
-            self.note(format!("skipped: no primary of sale {sku} agreed on"));
+            let copy = name((sku, bucket));
+            self.note(format!("skipped: no primary of {copy} agreed on"));
         }
         p
     }
 
-    /// The sale's primary and a replica of it, or `None` (noted) when it has none (a late
+    /// The copy's primary and a replica of it, or `None` (noted) when it has none (a late
     /// replica not attached yet).
-    async fn pair(&mut self, sku: u64) -> Option<(usize, usize)> {
-        let p = self.primary(sku).await?;
+    async fn pair(&mut self, copy: (u64, u16)) -> Option<(usize, usize)> {
+        let p = self.primary(copy).await?;
         let r = self.stack.redis.replica_of(p).await;
         if r.is_none() {
+            let copy = name(copy);
             self.note(format!(
-                "skipped: primary node {p} of sale {sku} has no replica"
+                "skipped: primary node {p} of {copy} has no replica"
             ));
         }
         Some((p, r?))
@@ -178,10 +231,10 @@ impl Nemesis<'_> {
         self.note(format!("healed: {what}"));
     }
 
-    /// The sale's primary cut from every other node, the other instance and the worker;
+    /// The copy's primary cut from every other node, the other instance and the worker;
     /// `instance` still reaches it.
-    async fn minority(&mut self, sku: u64, instance: usize, ms: u64) {
-        let Some(p) = self.primary(sku).await else {
+    async fn minority(&mut self, copy: (u64, u16), instance: usize, ms: u64) {
+        let Some(p) = self.primary(copy).await else {
             return;
         };
         let addr = self.stack.redis.addr(p);
@@ -193,12 +246,15 @@ impl Nemesis<'_> {
         others.push(self.stack.hosts[2].addr);
         let pairs: Vec<_> = others.into_iter().map(|o| (addr, o)).collect();
         self.lose_here();
-        let what = format!("primary node {p} (sale {sku}) alone with serve{instance}, cut from the other nodes, serve{} and the worker", 1 - instance);
+        let what = format!("primary node {p} ({}) alone with serve{instance}, cut from the other nodes, serve{} and the worker", name(copy), 1 - instance);
         self.cut_for(&pairs, ms, &what).await;
+        // What `instance` had acknowledged on the minority side is dropped only now, when the
+        // old primary rejoins as a replica: its loss can be reported from here, not before.
+        self.lose_here();
     }
 
-    async fn kill_primary(&mut self, sku: u64) {
-        let Some(p) = self.primary(sku).await else {
+    async fn kill_primary(&mut self, copy: (u64, u16)) {
+        let Some(p) = self.primary(copy).await else {
             return;
         };
         let replica = self.stack.redis.replica_of(p).await;
@@ -206,7 +262,8 @@ impl Nemesis<'_> {
         let from = Timeline::now(self.start);
         self.lose_here();
         self.note(format!(
-            "kill -9 of primary node {p} (sale {sku}); replica {replica:?}"
+            "kill -9 of primary node {p} ({}); replica {replica:?}",
+            name(copy)
         ));
         let promoted = match replica {
             Some(r) => self.stack.redis.promoted_within(r, PROMOTE_LIMIT).await,
@@ -222,6 +279,36 @@ impl Nemesis<'_> {
             false => "still the primary: the shard's data is gone",
         };
         self.note(format!("node {p} back, empty ({role})"));
+    }
+
+    /// kill -9 of the copy's primary and back at once, empty, its replica barred from failing
+    /// over meanwhile (`cluster-replica-no-failover`): the node keeps its slots and the
+    /// replica resyncs from it, empty too. Every copy on that shard is lost.
+    async fn restart_empty(&mut self, copy: (u64, u16)) {
+        let Some(p) = self.primary(copy).await else {
+            return;
+        };
+        let replica = self.stack.redis.replica_of(p).await;
+        if let Some(r) = replica {
+            let barred = no_failover(&self.stack.redis.url(r), "yes").await;
+            self.note(format!("replica node {r} may not fail over: {barred:?}"));
+        }
+        self.stack.redis.kill(p);
+        let from = Timeline::now(self.start);
+        self.lose_here();
+        self.note(format!("kill -9 of primary node {p} ({})", name(copy)));
+        self.stack.redis.restart(p).await;
+        self.t.downs.push((from, Timeline::now(self.start)));
+        self.note(format!("node {p} back empty, still the primary"));
+        if let Some(r) = replica {
+            if !self.stack.redis.settled_within(SETTLE_LIMIT).await {
+                self.note(format!(
+                    "replica node {r} not resynced within {SETTLE_LIMIT:?}"
+                ));
+            }
+            let allowed = no_failover(&self.stack.redis.url(r), "no").await;
+            self.note(format!("replica node {r} may fail over again: {allowed:?}"));
+        }
     }
 
     async fn restart_serve(&mut self, instance: usize, down_ms: u64) {
@@ -247,7 +334,28 @@ impl Nemesis<'_> {
     }
 }
 
-/// The cluster slot of a sale's keys.
-pub fn slot_of(sku: u64) -> u16 {
-    slot(&format!("fs:{{{sku}}}:sale"))
+/// `sale 3` for a sale's own copy, `sale 3 bucket 2` for another bucket's.
+fn name((sku, bucket): (u64, u16)) -> String {
+    match bucket {
+        0 => format!("sale {sku}"),
+        b => format!("sale {sku} bucket {b}"),
+    }
+}
+
+/// `CONFIG SET cluster-replica-no-failover <yes|no>` on the node at `url`.
+async fn no_failover(url: &str, value: &str) -> Result<(), String> {
+    let client = redis::Client::open(url).map_err(|e| e.to_string())?;
+    let set = async {
+        let mut conn = client.get_multiplexed_async_connection().await?;
+        redis::cmd("CONFIG")
+            .arg("SET")
+            .arg("cluster-replica-no-failover")
+            .arg(value)
+            .query_async::<()>(&mut conn)
+            .await
+    };
+    match tokio::time::timeout(Duration::from_secs(5), set).await {
+        Ok(done) => done.map_err(|e| e.to_string()),
+        Err(_) => Err("timed out".into()),
+    }
 }

@@ -97,6 +97,11 @@ impl NsStack {
         procs::answers_200(&self.http, &url, limit).await
     }
 
+    /// Where every process's `<name>.log` is.
+    pub fn logs_dir(&self) -> &std::path::Path {
+        self.dir.path()
+    }
+
     /// Processes that died by themselves, started again so that the run can be checked.
     pub async fn revive_crashed(&mut self) -> Vec<String> {
         let crashed = procs::restart_exited(self.serves.iter_mut().chain([&mut self.worker]));

@@ -4,6 +4,7 @@
 //! checker and database reader, and has its own plan, processes, nemesis and run.
 
 pub mod checker;
+pub mod cluster_copies;
 pub mod cluster_nemesis;
 pub mod cluster_plan;
 pub mod cluster_procs;

@@ -74,6 +74,19 @@ pub struct Plan {
     pub pace_ms: u64,
     pub workload_ms: u64,
     pub steps: Vec<Step>,
+    /// Most new buyers of one bucketed sale homed at one of its buckets, when the schedule
+    /// draws it (the cluster's does).
+    pub skew: Option<Skew>,
+}
+
+/// New buyers of sale `sku` homed at bucket `home` `percent` of the time (the rest anywhere):
+/// that bucket's stock runs out first and transfers carry the others' stock there for the
+/// rest of the sale, so that faults land while transfers are in flight.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Skew {
+    pub sku: u64,
+    pub home: u16,
+    pub percent: u32,
 }
 
 /// Length of the workload; faults land inside it, leaving the last second fault-free.
@@ -105,6 +118,7 @@ impl Plan {
             pace_ms: rng.random_range(12..=25),
             workload_ms: WORKLOAD_MS,
             steps,
+            skew: None,
         }
     }
 
@@ -210,7 +224,7 @@ impl fmt::Display for Plan {
         if let Some(sku) = self.hot_sku {
             writeln!(f, "  sale {sku} routed to a hot Redis of its own")?;
         }
-        write_sales(f, &self.sales)?;
+        write_sales(f, &self.sales, self.skew)?;
         for s in &self.steps {
             writeln!(f, "  at {:>5} ms: {:?}", s.at_ms, s.fault)?;
         }
@@ -218,8 +232,13 @@ impl fmt::Display for Plan {
     }
 }
 
-/// A line per sale: its mode, stock and limit (both schedules print their plans so).
-pub fn write_sales(f: &mut fmt::Formatter<'_>, sales: &[SaleSpec]) -> fmt::Result {
+/// A line per sale: its mode, stock, limit and buckets, and how its buyers are homed when
+/// skewed (both schedules print their plans so).
+pub fn write_sales(
+    f: &mut fmt::Formatter<'_>,
+    sales: &[SaleSpec],
+    skew: Option<Skew>,
+) -> fmt::Result {
     for s in sales {
         let mode = match s.payment_timeout_ms {
             Some(t) => format!("reserve {t} ms"),
@@ -230,6 +249,12 @@ pub fn write_sales(f: &mut fmt::Formatter<'_>, sales: &[SaleSpec]) -> fmt::Resul
             f,
             "  sale {}: {mode}, stock {stock}, limit {limit}, buckets {buckets}",
             s.sku
+        )?;
+    }
+    if let Some(Skew { sku, home, percent }) = skew {
+        writeln!(
+            f,
+            "  sale {sku}: {percent}% of new buyers homed at bucket {home}"
         )?;
     }
     Ok(())

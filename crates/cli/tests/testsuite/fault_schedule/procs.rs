@@ -37,6 +37,13 @@ pub struct Cluster {
     _dir: TempDir,
 }
 
+impl Cluster {
+    /// Where every process's `<name>.log` is.
+    pub fn logs_dir(&self) -> &std::path::Path {
+        &self.env.dir
+    }
+}
+
 /// Where this run's flashsale processes find Redis, MariaDB and their data dirs.
 struct Env {
     redis_url: String,

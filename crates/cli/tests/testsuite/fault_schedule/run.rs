@@ -15,6 +15,8 @@ use super::{db, probe, workload};
 
 /// How long the running reconcilers get to bring every sale to diff 0 after the workload.
 const SETTLE_LIMIT: Duration = Duration::from_secs(15);
+/// How long a warm answered 503 is asked again before the seed fails.
+const WARM_LIMIT: Duration = Duration::from_secs(10);
 /// How long after the harness's own `reconcile --repair`, when they did not.
 const REPAIRED_LIMIT: Duration = Duration::from_secs(8);
 
@@ -42,7 +44,43 @@ pub async fn run_seed(seed: u64) -> Outcome<Plan> {
     let stored = db::read(&cluster.db_url).await;
     let hot_copy_lost = plan.may_lose_hot_copy();
     let phases = [up_s, plan.workload_ms as f64 / 1000.0, settle_s];
-    judge(plan, sold, &stored, hot_copy_lost, reconciled, phases)
+    let drawn = match plan.sales.iter().find(|s| s.buckets > 1) {
+        Some(sale) => format!("bucketed: transfers {}", transfers(&stored, sale.sku)),
+        None => "bucketed: no".into(),
+    };
+    let mut outcome = judge(plan, sold, &stored, hot_copy_lost, reconciled, phases);
+    outcome.drawn = Some(drawn);
+    keep_logs(&mut outcome, "loopback", seed, cluster.logs_dir());
+    outcome
+}
+
+/// When `FLASHSALE_KEEP_LOGS` names a directory and the seed failed, copies its processes'
+/// logs (which the run's temporary directory takes with it) to `<dir>/<schedule>-seed-<seed>/`.
+pub fn keep_logs<P>(outcome: &mut Outcome<P>, schedule: &str, seed: u64, from: &std::path::Path) {
+    let Some(dir) = std::env::var_os("FLASHSALE_KEEP_LOGS") else {
+        return;
+    };
+    if outcome.verdict.failures.is_empty() {
+        return;
+    }
+    let to = std::path::Path::new(&dir).join(format!("{schedule}-seed-{seed}"));
+    std::fs::create_dir_all(&to).expect("the logs' directory");
+    for entry in std::fs::read_dir(from).into_iter().flatten().flatten() {
+        if entry.path().extension().is_some_and(|e| e == "log") {
+            let _ = std::fs::copy(entry.path(), to.join(entry.file_name()));
+        }
+    }
+    let kept = format!("logs kept in {}", to.display());
+    outcome.verdict.notes.push(kept);
+}
+
+/// How many transfers of sale `sku` the database stored (a side or both).
+pub fn transfers(stored: &Stored, sku: u64) -> usize {
+    let ids: std::collections::BTreeSet<&str> = (stored.transfers.iter())
+        .filter(|t| t.sku_id.0 == sku)
+        .map(|t| t.id.as_str())
+        .collect();
+    ids.len()
 }
 
 /// The checker's verdict on a run (plus what broke while selling, the answers met and the
@@ -173,13 +211,22 @@ pub async fn create_sales(cluster: &impl Stack, plan: &Plan) {
         let status = created.map(|r| r.status().as_u16()).unwrap_or(0);
         assert_eq!(status, 201, "create sale {}", s.sku);
         let url = format!("{base}/api/v1/sales/{}/warm", s.sku);
-        assert_eq!(
-            nemesis::admin_post(cluster, &url).await,
-            200,
-            "warm sale {}",
-            s.sku
-        );
+        assert_eq!(warm(cluster, &url).await, 200, "warm sale {}", s.sku);
     }
+}
+
+/// A warm's status: 503 (a cluster just formed, a slow node) is asked again, as an operator
+/// would, for at most `WARM_LIMIT`; any other answer is final.
+async fn warm(cluster: &impl Stack, url: &str) -> u16 {
+    let last = Mutex::new(0);
+    let every = Duration::from_millis(200);
+    let done = flashsale_testkit::wait::within_every(WARM_LIMIT, every, || async {
+        let status = nemesis::admin_post(cluster, url).await;
+        *last.lock().unwrap() = status;
+        (status != 503).then_some(status)
+    })
+    .await;
+    done.unwrap_or_else(|| last.into_inner().unwrap())
 }
 
 /// Everything is running again; waits until `flashsale reconcile` (no repair) exits 0 with

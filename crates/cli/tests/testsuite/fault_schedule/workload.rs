@@ -6,6 +6,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use flashsale_core::buckets::home_bucket;
 use flashsale_core::UserId;
 use flashsale_server::auth::Auth;
 use rand::rngs::StdRng;
@@ -246,10 +247,31 @@ impl Client {
             self.resolve().await;
         } else {
             let sku = self.plan.sales[self.rng.random_range(0..self.plan.sales.len())].sku;
-            let user = self.rng.random_range(1..=self.plan.buyers);
+            let user = self.new_buyer(sku);
             let attempt = self.new_attempt(sku, user);
             self.purchase(attempt).await;
         }
+    }
+
+    /// A buyer among `1..=buyers`; for a skewed sale, one homed at its bucket the plan's
+    /// share of the time (drawn again until one is, a few dozen tries at most).
+    fn new_buyer(&mut self, sku: u64) -> u64 {
+        let mut user = self.rng.random_range(1..=self.plan.buyers);
+        let skew = self.plan.skew.filter(|s| s.sku == sku);
+        let sale = self.plan.sales.iter().find(|s| s.sku == sku);
+        let (Some(skew), Some(sale)) = (skew, sale) else {
+            return user;
+        };
+        if self.rng.random_range(0..100) >= skew.percent {
+            return user;
+        }
+        for _ in 0..64 {
+            if home_bucket(UserId(user), sale.buckets) == skew.home {
+                break;
+            }
+            user = self.rng.random_range(1..=self.plan.buyers);
+        }
+        user
     }
 
     /// A seeded pick among this client's answers that match (callers make sure one does).
