@@ -180,17 +180,10 @@ pub(crate) fn fold(
             undo.len()
         ));
     }
-    let mut c = snap.counters;
-    for e in undo.iter().rev() {
-        c = c
-            .unapply(e.delta(mode))
-            .ok_or_else(|| format!("event {} cannot be undone from {c:?}", e.seq))?;
-    }
-    let pending = (snap.transfers.iter())
-        .filter(|t| t.bucket() == row.bucket && !stored.contains(&(t.id.as_str(), t.side)));
-    for t in pending {
-        c = unmove(c, t).ok_or_else(|| format!("transfer {} cannot be undone from {c:?}", t.id))?;
-    }
+    let pending: Vec<&TransferEvent> = (snap.transfers.iter())
+        .filter(|t| t.bucket() == row.bucket && !stored.contains(&(t.id.as_str(), t.side)))
+        .collect();
+    let c = undo_all(snap.counters, &undo, &pending, mode, a)?;
     let stale = (undo.iter())
         .filter(|e| e.kind == EventKind::Deducted && e.at_ms < stale_before_ms)
         .count();
@@ -202,13 +195,51 @@ pub(crate) fn fold(
     })
 }
 
-/// `c` before the transfer side `t` moved its total and available.
-fn unmove(c: Counters, t: &TransferEvent) -> Option<Counters> {
-    let back = |v: u64| u64::try_from(i128::from(v) - i128::from(t.units_delta())).ok();
-    Some(Counters {
-        total: back(c.total)?,
-        available: back(c.available)?,
-        ..c
+/// `c` at seq `a`: with the changes of `events` and of the transfer `sides` taken back, summed
+/// as signed numbers, and only the result checked for a counter below 0. Undoing is a sum, the
+/// same in any order, but only the stream's own order taken backwards passes through states
+/// the copy was in; undone by kind (the events, then the sides) it may pass through one the
+/// copy never was in and fail there: a cancel whose unit an out then took, undone cancel
+/// first, takes available below 0. The snapshot keeps events and sides apart, not their order
+/// in the stream, so nothing between is checked; the result is the row's counters, which a
+/// consistent copy never has below 0.
+fn undo_all(
+    c: Counters,
+    events: &[&Event],
+    sides: &[&TransferEvent],
+    mode: SaleMode,
+    a: u64,
+) -> Result<Counters, String> {
+    // total, available, reserved, sold.
+    let mut d = [0i128; 4];
+    for e in events {
+        let x = e.delta(mode);
+        d[1] += i128::from(x.available);
+        d[2] += i128::from(x.reserved);
+        d[3] += i128::from(x.sold);
+    }
+    for t in sides {
+        let u = i128::from(t.units_delta());
+        d[0] += u;
+        d[1] += u;
+    }
+    let back = |v: u64, d: i128| u64::try_from(i128::from(v) - d).ok();
+    let folded = (|| {
+        Some(Counters {
+            total: back(c.total, d[0])?,
+            available: back(c.available, d[1])?,
+            reserved: back(c.reserved, d[2])?,
+            sold: back(c.sold, d[3])?,
+            seq: a,
+        })
+    })();
+    folded.ok_or_else(|| {
+        format!(
+            "{} events and {} transfer sides cannot be undone from {c:?}: \
+             they moved total, available, reserved, sold by {d:?}",
+            events.len(),
+            sides.len()
+        )
     })
 }
 
@@ -288,6 +319,82 @@ mod tests {
         assert_eq!(ids.len(), 2, "{ids:?}");
         assert!(ids[0].starts_with("4.1 (out only") && ids[1].starts_with("4.2 (in only"));
         assert_eq!(buckets, [0, 1], "the out's destination, the in's source");
+    }
+
+    fn row(bucket: u16, c: Counters) -> BucketRow {
+        BucketRow {
+            bucket,
+            epoch: 4,
+            epoch_at_ms: 0,
+            counters: c,
+        }
+    }
+
+    fn side(id: &str, side: TransferSide, from: u16, to: u16, units: u64) -> TransferEvent {
+        TransferEvent {
+            id: id.into(),
+            side,
+            from,
+            to,
+            ..out(units)
+        }
+    }
+
+    /// A hold of bucket 1, cancelled, whose unit an out then carried away, none of it stored:
+    /// undoing the cancel before the out takes available below 0 (the copy was never there).
+    #[test]
+    fn a_cancel_whose_unit_went_out_is_undone() {
+        let row = row(
+            1,
+            Counters {
+                total: 15,
+                available: 1,
+                reserved: 0,
+                sold: 14,
+                seq: 52,
+            },
+        );
+        let hold = deducted(4, 53);
+        let cancel = Event {
+            kind: EventKind::Cancelled,
+            seq: 54,
+            ..hold.clone()
+        };
+        let hot = Counters {
+            total: 14,
+            available: 0,
+            reserved: 0,
+            sold: 14,
+            seq: 54,
+        };
+        let gone = side("4.7", TransferSide::Out, 1, 0, 1);
+        let hot = snap(hot, vec![hold, cancel], vec![gone]);
+        let f = fold(&hot, &row, &HashSet::new(), SaleMode::Reserve, 0).unwrap();
+        assert_eq!(f.folded, row.counters);
+        assert_eq!(f.in_flight, 2);
+    }
+
+    /// Bucket 0 took 3 units in and sent them on out, neither stored: undoing the in first
+    /// takes available below 0.
+    #[test]
+    fn an_in_sent_on_out_is_undone() {
+        let row = row(0, counters(10, 0, 10, 10));
+        let came = side("7.1", TransferSide::In, 1, 0, 3);
+        let went = side("4.2", TransferSide::Out, 0, 2, 3);
+        let hot = snap(counters(10, 0, 10, 10), vec![], vec![came, went]);
+        let f = fold(&hot, &row, &HashSet::new(), SaleMode::Direct, 0).unwrap();
+        assert_eq!(f.folded, row.counters);
+    }
+
+    /// What the database lacks is undone whatever order it has, but a result below 0 (the
+    /// copy holds less than the stream says it took in) is still a finding.
+    #[test]
+    fn a_fold_below_zero_is_refused() {
+        let row = row(0, counters(10, 0, 10, 10));
+        let came = side("7.1", TransferSide::In, 1, 0, 3);
+        let hot = snap(counters(12, 2, 10, 10), vec![], vec![came]);
+        let why = fold(&hot, &row, &HashSet::new(), SaleMode::Direct, 0).unwrap_err();
+        assert!(why.contains("cannot be undone"), "{why}");
     }
 
     /// Bucket 1 of 3 at epoch 4: sold 2 (one persisted), then sent 5 units out (not stored).
