@@ -65,21 +65,12 @@ impl NatsServer {
     /// SIGSTOP: the server keeps its connections but reads nothing, so what clients send
     /// waits in its socket buffers (lost if it is then killed) until [`NatsServer::resume`].
     pub fn pause(&self) {
-        self.signal("STOP");
+        crate::process::signal(&self.child, "STOP");
     }
 
     /// SIGCONT after [`NatsServer::pause`].
     pub fn resume(&self) {
-        self.signal("CONT");
-    }
-
-    fn signal(&self, name: &str) {
-        let child = self.child.as_ref().expect("running");
-        let status = Command::new("kill")
-            .args([format!("-{name}"), child.id().to_string()])
-            .status()
-            .expect("run kill");
-        assert!(status.success(), "kill -{name} {}", child.id());
+        crate::process::signal(&self.child, "CONT");
     }
 
     pub fn is_running(&self) -> bool {

@@ -132,6 +132,17 @@ pub(crate) fn kill(slot: &mut Option<Child>) {
     }
 }
 
+/// Sends signal `name` (`STOP`, `CONT`) to the running server in `slot`: a frozen server keeps
+/// its connections and reads nothing until it is sent `CONT`.
+pub(crate) fn signal(slot: &Option<Child>, name: &str) {
+    let child = slot.as_ref().expect("running");
+    let status = Command::new("kill")
+        .args([format!("-{name}"), child.id().to_string()])
+        .status()
+        .expect("run kill");
+    assert!(status.success(), "kill -{name} {}", child.id());
+}
+
 /// Spawns a throwaway server's `cmd` (`name` in the panic when it cannot be) with its output
 /// discarded, into `slot` (so that its owner's drop kills it, also when the wait panics), then
 /// polls `up(url)` until it holds, or panics after `limit` naming `waiting_for`.

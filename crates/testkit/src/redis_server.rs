@@ -122,21 +122,12 @@ impl RedisServer {
     /// SIGSTOP: the server holds its connections but answers nothing (a replica that stops
     /// acknowledging, a primary frozen by a long pause) until [`RedisServer::resume`].
     pub fn pause(&self) {
-        self.signal("STOP");
+        crate::process::signal(&self.child, "STOP");
     }
 
     /// SIGCONT after [`RedisServer::pause`].
     pub fn resume(&self) {
-        self.signal("CONT");
-    }
-
-    fn signal(&self, name: &str) {
-        let child = self.child.as_ref().expect("running");
-        let status = Command::new("kill")
-            .args([format!("-{name}"), child.id().to_string()])
-            .status()
-            .expect("run kill");
-        assert!(status.success(), "kill -{name} {}", child.id());
+        crate::process::signal(&self.child, "CONT");
     }
 
     pub fn is_running(&self) -> bool {
