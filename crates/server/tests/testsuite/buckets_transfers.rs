@@ -102,6 +102,22 @@ async fn sell_out(stack: &Stack, sku: u64, from: u64) -> u64 {
     panic!("sale {sku} never sold out")
 }
 
+/// Creates and warms the sale with the persister leases of `held` buckets taken elsewhere (their
+/// streams wait), then a buyer homed at `home` takes 6 units: one of them moves there from
+/// the other bucket.
+async fn one_unit_moved(stack: &Stack, sku: u64, held: &[u16], home: u16) {
+    let (status, body) = stack.create_sale(sale_body(sku)).await;
+    assert_eq!(status, StatusCode::CREATED, "{body}");
+    for &bucket in held {
+        hold_lease(stack, sku, bucket).await;
+    }
+    let (status, body) = stack.sale_action(sku, "warm").await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    let buyer = homed(home, 1, 1)[0];
+    let (status, body) = stack.buy(buyer, sku, "a", json!(6)).await;
+    assert_eq!(status.as_u16(), 202, "six units, one of them moved: {body}");
+}
+
 async fn stack() -> Stack {
     Stack::redis_mysql_with(|cfg| cfg.engine.reconcile.interval = Duration::ZERO).await
 }
@@ -115,14 +131,7 @@ async fn stack() -> Stack {
 async fn a_destination_that_loses_an_in_strands_no_unit() {
     const SKU: u64 = 311;
     let stack = stack().await;
-    let (status, body) = stack.create_sale(sale_body(SKU)).await;
-    assert_eq!(status, StatusCode::CREATED, "{body}");
-    hold_lease(&stack, SKU, 1).await;
-    let (status, body) = stack.sale_action(SKU, "warm").await;
-    assert_eq!(status, StatusCode::OK, "{body}");
-    let buyer = homed(1, 1, 1)[0];
-    let (status, body) = stack.buy(buyer, SKU, "a", json!(6)).await;
-    assert_eq!(status.as_u16(), 202, "six units, one of them moved: {body}");
+    one_unit_moved(&stack, SKU, &[1], 1).await;
     stored_side(&stack, SKU, TransferSide::Out).await;
     lose_bucket(&stack, SKU, 1).await;
 
@@ -151,15 +160,7 @@ async fn a_destination_that_loses_an_in_strands_no_unit() {
 async fn a_destination_that_loses_an_in_gets_it_again_from_the_pending_record() {
     const SKU: u64 = 314;
     let stack = stack().await;
-    let (status, body) = stack.create_sale(sale_body(SKU)).await;
-    assert_eq!(status, StatusCode::CREATED, "{body}");
-    hold_lease(&stack, SKU, 0).await;
-    hold_lease(&stack, SKU, 1).await;
-    let (status, body) = stack.sale_action(SKU, "warm").await;
-    assert_eq!(status, StatusCode::OK, "{body}");
-    let buyer = homed(1, 1, 1)[0];
-    let (status, body) = stack.buy(buyer, SKU, "a", json!(6)).await;
-    assert_eq!(status.as_u16(), 202, "six units, one of them moved: {body}");
+    one_unit_moved(&stack, SKU, &[0, 1], 1).await;
     lose_bucket(&stack, SKU, 1).await;
 
     let report = stack.repair(SKU).await;
@@ -192,14 +193,7 @@ async fn a_destination_that_loses_an_in_gets_it_again_from_the_pending_record() 
 async fn a_source_that_loses_an_out_creates_no_unit() {
     const SKU: u64 = 312;
     let stack = stack().await;
-    let (status, body) = stack.create_sale(sale_body(SKU)).await;
-    assert_eq!(status, StatusCode::CREATED, "{body}");
-    hold_lease(&stack, SKU, 1).await;
-    let (status, body) = stack.sale_action(SKU, "warm").await;
-    assert_eq!(status, StatusCode::OK, "{body}");
-    let buyer = homed(0, 1, 1)[0];
-    let (status, body) = stack.buy(buyer, SKU, "a", json!(6)).await;
-    assert_eq!(status.as_u16(), 202, "six units, one of them moved: {body}");
+    one_unit_moved(&stack, SKU, &[1], 0).await;
     stored_side(&stack, SKU, TransferSide::In).await;
     lose_bucket(&stack, SKU, 1).await;
 
