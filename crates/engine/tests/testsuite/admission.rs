@@ -154,6 +154,23 @@ async fn poll_until_settled(adm: &Admission, place: &Place, sale: &Sale, users: 
     seen
 }
 
+/// The admission over `place` ticking every `tick_ms`, and the ledger's copy of the sale open
+/// from 0 (the admission's start is set by the sale a test passes: far ahead while the
+/// pre-queue joins, then now).
+async fn warmed(place: &Place, sku: u64, stock: u64, tick_ms: u64) -> Arc<Admission> {
+    let config = AdmissionConfig {
+        tick: Duration::from_millis(tick_ms),
+        ..AdmissionConfig::default()
+    };
+    let open = Sale::always_open(SkuId(sku), stock);
+    place
+        .ledger
+        .warm(&open, &open.fresh_counters(), 1)
+        .await
+        .unwrap();
+    Arc::new(Admission::new(place.book.clone(), SECRET, config))
+}
+
 /// A queue of `pre` buyers joining before the start and `after` joining after it, for
 /// `stock` units: exactly the stock is sold, to the buyers of the first places; the pre-queue
 /// is the published shuffle of the revealed seed and later joins follow it in join order;
@@ -165,19 +182,7 @@ async fn queue_sells_the_stock_in_the_published_order(
     after: u64,
     stock: u64,
 ) {
-    let config = AdmissionConfig {
-        tick: Duration::from_millis(20),
-        ..AdmissionConfig::default()
-    };
-    let adm = Arc::new(Admission::new(place.book.clone(), SECRET, config));
-    // The ledger's copy is open from 0; the admission's start is set by the sale the test
-    // passes: far ahead while the pre-queue joins, then now.
-    let open = Sale::always_open(SkuId(sku), stock);
-    place
-        .ledger
-        .warm(&open, &open.fresh_counters(), 1)
-        .await
-        .unwrap();
+    let adm = warmed(&place, sku, stock, 20).await;
     let before = queue_sale(sku, stock, now_ms() + 3_600_000);
     let pre_users: Vec<UserId> = (1..=pre).map(|u| UserId(u * 7 + 3)).collect();
     let tickets = join_all(&adm, &before, &pre_users).await;
@@ -420,17 +425,7 @@ where
 /// admitted to two buyers, nothing is bought without a pass the service checked, and once the
 /// stock is gone every buyer (admitted or waiting) is told SOLD_OUT by the next read.
 async fn many_joiners(place: Place, sku: u64, n: u64, stock: u64) {
-    let config = AdmissionConfig {
-        tick: Duration::from_millis(10),
-        ..AdmissionConfig::default()
-    };
-    let adm = Arc::new(Admission::new(place.book.clone(), SECRET, config));
-    let open = Sale::always_open(SkuId(sku), stock);
-    place
-        .ledger
-        .warm(&open, &open.fresh_counters(), 1)
-        .await
-        .unwrap();
+    let adm = warmed(&place, sku, stock, 10).await;
     let before = queue_sale(sku, stock, now_ms() + 3_600_000);
     let users: Vec<UserId> = (1..=n).map(UserId).collect();
     let joined = Instant::now();
