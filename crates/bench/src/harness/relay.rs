@@ -149,12 +149,36 @@ impl Shop {
     }
 }
 
+/// Where a sink of this run delivers: the bench's receiver, or a JetStream stream of its own.
+enum Target {
+    Receiver(Receiver),
+    Stream(String),
+}
+
+impl Target {
+    /// Checks the receiver got `n`; deletes the stream.
+    async fn finish(self, args: &RelayArgs, n: u64) -> anyhow::Result<()> {
+        match self {
+            Target::Receiver(r) => {
+                anyhow::ensure!(r.count() >= n, "the receiver got {} of {n}", r.count());
+            }
+            Target::Stream(stream) => {
+                let client = async_nats::connect(args.nats_url.as_str()).await?;
+                let js = async_nats::jetstream::new(client);
+                js.delete_stream(&stream).await?;
+            }
+        }
+        Ok(())
+    }
+}
+
 /// The sink `name` of this run (its own NATS subject and stream, or the bench's receiver).
-async fn sink(args: &RelayArgs, name: &str) -> anyhow::Result<(Box<dyn Sink>, Option<Receiver>)> {
+async fn sink(args: &RelayArgs, name: &str) -> anyhow::Result<(Box<dyn Sink>, Target)> {
     if name == "webhook" {
         let receiver = Receiver::start().await?;
         let settings = WebhookSettings::new(&receiver.url, SECRET);
-        return Ok((Box::new(WebhookSink::new(&settings)?), Some(receiver)));
+        let sink = Box::new(WebhookSink::new(&settings)?);
+        return Ok((sink, Target::Receiver(receiver)));
     }
     let tag = format!("fsbench{}x{}", std::process::id(), rand::random::<u32>());
     let settings = NatsSettings {
@@ -162,7 +186,8 @@ async fn sink(args: &RelayArgs, name: &str) -> anyhow::Result<(Box<dyn Sink>, Op
         subject: format!("{tag}.events"),
         stream: tag.to_uppercase(),
     };
-    Ok((Box::new(NatsSink::new(settings)), None))
+    let stream = settings.stream.clone();
+    Ok((Box::new(NatsSink::new(settings)), Target::Stream(stream)))
 }
 
 /// Stores `n` transitions, then times one relay delivering them all to `name`.
@@ -174,15 +199,13 @@ async fn throughput(args: &RelayArgs, name: &str, n: u64) -> anyhow::Result<Dura
         shop.store(step).await?;
         left -= step;
     }
-    let (sink, receiver) = sink(args, name).await?;
+    let (sink, target) = sink(args, name).await?;
     let started = Instant::now();
     let relay = Running::start(sink, &shop.log);
     delivered(shop.log.as_ref(), name, n).await?;
     let took = started.elapsed();
     relay.stop().await?;
-    if let Some(r) = receiver {
-        anyhow::ensure!(r.count() >= n, "the receiver got {} of {n}", r.count());
-    }
+    target.finish(args, n).await?;
     shop.close(args).await?;
     Ok(took)
 }
@@ -257,7 +280,7 @@ impl Sink for Timed {
 async fn latency(args: &RelayArgs) -> anyhow::Result<()> {
     let total = args.rate * args.seconds;
     let mut shop = Shop::open(args, total, "lat").await?;
-    let (inner, _) = sink(args, "nats").await?;
+    let (inner, target) = sink(args, "nats").await?;
     let acked = Arc::new(Mutex::new(Vec::new()));
     let timed = Timed {
         inner,
@@ -283,6 +306,7 @@ async fn latency(args: &RelayArgs) -> anyhow::Result<()> {
     let stored_rate = total as f64 / started.elapsed().as_secs_f64();
     delivered(shop.log.as_ref(), "nats", total).await?;
     relay.stop().await?;
+    target.finish(args, total).await?;
     let mut hist = Histogram::<u64>::new(3)?;
     for (id, at) in acked.lock().expect("acked lock").iter() {
         if let Some(c) = committed.get(id) {
