@@ -124,6 +124,7 @@ pub struct Admission {
     seeds: Mutex<HashMap<SkuId, Seed>>,
     orders: Mutex<HashMap<SkuId, Arc<Order>>>,
     ticks: Mutex<HashMap<SkuId, Instant>>,
+    counts: Mutex<HashMap<SkuId, (Instant, QueueCounts)>>,
     draws: Mutex<HashMap<SkuId, Arc<draw::Drawn>>>,
 }
 
@@ -149,6 +150,7 @@ impl Admission {
             seeds: Mutex::default(),
             orders: Mutex::default(),
             ticks: Mutex::default(),
+            counts: Mutex::default(),
             draws: Mutex::default(),
         }
     }
@@ -254,7 +256,9 @@ impl Admission {
 
     /// One wave, at most every `tick` per sale on this instance: seals the pre-queue at the
     /// start, then moves the cursor so that the admitted buyers holding an unused admission
-    /// reach the window of what is still sellable. Answers the counts after it.
+    /// reach the window of what is still sellable. Answers the counts after it. Between waves
+    /// the counts are read from the book at most once per `tick` too: a spike of buyers
+    /// reading their place costs the book one read each, not one per count.
     pub async fn tick(&self, sale: &Sale, c: &Counters) -> Result<QueueCounts, StoreError> {
         let sku = sale.sku_id;
         let due = {
@@ -266,12 +270,26 @@ impl Admission {
             }
             due
         };
-        let now = flashsale_core::clock::now_ms();
-        let counts = self.book.counts(sku, now - self.config.pass_ttl_ms).await?;
-        if !due || self.order(sale).await?.is_none() {
-            return Ok(counts);
+        if !due {
+            if let Some(counts) = self.recent_counts(sku) {
+                return Ok(counts);
+            }
         }
-        self.wave(sale, c, counts).await
+        let now = flashsale_core::clock::now_ms();
+        let mut counts = self.book.counts(sku, now - self.config.pass_ttl_ms).await?;
+        if due && self.order(sale).await?.is_some() {
+            counts = self.wave(sale, c, counts).await?;
+        }
+        let mut cache = self.counts.lock().unwrap();
+        cache.insert(sku, (Instant::now(), counts));
+        Ok(counts)
+    }
+
+    /// The counts read less than `tick` ago.
+    fn recent_counts(&self, sku: SkuId) -> Option<QueueCounts> {
+        let cache = self.counts.lock().unwrap();
+        let (at, counts) = cache.get(&sku)?;
+        (at.elapsed() < self.config.tick).then_some(*counts)
     }
 
     /// Moves the cursor once (compare and set: a racing instance's wave wins, this one is
@@ -302,7 +320,10 @@ impl Admission {
         Ok(counts)
     }
 
-    /// A buyer's place and state; an admitted buyer's pass. Runs a wave when one is due.
+    /// A buyer's place and state; an admitted buyer's pass. Runs a wave when one is due. Once
+    /// nothing is left to sell and no hold can bring units back, every reader hears SOLD_OUT
+    /// without a read of its ticket: a spike of buyers polling a sold-out queue costs the book
+    /// nothing (a reader who never joined hears it too: it is true for everyone).
     pub async fn status(
         &self,
         sale: &Sale,
@@ -311,12 +332,20 @@ impl Admission {
     ) -> Result<Option<QueueStatus>, AdmissionError> {
         Self::mode(sale, AdmissionMode::Queue)?;
         let sku = sale.sku_id;
-        let Some(ticket) = self.book.ticket(sku, user).await? else {
-            return Ok(None);
+        let sold_out = sellable(c) == 0;
+        let ticket = match sold_out {
+            true => None,
+            false => match self.book.ticket(sku, user).await? {
+                Some(t) => Some(t),
+                None => return Ok(None),
+            },
         };
         let counts = self.tick(sale, c).await?;
         let seed = self.seed(sku).await?;
-        let place = self.place(sale, user, ticket).await?;
+        let place = match ticket {
+            Some(t) => self.place(sale, user, t).await?,
+            None => None,
+        };
         let mut status = QueueStatus {
             state: QueueState::PreQueue,
             place,
@@ -326,15 +355,16 @@ impl Admission {
             admitted_until_ms: None,
             pass: None,
             seed_sha256: commitment(&seed),
-            seed: place.map(|_| admission::hex(&seed)),
+            seed: (counts.sealed || place.is_some()).then(|| admission::hex(&seed)),
         };
+        if sold_out {
+            status.state = QueueState::SoldOut;
+            return Ok(Some(status));
+        }
         let Some(place) = place else {
             return Ok(Some(status));
         };
-        if sellable(c) == 0 {
-            // Told to every buyer, admitted or not: nothing is left and no hold can return.
-            status.state = QueueState::SoldOut;
-        } else if place <= counts.cursor {
+        if place <= counts.cursor {
             self.admitted(sale, user, place, &mut status).await?;
         } else {
             status.state = QueueState::Waiting;
