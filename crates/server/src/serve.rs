@@ -75,7 +75,11 @@ impl Backends {
                         Arc::new(flashsale_redis::admission::RedisAdmission::new(conn, keys)),
                     )
                 }
-                (None, Some(sqlite)) => (Arc::new(SqliteBlacklist::new(sqlite.clone())), sqlite),
+                (None, Some(sqlite)) => (
+                    Arc::new(SqliteBlacklist::new(sqlite.clone())),
+                    // Joins of a spike share commits (one synced transaction per group).
+                    Arc::new(flashsale_store::GroupedBook::new(sqlite)),
+                ),
                 (None, None) => bail!("the embedded ledger needs its SQLite database"),
             };
         Ok(Backends {

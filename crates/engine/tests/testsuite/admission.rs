@@ -365,6 +365,49 @@ async fn draw_is_recomputable_and_passes_down(place: Place, sku: u64, n: u64, st
     );
     let entries: Vec<Entry> = view.entries.unwrap();
     assert_eq!(entries.len() as u64, n);
+    results_are_truthful(
+        &adm,
+        &place,
+        &drawn,
+        (&entries, &winners),
+        &orders[..2],
+        stock,
+    )
+    .await;
+}
+
+/// After two winners cancelled and the walk passed their units on: each of the two reads
+/// `cancelled`, and the entries reading `won` hold exactly the stock, some of them promoted
+/// from the waitlist.
+async fn results_are_truthful(
+    adm: &Admission,
+    place: &Place,
+    sale: &Sale,
+    (entries, winners): (&[Entry], &[Entry]),
+    cancelled: &[(UserId, String)],
+    stock: u64,
+) {
+    let cancelled: HashSet<UserId> = cancelled.iter().map(|(u, _)| *u).collect();
+    let first_round: HashSet<UserId> = winners.iter().map(|e| e.user_id).collect();
+    let mut won = 0u64;
+    let mut promoted = 0;
+    for e in entries {
+        let r = adm
+            .my_entry(sale, e.user_id, place.ledger.as_ref())
+            .await
+            .unwrap()
+            .unwrap();
+        if cancelled.contains(&e.user_id) {
+            assert_eq!(r.result, "cancelled", "a cancelled winner: {r:?}");
+            continue;
+        }
+        if r.result == "won" {
+            won += u64::from(e.quantity);
+            promoted += usize::from(!first_round.contains(&e.user_id));
+        }
+    }
+    assert_eq!(won, stock, "the entries reading won hold the stock");
+    assert!(promoted > 0, "a promoted entry reads won");
 }
 
 /// Runs `scripts/draw-verify.py` on a published draw: it must recompute the same winners.
