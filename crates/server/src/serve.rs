@@ -18,6 +18,7 @@ use crate::gateway::BlacklistStore;
 use crate::state::AppState;
 use crate::tunables::Tunables;
 use flashsale_core::admission::AdmissionBook;
+use flashsale_engine::admission::walker::DrawWalker;
 use flashsale_engine::backends::{workers, Background};
 use flashsale_engine::reconcile::ReconcileWorker;
 use flashsale_engine::runner::Runner;
@@ -170,7 +171,7 @@ impl Server {
             auth,
             config.tunables.clone(),
             blacklist,
-            Some(admission),
+            Some((admission, config.engine.admission)),
         );
         if let Err(e) = state.gateway.blacklist.refresh().await {
             tracing::warn!(error = %e, "could not load the blacklist at start; retrying in the background");
@@ -200,6 +201,11 @@ impl Server {
         }
         for feed in ledger.restock_feeds() {
             tasks.spawn(Box::new(RestockWorker::new(feed)));
+        }
+        if let Some(admission) = &state.admission {
+            let every = config.engine.admission.walk_every;
+            let (adm, l, s) = (admission.clone(), ledger.clone(), store.clone());
+            tasks.spawn(Box::new(DrawWalker::new(adm, l, s, every)));
         }
         for worker in workers(&config.engine, ledger, store, state.journal.clone()) {
             tasks.spawn(worker);

@@ -105,7 +105,7 @@ impl Admission {
         let refuse = |code, why: &str| Err(AdmissionError::refused(code, why));
         match self
             .book
-            .enter(sale.sku_id, entry, window, self.config.len_max)
+            .enter(sale.sku_id, entry, window, self.config.entries_max)
             .await?
         {
             Entered::New(_) => Ok((entry, true)),

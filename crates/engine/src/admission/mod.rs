@@ -8,9 +8,11 @@
 //!   and state with a signed pass once admitted ([`Admission::status`]), and the purchase
 //!   check ([`Admission::check_pass`]);
 //! - a draw ([`draw`]): entries in the window, the published draw, and the walk down the
-//!   waitlist that gives each winner a reservation.
+//!   waitlist that gives each winner a reservation, run in the background by the
+//!   [`walker::DrawWalker`] (and by readers of a result).
 
 pub mod draw;
+pub mod walker;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -23,27 +25,65 @@ use flashsale_core::admission::{
 use flashsale_core::{AdmissionMode, Counters, ErrorCode, Sale, SkuId, StoreError, UserId};
 use serde::Serialize;
 
-/// How admission runs (`[admission]` settings).
-#[derive(Debug, Clone, Copy)]
+/// How admission runs (`FLASHSALE_ADMISSION_*`; every sale of the process takes them).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct AdmissionConfig {
     /// How long an admission (and its pass) lasts from its wave.
     pub pass_ttl_ms: i64,
     /// Most places one wave admits (how fast a queue may move).
     pub wave_max: u64,
-    /// Most buyers one queue holds, and entries one draw takes.
-    pub len_max: u64,
+    /// Most buyers one queue holds.
+    pub queue_max: u64,
+    /// Most entries one draw takes.
+    pub entries_max: u64,
     /// Least time between two waves of one sale on one instance.
     pub tick: Duration,
+    /// Between two walks of the drawn sales' waitlists by the background walker.
+    pub walk_every: Duration,
+}
+
+impl AdmissionConfig {
+    /// Every default, in one place: the CLI's flags take theirs from here.
+    pub const DEFAULT: AdmissionConfig = AdmissionConfig {
+        pass_ttl_ms: 120_000,
+        wave_max: 5_000,
+        queue_max: admission::QUEUE_LEN_MAX,
+        entries_max: admission::QUEUE_LEN_MAX,
+        tick: Duration::from_millis(200),
+        walk_every: walker::WALK_EVERY,
+    };
+
+    /// Checks each setting against its bounds; the message names the setting.
+    pub fn validate(&self) -> Result<(), String> {
+        let ms = |d: Duration| u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
+        let max = admission::QUEUE_LEN_MAX;
+        let checks: [(&str, u64, u64, u64); 6] = [
+            (
+                "PASS_TTL_MS",
+                self.pass_ttl_ms.max(0) as u64,
+                1_000,
+                3_600_000,
+            ),
+            ("WAVE_MAX", self.wave_max, 1, max),
+            ("QUEUE_MAX", self.queue_max, 1, max),
+            ("ENTRIES_MAX", self.entries_max, 1, max),
+            ("TICK_MS", ms(self.tick), 10, 10_000),
+            ("WALK_MS", ms(self.walk_every), 10, 60_000),
+        ];
+        for (name, value, lo, hi) in checks {
+            if !(lo..=hi).contains(&value) {
+                return Err(format!(
+                    "FLASHSALE_ADMISSION_{name} must be {lo}..={hi}, not {value}"
+                ));
+            }
+        }
+        Ok(())
+    }
 }
 
 impl Default for AdmissionConfig {
     fn default() -> Self {
-        AdmissionConfig {
-            pass_ttl_ms: 120_000,
-            wave_max: 5_000,
-            len_max: admission::QUEUE_LEN_MAX,
-            tick: Duration::from_millis(200),
-        }
+        AdmissionConfig::DEFAULT
     }
 }
 
@@ -211,7 +251,7 @@ impl Admission {
         self.seed(sale.sku_id).await?;
         let joined = self
             .book
-            .join(sale.sku_id, user, sale.starts_at_ms, self.config.len_max)
+            .join(sale.sku_id, user, sale.starts_at_ms, self.config.queue_max)
             .await?;
         joined.ok_or_else(|| AdmissionError::refused(ErrorCode::Busy, "the queue is full"))
     }
