@@ -195,6 +195,8 @@ impl Server {
             Ok(())
         });
         tasks.spawn(Box::new(crate::workers::GatewayWorker::new(&state)));
+        let every = crate::workers::HISTORY_EVERY;
+        tasks.spawn(Box::new(crate::workers::HistoryWorker::new(&state, every)));
         if let Some(identity) = state.auth.identity() {
             let identity = identity.clone();
             tasks.spawn(Box::new(crate::identity::RefreshWorker::new(identity)));
