@@ -14,10 +14,12 @@ use flashsale_core::{
 };
 use redis::{Cmd, FromRedisValue, RedisError, ScriptInvocation, Value};
 
-use crate::bucketed::{BucketTable, Layout};
+pub mod bucketed;
+
 use crate::codec::{as_int, as_string, decode_order, parse_entries, unexpected, Entry, Item};
 use crate::conn::{bounded, split_urls, Conn, Timeouts};
 use crate::keys::{CopyTag, Keys};
+use crate::ledger::bucketed::{BucketTable, Layout};
 use crate::restock::RestockHub;
 use crate::scripts::Scripts;
 
@@ -1004,7 +1006,7 @@ impl SoldOutSupport for RedisLedger {
         }
         let version = match epochs[..] {
             [epoch] => epoch,
-            _ => crate::bucketed::epochs_version(&epochs),
+            _ => crate::ledger::bucketed::epochs_version(&epochs),
         };
         Ok(Some((version, count)))
     }
