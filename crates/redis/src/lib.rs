@@ -32,7 +32,7 @@ pub mod stream;
 
 pub use codec::{Entry, EntryError, Item, FORMAT_BUCKETED, FORMAT_ONE_COPY, FORMAT_VERSION};
 pub use keys::{slot, CopyTag, Keys};
-pub use ledger::bucketed::{BucketState, BucketStats, BucketsView, Layout};
+pub use ledger::{BucketState, BucketStats, BucketsView, Layout};
 pub use ledger::{RedisLedger, Replication, Snapshot};
 pub use routed::RoutedLedger;
 pub use stream::{AutoClaimed, PendingSummary, StreamReader, GROUP};

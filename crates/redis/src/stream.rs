@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use flashsale_core::{LedgerError, SaleState, SkuId};
 
-use crate::ledger::bucketed::Layout;
+use crate::ledger::Layout;
 use redis::{Cmd, FromRedisValue, Script, Value};
 
 use crate::codec::{as_int, as_string, parse_entries, unexpected, Entry};
