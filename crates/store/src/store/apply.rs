@@ -6,7 +6,7 @@
 use flashsale_core::buckets::bucket_of_epoch;
 use flashsale_core::{ApplyReport, Counters, Event, EventKind, SkuId, StoreError};
 
-use super::base::{of_pairs, Store, Tx};
+use super::base::{locked_sale, of_pairs, Store, Tx};
 use super::buckets::locked_bucket;
 use crate::backend::{signed, Arg, Backend};
 use crate::batch::{self, Head, KnownOrder, Plan, Split, StoredEvent, CHUNK_ROWS};
@@ -54,14 +54,7 @@ impl<B: Backend> Store<B> {
         short: bool,
     ) -> Result<Option<ApplyReport>, StoreError> {
         let mut tx = self.begin_write().await?;
-        // A row lock where the database has one; SQLite's writer holds the whole file.
-        let sql = format!(
-            "SELECT {} FROM sales WHERE sku_id = ?{}",
-            sql::SALE_COLUMNS,
-            B::DIALECT.lock_row
-        );
-        let rows = B::fetch(&mut *tx, &sql, &[Arg::Id(sku.0)]).await?;
-        let sale = SaleRow::read(rows.first().ok_or(StoreError::SaleNotFound)?)?;
+        let sale = locked_sale::<B>(&mut tx, sku).await?;
         let target = target::<B>(&mut tx, sku, &sale, events).await?;
         let applied_seq = target.head.counters.seq;
         let seqs = batch::applied_seqs(applied_seq, events);

@@ -6,8 +6,8 @@ use sqlx::{Pool, Transaction};
 use flashsale_core::{Event, SkuId, StoreError};
 
 use crate::backend::{Arg, Backend, Server};
-use crate::rows::{self, db_error};
-use crate::sql::values_placeholders;
+use crate::rows::{self, db_error, SaleRow};
+use crate::sql::{self, values_placeholders};
 
 /// The system of record on the database `B`: a writer pool and a reader pool (the same pool
 /// where the database has no single writer).
@@ -45,6 +45,21 @@ pub(super) async fn begin<B: Backend>(
         None => pool.begin().await,
     }
     .map_err(db_error)
+}
+
+/// The sale row in `tx`, locked where the database has row locks (SQLite's writer holds the
+/// whole file): what a batch or a split of buckets reads first.
+pub(super) async fn locked_sale<B: Backend>(
+    tx: &mut Tx<B>,
+    sku: SkuId,
+) -> Result<SaleRow, StoreError> {
+    let sql = format!(
+        "SELECT {} FROM sales WHERE sku_id = ?{}",
+        sql::SALE_COLUMNS,
+        B::DIALECT.lock_row
+    );
+    let rows = B::fetch(&mut **tx, &sql, &[Arg::Id(sku.0)]).await?;
+    SaleRow::read(rows.first().ok_or(StoreError::SaleNotFound)?)
 }
 
 impl<B: Backend> Store<B> {

@@ -4,9 +4,9 @@
 use flashsale_core::buckets::{bucket_epoch, split_stock};
 use flashsale_core::{BucketRow, Event, SkuId, StoreError, TransferEvent, TransferSide};
 
-use super::base::{events_of, Store, Tx};
+use super::base::{events_of, locked_sale, Store, Tx};
 use crate::backend::{signed, Arg, Backend, Columns as _};
-use crate::rows::{self, db_error, SaleRow};
+use crate::rows::{self, db_error};
 use crate::sql::{self, values_placeholders};
 
 impl<B: Backend> Store<B> {
@@ -66,13 +66,7 @@ impl<B: Backend> Store<B> {
     /// gets them only while it has not sold (its stock then splits as on creation).
     pub(super) async fn split_fresh(&self, sku: SkuId) -> Result<(), StoreError> {
         let mut tx = self.begin_write().await?;
-        let sql = format!(
-            "SELECT {} FROM sales WHERE sku_id = ?{}",
-            sql::SALE_COLUMNS,
-            B::DIALECT.lock_row
-        );
-        let rows = B::fetch(&mut *tx, &sql, &[Arg::Id(sku.0)]).await?;
-        let stored = SaleRow::read(rows.first().ok_or(StoreError::SaleNotFound)?)?.into_stored()?;
+        let stored = locked_sale::<B>(&mut tx, sku).await?.into_stored()?;
         let n = stored.sale.buckets;
         let sql = "SELECT COUNT(*) AS n FROM sale_buckets WHERE sku_id = ?";
         let count = B::fetch(&mut *tx, sql, &[Arg::Id(sku.0)]).await?;
