@@ -18,6 +18,7 @@ use crate::gateway::BlacklistStore;
 use crate::state::AppState;
 use crate::tunables::Tunables;
 use flashsale_core::admission::AdmissionBook;
+use flashsale_engine::admission::walker::DrawWalker;
 use flashsale_engine::backends::{workers, Background};
 use flashsale_engine::reconcile::ReconcileWorker;
 use flashsale_engine::runner::Runner;
@@ -75,7 +76,11 @@ impl Backends {
                         Arc::new(flashsale_redis::admission::RedisAdmission::new(conn, keys)),
                     )
                 }
-                (None, Some(sqlite)) => (Arc::new(SqliteBlacklist::new(sqlite.clone())), sqlite),
+                (None, Some(sqlite)) => (
+                    Arc::new(SqliteBlacklist::new(sqlite.clone())),
+                    // Joins of a spike share commits (one synced transaction per group).
+                    Arc::new(flashsale_store::GroupedBook::new(sqlite)),
+                ),
                 (None, None) => bail!("the embedded ledger needs its SQLite database"),
             };
         Ok(Backends {
@@ -166,7 +171,7 @@ impl Server {
             auth,
             config.tunables.clone(),
             blacklist,
-            Some(admission),
+            Some((admission, config.engine.admission)),
         );
         if let Err(e) = state.gateway.blacklist.refresh().await {
             tracing::warn!(error = %e, "could not load the blacklist at start; retrying in the background");
@@ -190,12 +195,19 @@ impl Server {
             Ok(())
         });
         tasks.spawn(Box::new(crate::workers::GatewayWorker::new(&state)));
+        let every = crate::workers::HISTORY_EVERY;
+        tasks.spawn(Box::new(crate::workers::HistoryWorker::new(&state, every)));
         if let Some(identity) = state.auth.identity() {
             let identity = identity.clone();
             tasks.spawn(Box::new(crate::identity::RefreshWorker::new(identity)));
         }
         for feed in ledger.restock_feeds() {
             tasks.spawn(Box::new(RestockWorker::new(feed)));
+        }
+        if let Some(admission) = &state.admission {
+            let every = config.engine.admission.walk_every;
+            let (adm, l, s) = (admission.clone(), ledger.clone(), store.clone());
+            tasks.spawn(Box::new(DrawWalker::new(adm, l, s, every)));
         }
         for worker in workers(&config.engine, ledger, store, state.journal.clone()) {
             tasks.spawn(worker);
