@@ -7,6 +7,8 @@
 //!   `Migrate`.
 //! - [`events`]: the order-event relay's side ([`flashsale_core::events::EventLog`]): the
 //!   ordered event log per stream, each sink's lease, pause and delivered positions.
+//! - [`notices`]: sale notices (an order reported lost, a sale sold out), an ordered log per
+//!   sale written in the transaction that makes each true, read by the relay as a stream.
 //! - [`sql`]: the SQL text, written once with `?` placeholders, and each dialect's clauses
 //!   (public: the embedded ledger's writer runs the store's statements).
 //! - [`mysql`]: `MySqlStore`, the production backend over MySQL/MariaDB.
@@ -35,6 +37,7 @@ mod batch;
 mod compat;
 pub mod events;
 pub mod mysql;
+pub mod notices;
 pub mod postgres;
 mod rows;
 pub mod sql;

@@ -588,7 +588,10 @@ async fn write_plan<B: Backend>(
         args.extend(u.order_nos.iter().map(|no| Arg::Text(no)));
         B::run(&mut **tx, &sql, &args).await?;
     }
-    guarded_update::<B>(tx, target, plan.after).await
+    guarded_update::<B>(tx, target, plan.after).await?;
+    let moved = (target.head.counters, plan.after, target.bucket.is_some());
+    let at_ms = plan.events.last().map_or(0, |(e, _)| e.at_ms);
+    crate::notices::note_sold_out::<B>(tx, target.sku, moved, at_ms).await
 }
 
 /// Inserts a plan's events: a sale's own with `INSERT_EVENTS` (bucket 0, the default), a
@@ -1237,8 +1240,13 @@ impl<B: Backend> OrderStore for Store<B> {
             Arg::Text(&lost_resolutions),
             Arg::Text(&run.report),
         ];
-        let mut conn = self.writer.acquire().await.map_err(db_error)?;
-        B::insert_id(&mut *conn, &sql, &args).await
+        // The run and the losses it reports as notices commit together.
+        let mut tx = self.begin_write().await?;
+        let id = B::insert_id(&mut *tx, &sql, &args).await?;
+        crate::notices::note_losses::<B>(&mut tx, run.sku_id, id, run.at_ms, &run.lost_orders)
+            .await?;
+        tx.commit().await.map_err(db_error)?;
+        Ok(id)
     }
 
     async fn reconcile_runs(

@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use axum::extract::State;
 use axum::Json;
-use flashsale_core::events::{EventLog, StreamKey};
+use flashsale_core::events::{EventLog, StreamKey, NOTICES};
 use flashsale_core::{ErrorCode, SkuId};
 use flashsale_engine::relay::{self, SinkStatus, SINKS};
 use serde::{Deserialize, Serialize};
@@ -31,8 +31,8 @@ pub struct EventsView {
     pub sinks: Vec<SinkStatus>,
 }
 
-/// Where a re-delivery starts: a sale's stream (`bucket` 0 for a sale of one bucket) from
-/// `from_seq` on.
+/// Where a re-delivery starts: a sale's stream (`bucket` 0 for a sale of one bucket; 64 for
+/// its notices) from `from_seq` on.
 #[derive(Debug, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct RedeliverBody {
@@ -92,7 +92,8 @@ pub async fn redeliver(
         ));
     }
     let sale = stored_sale(&st, SkuId(body.sku_id)).await?;
-    if body.bucket >= sale.sale.buckets.max(1) {
+    // Bucket 64 is the sale's notice stream (orders reported lost, sold out).
+    if body.bucket >= sale.sale.buckets.max(1) && body.bucket != NOTICES {
         return Err(AppError::new(
             ErrorCode::InvalidRequest,
             format!("sale {} has {} bucket(s)", body.sku_id, sale.sale.buckets),
