@@ -23,6 +23,8 @@ struct Target {
     bucket: Option<u16>,
     epoch: u64,
     head: Head,
+    /// The sale's stock (its row's total).
+    sale_total: u64,
 }
 
 impl Target {
@@ -134,7 +136,6 @@ async fn target<B: Backend>(
     let head = Head {
         counters: sale.counters()?,
         mode: sale.mode()?,
-        sale_available: None,
     };
     let n = sale.bucket_count()?;
     let on_sale = Target {
@@ -142,6 +143,7 @@ async fn target<B: Backend>(
         bucket: None,
         epoch: sale.epoch,
         head,
+        sale_total: head.counters.total,
     };
     let Some(first) = events.first().filter(|_| n > 1) else {
         return Ok(on_sale);
@@ -158,8 +160,8 @@ async fn target<B: Backend>(
         head: Head {
             counters: row.counters,
             mode: head.mode,
-            sale_available: Some(head.counters.available),
         },
+        sale_total: head.counters.total,
     })
 }
 
@@ -369,28 +371,64 @@ async fn guarded_update<B: Backend>(
     }
     match target.bucket {
         None => Ok(()),
-        Some(_) => add_to_sale::<B>(tx, sku, old, new).await,
+        Some(_) => follow_buckets::<B>(tx, sku, target.sale_total).await,
     }
 }
 
-/// Moves a bucketed sale's row by its bucket's change from `old` to `new`.
-async fn add_to_sale<B: Backend>(
+/// Sets a bucketed sale's row to the sum of its bucket rows (read in this transaction, after
+/// the bucket's update, under the sale row's lock that every bucket's writer takes first).
+/// The buckets may hold more reserved and sold units than the stock for a while: each bucket
+/// is persisted on its own, so a unit that left one bucket (its hold expired there, then an
+/// out) can be stored as sold in another before the first bucket's expiry is. A unit created
+/// by a lost out does it for good. The sale row then shows the stock at most (sold first,
+/// then reserved) and follows again once the buckets are back within it; the buckets keep
+/// the excess, which the checks report (I2 and the reconciler's count of hot units). Moving
+/// the row by each change instead let its CHECK refuse the batch, and the persister dead-
+/// lettered it and paused every bucket of the sale.
+async fn follow_buckets<B: Backend>(
     tx: &mut Tx<B>,
     sku: SkuId,
-    old: Counters,
-    new: Counters,
+    total: u64,
 ) -> Result<(), StoreError> {
-    let change = |new: u64, old: u64| Ok::<_, StoreError>(Arg::Int(signed(new)? - signed(old)?));
+    let sql = format!(
+        "SELECT {} FROM sale_buckets WHERE sku_id = ?",
+        sql::BUCKET_COLUMNS
+    );
+    let rows = B::fetch(&mut **tx, &sql, &[Arg::Id(sku.0)]).await?;
+    let (mut reserved, mut sold) = (0u64, 0u64);
+    for row in &rows {
+        let c = rows::bucket_row(row)?.counters;
+        (reserved, sold) = (reserved + c.reserved, sold + c.sold);
+    }
+    let shown = sale_of_buckets(total, reserved, sold);
+    if shown.reserved + shown.sold < reserved + sold {
+        tracing::warn!(%sku, total, reserved, sold,
+            "the buckets hold more reserved and sold units than the stock: units in flight, or created");
+    }
     let args = [
-        change(new.available, old.available)?,
-        change(new.reserved, old.reserved)?,
-        change(new.sold, old.sold)?,
+        Arg::Int(signed(shown.available)?),
+        Arg::Int(signed(shown.reserved)?),
+        Arg::Int(signed(shown.sold)?),
         Arg::Id(sku.0),
     ];
-    if B::run(&mut **tx, sql::ADD_TO_SALE, &args).await? != 1 {
+    if B::run(&mut **tx, sql::SET_SALE_COUNTERS, &args).await? != 1 {
         return Err(StoreError::Internal(format!(
-            "the counters of sku {sku} did not follow its bucket's"
+            "the counters of sku {sku} did not follow its buckets'"
         )));
     }
     Ok(())
+}
+
+/// The sale row's counters for buckets holding `reserved` and `sold` units in all: their sum,
+/// at most the stock (sold first).
+fn sale_of_buckets(total: u64, reserved: u64, sold: u64) -> Counters {
+    let sold = sold.min(total);
+    let reserved = reserved.min(total - sold);
+    Counters {
+        total,
+        available: total - sold - reserved,
+        reserved,
+        sold,
+        seq: 0,
+    }
 }
