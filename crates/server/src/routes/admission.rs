@@ -134,11 +134,10 @@ pub async fn join(call: UserOn<u64>) -> Result<(HeaderMap, Json<QueueView>), App
     let (st, user, p) = call.into_parts();
     let sku = SkuId(p);
     let admission = service(&st)?;
-    let (sale, _) = sale_and_counters(&st, sku).await?;
-    admission
-        .join(&sale, user, flashsale_core::clock::now_ms())
-        .await?;
-    let s = status(&st, sku, user).await?;
+    let (sale, counters) = sale_and_counters(&st, sku).await?;
+    let now = flashsale_core::clock::now_ms();
+    let ticket = admission.join(&sale, user, now).await?;
+    let s = admission.status_of(&sale, user, ticket, &counters).await?;
     Ok((retry_after(&s), Json(s.into())))
 }
 
