@@ -91,7 +91,8 @@ pub const BUCKET_GUARDED_UPDATE: &str = "UPDATE sale_buckets SET available = ?, 
      WHERE sku_id = ? AND bucket = ? AND epoch = ? AND applied_seq = ? AND available = ? \
      AND reserved = ? AND sold = ? AND ? >= 0 AND ? >= 0 AND ? >= 0";
 
-/// A bucketed sale's row follows its buckets: set to their sum (`store::follow_buckets`).
+/// A bucketed sale's row follows its buckets: set to their sum (`follow_buckets` in
+/// `store/apply.rs`).
 /// Binds: available, reserved, sold; sku_id.
 pub const SET_SALE_COUNTERS: &str =
     "UPDATE sales SET available = ?, reserved = ?, sold = ? WHERE sku_id = ?";

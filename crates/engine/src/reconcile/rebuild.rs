@@ -351,23 +351,27 @@ async fn complete_transfers(
         ins.extend(streamed_ins(ledger, sku, other).await);
     }
     let missing = sides_missing(bucket, row.epoch, &audit.transfers, &ins);
+    // Only a copy that is gone lost its expiries: a copy still there holds its events above
+    // the row's seq, and expiries written at those seqs would fence them.
+    let copy_lost = matches!(ledger.bucket_snapshot(sku, bucket).await, Ok(None));
     let mut stored = 0;
     for side in &missing {
-        stored += usize::from(store_missing_side(store, bucket, side).await?);
+        stored += usize::from(store_missing_side(store, bucket, side, copy_lost).await?);
     }
     Ok(stored)
 }
 
 /// Stores one side [`complete_transfers`] found missing; true when it was applied. An out
 /// whose units the row does not hold may carry units the lost copy got back from holds past
-/// their deadline, their expiries lost with it: the row's due holds are expired first (as the
-/// new copy would expire them once loaded) and the out is tried again. An out the bucket still
-/// cannot hold (its units were sold) is left to the reconciler, which reports it by transfer
-/// id; the rebuild goes on.
+/// their deadline, their expiries lost with it (a copy that is gone): the row's due holds are
+/// expired first (as the new copy would expire them once loaded) and the out is tried again.
+/// An out the bucket still cannot hold (its units were sold) is left to the reconciler, which
+/// reports it by transfer id; the rebuild goes on.
 async fn store_missing_side(
     store: &dyn OrderStore,
     bucket: u16,
     side: &TransferEvent,
+    copy_lost: bool,
 ) -> Result<bool, RebuildError> {
     let sku = side.sku_id;
     let mut refused = match store.apply_transfer(side).await {
@@ -375,7 +379,8 @@ async fn store_missing_side(
         Err(StoreError::Internal(why)) => why,
         Err(e) => return Err(e.into()),
     };
-    if side.side == TransferSide::Out && expire_due_holds(store, sku, bucket).await? > 0 {
+    let out = side.side == TransferSide::Out;
+    if out && copy_lost && expire_due_holds(store, sku, bucket).await? > 0 {
         refused = match store.apply_transfer(side).await {
             Ok(applied) => return Ok(applied == TransferApplied::Applied),
             Err(StoreError::Internal(why)) => why,
