@@ -112,10 +112,10 @@ async fn monitor(st: &Shared) {
     };
     for gate in st.gateway.gates.all() {
         let sku = gate.sku;
-        let queue = st.batcher.queue_depth(sku) as u64;
-        let streamed = st.ledger.durability() == flashsale_core::Durability::Streamed;
-        let lag = if bounds.lag > 0 && streamed {
-            stream_lag(st, sku)
+        let queue = st.shop.queue_depth(sku) as u64;
+        let lag = if bounds.lag > 0 && st.shop.streams() {
+            st.shop
+                .stream_lag(sku)
                 .await
                 .unwrap_or(gate.backlog.load(std::sync::atomic::Ordering::Relaxed))
         } else {
@@ -126,13 +126,6 @@ async fn monitor(st: &Shared) {
             auto_pause(st, &gate, engaged).await;
         }
     }
-}
-
-/// Hot `seq` minus the database's `applied_seq`: events accepted but not yet persisted.
-async fn stream_lag(st: &Shared, sku: SkuId) -> Option<u64> {
-    let hot = st.ledger.counters(sku).await.ok()??;
-    let stored = st.store.sale(sku).await.ok()??;
-    Some(hot.seq.saturating_sub(stored.counters.seq))
 }
 
 async fn auto_pause(st: &Shared, gate: &pressure::SaleGate, engaged: bool) {
@@ -146,11 +139,10 @@ async fn auto_pause(st: &Shared, gate: &pressure::SaleGate, engaged: bool) {
         gate.auto_paused.store(false, Ordering::Relaxed);
         return;
     }
-    match st.ledger.set_state_if(gate.sku, from, to).await {
+    match st.shop.set_hot_state_if(gate.sku, from, to).await {
         Ok(changed) => {
             gate.auto_paused
                 .store(engaged && changed, Ordering::Relaxed);
-            st.sales.forget(gate.sku);
             tracing::warn!(sku = gate.sku.0, ?to, changed, "back-pressure auto-pause");
         }
         Err(e) => tracing::warn!(sku = gate.sku.0, error = %e, "auto-pause failed"),
@@ -160,5 +152,5 @@ async fn auto_pause(st: &Shared, gate: &pressure::SaleGate, engaged: bool) {
 /// The operator's state in the database is still `live` (the hot copy's state is the one
 /// the auto-pause changed).
 async fn operator_left_it_live(st: &Shared, sku: SkuId) -> bool {
-    matches!(st.store.sale(sku).await, Ok(Some(s)) if s.sale.state == flashsale_core::SaleState::Live)
+    st.shop.stored_state(sku).await == Some(flashsale_core::SaleState::Live)
 }

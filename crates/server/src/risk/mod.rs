@@ -18,6 +18,7 @@
 
 pub mod circuit;
 pub mod config;
+pub mod gate;
 pub mod replays;
 
 use std::net::IpAddr;
