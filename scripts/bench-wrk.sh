@@ -7,7 +7,10 @@
 # 64 connections; tokens of 2,000 users signed with the server's secret, cycled by a Lua script;
 # each path and /healthz are run in turn three times and the median of the three ratios
 # path / /healthz is reported. A non-2xx answer on a path that must succeed (accepted purchase,
-# stock read) fails the run; on the sold-out path every answer must be the 409.
+# stock read, queue join) fails the run; on the sold-out path every answer must be the 409, and
+# on a queue sale's purchase without an admission pass every answer must be the 403.
+# The join path joins a queue sale's pre-queue with the tokens of JOIN_USERS users, a new user
+# per request until they are used up (then a second join, which answers the same place).
 #
 # Usage: scripts/bench-wrk.sh [embedded] [redis]      (default: both)
 # Environment: FLASHSALE_BIN (default target/release/flashsale, built when missing),
@@ -25,6 +28,7 @@ MYSQL_ARGS=${BENCH_MYSQL:--h 127.0.0.1 -P 3306 -u root}
 LEDGERS=("$@")
 [ ${#LEDGERS[@]} -gt 0 ] || LEDGERS=(embedded redis)
 USERS=2000
+JOIN_USERS=${WRK_JOIN_USERS:-200000}
 
 command -v wrk >/dev/null || scripts/apt-install.sh bench-wrk wrk
 [ -x "$BIN" ] || cargo build --release --locked -p flashsale
@@ -43,9 +47,9 @@ trap cleanup EXIT
 
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 
-# HS256 tokens for users 1..USERS, one a line, signed as `flashsale token` signs them.
-sign_tokens() {
-    python3 - "$1" "$USERS" <<'EOF'
+# HS256 tokens for users 1..N (default USERS), one a line, signed as `flashsale token` signs them.
+sign_tokens() { # secret [n]
+    python3 - "$1" "${2:-$USERS}" <<'EOF'
 import base64, hashlib, hmac, json, sys, time
 secret, users = sys.argv[1].encode(), int(sys.argv[2])
 b64 = lambda b: base64.urlsafe_b64encode(b).rstrip(b"=").decode()
@@ -71,6 +75,17 @@ request = function()
     wrk.headers["authorization"] = tokens[(n % #tokens) + 1]
     local body = '{"request_id":"' .. run .. "-" .. n .. '","quantity":1}'
     return wrk.format(nil, nil, nil, body)
+end
+EOF
+    cat >"$WORK/join.lua" <<EOF
+local tokens = {}
+for line in io.lines("$WORK/join-tokens") do tokens[#tokens + 1] = "Bearer " .. line end
+local n = 0
+wrk.method = "POST"
+request = function()
+    n = n + 1
+    wrk.headers["authorization"] = tokens[(n % #tokens) + 1]
+    return wrk.format(nil, nil, nil, nil)
 end
 EOF
 }
@@ -124,6 +139,13 @@ open_sale() { # sku stock
     admin POST "/api/v1/sales/$1/warm"
 }
 
+# A queue sale whose queue is open and whose start is an hour away: joins form its pre-queue.
+queue_sale() { # sku stock
+    local now
+    now=$(python3 -c 'import time; print(int(time.time() * 1000))')
+    admin POST /api/v1/sales "{\"sku_id\":$1,\"name\":\"wrk queue\",\"total_stock\":$2,\"per_user_limit\":1,\"admission\":\"queue\",\"admission_opens_at_ms\":$((now - 1000)),\"starts_at_ms\":$((now + 3600000)),\"ends_at_ms\":$((now + 7200000))}"
+}
+
 # Runs wrk on one path; prints "requests/s non2xx total".
 wrk_run() { # url [lua]
     local out
@@ -171,15 +193,19 @@ for LEDGER in "${LEDGERS[@]}"; do
     esac
     start_server "$LEDGER"
     sign_tokens "$JWT" >"$WORK/tokens"
+    sign_tokens "$JWT" "$JOIN_USERS" >"$WORK/join-tokens"
     write_lua
     open_sale 1 1000000000
     open_sale 2 1
+    queue_sale 3 1000
     first=$(head -1 "$WORK/tokens")
     curl -fsS -XPOST "$BASE/api/v1/sales/2/purchases" -H "authorization: Bearer $first" \
         -H 'content-type: application/json' -d '{"request_id":"only","quantity":1}' >/dev/null
     measure "stock read (GET /api/v1/sales/{sku})" "$BASE/api/v1/sales/1" ok
     measure "sold out (409)" "$BASE/api/v1/sales/2/purchases" refused "$WORK/purchase.lua"
     measure "accepted (202)" "$BASE/api/v1/sales/1/purchases" ok "$WORK/purchase.lua"
+    measure "queue join (POST …/queue)" "$BASE/api/v1/sales/3/queue" ok "$WORK/join.lua"
+    measure "no admission pass (403)" "$BASE/api/v1/sales/3/purchases" refused "$WORK/purchase.lua"
     stop_server
 done
 

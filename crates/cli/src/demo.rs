@@ -199,6 +199,7 @@ fn demo_config(args: &DemoArgs) -> anyhow::Result<Config> {
             persister: Default::default(),
             reconcile: Default::default(),
             events: Default::default(),
+            admission: Default::default(),
         },
         listen: "127.0.0.1:0".parse()?,
         jwt_secret: secret(),

@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use anyhow::Context;
 use clap::Args;
+use flashsale_engine::admission::AdmissionConfig;
 use flashsale_engine::placement::HotSales;
 use flashsale_engine::reconcile::WorkerSettings;
 use flashsale_engine::relay::nats::NatsSettings;
@@ -70,6 +71,8 @@ pub struct Settings {
     pub persister: PersisterFlags,
     #[command(flatten)]
     pub events: EventsFlags,
+    #[command(flatten)]
+    pub admission: AdmissionFlags,
     #[command(flatten)]
     pub gateway: GatewaySettings,
     #[command(flatten)]
@@ -159,6 +162,48 @@ pub struct PersisterFlags {
     #[arg(long, env = "FLASHSALE_PERSISTER_DISCOVER_MS",
           default_value_t = millis(P.discover_every))]
     pub persister_discover_ms: u64,
+}
+
+/// Queue and draw sales' admission; the defaults are `AdmissionConfig::DEFAULT`'s.
+#[derive(Debug, Clone, Args)]
+pub struct AdmissionFlags {
+    /// How long an admission (and its pass) lasts from its wave, ms (1000..=3600000).
+    #[arg(long, env = "FLASHSALE_ADMISSION_PASS_TTL_MS", default_value_t = A.pass_ttl_ms)]
+    pub admission_pass_ttl_ms: i64,
+    /// Most places one wave of a queue admits.
+    #[arg(long, env = "FLASHSALE_ADMISSION_WAVE_MAX", default_value_t = A.wave_max)]
+    pub admission_wave_max: u64,
+    /// Most buyers one queue holds (a further join: 429 BUSY).
+    #[arg(long, env = "FLASHSALE_ADMISSION_QUEUE_MAX", default_value_t = A.queue_max)]
+    pub admission_queue_max: u64,
+    /// Most entries one draw takes (a further entry: 429 BUSY).
+    #[arg(long, env = "FLASHSALE_ADMISSION_ENTRIES_MAX", default_value_t = A.entries_max)]
+    pub admission_entries_max: u64,
+    /// Least time between two waves of one queue on one instance, ms (10..=10000).
+    #[arg(long, env = "FLASHSALE_ADMISSION_TICK_MS", default_value_t = millis(A.tick))]
+    pub admission_tick_ms: u64,
+    /// Between two walks of the drawn sales' waitlists in the background, ms (10..=60000).
+    #[arg(long, env = "FLASHSALE_ADMISSION_WALK_MS", default_value_t = millis(A.walk_every))]
+    pub admission_walk_ms: u64,
+}
+
+/// The defaults of the admission flags.
+const A: AdmissionConfig = AdmissionConfig::DEFAULT;
+
+impl AdmissionFlags {
+    /// The admission settings, each checked against its bounds.
+    pub fn settings(&self) -> anyhow::Result<AdmissionConfig> {
+        let c = AdmissionConfig {
+            pass_ttl_ms: self.admission_pass_ttl_ms,
+            wave_max: self.admission_wave_max,
+            queue_max: self.admission_queue_max,
+            entries_max: self.admission_entries_max,
+            tick: Duration::from_millis(self.admission_tick_ms),
+            walk_every: Duration::from_millis(self.admission_walk_ms),
+        };
+        c.validate().map_err(anyhow::Error::msg)?;
+        Ok(c)
+    }
 }
 
 /// Order events to the shop's other systems: a sink is on when its URL is set. Every process
@@ -269,6 +314,7 @@ impl Settings {
                 repair: self.reconcile_repair,
             },
             events: self.events.settings()?,
+            admission: self.admission.settings()?,
         })
     }
 
@@ -595,6 +641,51 @@ mod tests {
         identity: IdentitySettings,
         #[command(flatten)]
         persister: PersisterFlags,
+        #[command(flatten)]
+        admission: AdmissionFlags,
+    }
+
+    fn admission(args: &[&str]) -> anyhow::Result<AdmissionConfig> {
+        let mut argv = vec!["flashsale"];
+        argv.extend_from_slice(args);
+        Cli::try_parse_from(argv)?.admission.settings()
+    }
+
+    #[test]
+    fn admission_takes_its_defaults_and_refuses_settings_out_of_bounds() {
+        assert_eq!(admission(&[]).unwrap(), AdmissionConfig::DEFAULT);
+        let set = admission(&[
+            "--admission-pass-ttl-ms",
+            "30000",
+            "--admission-queue-max",
+            "500",
+            "--admission-entries-max",
+            "700",
+            "--admission-walk-ms",
+            "100",
+        ])
+        .unwrap();
+        assert_eq!(
+            (
+                set.pass_ttl_ms,
+                set.queue_max,
+                set.entries_max,
+                set.walk_every
+            ),
+            (30_000, 500, 700, Duration::from_millis(100))
+        );
+        for bad in [
+            ["--admission-pass-ttl-ms", "999"],
+            ["--admission-pass-ttl-ms=-5", "--admission-wave-max=5"],
+            ["--admission-wave-max", "0"],
+            ["--admission-queue-max", "0"],
+            ["--admission-entries-max", "1000001"],
+            ["--admission-tick-ms", "5"],
+            ["--admission-walk-ms", "60001"],
+        ] {
+            let err = admission(&bad).unwrap_err().to_string();
+            assert!(err.contains("FLASHSALE_ADMISSION_"), "{bad:?}: {err}");
+        }
     }
 
     fn persister(args: &[&str]) -> anyhow::Result<PersisterSettings> {

@@ -3,10 +3,11 @@
 //! that delivers them (the ordered event log per stream, a delivered position per sink and
 //! stream, a lease and a state per sink).
 //!
-//! An event is a pure function of one stored row of `stock_events`, so delivering it twice
-//! yields the same bytes and the same `id` (`<order_no>.<kind>`: an order is created once and
-//! resolved at most once), which is what a consumer deduplicates by and what NATS JetStream's
-//! `Nats-Msg-Id` window catches.
+//! An event is a pure function of one stored row of `stock_events` (or of `sale_notices`), so
+//! delivering it twice yields the same bytes and the same `id` (`<order_no>.<kind>`: an order
+//! is created once and resolved at most once; `<order_no>.lost`: a loss is stored once however
+//! many runs report it; `sale-<sku>.sold_out.<total>`: a sale sells out once per total), which
+//! is what a consumer deduplicates by and what NATS JetStream's `Nats-Msg-Id` window catches.
 
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
@@ -32,6 +33,68 @@ impl std::fmt::Display for StreamKey {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "{}/{}", self.sku, self.bucket)
     }
+}
+
+/// The `bucket` of a sale's notice stream (orders reported lost, the sale sold out): past
+/// every bucket's (a sale has at most 64, numbered from 0).
+pub const NOTICES: u16 = 64;
+
+impl StreamKey {
+    /// The notice stream of `sku`.
+    pub fn notices(sku: SkuId) -> StreamKey {
+        StreamKey {
+            sku,
+            bucket: NOTICES,
+        }
+    }
+
+    pub fn is_notices(&self) -> bool {
+        self.bucket == NOTICES
+    }
+}
+
+/// What a sale notice announces.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum NoticeKind {
+    /// An order the hot ledger accepted and lost before the database stored it, as the
+    /// reconciler reported it.
+    Lost,
+    /// Every unit of the sale sold: `sold` reached `total_stock` (none available, none held,
+    /// none in flight between buckets).
+    SoldOut,
+}
+
+impl NoticeKind {
+    /// As stored in `sale_notices.kind`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            NoticeKind::Lost => "lost",
+            NoticeKind::SoldOut => "sold_out",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<NoticeKind> {
+        match s {
+            "lost" => Some(NoticeKind::Lost),
+            "sold_out" => Some(NoticeKind::SoldOut),
+            _ => None,
+        }
+    }
+}
+
+/// A row of `sale_notices`: the `seq`-th notice of its sale.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Notice {
+    pub sku_id: SkuId,
+    pub seq: u64,
+    pub kind: NoticeKind,
+    /// The lost order's number (empty for sold out).
+    pub order_no: String,
+    /// The sale's total when it sold out (0 for a loss).
+    pub total_stock: u64,
+    /// The reconciler run that reported the loss (0 for sold out).
+    pub run_id: u64,
+    pub at_ms: i64,
 }
 
 /// A stream and the last seq the database stored in it.
@@ -68,7 +131,8 @@ pub struct SinkRow {
 /// deliver an event but never move a position back past what a consumer has seen.
 #[async_trait]
 pub trait EventLog: Send + Sync + 'static {
-    /// Every stream with at least one stored event, and its head.
+    /// Every stream with at least one stored event, and its head (a sale's notice stream,
+    /// [`StreamKey::notices`], among them).
     async fn event_streams(&self) -> Result<Vec<StreamHead>, StoreError>;
 
     /// The events of `stream` with `seq > after`, by seq, at most `max`.
@@ -78,6 +142,15 @@ pub trait EventLog: Send + Sync + 'static {
         after: u64,
         max: usize,
     ) -> Result<Vec<LoggedEvent>, StoreError>;
+
+    /// The notices of `sku` with `seq > after`, by seq, at most `max` (its notice stream's
+    /// events).
+    async fn logged_notices(
+        &self,
+        sku: SkuId,
+        after: u64,
+        max: usize,
+    ) -> Result<Vec<Notice>, StoreError>;
 
     /// The delivered position of `sink` in every stream it has one for.
     async fn positions(&self, sink: &str) -> Result<Vec<(StreamKey, u64)>, StoreError>;
@@ -139,6 +212,8 @@ pub enum OrderEventType {
     Paid,
     Cancelled,
     Expired,
+    Lost,
+    SoldOut,
 }
 
 impl OrderEventType {
@@ -158,12 +233,15 @@ impl OrderEventType {
             OrderEventType::Paid => "order.paid",
             OrderEventType::Cancelled => "order.cancelled",
             OrderEventType::Expired => "order.expired",
+            OrderEventType::Lost => "order.lost",
+            OrderEventType::SoldOut => "sale.sold_out",
         }
     }
 
     /// The last word, as the event's `id` ends.
     fn word(self) -> &'static str {
-        &self.suffix()["order.".len()..]
+        let suffix = self.suffix();
+        &suffix[suffix.find('.').map_or(0, |i| i + 1)..]
     }
 }
 
@@ -183,6 +261,58 @@ pub struct OrderData {
     pub at_ms: i64,
 }
 
+/// An order the reconciler reported lost: accepted by the hot ledger, never stored (the API
+/// answers 404 for it).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LostData {
+    pub order_no: String,
+    pub sku_id: u64,
+    /// Always `LOST`.
+    pub status: String,
+    /// The stored reconciler run that reported it (`GET /api/v1/admin/reconcile/runs`).
+    pub reconcile_run_id: u64,
+    /// When that run ran (ms).
+    pub at_ms: i64,
+}
+
+/// A sale whose every unit sold.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SoldOutData {
+    pub sku_id: u64,
+    pub total_stock: u64,
+    pub sold: u64,
+    /// The time of the transition that sold the last unit (ms, the hot ledger's clock).
+    pub at_ms: i64,
+}
+
+/// An event's `data`: the order as the API shows it, a lost order, or a sold-out sale.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum EventData {
+    Order(OrderData),
+    Lost(LostData),
+    SoldOut(SoldOutData),
+}
+
+impl EventData {
+    /// When the transition happened (ms).
+    pub fn at_ms(&self) -> i64 {
+        match self {
+            EventData::Order(o) => o.at_ms,
+            EventData::Lost(l) => l.at_ms,
+            EventData::SoldOut(s) => s.at_ms,
+        }
+    }
+
+    /// The order's data, for an order's own transition.
+    pub fn order(&self) -> Option<&OrderData> {
+        match self {
+            EventData::Order(o) => Some(o),
+            _ => None,
+        }
+    }
+}
+
 /// One event in CloudEvents 1.0 structured JSON. `sequence` (the CloudEvents sequence
 /// extension) and `partitionkey` (the partitioning extension) let a consumer order by stream.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -199,7 +329,7 @@ pub struct CloudEvent {
     pub sequence: String,
     /// The sale (sku id): every event of one order has it.
     pub partitionkey: String,
-    pub data: OrderData,
+    pub data: EventData,
 }
 
 impl CloudEvent {
@@ -228,7 +358,7 @@ impl CloudEvent {
             datacontenttype: "application/json".to_owned(),
             sequence: format!("{:02}.{:020}", logged.bucket, e.seq),
             partitionkey: e.sku_id.to_string(),
-            data: OrderData {
+            data: EventData::Order(OrderData {
                 order_no: e.order_no.to_string(),
                 sku_id: e.sku_id.0,
                 user_id: e.user_id.0,
@@ -237,8 +367,52 @@ impl CloudEvent {
                 status,
                 deadline_ms: (e.kind == EventKind::Deducted && reserve).then_some(e.deadline_ms),
                 at_ms: e.at_ms,
-            },
+            }),
         })
+    }
+
+    /// The event of a stored notice: `order.lost` (subject the order number) or
+    /// `sale.sold_out` (subject the sale's sku id). Its `sequence` is `64.<seq>`, the notice
+    /// stream's.
+    pub fn of_notice(n: &Notice) -> CloudEvent {
+        let sku = n.sku_id.0;
+        let (ty, id, subject, data) = match n.kind {
+            NoticeKind::Lost => (
+                OrderEventType::Lost,
+                event_id(&n.order_no, OrderEventType::Lost),
+                n.order_no.clone(),
+                EventData::Lost(LostData {
+                    order_no: n.order_no.clone(),
+                    sku_id: sku,
+                    status: "LOST".to_owned(),
+                    reconcile_run_id: n.run_id,
+                    at_ms: n.at_ms,
+                }),
+            ),
+            NoticeKind::SoldOut => (
+                OrderEventType::SoldOut,
+                format!("sale-{sku}.sold_out.{}", n.total_stock),
+                sku.to_string(),
+                EventData::SoldOut(SoldOutData {
+                    sku_id: sku,
+                    total_stock: n.total_stock,
+                    sold: n.total_stock,
+                    at_ms: n.at_ms,
+                }),
+            ),
+        };
+        CloudEvent {
+            specversion: SPEC_VERSION.to_owned(),
+            id,
+            source: format!("/flashsale/sales/{sku}"),
+            ty: format!("{TYPE_PREFIX}{}", ty.suffix()),
+            subject,
+            time: rfc3339_ms(n.at_ms),
+            datacontenttype: "application/json".to_owned(),
+            sequence: format!("{NOTICES:02}.{:020}", n.seq),
+            partitionkey: sku.to_string(),
+            data,
+        }
     }
 
     /// The `type`'s tail (`order.created`, …).
@@ -327,8 +501,8 @@ mod tests {
         assert_eq!(a.id, format!("{no}.created"));
         assert_eq!(a.ty, "dev.flashsale.order.created");
         assert_eq!(a.subject, no);
-        assert_eq!(a.data.status, OrderStatus::Created);
-        assert_eq!(a.data.deadline_ms, None);
+        assert_eq!(a.data.order().unwrap().status, OrderStatus::Created);
+        assert_eq!(a.data.order().unwrap().deadline_ms, None);
         let json: serde_json::Value = serde_json::from_slice(&a.to_json()).unwrap();
         assert_eq!(json["specversion"], "1.0");
         assert_eq!(json["type"], "dev.flashsale.order.created");
@@ -339,8 +513,9 @@ mod tests {
     #[test]
     fn each_kind_has_its_type_and_status_and_rejected_rows_announce_nothing() {
         let held = CloudEvent::of(&logged(EventKind::Deducted, 99, false)).unwrap();
-        assert_eq!(held.data.status, OrderStatus::Reserved);
-        assert_eq!(held.data.deadline_ms, Some(99));
+        let data = held.data.order().unwrap();
+        assert_eq!(data.status, OrderStatus::Reserved);
+        assert_eq!(data.deadline_ms, Some(99));
         for (kind, ty, status) in [
             (EventKind::Paid, "order.paid", OrderStatus::Paid),
             (
@@ -352,10 +527,50 @@ mod tests {
         ] {
             let e = CloudEvent::of(&logged(kind, 99, false)).unwrap();
             assert_eq!(e.suffix(), ty);
-            assert_eq!(e.data.status, status);
-            assert_eq!(e.data.deadline_ms, None);
+            assert_eq!(e.data.order().unwrap().status, status);
+            assert_eq!(e.data.order().unwrap().deadline_ms, None);
             assert!(e.id.ends_with(&ty["order".len()..]));
         }
         assert!(CloudEvent::of(&logged(EventKind::Deducted, 0, true)).is_none());
+    }
+
+    fn notice(kind: NoticeKind) -> Notice {
+        Notice {
+            sku_id: SkuId(42),
+            seq: 3,
+            kind,
+            order_no: if kind == NoticeKind::Lost {
+                "42-1-9".into()
+            } else {
+                String::new()
+            },
+            total_stock: if kind == NoticeKind::Lost { 0 } else { 100 },
+            run_id: if kind == NoticeKind::Lost { 7 } else { 0 },
+            at_ms: 1_767_225_600_250,
+        }
+    }
+
+    #[test]
+    fn notices_have_their_types_stable_ids_and_data_that_reads_back() {
+        let lost = CloudEvent::of_notice(&notice(NoticeKind::Lost));
+        assert_eq!(lost.id, "42-1-9.lost");
+        assert_eq!(lost.ty, "dev.flashsale.order.lost");
+        assert_eq!(lost.subject, "42-1-9");
+        assert_eq!(lost.sequence, "64.00000000000000000003");
+        let sold = CloudEvent::of_notice(&notice(NoticeKind::SoldOut));
+        assert_eq!(sold.id, "sale-42.sold_out.100");
+        assert_eq!(sold.ty, "dev.flashsale.sale.sold_out");
+        assert_eq!(sold.suffix(), "sale.sold_out");
+        assert_eq!(sold.subject, "42");
+        for e in [&lost, &sold] {
+            let back: CloudEvent = serde_json::from_slice(&e.to_json()).unwrap();
+            assert_eq!(&back, e);
+        }
+        let order = CloudEvent::of(&logged(EventKind::Paid, 9, false)).unwrap();
+        let back: CloudEvent = serde_json::from_slice(&order.to_json()).unwrap();
+        assert_eq!(back, order);
+        let json: serde_json::Value = serde_json::from_slice(&lost.to_json()).unwrap();
+        assert_eq!(json["data"]["status"], "LOST");
+        assert_eq!(json["data"]["reconcile_run_id"], 7);
     }
 }

@@ -27,6 +27,7 @@ use std::sync::mpsc;
 use std::time::Duration;
 
 use flashsale_core::{Counters, Event, EventKind, OrderNo, OrderStatus, SaleMode, SkuId};
+use flashsale_store::notices;
 use flashsale_store::sql::sqlite::{
     values_placeholders, EVENT_COLS, GUARDED_UPDATE, INSERT_EVENTS, INSERT_ORDERS, ORDER_COLS,
 };
@@ -233,7 +234,30 @@ fn write(conn: &mut Connection, sql: &Sql, buf: &mut Buffers, g: &Group) -> Resu
             g.sku, old.seq, g.epoch
         ));
     }
+    note_sold_out(&tx, g, old, new).map_err(|e| e.to_string())?;
     tx.commit().map_err(|e| e.to_string())
+}
+
+/// The store's sold-out notice (`notices::SOLD_OUT_GATE`, `INSERT_SOLD_OUT`) in the group's
+/// transaction, when the group sold the sale's last unit.
+fn note_sold_out(
+    tx: &rusqlite::Transaction<'_>,
+    g: &Group,
+    old: Counters,
+    new: Counters,
+) -> rusqlite::Result<()> {
+    if !notices::may_sell_out(old, new, false) {
+        return Ok(());
+    }
+    let gate = tx
+        .prepare_cached(notices::SOLD_OUT_GATE)?
+        .execute(rusqlite::params![i(g.sku.0)])?;
+    if gate == 1 {
+        let at_ms = g.events.last().map_or(0, |e| e.at_ms);
+        tx.prepare_cached(notices::INSERT_SOLD_OUT)?
+            .execute(rusqlite::params![at_ms, i(g.sku.0)])?;
+    }
+    Ok(())
 }
 
 /// Folds the group over the book's counters as the store's fold does for an accepted group:

@@ -21,6 +21,8 @@ pub struct Settings {
     pub reconcile: WorkerSettings,
     /// Order events to the shop's other systems (the sinks, the relay).
     pub events: crate::relay::EventsSettings,
+    /// Queue and draw sales' admission.
+    pub admission: crate::admission::AdmissionConfig,
 }
 
 impl Settings {
@@ -43,6 +45,7 @@ impl Settings {
             persister: PersisterSettings::default(),
             reconcile: WorkerSettings::default(),
             events: crate::relay::EventsSettings::default(),
+            admission: crate::admission::AdmissionConfig::DEFAULT,
         }
     }
 }

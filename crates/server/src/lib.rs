@@ -121,6 +121,8 @@ fn api() -> OpenApiRouter<AppState> {
         .routes(routes!(orders::cancel))
         .routes(routes!(routes::dashboard::public_route))
         .routes(routes!(routes::dashboard::admin_route))
+        .routes(routes!(routes::dashboard::history_route))
+        .routes(routes!(routes::dashboard::admin_history_route))
         .routes(routes!(reconcile_routes::report_route))
         .routes(routes!(reconcile_routes::repair_route))
         .merge(routes::admin::gateway::router())

@@ -73,7 +73,11 @@ impl Backends {
                         Arc::new(flashsale_redis::admission::RedisAdmission::new(conn, keys)),
                     )
                 }
-                (None, Some(sqlite)) => (Arc::new(SqliteBlacklist::new(sqlite.clone())), sqlite),
+                (None, Some(sqlite)) => (
+                    Arc::new(SqliteBlacklist::new(sqlite.clone())),
+                    // Joins of a spike share commits (one synced transaction per group).
+                    Arc::new(flashsale_store::GroupedBook::new(sqlite)),
+                ),
                 (None, None) => bail!("the embedded ledger needs its SQLite database"),
             };
         Ok(Backends {
@@ -156,7 +160,7 @@ impl Server {
             auth,
             config.tunables.clone(),
             blacklist,
-            Some(admission),
+            Some((admission, config.engine.admission)),
         );
         if let Err(e) = state.gateway.blacklist.refresh().await {
             tracing::warn!(error = %e, "could not load the blacklist at start; retrying in the background");
@@ -180,6 +184,8 @@ impl Server {
             Ok(())
         });
         tasks.spawn(Box::new(crate::workers::GatewayWorker::new(&state)));
+        let every = crate::workers::HISTORY_EVERY;
+        tasks.spawn(Box::new(crate::workers::HistoryWorker::new(&state, every)));
         if let Some(identity) = state.auth.identity() {
             let identity = identity.clone();
             tasks.spawn(Box::new(crate::identity::RefreshWorker::new(identity)));

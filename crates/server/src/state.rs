@@ -76,19 +76,19 @@ impl AppState {
         AppState::with_admission(ledger, store, auth, tunables, blacklist, None)
     }
 
-    /// With the admission state of queue and draw sales kept in `book` (the sale's Redis
-    /// slot, or the embedded ledger's database).
+    /// With the admission state of queue and draw sales kept in a book (the sale's Redis
+    /// slot, or the embedded ledger's database), run by its settings.
     pub fn with_admission(
         ledger: Arc<dyn Ledger>,
         store: Arc<dyn OrderStore>,
         auth: Auth,
         tunables: Tunables,
         blacklist: Arc<dyn BlacklistStore>,
-        book: Option<Arc<dyn AdmissionBook>>,
+        book: Option<(Arc<dyn AdmissionBook>, AdmissionConfig)>,
     ) -> AppState {
-        let admission = book.map(|book| {
+        let admission = book.map(|(book, config)| {
             let secret = auth.secret().as_bytes();
-            Arc::new(Admission::new(book, secret, AdmissionConfig::default()))
+            Arc::new(Admission::new(book, secret, config))
         });
         let gateway = Gateway::new(tunables.gateway.clone(), auth.secret(), blacklist);
         // `Server::start` refuses a bad risk URL before building the state.

@@ -1,5 +1,6 @@
-//! The server's own worker over the shared state: the gateway's periodic work (the blacklist
-//! reload, the rate limiters' sweep and the back-pressure monitor with its auto-pause).
+//! The server's own workers over the shared state: the gateway's periodic work (the blacklist
+//! reload, the rate limiters' sweep and the back-pressure monitor with its auto-pause), and
+//! the dashboard's history sampler.
 
 use std::sync::{Arc, Weak};
 use std::time::Duration;
@@ -153,4 +154,142 @@ async fn auto_pause(st: &Shared, gate: &pressure::SaleGate, engaged: bool) {
 /// the auto-pause changed).
 async fn operator_left_it_live(st: &Shared, sku: SkuId) -> bool {
     st.shop.stored_state(sku).await == Some(flashsale_core::SaleState::Live)
+}
+
+/// Samples every sale the dashboard shows once a second into the dashboard's history
+/// (`dashboard::history`), so the series of a sale reach back to its start whenever a page is
+/// opened. Holds the state weakly, like the gateway's worker.
+pub struct HistoryWorker {
+    state: Weak<Shared>,
+    pace: flashsale_engine::runner::Pace,
+}
+
+/// Between two samples of the dashboard's history.
+pub const HISTORY_EVERY: Duration = Duration::from_secs(1);
+
+impl HistoryWorker {
+    pub fn new(state: &AppState, every: Duration) -> HistoryWorker {
+        HistoryWorker {
+            state: Arc::downgrade(state.shared()),
+            pace: flashsale_engine::runner::Pace::new(every),
+        }
+    }
+}
+
+#[async_trait::async_trait]
+impl Worker for HistoryWorker {
+    fn name(&self) -> &'static str {
+        "dashboard_history"
+    }
+
+    async fn work(&mut self) -> anyhow::Result<WorkerState> {
+        let Some(st) = self.state.upgrade() else {
+            return Ok(WorkerState::Done);
+        };
+        sample_all(&st).await?;
+        Ok(WorkerState::Idle)
+    }
+
+    async fn wait_for_work(&mut self) -> WorkerState {
+        self.pace.tick().await;
+        WorkerState::Busy
+    }
+}
+
+/// Sales sampled at most per pass (as many as the dashboard shows).
+const SAMPLED_MAX: usize = 50;
+
+/// One sample of every sale that is running: live or paused, or a queue or draw sale whose
+/// queue or entries opened before its start.
+async fn sample_all(st: &Shared) -> anyhow::Result<()> {
+    use flashsale_core::{AdmissionMode, SaleState};
+    let now = flashsale_core::clock::now_ms();
+    let running = |s: &flashsale_core::Sale| match s.state {
+        SaleState::Live | SaleState::Paused => true,
+        SaleState::Scheduled => {
+            s.admission.mode != AdmissionMode::Open && now >= s.admission.admission_opens_at_ms
+        }
+        SaleState::Ended => false,
+    };
+    let sales = st.shop.sales().await?;
+    for stored in sales.iter().filter(|s| running(&s.sale)).take(SAMPLED_MAX) {
+        let point = sample(st, stored, now).await;
+        st.dashboard.history.record(stored.sale.sku_id, point);
+    }
+    Ok(())
+}
+
+/// One sale's point: its counters (the hot ledger's when it has them), its backlog, the last
+/// complete second of its answers, and its admission.
+async fn sample(
+    st: &Shared,
+    stored: &flashsale_core::ledger::StoredSale,
+    now_ms: i64,
+) -> crate::dashboard::history::Point {
+    use crate::dashboard::history::Point;
+    let sku = stored.sale.sku_id;
+    let c = st.shop.stock_now(stored).await;
+    let gate = st.gateway.gates.all().into_iter().find(|g| g.sku == sku);
+    let t = (now_ms / 1000) as u64;
+    // Every complete second since the previous sample (a late sample skips none).
+    let since = st
+        .dashboard
+        .history
+        .last(sku)
+        .map_or(1, |p| t.saturating_sub(p.t));
+    let seconds = since.clamp(1, crate::dashboard::live::WINDOW_S / 2);
+    let a = st.dashboard.live.series(sku, seconds);
+    let mean = |xs: &[u32]| xs.iter().map(|&n| f64::from(n)).sum::<f64>() / seconds as f64;
+    let high = |xs: &[Option<f64>]| xs.iter().flatten().copied().reduce(f64::max);
+    let (queue, draw_position) = admission_point(st, stored, t).await;
+    Point {
+        t,
+        available: c.available,
+        reserved: c.reserved,
+        sold: c.sold,
+        backlog: gate.map_or(0, |g| g.backlog.load(std::sync::atomic::Ordering::Relaxed)),
+        accepted: mean(&a.accepted),
+        sold_out: mean(&a.sold_out),
+        rejected: mean(&a.rejected),
+        p50_ms: high(&a.p50_ms),
+        p99_ms: high(&a.p99_ms),
+        queue,
+        draw_position,
+    }
+}
+
+/// A queue sale's counts with its admission rate since the previous sample and the ETA of
+/// its last waiting place; a draw sale's waitlist position.
+async fn admission_point(
+    st: &Shared,
+    stored: &flashsale_core::ledger::StoredSale,
+    t: u64,
+) -> (Option<crate::dashboard::history::QueuePoint>, Option<u64>) {
+    use flashsale_core::AdmissionMode;
+    let sku = stored.sale.sku_id;
+    match stored.sale.admission.mode {
+        AdmissionMode::Open => (None, None),
+        AdmissionMode::Draw => (None, st.shop.draw_position(sku).await),
+        AdmissionMode::Queue => {
+            let Some(counts) = st.shop.queue_counts(stored).await else {
+                return (None, None);
+            };
+            let before = st.dashboard.history.last(sku);
+            let rate = match before.and_then(|p| p.queue.map(|q| (p.t, q.admitted))) {
+                Some((t0, a0)) if t > t0 => {
+                    counts.cursor.saturating_sub(a0) as f64 / (t - t0) as f64
+                }
+                _ => 0.0,
+            };
+            let mut q = crate::dashboard::history::QueuePoint {
+                queue_length: counts.queued(),
+                admitted: counts.cursor,
+                bought: counts.bought,
+                admission_rate: rate,
+                eta_s: None,
+            };
+            q.eta_s = (rate > 0.0).then(|| q.waiting() as f64 / rate);
+            (Some(q), None)
+        }
+    }
 }

@@ -88,6 +88,110 @@ impl<B: Backend> Store<B> {
     }
 }
 
+/// One join of a group (see [`Store::join_group`]).
+#[derive(Debug, Clone, Copy)]
+pub struct GroupJoin {
+    pub user: UserId,
+    pub starts_at_ms: i64,
+    pub len_max: u64,
+}
+
+/// Users per `IN (…)` list and rows per multi-row insert: well inside every database's
+/// bound on bound parameters.
+const IN_LIST_MAX: usize = 500;
+const INSERT_ROWS_MAX: usize = 200;
+
+impl<B: Backend> Store<B> {
+    /// Joins of one sale in one write transaction (one commit, one sync for the whole group),
+    /// each answered as [`AdmissionBook::join`] answers one: a user already in the queue (or
+    /// earlier in the group) keeps its ticket; `None` once the queue holds `len_max`. The
+    /// group's clock is read once: every join of it happens at its commit.
+    pub async fn join_group(
+        &self,
+        sku: SkuId,
+        joins: &[GroupJoin],
+    ) -> Result<Vec<Option<Ticket>>, StoreError> {
+        let now = now_ms();
+        let mut tx = self.begin_write().await?;
+        let mut state = Self::locked_state(&mut tx, sku).await?;
+        let users: Vec<UserId> = joins.iter().map(|j| j.user).collect();
+        let mut known = Self::tickets_in(&mut tx, sku, &users).await?;
+        let mut fresh = Vec::new();
+        let mut answers = Vec::with_capacity(joins.len());
+        for j in joins {
+            if let Some(t) = known.get(&j.user) {
+                answers.push(Some(*t));
+                continue;
+            }
+            if state.prequeue + state.joined_after >= j.len_max {
+                answers.push(None);
+                continue;
+            }
+            let pre = !state.sealed && now < j.starts_at_ms;
+            let n = match pre {
+                true => &mut state.prequeue,
+                false => &mut state.joined_after,
+            };
+            *n += 1;
+            let t = Ticket { pre, n: *n };
+            known.insert(j.user, t);
+            fresh.push((j.user, t));
+            answers.push(Some(t));
+        }
+        if !fresh.is_empty() {
+            Self::insert_joins(&mut tx, sku, &fresh).await?;
+            let sql = "UPDATE admission_state SET prequeue = ?, joined_after = ? WHERE sku_id = ?";
+            let args = [
+                Arg::Id(state.prequeue),
+                Arg::Id(state.joined_after),
+                Arg::Id(sku.0),
+            ];
+            B::run(&mut *tx, sql, &args).await?;
+        }
+        tx.commit().await.map_err(db_error)?;
+        Ok(answers)
+    }
+
+    /// The tickets of those of `users` already in the queue.
+    async fn tickets_in(
+        tx: &mut sqlx::Transaction<'static, B>,
+        sku: SkuId,
+        users: &[UserId],
+    ) -> Result<std::collections::HashMap<UserId, Ticket>, StoreError> {
+        let mut known = std::collections::HashMap::new();
+        for chunk in users.chunks(IN_LIST_MAX) {
+            let marks = vec!["?"; chunk.len()].join(", ");
+            let sql = format!(
+                "SELECT user_id, pre, n FROM admission_joins WHERE sku_id = ? AND user_id IN ({marks})"
+            );
+            let mut args = vec![Arg::Id(sku.0)];
+            args.extend(chunk.iter().map(|u| Arg::Id(u.0)));
+            for row in B::fetch(&mut **tx, &sql, &args).await? {
+                known.insert(UserId(row.uint("user_id")?), ticket_of(&row)?);
+            }
+        }
+        Ok(known)
+    }
+
+    async fn insert_joins(
+        tx: &mut sqlx::Transaction<'static, B>,
+        sku: SkuId,
+        fresh: &[(UserId, Ticket)],
+    ) -> Result<(), StoreError> {
+        for chunk in fresh.chunks(INSERT_ROWS_MAX) {
+            let rows = vec!["(?, ?, ?, ?)"; chunk.len()].join(", ");
+            let sql =
+                format!("INSERT INTO admission_joins (sku_id, user_id, pre, n) VALUES {rows}");
+            let args: Vec<Arg> = chunk
+                .iter()
+                .flat_map(|(u, t)| [Arg::Id(sku.0), Arg::Id(u.0), Arg::Flag(t.pre), Arg::Id(t.n)])
+                .collect();
+            B::run(&mut **tx, &sql, &args).await?;
+        }
+        Ok(())
+    }
+}
+
 #[async_trait]
 impl<B: Backend> AdmissionBook for Store<B> {
     async fn commit_seed(&self, sku: SkuId, seed: &Seed) -> Result<Seed, StoreError> {

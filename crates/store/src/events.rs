@@ -1,7 +1,9 @@
 //! The order-event relay's side of the system of record ([`EventLog`] for [`Store`]): the
 //! ordered event log read by `(sku_id, bucket, seq)` off `stock_events`' primary key, each
 //! stream's head from the guarded counters (`sales.applied_seq`, `sale_buckets.applied_seq`),
-//! and the relay's own rows (`event_sinks`, `event_positions`, migration 0013).
+//! and the relay's own rows (`event_sinks`, `event_positions`, migration 0013). A sale's
+//! notices ([`crate::notices`]) are one more stream ([`StreamKey::notices`]): its head is
+//! `sales.notice_seq` and its positions are in `notice_positions` (migration 0015).
 //!
 //! A stream's events commit in seq order (the guarded update is a contiguity check), so a
 //! reader that sees seq n has seen every seq below it: reading `seq > position` skips nothing.
@@ -9,7 +11,7 @@
 use std::collections::BTreeMap;
 
 use async_trait::async_trait;
-use flashsale_core::events::{EventLog, LoggedEvent, SinkRow, StreamHead, StreamKey};
+use flashsale_core::events::{EventLog, LoggedEvent, Notice, SinkRow, StreamHead, StreamKey};
 use flashsale_core::{SkuId, StoreError};
 
 use crate::backend::{Arg, Backend, Columns};
@@ -65,17 +67,30 @@ impl<B: Backend> Store<B> {
     /// The sink's position row in a stream, created at 0 when missing.
     async fn ensure_position(&self, sink: &str, stream: StreamKey) -> Result<(), StoreError> {
         let (head, tail) = B::DIALECT.insert_ignore;
-        let sql = format!(
-            "{head}event_positions (sink, sku_id, bucket, seq, updated_at_ms) \
-             VALUES (?, ?, ?, 0, 0){tail}"
-        );
-        let args = [
-            Arg::Text(sink),
-            Arg::Id(stream.sku.0),
-            Arg::Small(u32::from(stream.bucket)),
-        ];
+        let (table, _, args) = position_key(sink, stream);
+        let (cols, values) = match stream.is_notices() {
+            true => ("sink, sku_id", "?, ?"),
+            false => ("sink, sku_id, bucket", "?, ?, ?"),
+        };
+        let sql =
+            format!("{head}{table} ({cols}, seq, updated_at_ms) VALUES ({values}, 0, 0){tail}");
         self.write(&sql, &args).await.map(drop)
     }
+}
+
+/// Where a sink's position in `stream` is kept: the table, the condition naming its row and
+/// that condition's binds.
+fn position_key(sink: &str, stream: StreamKey) -> (&'static str, &'static str, Vec<Arg<'_>>) {
+    let mut args = vec![Arg::Text(sink), Arg::Id(stream.sku.0)];
+    if stream.is_notices() {
+        return ("notice_positions", "sink = ? AND sku_id = ?", args);
+    }
+    args.push(Arg::Small(u32::from(stream.bucket)));
+    (
+        "event_positions",
+        "sink = ? AND sku_id = ? AND bucket = ?",
+        args,
+    )
 }
 
 #[async_trait]
@@ -106,10 +121,29 @@ impl<B: Backend> EventLog for Store<B> {
             let seen = heads.entry(stream_of(row)?).or_insert(head);
             *seen = (*seen).max(head);
         }
+        let notices = self
+            .read(
+                "SELECT sku_id, notice_seq FROM sales WHERE notice_seq > 0",
+                &[],
+            )
+            .await?;
+        for row in &notices {
+            let stream = StreamKey::notices(SkuId(row.uint("sku_id")?));
+            heads.insert(stream, row.uint("notice_seq")?);
+        }
         Ok(heads
             .into_iter()
             .map(|(stream, head)| StreamHead { stream, head })
             .collect())
+    }
+
+    async fn logged_notices(
+        &self,
+        sku: SkuId,
+        after: u64,
+        max: usize,
+    ) -> Result<Vec<Notice>, StoreError> {
+        crate::notices::read(self, sku, after, max).await
     }
 
     async fn logged_events(
@@ -148,9 +182,20 @@ impl<B: Backend> EventLog for Store<B> {
                 &[Arg::Text(sink)],
             )
             .await?;
-        rows.iter()
+        let mut out = rows
+            .iter()
             .map(|r| Ok((stream_of(r)?, r.uint("seq")?)))
-            .collect()
+            .collect::<Result<Vec<_>, StoreError>>()?;
+        let notices = self
+            .read(
+                "SELECT sku_id, seq FROM notice_positions WHERE sink = ?",
+                &[Arg::Text(sink)],
+            )
+            .await?;
+        for r in &notices {
+            out.push((StreamKey::notices(SkuId(r.uint("sku_id")?)), r.uint("seq")?));
+        }
+        Ok(out)
     }
 
     async fn advance_position(
@@ -164,17 +209,12 @@ impl<B: Backend> EventLog for Store<B> {
         if from == 0 {
             self.ensure_position(sink, stream).await?;
         }
-        let sql = "UPDATE event_positions SET seq = ?, updated_at_ms = ? \
-                   WHERE sink = ? AND sku_id = ? AND bucket = ? AND seq = ?";
-        let args = [
-            Arg::Id(to),
-            Arg::Int(now_ms),
-            Arg::Text(sink),
-            Arg::Id(stream.sku.0),
-            Arg::Small(u32::from(stream.bucket)),
-            Arg::Id(from),
-        ];
-        Ok(self.write(sql, &args).await? == 1)
+        let (table, row, key) = position_key(sink, stream);
+        let sql = format!("UPDATE {table} SET seq = ?, updated_at_ms = ? WHERE {row} AND seq = ?");
+        let mut args = vec![Arg::Id(to), Arg::Int(now_ms)];
+        args.extend(key);
+        args.push(Arg::Id(from));
+        Ok(self.write(&sql, &args).await? == 1)
     }
 
     async fn set_position(
@@ -185,16 +225,11 @@ impl<B: Backend> EventLog for Store<B> {
         now_ms: i64,
     ) -> Result<(), StoreError> {
         self.ensure_position(sink, stream).await?;
-        let sql = "UPDATE event_positions SET seq = ?, updated_at_ms = ? \
-                   WHERE sink = ? AND sku_id = ? AND bucket = ?";
-        let args = [
-            Arg::Id(seq),
-            Arg::Int(now_ms),
-            Arg::Text(sink),
-            Arg::Id(stream.sku.0),
-            Arg::Small(u32::from(stream.bucket)),
-        ];
-        self.write(sql, &args).await.map(drop)
+        let (table, row, key) = position_key(sink, stream);
+        let sql = format!("UPDATE {table} SET seq = ?, updated_at_ms = ? WHERE {row}");
+        let mut args = vec![Arg::Id(seq), Arg::Int(now_ms)];
+        args.extend(key);
+        self.write(&sql, &args).await.map(drop)
     }
 
     async fn take_sink_lease(

@@ -7,12 +7,15 @@
 //!   `Migrate`.
 //! - [`events`]: the order-event relay's side ([`flashsale_core::events::EventLog`]): the
 //!   ordered event log per stream, each sink's lease, pause and delivered positions.
+//! - [`notices`]: sale notices (an order reported lost, a sale sold out), an ordered log per
+//!   sale written in the transaction that makes each true, read by the relay as a stream.
 //! - [`sql`]: the SQL text, written once with `?` placeholders, and each dialect's clauses
 //!   (public: the embedded ledger's writer runs the store's statements).
 //! - [`mysql`]: `MySqlStore`, the production backend over MySQL/MariaDB.
 //! - [`postgres`]: `PgStore`, the backend over PostgreSQL.
 //! - [`admission`]: a sale's admission state (queue, draw) in the database, the book of a
-//!   sale on the embedded ledger (`AdmissionBook`).
+//!   sale on the embedded ledger (`AdmissionBook`); [`admission_group`]: that book with its
+//!   queue joins committed in groups (`GroupedBook`).
 //! - [`sqlite`]: `SqliteStore`, the embedded backend over SQLite (WAL, synchronous=FULL).
 //!
 //! Migrations live in `migrations/mysql`, `migrations/postgres` and `migrations/sqlite`
@@ -28,17 +31,20 @@
 //! May depend on flashsale-core and sqlx.
 
 pub mod admission;
+pub mod admission_group;
 pub mod backend;
 mod batch;
 mod compat;
 pub mod events;
 pub mod mysql;
+pub mod notices;
 pub mod postgres;
 mod rows;
 pub mod sql;
 pub mod sqlite;
 pub mod store;
 
+pub use admission_group::GroupedBook;
 pub use backend::{Backend, Server};
 pub use mysql::MySqlStore;
 pub use postgres::PgStore;

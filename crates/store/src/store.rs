@@ -375,6 +375,14 @@ async fn settle<B: Backend>(
     let known = known_orders::<B>(tx, sku, &nos, &keys).await?;
     let mut plan = batch::fold(sku, target.head, &fresh, known);
     write_plan::<B>(tx, target, &plan).await?;
+    // An event the guard refused was accepted by the hot copy: a promise the database will
+    // never keep. Kept with the fenced ones, so the reconciler reports it lost by order
+    // number, once, as it does for an event the fence refused.
+    let refused: Vec<&Event> = (plan.events.iter())
+        .filter(|(_, rejected)| *rejected)
+        .map(|(e, _)| *e)
+        .collect();
+    write_fenced::<B>(tx, &refused).await?;
     plan.report.duplicates = duplicates;
     plan.report.fenced = fenced;
     Ok(plan.report)
@@ -394,6 +402,7 @@ async fn target<B: Backend>(
     let head = Head {
         counters: sale.counters()?,
         mode: sale.mode()?,
+        sale_available: None,
     };
     let n = sale.bucket_count()?;
     let on_sale = Target {
@@ -417,6 +426,7 @@ async fn target<B: Backend>(
         head: Head {
             counters: row.counters,
             mode: head.mode,
+            sale_available: Some(head.counters.available),
         },
     })
 }
@@ -578,7 +588,10 @@ async fn write_plan<B: Backend>(
         args.extend(u.order_nos.iter().map(|no| Arg::Text(no)));
         B::run(&mut **tx, &sql, &args).await?;
     }
-    guarded_update::<B>(tx, target, plan.after).await
+    guarded_update::<B>(tx, target, plan.after).await?;
+    let moved = (target.head.counters, plan.after, target.bucket.is_some());
+    let at_ms = plan.events.last().map_or(0, |(e, _)| e.at_ms);
+    crate::notices::note_sold_out::<B>(tx, target.sku, moved, at_ms).await
 }
 
 /// Inserts a plan's events: a sale's own with `INSERT_EVENTS` (bucket 0, the default), a
@@ -811,7 +824,7 @@ async fn insert_transfer<B: Backend>(
     B::run(&mut **tx, &sql, &args).await
 }
 
-/// A side whose key is stored: false for a redelivery (the stored side is this one); true
+/// A side whose key is stored: false for a redelivery (the stored side is the same move); true
 /// when the stored side was fenced and is the same transfer (buckets and units), now
 /// replaced by this one, applied; another side under the same key is a bug of the ledger,
 /// refused.
@@ -835,7 +848,10 @@ async fn take_over_fenced<B: Backend>(
     };
     let same_move = |s: &TransferEvent| (s.from, s.to, s.units) == (t.from, t.to, t.units);
     match stored {
-        Some((stored, false)) if stored == *t => Ok(false),
+        // The same move under its key: a redelivery, whatever its time. A rebuild stores a
+        // side its copy lost with the other side's time, and the original, read from the old
+        // stream before the loss, may still arrive.
+        Some((stored, false)) if same_move(&stored) => Ok(false),
         Some((stored, true)) if same_move(&stored) => {
             let sql = "UPDATE stock_transfers SET epoch = ?, at_ms = ?, fenced = FALSE \
                 WHERE sku_id = ? AND transfer_id = ? AND side = ? AND fenced = TRUE";
@@ -1224,8 +1240,13 @@ impl<B: Backend> OrderStore for Store<B> {
             Arg::Text(&lost_resolutions),
             Arg::Text(&run.report),
         ];
-        let mut conn = self.writer.acquire().await.map_err(db_error)?;
-        B::insert_id(&mut *conn, &sql, &args).await
+        // The run and the losses it reports as notices commit together.
+        let mut tx = self.begin_write().await?;
+        let id = B::insert_id(&mut *tx, &sql, &args).await?;
+        crate::notices::note_losses::<B>(&mut tx, run.sku_id, id, run.at_ms, &run.lost_orders)
+            .await?;
+        tx.commit().await.map_err(db_error)?;
+        Ok(id)
     }
 
     async fn reconcile_runs(

@@ -24,14 +24,22 @@ pub fn unique_names() -> (String, String) {
 /// restart (same dir), as a server's disk would.
 pub struct NatsServer {
     pub port: u16,
+    /// The address it listens on (127.0.0.1, or a bridge's for processes in namespaces).
+    host: String,
     dir: TempDir,
     child: Option<Child>,
 }
 
 impl NatsServer {
     pub async fn spawn() -> NatsServer {
+        NatsServer::spawn_on("127.0.0.1").await
+    }
+
+    /// Like [`NatsServer::spawn`], listening on `host`.
+    pub async fn spawn_on(host: &str) -> NatsServer {
         let mut server = NatsServer {
             port: crate::free_port(),
+            host: host.to_owned(),
             dir: tempfile::tempdir().expect("temp dir"),
             child: None,
         };
@@ -40,20 +48,20 @@ impl NatsServer {
     }
 
     pub fn url(&self) -> String {
-        format!("nats://127.0.0.1:{}", self.port)
+        format!("nats://{}:{}", self.host, self.port)
     }
 
     /// Starts (again) on the same port and store dir; waits for its INFO with JetStream.
     pub async fn start(&mut self) {
         let mut cmd = Command::new(nats_binary());
-        cmd.args(["-a", "127.0.0.1", "-p", &self.port.to_string(), "-js"])
+        cmd.args(["-a", &self.host, "-p", &self.port.to_string(), "-js"])
             .args(["-sd", self.dir.path().to_str().expect("utf-8 path")]);
         let name = "nats-server (is it installed? see scripts/test-deps.sh)";
         let ready = (
             "nats-server to greet with JetStream",
             Duration::from_secs(15),
         );
-        let addr = format!("127.0.0.1:{}", self.port);
+        let addr = format!("{}:{}", self.host, self.port);
         crate::process::spawn_server(&mut self.child, &mut cmd, name, ready, addr, greets).await;
     }
 

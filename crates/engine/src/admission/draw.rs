@@ -10,8 +10,8 @@ use std::sync::Arc;
 use flashsale_core::admission::{self, commitment, Entered, Entry, Seed};
 use flashsale_core::limits::BATCH_LEN_MAX;
 use flashsale_core::{
-    AdmissionMode, ErrorCode, HotOrder, Ledger, LedgerError, PurchaseOutcome, PurchaseRequest,
-    RequestId, RequestKey, Sale, SkuId, StoreError, UserId,
+    AdmissionMode, ErrorCode, HotOrder, Ledger, LedgerError, OrderStatus, PurchaseOutcome,
+    PurchaseRequest, RequestId, RequestKey, Sale, SkuId, StoreError, UserId,
 };
 use serde::Serialize;
 
@@ -61,9 +61,14 @@ pub struct DrawView {
 pub struct EntryResult {
     pub user_id: u64,
     pub quantity: u32,
-    /// `entered` (before the draw), `won` (a reservation: `order_no`), `waitlisted` (not
-    /// reached yet: units may come back), `not_won`.
+    /// `entered` (before the draw), `won` (a reservation, held or paid: `order_no`),
+    /// `cancelled` / `expired` (won, then the reservation was cancelled or lapsed unpaid: its
+    /// units passed down the waitlist), `waitlisted` (not reached yet: units may come back),
+    /// `not_won`.
     pub result: &'static str,
+    /// The reservation's status now (`RESERVED`, `PAID`, `CANCELLED`, `EXPIRED`, …).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub order_status: Option<&'static str>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub rank: Option<usize>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -100,7 +105,7 @@ impl Admission {
         let refuse = |code, why: &str| Err(AdmissionError::refused(code, why));
         match self
             .book
-            .enter(sale.sku_id, entry, window, self.config.len_max)
+            .enter(sale.sku_id, entry, window, self.config.entries_max)
             .await?
         {
             Entered::New(_) => Ok((entry, true)),
@@ -253,6 +258,7 @@ impl Admission {
             user_id: user.0,
             quantity: entry.quantity,
             result: "entered",
+            order_status: None,
             rank: None,
             order_no: None,
         };
@@ -263,7 +269,8 @@ impl Admission {
         result.rank = rank;
         let pos = self.book.draw_pos(sale.sku_id).await? as usize;
         if let Some(order) = reservation(sale.sku_id, user, entry, ledger).await? {
-            result.result = "won";
+            result.result = outcome(order.status);
+            result.order_status = Some(order.status.as_str());
             result.order_no = Some(order.order_no.to_string());
         } else if rank.is_some_and(|r| r > pos) {
             result.result = "waitlisted";
@@ -290,7 +297,21 @@ fn next_batch(waitlist: &[(Entry, bool)], pos: usize, available: u64) -> Vec<Opt
     batch
 }
 
-/// The user's reservation, when the walk made one (a replay of its accepted request).
+/// A winner's result by its reservation's status now.
+fn outcome(status: OrderStatus) -> &'static str {
+    match status {
+        OrderStatus::Cancelled => "cancelled",
+        OrderStatus::Expired => "expired",
+        OrderStatus::Rejected => "not_won",
+        OrderStatus::Pending | OrderStatus::Created | OrderStatus::Reserved | OrderStatus::Paid => {
+            "won"
+        }
+    }
+}
+
+/// The user's reservation as the ledger knows it now, when the walk made one (found by a
+/// replay of its accepted request; the replay answers the order as accepted, so its status
+/// is read again).
 async fn reservation(
     sku: SkuId,
     user: UserId,
@@ -311,10 +332,11 @@ async fn reservation(
         .purchase_batch(sku, &[req])
         .await
         .map_err(unavailable)?;
-    Ok(match outcome.into_iter().next() {
-        Some(PurchaseOutcome::Accepted { order, .. }) => Some(order),
-        _ => None,
-    })
+    let Some(PurchaseOutcome::Accepted { order, .. }) = outcome.into_iter().next() else {
+        return Ok(None);
+    };
+    let now = ledger.order(&order.order_no).await.map_err(unavailable)?;
+    Ok(Some(now.unwrap_or(order)))
 }
 
 fn unavailable(e: LedgerError) -> AdmissionError {

@@ -8,9 +8,11 @@
 //!   and state with a signed pass once admitted ([`Admission::status`]), and the purchase
 //!   check ([`Admission::check_pass`]);
 //! - a draw ([`draw`]): entries in the window, the published draw, and the walk down the
-//!   waitlist that gives each winner a reservation.
+//!   waitlist that gives each winner a reservation, run in the background by the
+//!   [`walker::DrawWalker`] (and by readers of a result).
 
 pub mod draw;
+pub mod walker;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -23,27 +25,65 @@ use flashsale_core::admission::{
 use flashsale_core::{AdmissionMode, Counters, ErrorCode, Sale, SkuId, StoreError, UserId};
 use serde::Serialize;
 
-/// How admission runs (`[admission]` settings).
-#[derive(Debug, Clone, Copy)]
+/// How admission runs (`FLASHSALE_ADMISSION_*`; every sale of the process takes them).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct AdmissionConfig {
     /// How long an admission (and its pass) lasts from its wave.
     pub pass_ttl_ms: i64,
     /// Most places one wave admits (how fast a queue may move).
     pub wave_max: u64,
-    /// Most buyers one queue holds, and entries one draw takes.
-    pub len_max: u64,
+    /// Most buyers one queue holds.
+    pub queue_max: u64,
+    /// Most entries one draw takes.
+    pub entries_max: u64,
     /// Least time between two waves of one sale on one instance.
     pub tick: Duration,
+    /// Between two walks of the drawn sales' waitlists by the background walker.
+    pub walk_every: Duration,
+}
+
+impl AdmissionConfig {
+    /// Every default, in one place: the CLI's flags take theirs from here.
+    pub const DEFAULT: AdmissionConfig = AdmissionConfig {
+        pass_ttl_ms: 120_000,
+        wave_max: 5_000,
+        queue_max: admission::QUEUE_LEN_MAX,
+        entries_max: admission::QUEUE_LEN_MAX,
+        tick: Duration::from_millis(200),
+        walk_every: walker::WALK_EVERY,
+    };
+
+    /// Checks each setting against its bounds; the message names the setting.
+    pub fn validate(&self) -> Result<(), String> {
+        let ms = |d: Duration| u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
+        let max = admission::QUEUE_LEN_MAX;
+        let checks: [(&str, u64, u64, u64); 6] = [
+            (
+                "PASS_TTL_MS",
+                self.pass_ttl_ms.max(0) as u64,
+                1_000,
+                3_600_000,
+            ),
+            ("WAVE_MAX", self.wave_max, 1, max),
+            ("QUEUE_MAX", self.queue_max, 1, max),
+            ("ENTRIES_MAX", self.entries_max, 1, max),
+            ("TICK_MS", ms(self.tick), 10, 10_000),
+            ("WALK_MS", ms(self.walk_every), 10, 60_000),
+        ];
+        for (name, value, lo, hi) in checks {
+            if !(lo..=hi).contains(&value) {
+                return Err(format!(
+                    "FLASHSALE_ADMISSION_{name} must be {lo}..={hi}, not {value}"
+                ));
+            }
+        }
+        Ok(())
+    }
 }
 
 impl Default for AdmissionConfig {
     fn default() -> Self {
-        AdmissionConfig {
-            pass_ttl_ms: 120_000,
-            wave_max: 5_000,
-            len_max: admission::QUEUE_LEN_MAX,
-            tick: Duration::from_millis(200),
-        }
+        AdmissionConfig::DEFAULT
     }
 }
 
@@ -124,6 +164,7 @@ pub struct Admission {
     seeds: Mutex<HashMap<SkuId, Seed>>,
     orders: Mutex<HashMap<SkuId, Arc<Order>>>,
     ticks: Mutex<HashMap<SkuId, Instant>>,
+    counts: Mutex<HashMap<SkuId, (Instant, QueueCounts)>>,
     draws: Mutex<HashMap<SkuId, Arc<draw::Drawn>>>,
 }
 
@@ -149,6 +190,7 @@ impl Admission {
             seeds: Mutex::default(),
             orders: Mutex::default(),
             ticks: Mutex::default(),
+            counts: Mutex::default(),
             draws: Mutex::default(),
         }
     }
@@ -209,7 +251,7 @@ impl Admission {
         self.seed(sale.sku_id).await?;
         let joined = self
             .book
-            .join(sale.sku_id, user, sale.starts_at_ms, self.config.len_max)
+            .join(sale.sku_id, user, sale.starts_at_ms, self.config.queue_max)
             .await?;
         joined.ok_or_else(|| AdmissionError::refused(ErrorCode::Busy, "the queue is full"))
     }
@@ -254,7 +296,9 @@ impl Admission {
 
     /// One wave, at most every `tick` per sale on this instance: seals the pre-queue at the
     /// start, then moves the cursor so that the admitted buyers holding an unused admission
-    /// reach the window of what is still sellable. Answers the counts after it.
+    /// reach the window of what is still sellable. Answers the counts after it. Between waves
+    /// the counts are read from the book at most once per `tick` too: a spike of buyers
+    /// reading their place costs the book one read each, not one per count.
     pub async fn tick(&self, sale: &Sale, c: &Counters) -> Result<QueueCounts, StoreError> {
         let sku = sale.sku_id;
         let due = {
@@ -266,12 +310,26 @@ impl Admission {
             }
             due
         };
-        let now = flashsale_core::clock::now_ms();
-        let counts = self.book.counts(sku, now - self.config.pass_ttl_ms).await?;
-        if !due || self.order(sale).await?.is_none() {
-            return Ok(counts);
+        if !due {
+            if let Some(counts) = self.recent_counts(sku) {
+                return Ok(counts);
+            }
         }
-        self.wave(sale, c, counts).await
+        let now = flashsale_core::clock::now_ms();
+        let mut counts = self.book.counts(sku, now - self.config.pass_ttl_ms).await?;
+        if due && self.order(sale).await?.is_some() {
+            counts = self.wave(sale, c, counts).await?;
+        }
+        let mut cache = self.counts.lock().unwrap();
+        cache.insert(sku, (Instant::now(), counts));
+        Ok(counts)
+    }
+
+    /// The counts read less than `tick` ago.
+    fn recent_counts(&self, sku: SkuId) -> Option<QueueCounts> {
+        let cache = self.counts.lock().unwrap();
+        let (at, counts) = cache.get(&sku)?;
+        (at.elapsed() < self.config.tick).then_some(*counts)
     }
 
     /// Moves the cursor once (compare and set: a racing instance's wave wins, this one is
@@ -302,7 +360,10 @@ impl Admission {
         Ok(counts)
     }
 
-    /// A buyer's place and state; an admitted buyer's pass. Runs a wave when one is due.
+    /// A buyer's place and state; an admitted buyer's pass. Runs a wave when one is due. Once
+    /// nothing is left to sell and no hold can bring units back, every reader hears SOLD_OUT
+    /// without a read of its ticket: a spike of buyers polling a sold-out queue costs the book
+    /// nothing (a reader who never joined hears it too: it is true for everyone).
     pub async fn status(
         &self,
         sale: &Sale,
@@ -311,12 +372,20 @@ impl Admission {
     ) -> Result<Option<QueueStatus>, AdmissionError> {
         Self::mode(sale, AdmissionMode::Queue)?;
         let sku = sale.sku_id;
-        let Some(ticket) = self.book.ticket(sku, user).await? else {
-            return Ok(None);
+        let sold_out = sellable(c) == 0;
+        let ticket = match sold_out {
+            true => None,
+            false => match self.book.ticket(sku, user).await? {
+                Some(t) => Some(t),
+                None => return Ok(None),
+            },
         };
         let counts = self.tick(sale, c).await?;
         let seed = self.seed(sku).await?;
-        let place = self.place(sale, user, ticket).await?;
+        let place = match ticket {
+            Some(t) => self.place(sale, user, t).await?,
+            None => None,
+        };
         let mut status = QueueStatus {
             state: QueueState::PreQueue,
             place,
@@ -326,15 +395,16 @@ impl Admission {
             admitted_until_ms: None,
             pass: None,
             seed_sha256: commitment(&seed),
-            seed: place.map(|_| admission::hex(&seed)),
+            seed: (counts.sealed || place.is_some()).then(|| admission::hex(&seed)),
         };
+        if sold_out {
+            status.state = QueueState::SoldOut;
+            return Ok(Some(status));
+        }
         let Some(place) = place else {
             return Ok(Some(status));
         };
-        if sellable(c) == 0 {
-            // Told to every buyer, admitted or not: nothing is left and no hold can return.
-            status.state = QueueState::SoldOut;
-        } else if place <= counts.cursor {
+        if place <= counts.cursor {
             self.admitted(sale, user, place, &mut status).await?;
         } else {
             status.state = QueueState::Waiting;

@@ -281,20 +281,45 @@ async fn drain_bucket(
     for t in sides(TransferSide::In) {
         store.apply_transfer(t).await?;
     }
-    let run = contiguous_above(&snap.events, snap.epoch, row.counters.seq);
-    let applied = match run.is_empty() {
-        true => 0,
-        false => match store.apply_events(sku, &run).await {
-            Ok(report) => report.applied,
-            // The persister applied some meanwhile: the rebuild goes on from the row.
-            Err(StoreError::Gap { .. }) => return Ok(0),
-            Err(e) => return Err(e.into()),
-        },
-    };
+    let run = (&snap.events[..], snap.epoch);
+    let applied = drain_events(store, sku, bucket, run, row.counters.seq).await?;
+    // Whatever the events did: an out not stored now is lost with the copy, and the copy
+    // would be loaded with units its destination may hold already (a created unit).
     for t in sides(TransferSide::Out) {
         store.apply_transfer(t).await?;
     }
     Ok(applied)
+}
+
+/// Tries the drain's run of events this many times when the store finds a gap.
+const DRAIN_TRIES: usize = 3;
+
+/// The contiguous run of the copy's events (of its `epoch`) above its row's seq, applied; on a gap (the row
+/// moved meanwhile) the run is taken again from the row as it is now. A gap that stays leaves
+/// the events in the stream (the reconciler reports what never reaches the database), but
+/// never stops the drain before the bucket's outs.
+async fn drain_events(
+    store: &dyn OrderStore,
+    sku: SkuId,
+    bucket: u16,
+    (events, epoch): (&[Event], u64),
+    mut applied_seq: u64,
+) -> Result<usize, RebuildError> {
+    for _ in 0..DRAIN_TRIES {
+        let run = contiguous_above(events, epoch, applied_seq);
+        if run.is_empty() {
+            return Ok(0);
+        }
+        match store.apply_events(sku, &run).await {
+            Ok(report) => return Ok(report.applied),
+            Err(StoreError::Gap { .. }) => {
+                applied_seq = bucket_row(store, sku, bucket).await?.counters.seq;
+            }
+            Err(e) => return Err(e.into()),
+        }
+    }
+    tracing::warn!(%sku, bucket, applied_seq, "a rebuild's drain met a gap: its events stay in the stream");
+    Ok(0)
 }
 
 /// The other side of `bucket`'s transfers, stored by its rebuild (after the drain, before the

@@ -13,6 +13,9 @@
 //! and jitter; a sink that fails `pause_after` times in a row is paused (an alert and a
 //! gauge) until an operator resumes it, and never skips an event.
 //!
+//! A sale's notices (an order reported lost, the sale sold out) are one more stream of the
+//! log ([`StreamKey::notices`]), delivered the same way ([`entries`]).
+//!
 //! [`status`] is what `GET /api/v1/admin/events` shows; [`redeliver`] and [`resume`] are its
 //! operator actions.
 
@@ -24,7 +27,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use flashsale_core::events::{CloudEvent, EventLog, LoggedEvent, SinkRow, StreamKey};
+use flashsale_core::events::{CloudEvent, EventLog, SinkRow, StreamKey};
 use flashsale_core::metric_names as m;
 use serde::Serialize;
 
@@ -120,6 +123,63 @@ pub fn relays(
         .collect())
 }
 
+/// One row of a stream as the relay delivers it: its seq, when its transition happened, and
+/// its event (`None`: a row that announces nothing, one the guard rejected).
+#[derive(Debug, Clone)]
+pub struct Entry {
+    pub seq: u64,
+    pub at_ms: i64,
+    pub event: Option<CloudEvent>,
+}
+
+/// The rows of `stream` after `after`, by seq, at most `max`: the order events of a sale's
+/// (or a bucket's) stream, or the notices of its notice stream.
+pub async fn entries(
+    log: &dyn EventLog,
+    stream: StreamKey,
+    after: u64,
+    max: usize,
+) -> Result<Vec<Entry>, flashsale_core::StoreError> {
+    if stream.is_notices() {
+        let notices = log.logged_notices(stream.sku, after, max).await?;
+        return Ok(notices
+            .iter()
+            .map(|n| Entry {
+                seq: n.seq,
+                at_ms: n.at_ms,
+                event: Some(CloudEvent::of_notice(n)),
+            })
+            .collect());
+    }
+    let rows = log.logged_events(stream, after, max).await?;
+    Ok(rows
+        .iter()
+        .map(|l| Entry {
+            seq: l.event.seq,
+            at_ms: l.event.at_ms,
+            event: CloudEvent::of(l),
+        })
+        .collect())
+}
+
+/// Every event the database stored, over every stream, each stream in seq order: what a
+/// consumer that deduplicates by `id` must end up holding.
+pub async fn stored_events(
+    log: &dyn EventLog,
+) -> Result<Vec<CloudEvent>, flashsale_core::StoreError> {
+    let mut out = Vec::new();
+    for head in log.event_streams().await? {
+        let mut at = 0;
+        while at < head.head {
+            let page = entries(log, head.stream, at, 10_000).await?;
+            let Some(last) = page.last() else { break };
+            at = last.seq;
+            out.extend(page.into_iter().filter_map(|e| e.event));
+        }
+    }
+    Ok(out)
+}
+
 /// Delivers the event log to one sink (see the module's doc).
 pub struct Relay {
     sink: Box<dyn Sink>,
@@ -207,12 +267,10 @@ impl Relay {
             if head.head <= at {
                 continue;
             }
-            let events = self
-                .log
-                .logged_events(head.stream, at, self.settings.batch_max)
-                .await?;
+            let events =
+                entries(self.log.as_ref(), head.stream, at, self.settings.batch_max).await?;
             if let Some(first) = events.first() {
-                oldest_ms = Some(oldest_ms.map_or(first.event.at_ms, |o| o.min(first.event.at_ms)));
+                oldest_ms = Some(oldest_ms.map_or(first.at_ms, |o| o.min(first.at_ms)));
             }
             let moved = self.relay_stream(head.stream, at, &events).await;
             let moved = moved?;
@@ -231,25 +289,25 @@ impl Relay {
         &mut self,
         stream: StreamKey,
         at: u64,
-        events: &[LoggedEvent],
+        events: &[Entry],
     ) -> anyhow::Result<Moved> {
         let name = self.sink.name();
         let announced: Vec<(u64, CloudEvent)> = events
             .iter()
-            .filter_map(|l| CloudEvent::of(l).map(|c| (l.event.seq, c)))
+            .filter_map(|e| e.event.clone().map(|c| (e.seq, c)))
             .collect();
         let cloud: Vec<CloudEvent> = announced.iter().map(|(_, c)| c.clone()).collect();
         let budget = self.settings.lease_ttl / 3;
         let (acked, error) = self.sink.deliver(&cloud, budget).await;
         let to = match announced.get(acked) {
             Some((first_unacked, _)) => first_unacked - 1,
-            None => events.last().map_or(at, |l| l.event.seq),
+            None => events.last().map_or(at, |e| e.seq),
         };
         if acked > 0 {
             metrics::counter!(m::EVENTS_DELIVERED, "sink" => name).increment(acked as u64);
             let now = now_ms();
             for (_, c) in &announced[..acked] {
-                let secs = (now - c.data.at_ms).max(0) as f64 / 1000.0;
+                let secs = (now - c.data.at_ms()).max(0) as f64 / 1000.0;
                 metrics::histogram!(m::EVENTS_DELIVERY_LATENCY, "sink" => name).record(secs);
             }
         }
@@ -432,8 +490,8 @@ pub async fn status(log: &dyn EventLog, sinks: &[&str]) -> anyhow::Result<Vec<Si
             let behind = h.head.saturating_sub(position);
             if behind > 0 {
                 lag += behind;
-                if let Some(e) = log.logged_events(h.stream, position, 1).await?.first() {
-                    oldest = Some(oldest.map_or(e.event.at_ms, |o| o.min(e.event.at_ms)));
+                if let Some(e) = entries(log, h.stream, position, 1).await?.first() {
+                    oldest = Some(oldest.map_or(e.at_ms, |o| o.min(e.at_ms)));
                 }
             }
             streams.push(StreamStatus {

@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use flashsale_core::events::{EventLog, StreamKey};
+use flashsale_core::events::{EventLog, StreamKey, NOTICES};
 use flashsale_core::{ErrorCode, SkuId};
 
 use super::{Shop, ShopError};
@@ -17,8 +17,8 @@ impl Shop {
             .map_err(unavailable)
     }
 
-    /// Has `sink` deliver a sale's stream (`bucket` 0 for a sale of one bucket) again from
-    /// `from_seq` on (and resume when paused).
+    /// Has `sink` deliver a sale's stream (`bucket` 0 for a sale of one bucket; 64 for its
+    /// notices) again from `from_seq` on (and resume when paused).
     pub async fn redeliver(
         &self,
         sink: &str,
@@ -31,7 +31,8 @@ impl Shop {
             return Err(ShopError::invalid("from_seq counts from 1"));
         }
         let sale = self.stored_sale(sku).await?.sale;
-        if bucket >= sale.buckets.max(1) {
+        // Bucket 64 is the sale's notice stream (orders reported lost, sold out).
+        if bucket >= sale.buckets.max(1) && bucket != NOTICES {
             let why = format!("sale {} has {} bucket(s)", sku.0, sale.buckets);
             return Err(ShopError::invalid(why));
         }

@@ -6,6 +6,7 @@ use std::time::Duration;
 use flashsale_core::{Durability, SaleState, SkuId};
 
 use super::{Shop, ShopError};
+use crate::admission::walker::DrawWalker;
 use crate::reconcile::ReconcileWorker;
 use crate::runner::Worker;
 use crate::settings::Settings;
@@ -23,12 +24,20 @@ pub struct Readiness {
 }
 
 impl Shop {
-    /// The workers over this shop that `settings` asks for: hold expiry, the order-event
-    /// relays, the persisters when they run here, and the reconcile worker (which settles
-    /// sales in this shop's loss journal, and rebuilds at once the sales purchases nudge).
+    /// The workers over this shop that `settings` asks for: the draw walker (with
+    /// admission), hold expiry, the order-event relays, the persisters when they run here,
+    /// and the reconcile worker (which settles sales in this shop's loss journal, and
+    /// rebuilds at once the sales purchases nudge).
     pub fn workers(&self, settings: &Settings) -> Vec<Box<dyn Worker>> {
         let (ledger, store) = (self.ledger.clone(), self.store.clone());
-        let mut workers = crate::backends::workers(settings, ledger, store, self.journal.clone());
+        let mut workers: Vec<Box<dyn Worker>> = Vec::new();
+        if let Some(admission) = &self.admission {
+            let every = settings.admission.walk_every;
+            let (a, l, s) = (admission.clone(), ledger.clone(), store.clone());
+            workers.push(Box::new(DrawWalker::new(a, l, s, every)));
+        }
+        let journal = self.journal.clone();
+        workers.extend(crate::backends::workers(settings, ledger, store, journal));
         let nudges = self.nudges.take();
         if let Some(w) = ReconcileWorker::boxed(self.reconciler(), settings.reconcile, nudges) {
             workers.push(w);

@@ -42,12 +42,7 @@ impl Shop {
     }
 
     async fn reading(&self, stored: StoredSale) -> SaleReading {
-        let sku = stored.sale.sku_id;
-        let hot = match stored.sale.state {
-            SaleState::Scheduled => None,
-            _ => self.ledger.counters(sku).await.ok().flatten(),
-        };
-        let counters = hot.unwrap_or(stored.counters);
+        let counters = self.stock_now(&stored).await;
         let queue = self.queue_counts(&stored).await;
         let buckets = self.buckets_of(&stored).await;
         SaleReading {
@@ -58,7 +53,36 @@ impl Shop {
         }
     }
 
-    async fn queue_counts(&self, stored: &StoredSale) -> Option<QueueCounts> {
+    /// Every sale in the database.
+    pub async fn sales(&self) -> Result<Vec<StoredSale>, ShopError> {
+        Ok(self.store.sales().await?)
+    }
+
+    /// The sale's stock: the hot counters when the ledger has the sale (fresher: the
+    /// database lags the persister), else the database's.
+    pub async fn stock_now(&self, stored: &StoredSale) -> Counters {
+        let hot = match stored.sale.state {
+            SaleState::Scheduled => None,
+            _ => self
+                .ledger
+                .counters(stored.sale.sku_id)
+                .await
+                .ok()
+                .flatten(),
+        };
+        hot.unwrap_or(stored.counters)
+    }
+
+    /// A draw sale's waitlist position (`None` without admission, or when it does not
+    /// answer).
+    pub async fn draw_position(&self, sku: SkuId) -> Option<u64> {
+        let book = self.admission.as_ref()?.book();
+        book.draw_pos(sku).await.ok()
+    }
+
+    /// A queue sale's counts (`None` for other sales, without admission, or when it does
+    /// not answer).
+    pub async fn queue_counts(&self, stored: &StoredSale) -> Option<QueueCounts> {
         if stored.sale.admission.mode != AdmissionMode::Queue {
             return None;
         }

@@ -10,8 +10,8 @@ use std::time::Duration;
 
 use flashsale_core::events::{CloudEvent, EventLog};
 use flashsale_core::{
-    HotLedger, OrderStore, PurchaseOutcome, PurchaseRequest, Sale, SaleBook, SaleMode, SaleState,
-    SkuId, UserId,
+    HotLedger, OrderStore, PurchaseOutcome, PurchaseRequest, ReconcileRun, Sale, SaleBook,
+    SaleMode, SaleState, SkuId, UserId,
 };
 use flashsale_embedded::EmbeddedLedger;
 use flashsale_engine::relay::nats::{NatsSettings, NatsSink};
@@ -61,11 +61,14 @@ fn reserve_sale() -> Sale {
 }
 
 async fn embedded() -> Rig {
+    embedded_with(reserve_sale()).await
+}
+
+async fn embedded_with(sale: Sale) -> Rig {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("flashsale.db");
     let sqlite = Arc::new(SqliteStore::open(path.to_str().unwrap()).await.unwrap());
     let ledger = Arc::new(EmbeddedLedger::open(sqlite.clone()).await.unwrap());
-    let sale = reserve_sale();
     let sku = warm(ledger.as_ref(), &sale).await;
     let store: Arc<dyn OrderStore> = sqlite;
     Rig {
@@ -78,11 +81,14 @@ async fn embedded() -> Rig {
 }
 
 async fn mariadb() -> Rig {
+    mariadb_with(reserve_sale()).await
+}
+
+async fn mariadb_with(sale: Sale) -> Rig {
     let db = mariadb::TestDatabase::create().await;
     let store = flashsale_engine::backends::open_store(&db.url)
         .await
         .unwrap();
-    let sale = reserve_sale();
     store.create_sale(&sale).await.unwrap();
     store.set_state(sale.sku_id, SaleState::Live).await.unwrap();
     assert_eq!(store.take_epoch(sale.sku_id, 0).await.unwrap(), Some(1));
@@ -175,16 +181,7 @@ impl Rig {
 
     /// Every transition the database stored, as the relay maps it, by stream and seq.
     async fn stored(&self) -> Vec<CloudEvent> {
-        let mut out = Vec::new();
-        for head in self.log.event_streams().await.unwrap() {
-            let rows = self
-                .log
-                .logged_events(head.stream, 0, 1_000_000)
-                .await
-                .unwrap();
-            out.extend(rows.iter().filter_map(CloudEvent::of));
-        }
-        out
+        relay::stored_events(self.log.as_ref()).await.unwrap()
     }
 
     /// Waits until `sink` has delivered every stored event (its positions at the heads).
@@ -338,6 +335,99 @@ both_ledgers!(
     a_failing_receiver_delays_and_never_drops,
     two_relays_at_once_deliver_once,
 );
+
+macro_rules! both_ledgers_direct {
+    ($($name:ident),* $(,)?) => {$(
+        mod $name {
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn embedded() {
+                super::$name(super::embedded_with(super::small_direct_sale()).await).await;
+            }
+
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn mariadb() {
+                super::$name(super::mariadb_with(super::small_direct_sale()).await).await;
+            }
+        }
+    )*};
+}
+
+both_ledgers_direct!(a_sold_out_sale_and_lost_orders_reach_both_sinks_once);
+
+/// A direct sale of 40 units: buying them all sells it out.
+fn small_direct_sale() -> Sale {
+    live_sale(SaleMode::Direct, 40, 1)
+}
+
+fn lost_run(sku: SkuId, lost: &[String]) -> ReconcileRun {
+    ReconcileRun {
+        id: 0,
+        sku_id: sku,
+        at_ms: flashsale_core::clock::now_ms(),
+        trigger: "worker".into(),
+        repair: false,
+        ok: false,
+        violations: 0,
+        repairs: Vec::new(),
+        lost_orders: lost.to_vec(),
+        lost_resolutions: Vec::new(),
+        report: "{}".into(),
+    }
+}
+
+async fn a_sold_out_sale_and_lost_orders_reach_both_sinks_once(mut rig: Rig) {
+    let nats = Nats::on(&nats_server::shared_url());
+    let receiver = WebhookReceiver::spawn().await;
+    let relays = [
+        start(nats.sink(), &rig.log, "a"),
+        start(webhook_sink(&receiver), &rig.log, "a"),
+    ];
+    let reqs: Vec<PurchaseRequest> = (1..=40)
+        .map(|u| req(rig.sku, u, &format!("r{u}"), 1))
+        .collect();
+    for chunk in reqs.chunks(16) {
+        rig.purchase(chunk).await;
+    }
+    // Two runs report losses, the second one again with a new one: two notices.
+    let lost: Vec<String> = (1..=2)
+        .map(|n| format!("{}-1-{}", rig.sku, 900 + n))
+        .collect();
+    let store = &rig.store;
+    store
+        .record_reconcile_run(&lost_run(rig.sku, &lost[..1]))
+        .await
+        .unwrap();
+    store
+        .record_reconcile_run(&lost_run(rig.sku, &lost))
+        .await
+        .unwrap();
+    rig.quiesced("nats").await;
+    rig.quiesced("webhook").await;
+    for r in relays {
+        r.stop().await;
+    }
+    let stored = rig.stored().await;
+    let kinds = |suffix: &str| stored.iter().filter(|e| e.suffix() == suffix).count();
+    assert_eq!(
+        (
+            kinds("order.created"),
+            kinds("sale.sold_out"),
+            kinds("order.lost")
+        ),
+        (40, 1, 2)
+    );
+    let sold_out = stored
+        .iter()
+        .find(|e| e.suffix() == "sale.sold_out")
+        .unwrap();
+    assert_eq!(sold_out.id, format!("sale-{}.sold_out.40", rig.sku));
+    let consumed = nats.consumed().await;
+    check(&stored, &consumed);
+    assert_eq!(consumed.len(), stored.len());
+    let got = received(&receiver);
+    check(&stored, &got);
+    assert_eq!(got.len(), stored.len());
+}
 
 async fn every_stored_transition_reaches_nats_once_in_order(mut rig: Rig) {
     let nats = Nats::on(&nats_server::shared_url());

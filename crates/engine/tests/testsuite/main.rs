@@ -8,5 +8,6 @@ mod bucket_faults;
 mod common;
 mod events;
 mod persister;
+mod rebuild_gap;
 mod reconcile;
 mod stream_upgrade;

@@ -177,7 +177,9 @@ pub async fn enter(
     Ok((status, Json(entry.into())))
 }
 
-/// A user's draw result (`result`: `entered`, `won` with `order_no`, `waitlisted`, `not_won`).
+/// A user's draw result (`result`: `entered`, `won` with `order_no`, `cancelled` or
+/// `expired` (won, then the reservation was cancelled or lapsed: its units went down the
+/// waitlist), `waitlisted`, `not_won`).
 #[derive(Serialize, ToSchema)]
 pub struct EntryResultView {
     pub user_id: u64,
@@ -185,6 +187,8 @@ pub struct EntryResultView {
     pub result: String,
     pub rank: Option<usize>,
     pub order_no: Option<String>,
+    /// The reservation's status now (`RESERVED`, `PAID`, `CANCELLED`, `EXPIRED`).
+    pub order_status: Option<String>,
 }
 
 impl From<EntryResult> for EntryResultView {
@@ -195,6 +199,7 @@ impl From<EntryResult> for EntryResultView {
             result: r.result.to_owned(),
             rank: r.rank,
             order_no: r.order_no,
+            order_status: r.order_status.map(str::to_owned),
         }
     }
 }

@@ -12,6 +12,7 @@ use flashsale_core::SkuId;
 use flashsale_engine::shop::SaleReading;
 
 use crate::auth::Admin;
+use crate::dashboard::history::HistorySeries;
 use crate::dashboard::prom::{self, Sample};
 use crate::dashboard::view::{
     verdict, AdminView, PublicView, QueueTile, SaleCard, SaleOps, SALES_SHOWN_MAX, SERIES_S,
@@ -77,6 +78,29 @@ pub async fn admin_route(
     _: Admin,
 ) -> Result<Json<AdminView>, AppError> {
     admin(&st).await.map(Json)
+}
+
+// `GET /api/v1/dashboard/history/{sku_id}`.
+#[utoipa::path(get, path = "/dashboard/history/{sku_id}", tag = "ops", operation_id = "dashboard_history",
+    params(("sku_id" = u64, Path, minimum = 0)),
+    responses((status = 200, description = "the sale's series from its first sample (one a second, merged in pairs when the ring is full: `step_s`): stock, and a queue's length, admitted, waiting, admission rate and ETA, or a draw's waitlist position")))]
+pub async fn history_route(
+    State(st): State<AppState>,
+    super::ApiPath(p): super::ApiPath<u64>,
+) -> Json<HistorySeries> {
+    Json(st.dashboard.history.series(SkuId(p), false))
+}
+
+// `GET /api/v1/admin/dashboard/history/{sku_id}`.
+#[utoipa::path(get, path = "/admin/dashboard/history/{sku_id}", tag = "admin", operation_id = "admin_dashboard_history", security(("bearer" = [])),
+    params(("sku_id" = u64, Path, minimum = 0)),
+    responses((status = 200, description = "the public history plus answers per second, latency and backlog")))]
+pub async fn admin_history_route(
+    State(st): State<AppState>,
+    _: Admin,
+    super::ApiPath(p): super::ApiPath<u64>,
+) -> Json<HistorySeries> {
+    Json(st.dashboard.history.series(SkuId(p), true))
 }
 
 /// The public view: every sale (up to a bound) with its stock.

@@ -263,3 +263,98 @@ async fn a_draw_sale_publishes_a_recomputable_draw(stack: &Stack) {
         assert_eq!(s, StatusCode::OK, "{order}");
     }
 }
+
+/// Polls every buyer's place and buys with each pass it is given, until each bought or heard
+/// SOLD_OUT; answers the buyers who bought.
+async fn settle(stack: &Stack, sku: u64, users: &[u64]) -> Vec<u64> {
+    let deadline = Instant::now() + LIMIT;
+    let (mut bought, mut sold_out) = (Vec::new(), Vec::new());
+    while bought.len() + sold_out.len() < users.len() {
+        assert!(Instant::now() < deadline, "bought {bought:?}");
+        for &user in users {
+            if bought.contains(&user) || sold_out.contains(&user) {
+                continue;
+            }
+            let (_, me, _) = queue_me(stack, sku, user).await;
+            match me["state"].as_str().unwrap() {
+                "admitted" => {
+                    let pass = me["pass"].as_str();
+                    if buy_with(stack, user, sku, pass).await.0 == StatusCode::ACCEPTED {
+                        bought.push(user);
+                    }
+                }
+                "sold_out" => sold_out.push(user),
+                _ => {}
+            }
+        }
+    }
+    bought
+}
+
+both_ledgers!(the_dashboard_history_shows_a_queue_sale_from_its_start);
+async fn the_dashboard_history_shows_a_queue_sale_from_its_start(stack: &Stack) {
+    let sku = 930;
+    let starts = now_ms() + 1_500;
+    stack
+        .live_sale_with(json!({"sku_id": sku, "name": "history", "total_stock": 2,
+            "admission": "queue", "starts_at_ms": starts}))
+        .await;
+    let users = [1, 2, 3, 4, 5];
+    for &user in &users {
+        let path = format!("/api/v1/sales/{sku}/queue");
+        let (s, b) = stack
+            .call("POST", &path, Some(&stack.token(user)), None)
+            .await;
+        assert_eq!(s, StatusCode::OK, "{b}");
+    }
+    assert_eq!(settle(stack, sku, &users).await.len(), 2);
+
+    // Opened after the run (once the sampler read the run's last second): the series reach
+    // back to before the start.
+    let path = format!("/api/v1/admin/dashboard/history/{sku}");
+    let deadline = Instant::now() + LIMIT;
+    let accepted = |h: &Value| -> f64 {
+        let col = h["answers"]["accepted"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default();
+        col.iter().filter_map(Value::as_f64).sum()
+    };
+    let h = loop {
+        let (s, h) = stack.admin("GET", &path, None).await;
+        assert_eq!(s, StatusCode::OK, "{h}");
+        let sold = h["sold"].as_array().and_then(|v| v.last().cloned());
+        if sold == Some(json!(2)) && accepted(&h) > 0.0 {
+            break h;
+        }
+        assert!(Instant::now() < deadline, "{h}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    let t = h["t"].as_array().unwrap();
+    assert!(
+        t[0].as_i64().unwrap() <= starts / 1000,
+        "a point before the start: {h}"
+    );
+    assert_eq!(h["sold"][0], 0, "from the start: {h}");
+    let queue = &h["queue"];
+    let last = |col: &str| queue[col].as_array().unwrap().last().cloned().unwrap();
+    assert_eq!(last("queue_length"), json!(5), "{h}");
+    assert!(last("admitted").as_u64().unwrap() >= 2, "{h}");
+    assert_eq!(
+        queue["queue_length"].as_array().unwrap().len(),
+        t.len(),
+        "one value a point"
+    );
+    // The public series: stock and queue, no answers.
+    let (s, public) = stack
+        .call(
+            "GET",
+            &format!("/api/v1/dashboard/history/{sku}"),
+            None,
+            None,
+        )
+        .await;
+    assert_eq!(s, StatusCode::OK);
+    assert_eq!(public["t"][0], t[0]);
+    assert!(public.get("answers").is_none(), "{public}");
+}

@@ -311,3 +311,53 @@ async fn a_cancelled_hold_whose_unit_went_out_folds_back() {
     let report = stack.repair(SKU).await;
     assert_eq!(report["ok"], true, "{report:#}");
 }
+
+/// A created unit: bucket 1 takes in a unit no out ever sent, so the copies sell 11 of the
+/// sale's 10. The database's guard rejects the one sale the sale row cannot cover and the
+/// persisters go on (no dead letter, no pause: every other order is stored), and the
+/// reconciler reports that order lost by its number. Refused as an error, the batch was
+/// dead-lettered and the sale's streams paused, leaving orders neither stored nor reported.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_created_units_sale_is_reported_lost_and_stops_no_persister() {
+    const SKU: u64 = 316;
+    let stack = stack().await;
+    stack.live_sale_with(sale_body(SKU)).await;
+    let keys = flashsale_redis::keys::Keys::new(&stack.config.engine.ledger.redis_prefix).unwrap();
+    let dst = copy(SKU, 1);
+    // Bucket 0's epoch is 2 (sale epoch 1 of two buckets): the id names it the source.
+    let reply: String = redis::Script::new(flashsale_redis::scripts::TRANSFER_IN)
+        .key(keys.sale(dst))
+        .key(keys.events(dst))
+        .key(keys.transfers_in(dst))
+        .arg("2.99")
+        .arg(0)
+        .arg(1)
+        .invoke_async(&mut redis_conn(&stack).await)
+        .await
+        .unwrap();
+    assert_eq!(reply, "OK");
+    assert_eq!(sell_out(&stack, SKU, 1_000).await, UNITS + 1);
+
+    let store = stack.store();
+    let orders =
+        flashsale_testkit::wait::until("every order stored", Duration::from_secs(60), || {
+            let store = store.clone();
+            async move {
+                let orders = store.orders(SkuId(SKU)).await.ok()?;
+                (orders.len() as u64 == UNITS + 1).then_some(orders)
+            }
+        })
+        .await;
+    assert!(!store.stream_paused(SkuId(SKU)).await.unwrap());
+    assert_eq!(store.dead_letters(SkuId(SKU)).await.unwrap(), vec![]);
+    let rejected: Vec<String> = (orders.iter())
+        .filter(|o| o.status == flashsale_core::OrderStatus::Rejected)
+        .map(|o| o.order_no.to_string())
+        .collect();
+    assert_eq!(rejected.len(), 1, "{orders:?}");
+    let path = format!("/api/v1/admin/reconcile?sku={SKU}");
+    let (s, b) = stack.admin("GET", &path, None).await;
+    assert_eq!(s, StatusCode::OK, "{b}");
+    assert_eq!(b[0]["lost_orders"], json!(rejected), "{b:#}");
+    assert_eq!(b[0]["ok"], false, "{b:#}");
+}

@@ -80,9 +80,10 @@ async fn serve_relays_orders_to_a_signed_webhook_and_shows_its_position() {
         .filter_map(CloudEvent::of)
         .collect();
     check_exactly_once(&stored, &delivered).unwrap();
-    assert!(delivered
-        .iter()
-        .all(|e| e.data.status.as_str() == "CREATED"));
+    assert!(delivered.iter().all(|e| e
+        .data
+        .order()
+        .is_some_and(|o| o.status.as_str() == "CREATED")));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

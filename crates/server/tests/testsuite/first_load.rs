@@ -2,12 +2,13 @@
 //! taking writes (`CLIENT PAUSE … WRITE`, as a primary that stalls or times out) while the
 //! service loads the buckets. The epoch is taken, some buckets are loaded, bucket 0 (loaded
 //! last, the one that names the others) is not. An operator's forced warm recovers the sale,
-//! which then sells exactly its stock.
+//! and so does the reconciler's repair without one; the sale then sells exactly its stock.
 
 use std::collections::HashSet;
 use std::time::Duration;
 
 use flashsale_core::{HotCopies, SkuId};
+use flashsale_engine::reconcile::{ReconcileConfig, Trigger};
 use flashsale_redis::{slot, CopyTag, Keys, RedisLedger};
 use flashsale_testkit::mariadb::TestDatabase;
 use flashsale_testkit::redis_cluster::RedisCluster;
@@ -34,11 +35,12 @@ async fn pause_writes(url: &str, ms: Option<u64>) {
     let _: () = cmd.query_async(&mut conn).await.unwrap();
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_first_load_that_fails_midway_is_recovered_by_a_forced_warm() {
-    let cluster = RedisCluster::spawn(1_000).await;
+/// Creates the sale on a fresh stack over `cluster` and makes its first warm fail midway
+/// (bucket 2 loaded, bucket 1's primary paused for writes, bucket 0 never loaded): returns
+/// the stack and the salts the sale was placed with.
+async fn a_failed_first_load(cluster: &RedisCluster) -> (Stack, Vec<u32>) {
     let stack = Stack::on_redis(&cluster.urls(), TestDatabase::create().await, |cfg| {
-        // The operator recovers the sale here, not the reconciler.
+        // The test recovers the sale, not a running reconciler.
         cfg.engine.reconcile.interval = Duration::ZERO;
     })
     .await;
@@ -79,16 +81,18 @@ async fn a_first_load_that_fails_midway_is_recovered_by_a_forced_warm() {
         StatusCode::ACCEPTED,
         "no sale without bucket 0: {body}"
     );
+    (stack, salts)
+}
 
-    let (status, body) = stack.sale_action(SKU, "warm?force=true").await;
-    assert_eq!(status, StatusCode::OK, "a forced warm recovers it: {body}");
+/// The recovered sale, placed where it was first placed, sells exactly its stock, each order
+/// once, and reconciles.
+async fn sells_exactly_its_stock(stack: &Stack, salts: &[u32]) {
     let kept = stack.store().bucket_salts(SkuId(SKU)).await.unwrap();
     assert_eq!(
         kept.as_deref(),
-        Some(&salts[..]),
+        Some(salts),
         "placed where it was first placed"
     );
-
     let mut sold = HashSet::new();
     for user in 1..=UNITS * 2 {
         let (status, body) = stack.buy(user, SKU, "a", json!(1)).await;
@@ -108,4 +112,31 @@ async fn a_first_load_that_fails_midway_is_recovered_by_a_forced_warm() {
     common::assert_sold_out_in_units_of_one(stack.database_url(), SKU, UNITS).await;
     let report = stack.repair(SKU).await;
     assert_eq!(report["ok"], true, "{report:#}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_first_load_that_fails_midway_is_recovered_by_a_forced_warm() {
+    let cluster = RedisCluster::spawn(1_000).await;
+    let (stack, salts) = a_failed_first_load(&cluster).await;
+    let (status, body) = stack.sale_action(SKU, "warm?force=true").await;
+    assert_eq!(status, StatusCode::OK, "a forced warm recovers it: {body}");
+    sells_exactly_its_stock(&stack, &salts).await;
+}
+
+/// No operator: the reconciler's repair finds the buckets missing (0 and 1) or fenced since
+/// the load (2; its stall time set to 0 here) and rebuilds each from its row.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_first_load_that_fails_midway_is_recovered_by_the_reconciler() {
+    let cluster = RedisCluster::spawn(1_000).await;
+    let (stack, salts) = a_failed_first_load(&cluster).await;
+    let mut reconciler = stack.server.as_ref().unwrap().state.reconciler();
+    reconciler.config = ReconcileConfig {
+        rebuild_stall: Duration::ZERO,
+        ..ReconcileConfig::default()
+    };
+    let report = reconciler.run_sale(SkuId(SKU), true, Trigger::Cli).await;
+    let report = report.unwrap();
+    assert!(!report.repairs.is_empty(), "{report:#?}");
+    assert!(report.after.as_ref().unwrap().ok, "{report:#?}");
+    sells_exactly_its_stock(&stack, &salts).await;
 }

@@ -23,6 +23,8 @@ backends!(
     a_batch_of_two_buckets_changes_nothing,
     salts_are_kept_once_and_a_bucket_takes_its_own_next_epoch,
     a_fenced_side_applied_again_by_the_new_copy_counts_once,
+    a_created_units_sale_is_rejected_and_reported_not_an_error,
+    a_side_stored_by_a_rebuild_takes_its_original_as_a_duplicate,
 );
 
 fn sale(sku: SkuId, buckets: u16) -> Sale {
@@ -50,9 +52,14 @@ async fn create(store: &dyn OrderStore) {
 
 /// The book of `bucket`'s hot copy of sale epoch 1 (its share of 10, its own epoch).
 fn book(bucket: u16) -> SaleBook {
+    book_of(bucket, TOTAL / u64::from(BUCKETS))
+}
+
+/// The book of `bucket`'s hot copy of sale epoch 1 holding `stock` units.
+fn book_of(bucket: u16, stock: u64) -> SaleBook {
     let live = Sale {
         state: SaleState::Live,
-        total_stock: TOTAL / u64::from(BUCKETS),
+        total_stock: stock,
         buckets: 1,
         ..sale(SKU, BUCKETS)
     };
@@ -424,4 +431,70 @@ async fn a_bucketed_sale_put_as_one_book_applies_to_its_sale_row() {
     let stored = store.sale(SKU).await.unwrap().unwrap();
     assert_eq!(stored.counters, counters(TOTAL, 24, 6, 3));
     assert_eq!(store.events_between(SKU, 1, 3).await.unwrap(), events);
+}
+
+/// A created unit: bucket 1 stored an in whose out is never stored, so its copy holds 11 of
+/// a sale of 30 and sells them all. The sale row cannot follow the 11th deduction below 0:
+/// the guard rejects it (the order is kept REJECTED and the event is reported as lost, by
+/// order number, with the fenced ones) and the batch commits, so the persister never stops.
+async fn a_created_units_sale_is_rejected_and_reported_not_an_error(store: &dyn OrderStore) {
+    create(store).await;
+    let created = side(4, "3.1", TransferSide::In, (0, 1), 1);
+    assert_eq!(
+        store.apply_transfer(&created).await.unwrap(),
+        TransferApplied::Applied
+    );
+    apply(store, &buy(&mut book(0), 1..11, 1)).await;
+    apply(store, &buy(&mut book(2), 21..31, 1)).await;
+    let eleven = buy(&mut book_of(1, 11), 31..42, 1);
+    assert_eq!(eleven.len(), 11);
+    let report = store.apply_events(SKU, &eleven).await.unwrap();
+    let last = eleven[10].order_no;
+    assert_eq!((report.applied, report.rejected), (11, vec![last]));
+    let sale = store.sale(SKU).await.unwrap().unwrap();
+    assert_eq!((sale.counters.available, sale.counters.sold), (0, 30));
+    let rows = bucket_rows(store).await;
+    assert_eq!(
+        rows[1].counters,
+        counters(11, 1, 10, 11),
+        "its seq moved on"
+    );
+    let orders = store.orders(SKU).await.unwrap();
+    let kept = orders.iter().find(|o| o.order_no == last).unwrap();
+    assert_eq!(kept.status, flashsale_core::OrderStatus::Rejected);
+    let reported = store.unreported_fenced(SKU, 10).await.unwrap();
+    assert_eq!(reported, vec![eleven[10].clone()]);
+    // A redelivery of the batch is a duplicate, not a second report.
+    let again = store.apply_events(SKU, &eleven).await.unwrap();
+    assert_eq!((again.applied, again.duplicates), (0, 11));
+    assert_eq!(store.unreported_fenced(SKU, 10).await.unwrap().len(), 1);
+}
+
+/// A rebuild of bucket 2 stores the in its copy lost, with the out's time; the original in,
+/// read by a persister from the old stream before the loss, arrives later with its own time:
+/// a redelivery of the same move, counted once, not an error.
+async fn a_side_stored_by_a_rebuild_takes_its_original_as_a_duplicate(store: &dyn OrderStore) {
+    create(store).await;
+    let out = side(3, "3.1", TransferSide::Out, (0, 2), 4);
+    assert_eq!(
+        store.apply_transfer(&out).await.unwrap(),
+        TransferApplied::Applied
+    );
+    let by_rebuild = side(5, "3.1", TransferSide::In, (0, 2), 4);
+    assert_eq!(
+        store.apply_transfer(&by_rebuild).await.unwrap(),
+        TransferApplied::Applied
+    );
+    let original = TransferEvent {
+        at_ms: NOW + 7,
+        ..by_rebuild.clone()
+    };
+    assert_eq!(
+        store.apply_transfer(&original).await.unwrap(),
+        TransferApplied::Duplicate
+    );
+    let rows = bucket_rows(store).await;
+    assert_eq!((rows[0].counters.total, rows[2].counters.total), (6, 14));
+    let audit = store.audit(SKU).await.unwrap().unwrap();
+    assert_eq!(audit.transfers, vec![out, by_rebuild]);
 }

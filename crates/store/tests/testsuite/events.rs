@@ -1,11 +1,13 @@
 //! The order-event relay's side of every backend (MariaDB, PostgreSQL, SQLite): the ordered
 //! log by stream, heads from the guarded counters, positions moved only by compare and set,
 //! the sink lease (taken, renewed, refused while held, taken over once lapsed), failures and
-//! pause.
+//! pause; a sale's notices (sold out, orders reported lost) as one more stream, each stored
+//! once per transition.
 
-use flashsale_core::events::{EventLog, StreamKey};
+use flashsale_core::events::{CloudEvent, EventLog, NoticeKind, StreamKey};
 use flashsale_core::{
-    OrderStore, PurchaseRequest, RequestId, Sale, SaleBook, SaleMode, SaleState, SkuId, UserId,
+    Event, OrderStore, PurchaseRequest, ReconcileRun, RequestId, Sale, SaleBook, SaleMode,
+    SaleState, SkuId, UserId,
 };
 
 const SKU: SkuId = SkuId(77);
@@ -16,6 +18,8 @@ backends!(
     positions_move_only_from_what_was_read,
     one_holder_has_a_sink_lease_until_it_lapses,
     failures_count_until_a_success_and_pause_holds,
+    the_batch_that_sells_the_last_unit_stores_one_sold_out_notice,
+    a_loss_reported_twice_is_one_notice_with_its_own_position,
 );
 
 /// A live reserve sale with `n` orders bought and the first paid, applied.
@@ -192,4 +196,156 @@ async fn failures_count_until_a_success_and_pause_holds<S: OrderStore + EventLog
     assert!(store.sinks().await.unwrap()[0].paused);
     store.set_sink_paused("webhook", false).await.unwrap();
     assert!(!store.sinks().await.unwrap()[0].paused);
+}
+
+/// A live sale of `total` units in `mode`, its epoch taken, and its book.
+async fn live_sale<S: OrderStore>(store: &S, total: u64, mode: SaleMode) -> SaleBook {
+    let sale = Sale {
+        sku_id: SKU,
+        name: "notices".into(),
+        total_stock: total,
+        per_user_limit: 1,
+        mode,
+        payment_timeout_ms: 60_000,
+        starts_at_ms: 0,
+        ends_at_ms: NOW * 2,
+        state: SaleState::Live,
+        buckets: 1,
+        admission: Default::default(),
+    };
+    store.create_sale(&sale).await.unwrap();
+    assert_eq!(store.take_epoch(SKU, 0).await.unwrap(), Some(1));
+    SaleBook::new(sale.clone(), sale.fresh_counters(), 1)
+}
+
+fn buy(book: &mut SaleBook, user: u64) -> Vec<Event> {
+    let r = PurchaseRequest {
+        sku_id: SKU,
+        user_id: UserId(user),
+        request_id: RequestId::parse(&format!("r{user}")).unwrap(),
+        quantity: 1,
+    };
+    book.purchase(&r, NOW + user as i64).1.into_iter().collect()
+}
+
+async fn notices_of<S: EventLog>(store: &S) -> Vec<CloudEvent> {
+    let notices = store.logged_notices(SKU, 0, 100).await.unwrap();
+    notices.iter().map(CloudEvent::of_notice).collect()
+}
+
+async fn the_batch_that_sells_the_last_unit_stores_one_sold_out_notice<S: OrderStore + EventLog>(
+    store: &S,
+) {
+    let mut book = live_sale(store, 3, SaleMode::Reserve).await;
+    let mut holds = Vec::new();
+    for u in 1..=3 {
+        holds.extend(buy(&mut book, u));
+    }
+    store.apply_events(SKU, &holds).await.unwrap();
+    // Nothing available, but held units may come back: not sold out.
+    assert!(notices_of(store).await.is_empty());
+    let mut paid = Vec::new();
+    for (u, e) in (1..=2).zip(&holds) {
+        paid.extend(book.pay(&e.order_no, UserId(u), NOW + 10).unwrap().1);
+    }
+    store.apply_events(SKU, &paid).await.unwrap();
+    assert!(notices_of(store).await.is_empty());
+    let last: Vec<Event> = book
+        .pay(&holds[2].order_no, UserId(3), NOW + 20)
+        .unwrap()
+        .1
+        .into_iter()
+        .collect();
+    store.apply_events(SKU, &last).await.unwrap();
+    // A redelivery of the batch changes nothing.
+    store.apply_events(SKU, &last).await.unwrap();
+    let notices = notices_of(store).await;
+    assert_eq!(notices.len(), 1);
+    assert_eq!(notices[0].id, format!("sale-{}.sold_out.3", SKU.0));
+    assert_eq!(notices[0].suffix(), "sale.sold_out");
+    assert_eq!(notices[0].data.at_ms(), NOW + 20);
+    let heads = store.event_streams().await.unwrap();
+    let notice_head = heads.iter().find(|h| h.stream.is_notices()).unwrap();
+    assert_eq!(
+        (notice_head.stream, notice_head.head),
+        (StreamKey::notices(SKU), 1)
+    );
+}
+
+fn run(id_hint: &str, lost: &[&str]) -> ReconcileRun {
+    ReconcileRun {
+        id: 0,
+        sku_id: SKU,
+        at_ms: NOW,
+        trigger: id_hint.into(),
+        repair: false,
+        ok: false,
+        violations: 0,
+        repairs: Vec::new(),
+        lost_orders: lost.iter().map(|s| s.to_string()).collect(),
+        lost_resolutions: Vec::new(),
+        report: "{}".into(),
+    }
+}
+
+async fn a_loss_reported_twice_is_one_notice_with_its_own_position<S: OrderStore + EventLog>(
+    store: &S,
+) {
+    let mut book = live_sale(store, 10, SaleMode::Direct).await;
+    store.apply_events(SKU, &buy(&mut book, 1)).await.unwrap();
+    let a = format!("{}-1-90", SKU.0);
+    let b = format!("{}-1-91", SKU.0);
+    let first = store
+        .record_reconcile_run(&run("worker", &[&a]))
+        .await
+        .unwrap();
+    store
+        .record_reconcile_run(&run("worker", &[&a, &b]))
+        .await
+        .unwrap();
+    let notices = store.logged_notices(SKU, 0, 100).await.unwrap();
+    let seen: Vec<(u64, NoticeKind, &str)> = notices
+        .iter()
+        .map(|n| (n.seq, n.kind, n.order_no.as_str()))
+        .collect();
+    assert_eq!(
+        seen,
+        vec![
+            (1, NoticeKind::Lost, a.as_str()),
+            (2, NoticeKind::Lost, b.as_str())
+        ]
+    );
+    assert_eq!(notices[0].run_id, first, "the run that first reported it");
+    let lost = CloudEvent::of_notice(&notices[0]);
+    assert_eq!(
+        (lost.id.as_str(), lost.suffix()),
+        (format!("{a}.lost").as_str(), "order.lost")
+    );
+    assert_eq!(store.logged_notices(SKU, 1, 100).await.unwrap().len(), 1);
+    // The notice stream's position is per sink, beside the order stream's.
+    let notices_stream = StreamKey::notices(SKU);
+    assert!(store
+        .advance_position("nats", notices_stream, 0, 1, NOW)
+        .await
+        .unwrap());
+    assert!(!store
+        .advance_position("nats", notices_stream, 0, 2, NOW)
+        .await
+        .unwrap());
+    assert!(store
+        .advance_position("nats", STREAM, 0, 1, NOW)
+        .await
+        .unwrap());
+    let mut positions = store.positions("nats").await.unwrap();
+    positions.sort();
+    assert_eq!(positions, vec![(STREAM, 1), (notices_stream, 1)]);
+    store
+        .set_position("nats", notices_stream, 0, NOW)
+        .await
+        .unwrap();
+    assert!(store.positions("webhook").await.unwrap().is_empty());
+    let heads = store.event_streams().await.unwrap();
+    assert!(heads
+        .iter()
+        .any(|h| h.stream == notices_stream && h.head == 2));
 }

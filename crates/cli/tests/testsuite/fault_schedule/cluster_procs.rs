@@ -13,6 +13,7 @@ use flashsale_testkit::redis_cluster_ns::NsRedisCluster;
 use tempfile::TempDir;
 
 use super::cluster_plan::{ClusterPlan, INSTANCES};
+use super::events_relay::Relayed;
 use super::procs::{self, CliRun, Stack, ADMIN, SECRET};
 
 /// The cluster's node timeout: a primary cut off this long is failed over.
@@ -31,6 +32,8 @@ pub struct NsStack {
     _db: MariaDbServer,
     pub db_url: String,
     pub http: reqwest::Client,
+    /// The NATS the processes' order-event relays publish to (on the bridge's root address).
+    pub events: Relayed,
     /// serve0, serve1, worker.
     pub hosts: Vec<Host>,
     env: Vec<(String, String)>,
@@ -47,7 +50,9 @@ impl NsStack {
         procs::create_database(&db.url()).await;
         let db_url = format!("{}/flashsale", db.url());
         let dir = tempfile::tempdir().expect("temp dir");
-        let env = shared_env(&redis, &db_url, plan);
+        let events = Relayed::spawn_on(&net.root_addr().to_string()).await;
+        let mut env = shared_env(&redis, &db_url, plan);
+        env.extend(events.vars());
         let hosts: Vec<Host> = ["s0", "s1", "w"].map(|n| net.add_host(n)).to_vec();
         let serves = (0..INSTANCES)
             .map(|i| flashsale(&net, &hosts[i], &format!("serve{i}"), &env, dir.path()))
@@ -60,6 +65,7 @@ impl NsStack {
             _db: db,
             db_url,
             http: procs::http_client(),
+            events,
             hosts,
             env,
             dir,

@@ -36,6 +36,9 @@ pub async fn run_seed(seed: u64) -> Outcome<ClusterPlan> {
     let mut outcome = run::judge(plan, sold, &stored, hot_copy_lost, reconciled, phases);
     outcome.verdict.notes.extend(seen.unsettled);
     outcome.drawn = Some(drawn);
+    (stack.events)
+        .judge(&stack, &stack.db_url, &mut outcome.verdict)
+        .await;
     run::keep_logs(&mut outcome, "cluster", seed, stack.logs_dir());
     outcome
 }

@@ -10,6 +10,7 @@ pub mod cluster_plan;
 pub mod cluster_procs;
 pub mod cluster_run;
 pub mod db;
+pub mod events_relay;
 pub mod nemesis;
 pub mod plan;
 pub mod probe;

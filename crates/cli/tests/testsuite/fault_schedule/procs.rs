@@ -11,6 +11,7 @@ use flashsale_testkit::redis_server::RedisServer;
 use sqlx::{Connection, Executor, MySqlConnection};
 use tempfile::TempDir;
 
+use super::events_relay::Relayed;
 use super::plan::{Plan, RedisKeeps};
 
 pub const ADMIN: &str = "fault-schedule-admin-token";
@@ -32,6 +33,8 @@ pub struct Cluster {
     pub worker: Proc,
     pub db_url: String,
     pub http: reqwest::Client,
+    /// The NATS the processes' order-event relays publish to.
+    pub events: Relayed,
     env: Env,
     /// Removed on drop, after the processes (fields drop in order) are gone.
     _dir: TempDir,
@@ -51,6 +54,8 @@ struct Env {
     hot: Option<(String, u64)>,
     db_url: String,
     dir: PathBuf,
+    /// The order-event relay's settings.
+    events: Vec<(String, String)>,
 }
 
 impl Env {
@@ -79,6 +84,7 @@ impl Env {
             ]
         }))
         .map(|(k, v)| (k.to_owned(), v))
+        .chain(self.events.iter().cloned())
         .collect()
     }
 }
@@ -186,6 +192,7 @@ impl Cluster {
         create_database(&db.url()).await;
         let dir = tempfile::tempdir().expect("temp dir");
         let db_url = format!("{}/flashsale", db.url());
+        let events = Relayed::spawn_on("127.0.0.1").await;
         let base_env = Env {
             redis_url: redis.url(),
             hot: hot
@@ -194,6 +201,7 @@ impl Cluster {
                 .map(|(r, sku)| (r.url(), sku)),
             db_url: db_url.clone(),
             dir: dir.path().to_path_buf(),
+            events: events.vars(),
         };
         let migrate = cli(&base_env, &["migrate"]).await;
         let why = migrate.stderr.lines().last().unwrap_or_default().to_owned();
@@ -216,6 +224,7 @@ impl Cluster {
             worker: worker(&base_env),
             db_url,
             http: http_client(),
+            events,
             env: base_env,
             _dir: dir,
         };

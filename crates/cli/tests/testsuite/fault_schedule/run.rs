@@ -50,6 +50,9 @@ pub async fn run_seed(seed: u64) -> Outcome<Plan> {
     };
     let mut outcome = judge(plan, sold, &stored, hot_copy_lost, reconciled, phases);
     outcome.drawn = Some(drawn);
+    (cluster.events)
+        .judge(&cluster, &cluster.db_url, &mut outcome.verdict)
+        .await;
     keep_logs(&mut outcome, "loopback", seed, cluster.logs_dir());
     outcome
 }

@@ -5,10 +5,13 @@
 
 const TOKEN_KEY = 'flashsale.adminToken';
 const POLL_MS = 1000;
-// Seconds of stock and backlog kept in the page (the server sends no history of those).
+// The server keeps every sale's series from its start (GET …/dashboard/history/{sku}); the
+// page reads it again every HISTORY_REFETCH_MS and draws the seconds it polled since on top.
 const HISTORY_S = 120;
+const HISTORY_REFETCH_MS = 5000;
 const COLORS = {accepted: '#2e9e5b', soldOut: '#e0a030', rejected: '#c8323c',
-                p50: '#3a6fd8', p99: '#8e44ad', stock: '#2e9e5b', lag: '#c8323c'};
+                p50: '#3a6fd8', p99: '#8e44ad', stock: '#2e9e5b', lag: '#c8323c',
+                queue: '#3a6fd8', admitted: '#2e9e5b', waiting: '#e0a030', draw: '#8e44ad'};
 
 const $ = (sel, root = document) => root.querySelector(sel);
 const fmt = v => (v === null || v === undefined) ? '—' : Number(v).toLocaleString('en-US');
@@ -105,7 +108,8 @@ function cardFor(main, sku) {
   el.id = 'sale-' + sku;
   el.dataset.sku = sku;
   main.appendChild(el);
-  card = {el, charts: {}, history: {t: [], stock: [], backlog: []}};
+  card = {el, charts: {}, history: {t: [], stock: [], backlog: [], acc: [], so: [], rej: [], p50: [], p99: [],
+    queue: [], admitted: [], waiting: []}, server: null, loadedAt: 0, loadedAdmin: false, loading: false};
   cards.set(sku, card);
   // Charts have a fixed pixel width: follow the card's (window resize, phone rotation).
   new ResizeObserver(() => resizeCharts(card)).observe(el);
@@ -135,9 +139,30 @@ function renderSale(main, sale, admin, view) {
   renderBuckets(el, sale);
   $('.fill', el).style.width = (sale.total ? 100 * sale.sold / sale.total : 0) + '%';
   $('.ops', el).hidden = !admin;
-  remember(card.history, view.at_ms / 1000, sale.available, admin ? sale.backlog : null);
+  remember(card.history, view.at_ms / 1000, sale, admin);
   if (admin) renderOps(card, sale, view);
   drawCharts(card, sale, admin);
+  loadHistory(card, sale.sku_id, admin);
+}
+
+// The server's series of the sale from its start, read again every HISTORY_REFETCH_MS.
+async function loadHistory(card, sku, admin) {
+  const fresh = performance.now() - card.loadedAt < HISTORY_REFETCH_MS && card.loadedAdmin === admin;
+  if (card.loading || fresh) return;
+  card.loading = true;
+  try {
+    const path = (admin ? '/api/v1/admin/dashboard/history/' : '/api/v1/dashboard/history/') + sku;
+    const r = await fetch(path, admin ? {headers: {Authorization: 'Bearer ' + token}} : {});
+    if (r.ok) {
+      card.server = await r.json();
+      card.loadedAt = performance.now();
+      card.loadedAdmin = admin;
+    }
+  } catch (e) {
+    // The polled seconds still draw; the next poll tries again.
+  } finally {
+    card.loading = false;
+  }
 }
 
 // A bucketed sale's buckets, a row each, when the server read them (never on the embedded
@@ -162,9 +187,40 @@ function renderBuckets(el, sale) {
   $('tbody', table).replaceChildren(...rows);
 }
 
-function remember(h, t, stock, backlog) {
-  h.t.push(t); h.stock.push(stock); h.backlog.push(backlog);
-  while (h.t.length && h.t[0] < t - HISTORY_S) { h.t.shift(); h.stock.shift(); h.backlog.shift(); }
+// One polled point: stock and the queue, and (admin) the backlog and the last complete
+// second of answers. Kept HISTORY_S: older seconds come from the server's history.
+function remember(h, t, sale, admin) {
+  const a = admin ? sale.answers : null, last = a ? a.t.length - 1 : -1;
+  const q = sale.queue;
+  const row = {t, stock: sale.available, backlog: admin ? sale.backlog : null,
+    acc: a ? a.accepted[last] : null, so: a ? a.sold_out[last] : null, rej: a ? a.rejected[last] : null,
+    p50: a ? a.p50_ms[last] : null, p99: a ? a.p99_ms[last] : null,
+    queue: q ? q.queue_length : null, admitted: q ? q.admitted : null,
+    waiting: q ? Math.max(0, q.queue_length - q.admitted) : null};
+  for (const k of Object.keys(h)) h[k].push(row[k]);
+  while (h.t.length && h.t[0] < t - HISTORY_S) for (const k of Object.keys(h)) h[k].shift();
+}
+
+// The server's series, then the polled points after its last one, as columns.
+function series(card) {
+  const s = card.server, h = card.history;
+  const out = {t: [], stock: [], backlog: [], acc: [], so: [], rej: [], p50: [], p99: [],
+    queue: [], admitted: [], waiting: [], draw: []};
+  const n = s ? s.t.length : 0, an = s && s.answers, q = s && s.queue;
+  for (let i = 0; i < n; i++) {
+    const row = {t: s.t[i], stock: s.available[i], backlog: an ? an.backlog[i] : null,
+      acc: an ? an.accepted[i] : null, so: an ? an.sold_out[i] : null, rej: an ? an.rejected[i] : null,
+      p50: an ? an.p50_ms[i] : null, p99: an ? an.p99_ms[i] : null,
+      queue: q ? q.queue_length[i] : null, admitted: q ? q.admitted[i] : null, waiting: q ? q.waiting[i] : null,
+      draw: s.draw_position ? s.draw_position[i] : null};
+    for (const k of Object.keys(out)) out[k].push(row[k]);
+  }
+  const end = n ? s.t[n - 1] : -Infinity;
+  for (let i = 0; i < h.t.length; i++) {
+    if (h.t[i] <= end + 1) continue;
+    for (const k of Object.keys(out)) out[k].push(k === 'draw' ? null : h[k][i]);
+  }
+  return out;
 }
 
 function renderOps(card, sale, view) {
@@ -219,18 +275,21 @@ function diffText(diff) {
 }
 
 function drawCharts(card, sale, admin) {
-  const h = card.history;
+  const h = series(card);
   const backlog = admin ? h.backlog : h.backlog.map(() => null);
   draw(card, 'stock', stockOpts, [h.t, h.stock, backlog]);
+  const admission = sale.admission !== 'open';
+  $('[data-chart="admission"]', card.el).hidden = !admission;
+  if (admission) draw(card, 'admission', admissionOpts, [h.t, h.queue, h.admitted, h.waiting, h.draw]);
   for (const name of ['answers', 'latency']) $('[data-chart="' + name + '"]', card.el).hidden = !admin;
   if (!admin) return;
-  const a = sale.answers;
-  const acc = a.accepted, so = a.t.map((_, i) => acc[i] + a.sold_out[i]);
-  const all = a.t.map((_, i) => so[i] + a.rejected[i]);
+  const num = v => v === null || v === undefined ? 0 : v;
+  const acc = h.acc.map(num), so = h.t.map((_, i) => acc[i] + num(h.so[i]));
+  const all = h.t.map((_, i) => so[i] + num(h.rej[i]));
   // Stacked: each band is drawn over the one above it, so series hold running sums.
-  card.answersRaw = [null, a.rejected, a.sold_out, a.accepted];
-  draw(card, 'answers', answersOpts(card), [a.t, all, so, acc]);
-  draw(card, 'latency', latencyOpts, [a.t, a.p50_ms, a.p99_ms]);
+  card.answersRaw = [null, h.rej, h.so, h.acc];
+  draw(card, 'answers', answersOpts(card), [h.t, all, so, acc]);
+  draw(card, 'latency', latencyOpts, [h.t, h.p50, h.p99]);
 }
 
 function draw(card, name, opts, data) {
@@ -257,9 +316,9 @@ const timeAxis = {space: 60};
 
 function stockOpts() {
   return {
-    // The same last minute as the server's series, so the charts of a card line up. From the
-    // last x, not `max`: with one point uPlot widens max by a day.
-    scales: {x: {time: true, range: u => lastMinute(u.data[0])},
+    // The whole sale, as the other charts of the card. From the data, not `max`: with one
+    // point uPlot widens max by a day.
+    scales: {x: {time: true, range: u => wholeSale(u.data[0])},
              units: {range: (u, min, max) => [0, Math.max(1, max)]}},
     axes: [timeAxis, {...axisY('units'), scale: 'units'}],
     series: [{}, {label: 'remaining', stroke: COLORS.stock, width: 2, scale: 'units', points: {show: fewPoints}},
@@ -267,10 +326,21 @@ function stockOpts() {
   };
 }
 
-function lastMinute(xs) {
+function wholeSale(xs) {
   const end = xs.length ? xs[xs.length - 1] : Date.now() / 1000;
-  return [end - 60, end];
+  const start = xs.length ? xs[0] : end - 60;
+  return [Math.min(start, end - 60), end];
 }
+
+// A queue's length, admitted and waiting buyers, or a draw's waitlist position, over time.
+const admissionOpts = {
+  scales: {x: {time: true, range: u => wholeSale(u.data[0])}, y: {range: (u, min, max) => [0, Math.max(1, max)]}},
+  axes: [timeAxis, axisY('buyers')],
+  series: [{}, {label: 'queued', stroke: COLORS.queue, width: 2},
+           {label: 'admitted', stroke: COLORS.admitted, width: 2},
+           {label: 'waiting', stroke: COLORS.waiting, width: 1.5, dash: [4, 3]},
+           {label: 'draw position', stroke: COLORS.draw, width: 2}],
+};
 
 // Dots while a line has too few points to be seen (the first seconds after the page opens).
 const fewPoints = u => u.data[0].length < 5;
@@ -279,7 +349,7 @@ function answersOpts(card) {
   // Legends show each outcome's own rate, not the running sum that is drawn.
   const own = si => (u, v, _s, i) => (i === null || i === undefined) ? fmt(v) : fmt(card.answersRaw[si][i]);
   return () => ({
-    scales: {x: {time: true}, y: {range: (u, min, max) => [0, Math.max(1, max)]}},
+    scales: {x: {time: true, range: u => wholeSale(u.data[0])}, y: {range: (u, min, max) => [0, Math.max(1, max)]}},
     axes: [timeAxis, axisY('answers/s')],
     series: [{},
       {label: 'rejected', stroke: COLORS.rejected, fill: COLORS.rejected + '99', value: own(1)},
@@ -291,7 +361,7 @@ function answersOpts(card) {
 // Points, because a quiet second has no percentile and a lone busy second would otherwise
 // draw nothing.
 const latencyOpts = {
-  scales: {x: {time: true}, y: {range: (u, min, max) => [0, Math.max(1, max)]}},
+  scales: {x: {time: true, range: u => wholeSale(u.data[0])}, y: {range: (u, min, max) => [0, Math.max(1, max)]}},
   axes: [timeAxis, axisY('ms')],
   series: [{}, {label: 'p50', stroke: COLORS.p50, width: 2, points: {show: true, size: 6}},
            {label: 'p99', stroke: COLORS.p99, width: 2, points: {show: true, size: 6}}],

@@ -27,8 +27,8 @@ pub struct EventsView {
     pub sinks: Vec<SinkStatus>,
 }
 
-/// Where a re-delivery starts: a sale's stream (`bucket` 0 for a sale of one bucket) from
-/// `from_seq` on.
+/// Where a re-delivery starts: a sale's stream (`bucket` 0 for a sale of one bucket; 64 for
+/// its notices) from `from_seq` on.
 #[derive(Debug, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct RedeliverBody {

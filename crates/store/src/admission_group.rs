@@ -1,0 +1,186 @@
+//! [`GroupedBook`]: the database's admission book with its queue joins committed in groups.
+//!
+//! Each join on its own is one write transaction and one synced commit, so a spike of joins
+//! on the embedded ledger waits on the disk once per buyer. Here the joins that arrive while a
+//! commit runs queue up, and the next commit takes them all (up to [`GROUP_MAX`]) in one
+//! transaction ([`Store::join_group`]), as the embedded ledger's writer groups purchases. No
+//! task of its own: the first waiting caller commits the group (in a spawned task, so a caller
+//! that goes away mid-commit cancels nobody's join) while the others wait for its answer.
+//! Every other call goes straight to the store.
+
+use std::sync::{Arc, Mutex};
+
+use async_trait::async_trait;
+use flashsale_core::admission::{AdmissionBook, Entered, Entry, QueueCounts, Seed, Ticket};
+use flashsale_core::{SkuId, StoreError, UserId};
+use tokio::sync::oneshot;
+
+use crate::admission::GroupJoin;
+use crate::backend::Backend;
+use crate::store::Store;
+
+/// Most joins one commit takes (the rest go in the next).
+pub const GROUP_MAX: usize = 2_048;
+
+type Answer = Result<Option<Ticket>, StoreError>;
+
+struct Pending {
+    sku: SkuId,
+    join: GroupJoin,
+    answer: oneshot::Sender<Answer>,
+}
+
+/// The database's admission book, queue joins grouped into shared commits.
+pub struct GroupedBook<B: Backend> {
+    store: Arc<Store<B>>,
+    pending: Arc<Mutex<Vec<Pending>>>,
+    /// Held by the caller committing a group.
+    turn: tokio::sync::Mutex<()>,
+}
+
+impl<B: Backend> GroupedBook<B> {
+    pub fn new(store: Arc<Store<B>>) -> Self {
+        GroupedBook {
+            store,
+            pending: Arc::default(),
+            turn: tokio::sync::Mutex::new(()),
+        }
+    }
+
+    /// Commits queued groups until `rx` is answered: a join is answered by the group that
+    /// took it, and groups take the queue from its front, so each caller's own join is taken
+    /// by it or by a caller ahead of it.
+    async fn wait(&self, mut rx: oneshot::Receiver<Answer>) -> Answer {
+        loop {
+            let _turn = self.turn.lock().await;
+            match rx.try_recv() {
+                Ok(answer) => return answer,
+                Err(oneshot::error::TryRecvError::Closed) => return Err(lost()),
+                Err(oneshot::error::TryRecvError::Empty) => {}
+            }
+            let group: Vec<Pending> = {
+                let mut pending = self.pending.lock().expect("pending joins");
+                let n = pending.len().min(GROUP_MAX);
+                pending.drain(..n).collect()
+            };
+            let store = self.store.clone();
+            if tokio::spawn(commit(store, group)).await.is_err() {
+                return Err(lost());
+            }
+        }
+    }
+}
+
+fn lost() -> StoreError {
+    StoreError::Unavailable("the join's group commit did not finish".into())
+}
+
+/// Commits a group, one transaction per sale in it, and answers each join.
+async fn commit<B: Backend>(store: Arc<Store<B>>, group: Vec<Pending>) {
+    let mut by_sale: Vec<(SkuId, Vec<Pending>)> = Vec::new();
+    for p in group {
+        match by_sale.iter_mut().find(|(sku, _)| *sku == p.sku) {
+            Some((_, list)) => list.push(p),
+            None => by_sale.push((p.sku, vec![p])),
+        }
+    }
+    for (sku, list) in by_sale {
+        let joins: Vec<GroupJoin> = list.iter().map(|p| p.join).collect();
+        match store.join_group(sku, &joins).await {
+            Ok(answers) => {
+                for (p, a) in list.into_iter().zip(answers) {
+                    let _ = p.answer.send(Ok(a));
+                }
+            }
+            Err(e) => {
+                let why = e.to_string();
+                for p in list {
+                    let _ = p.answer.send(Err(StoreError::Unavailable(why.clone())));
+                }
+            }
+        }
+    }
+}
+
+#[async_trait]
+impl<B: Backend> AdmissionBook for GroupedBook<B> {
+    async fn commit_seed(&self, sku: SkuId, seed: &Seed) -> Result<Seed, StoreError> {
+        self.store.commit_seed(sku, seed).await
+    }
+
+    async fn seed(&self, sku: SkuId) -> Result<Option<Seed>, StoreError> {
+        self.store.seed(sku).await
+    }
+
+    async fn join(
+        &self,
+        sku: SkuId,
+        user: UserId,
+        starts_at_ms: i64,
+        len_max: u64,
+    ) -> Result<Option<Ticket>, StoreError> {
+        let (answer, rx) = oneshot::channel();
+        let join = GroupJoin {
+            user,
+            starts_at_ms,
+            len_max,
+        };
+        let pending = Pending { sku, join, answer };
+        self.pending.lock().expect("pending joins").push(pending);
+        self.wait(rx).await
+    }
+
+    async fn ticket(&self, sku: SkuId, user: UserId) -> Result<Option<Ticket>, StoreError> {
+        self.store.ticket(sku, user).await
+    }
+
+    async fn seal(&self, sku: SkuId, starts_at_ms: i64) -> Result<Option<u64>, StoreError> {
+        self.store.seal(sku, starts_at_ms).await
+    }
+
+    async fn prequeue(&self, sku: SkuId) -> Result<Vec<UserId>, StoreError> {
+        self.store.prequeue(sku).await
+    }
+
+    async fn counts(&self, sku: SkuId, lapse_before_ms: i64) -> Result<QueueCounts, StoreError> {
+        self.store.counts(sku, lapse_before_ms).await
+    }
+
+    async fn advance(&self, sku: SkuId, from: u64, to: u64) -> Result<bool, StoreError> {
+        self.store.advance(sku, from, to).await
+    }
+
+    async fn admitted_at(&self, sku: SkuId, place: u64) -> Result<(Option<i64>, i64), StoreError> {
+        self.store.admitted_at(sku, place).await
+    }
+
+    async fn mark_bought(&self, sku: SkuId, user: UserId, place: u64) -> Result<(), StoreError> {
+        self.store.mark_bought(sku, user, place).await
+    }
+
+    async fn enter(
+        &self,
+        sku: SkuId,
+        entry: Entry,
+        window: (i64, i64),
+        len_max: u64,
+    ) -> Result<Entered, StoreError> {
+        self.store.enter(sku, entry, window, len_max).await
+    }
+
+    async fn entries(&self, sku: SkuId) -> Result<Vec<Entry>, StoreError> {
+        self.store.entries(sku).await
+    }
+
+    async fn entry(&self, sku: SkuId, user: UserId) -> Result<Option<Entry>, StoreError> {
+        self.store.entry(sku, user).await
+    }
+
+    async fn draw_pos(&self, sku: SkuId) -> Result<u64, StoreError> {
+        self.store.draw_pos(sku).await
+    }
+
+    async fn advance_draw(&self, sku: SkuId, from: u64, to: u64) -> Result<bool, StoreError> {
+        self.store.advance_draw(sku, from, to).await
+    }
+}
