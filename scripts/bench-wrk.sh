@@ -12,10 +12,16 @@
 # The join path joins a queue sale's pre-queue with the tokens of JOIN_USERS users, a new user
 # per request until they are used up (then a second join, which answers the same place).
 #
+# With BENCH_RELAY_NATS set to a NATS URL (e.g. nats://127.0.0.1:4222), each ledger's accepted
+# path is measured a second time on a server started with the order-event relay publishing to
+# it (a JetStream stream of the run's own, deleted after), and the ratio of the two accepted
+# rates is printed: the relay's cost to the accepted path, measured in one run.
+#
 # Usage: scripts/bench-wrk.sh [embedded] [redis]      (default: both)
 # Environment: FLASHSALE_BIN (default target/release/flashsale, built when missing),
 # WRK_DURATION (5s), WRK_CONNECTIONS (64), WRK_ROUNDS (3), BENCH_REDIS_URL
-# (redis://127.0.0.1:6379), BENCH_MYSQL (the MariaDB server: `-h 127.0.0.1 -P 3306 -u root`).
+# (redis://127.0.0.1:6379), BENCH_MYSQL (the MariaDB server: `-h 127.0.0.1 -P 3306 -u root`),
+# BENCH_RELAY_NATS (unset: no relay run).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -107,6 +113,10 @@ start_server() { # ledger
     else
         env+=(FLASHSALE_DATABASE_URL="sqlite://$data/flashsale.db")
     fi
+    if [ -n "${RELAY:-}" ]; then
+        env+=(FLASHSALE_EVENTS_NATS_URL="$BENCH_RELAY_NATS" FLASHSALE_EVENTS_NATS_SUBJECT="$TAG.events"
+            FLASHSALE_EVENTS_NATS_STREAM="${TAG^^}")
+    fi
     env -u FLASHSALE_REDIS_URL "${env[@]}" "$BIN" serve >"$data/server.log" 2>&1 &
     SERVER_PID=$!
     BASE="http://127.0.0.1:$port"
@@ -162,7 +172,7 @@ median() { sort -g | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
 # One row: the path and /healthz in turn ROUNDS times; the median ratio. $3: what a run must
 # answer (ok: 2xx only; refused: no 2xx at all).
 measure() { # label url expect [lua]
-    local label=$1 url=$2 expect=$3 lua=${4:-} ratios=() r h non total
+    local label=$1 url=$2 expect=$3 lua=${4:-} ratios=() rates=() r h non total
     for _ in $(seq 1 "$ROUNDS"); do
         read -r r non total < <(wrk_run "$url" "$lua")
         if [ "$expect" = ok ] && [ "$non" != 0 ]; then
@@ -175,15 +185,55 @@ measure() { # label url expect [lua]
         fi
         read -r h _ _ < <(wrk_run "$BASE/healthz")
         ratios+=("$(python3 -c "print(f'{$r / $h:.3f}')")")
+        rates+=("$r")
         RATES+=("$label $r/s, /healthz $h/s")
     done
     local m
     m=$(printf '%s\n' "${ratios[@]}" | median)
     ROWS+=("| $label | $LEDGER_NAME | $m | ${ratios[*]} |")
+    LAST_RATES=("${rates[@]}")
+}
+
+# The accepted path with the relay on, after it was measured off: the median accepted rates
+# off and on, their ratio, and the relay's lag when the run ends.
+measure_relay() {
+    local off on ratio lag
+    off=$(printf '%s\n' "${ACCEPTED_RATES[@]}" | median)
+    stop_server
+    RELAY=1 start_server "$LEDGER"
+    sign_tokens "$JWT" >"$WORK/tokens"
+    write_lua
+    open_sale 1 1000000000
+    measure "accepted (202), relay to NATS on" "$BASE/api/v1/sales/1/purchases" ok "$WORK/purchase.lua"
+    on=$(printf '%s\n' "${LAST_RATES[@]}" | median)
+    ratio=$(python3 -c "print(f'{$on / $off:.3f}')")
+    lag=$(curl -fsS "$BASE/api/v1/admin/events" -H "authorization: Bearer $ADMIN" | python3 -c \
+        'import json,sys; print(sum(s["lag_events"] for s in json.load(sys.stdin)["sinks"] if s["sink"]=="nats"))')
+    RELAY_ROWS+=("| $LEDGER_NAME | $off | $on | $ratio | $lag |")
+    nats_delete_stream
+}
+
+# Deletes the run's JetStream stream through the JetStream API on a plain NATS connection
+# (no `nats` CLI needed).
+nats_delete_stream() {
+    python3 - "$BENCH_RELAY_NATS" "${TAG^^}" <<'EOF' || true
+import socket, sys, urllib.parse
+u = urllib.parse.urlparse(sys.argv[1])
+s = socket.create_connection((u.hostname, u.port or 4222), timeout=5)
+s.recv(4096)
+s.sendall(b'CONNECT {"verbose":false}\r\nSUB _INBOX.fswrk 1\r\n'
+          b'PUB $JS.API.STREAM.DELETE.%s _INBOX.fswrk 0\r\n\r\n' % sys.argv[2].encode())
+answer = b""
+while b"MSG _INBOX.fswrk" not in answer:
+    answer += s.recv(4096)
+EOF
 }
 
 FAILED=0
 ROWS=()
+RELAY_ROWS=()
+LAST_RATES=()
+ACCEPTED_RATES=()
 RATES=()
 for LEDGER in "${LEDGERS[@]}"; do
     case "$LEDGER" in
@@ -204,8 +254,10 @@ for LEDGER in "${LEDGERS[@]}"; do
     measure "stock read (GET /api/v1/sales/{sku})" "$BASE/api/v1/sales/1" ok
     measure "sold out (409)" "$BASE/api/v1/sales/2/purchases" refused "$WORK/purchase.lua"
     measure "accepted (202)" "$BASE/api/v1/sales/1/purchases" ok "$WORK/purchase.lua"
+    ACCEPTED_RATES=("${LAST_RATES[@]}")
     measure "queue join (POST …/queue)" "$BASE/api/v1/sales/3/queue" ok "$WORK/join.lua"
     measure "no admission pass (403)" "$BASE/api/v1/sales/3/purchases" refused "$WORK/purchase.lua"
+    if [ -n "${BENCH_RELAY_NATS:-}" ]; then measure_relay; fi
     stop_server
 done
 
@@ -216,4 +268,10 @@ echo
 echo "| path | ledger | ratio to /healthz (median) | rounds |"
 echo "|---|---|---|---|"
 printf '%s\n' "${ROWS[@]}"
+if [ ${#RELAY_ROWS[@]} -gt 0 ]; then
+    echo
+    echo "| ledger | accepted/s, relay off (median) | accepted/s, relay to NATS on (median) | on / off | NATS lag at the end |"
+    echo "|---|---|---|---|---|"
+    printf '%s\n' "${RELAY_ROWS[@]}"
+fi
 exit "$FAILED"

@@ -19,7 +19,7 @@
 //! May depend on flashsale-core and redis-rs; never on sqlx or the server.
 
 pub mod admission;
-pub mod bucketed;
+
 pub mod codec;
 pub mod conn;
 pub mod keys;
@@ -30,9 +30,9 @@ pub mod routed;
 pub mod scripts;
 pub mod stream;
 
-pub use bucketed::{BucketState, BucketStats, BucketsView, Layout};
 pub use codec::{Entry, EntryError, Item, FORMAT_BUCKETED, FORMAT_ONE_COPY, FORMAT_VERSION};
 pub use keys::{slot, CopyTag, Keys};
+pub use ledger::{BucketState, BucketStats, BucketsView, Layout};
 pub use ledger::{RedisLedger, Replication, Snapshot};
 pub use routed::RoutedLedger;
 pub use stream::{AutoClaimed, PendingSummary, StreamReader, GROUP};

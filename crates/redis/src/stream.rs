@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use flashsale_core::{LedgerError, SaleState, SkuId};
 
-use crate::bucketed::Layout;
+use crate::ledger::Layout;
 use redis::{Cmd, FromRedisValue, Script, Value};
 
 use crate::codec::{as_int, as_string, parse_entries, unexpected, Entry};
@@ -231,6 +231,44 @@ impl StreamReader {
             entries: parse_entries(copy, entries)?,
             deleted,
         })
+    }
+
+    /// A persister's turn on `copy`: takes or renews the lease for `ttl_ms` and, once held,
+    /// makes sure the consumer group exists. True when `owner` holds the lease.
+    pub async fn hold(
+        &self,
+        copy: impl Into<CopyTag>,
+        owner: &str,
+        ttl_ms: u64,
+    ) -> Result<bool, LedgerError> {
+        let copy: CopyTag = copy.into();
+        if !self.acquire_lease(copy, owner, ttl_ms).await? {
+            return Ok(false);
+        }
+        self.ensure_group(copy).await?;
+        Ok(true)
+    }
+
+    /// Done with the entries `ids` of `copy` (stored in the database, in stream order):
+    /// forgets the pending records of the transfers whose in sides were stored (`outs`: each
+    /// one's source and id), then acknowledges the entries and trims the stream below the
+    /// last. The records go first, so a failure leaves the entries pending and their
+    /// redelivery does it all again.
+    pub async fn commit(
+        &self,
+        copy: impl Into<CopyTag>,
+        ids: &[String],
+        outs: &[(CopyTag, &str)],
+    ) -> Result<(), LedgerError> {
+        let copy: CopyTag = copy.into();
+        for &(source, id) in outs {
+            self.drop_pending_out(source, id).await?;
+        }
+        self.ack(copy, ids).await?;
+        if let Some(last) = ids.last() {
+            self.trim_below(copy, last).await?;
+        }
+        Ok(())
     }
 
     /// Acknowledges entries (after their batch committed); returns how many were pending.

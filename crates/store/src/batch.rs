@@ -18,20 +18,6 @@ pub(crate) const CHUNK_ROWS: usize = 500;
 pub(crate) struct Head {
     pub counters: Counters,
     pub mode: SaleMode,
-    /// A bucket's batch: the sale row's available, which moves with the bucket's and may not
-    /// go below 0 either. A bucket can hold a unit the sale does not (an in stored whose out
-    /// never will be: a unit created by a lost copy), and the sale row's CHECK would refuse the
-    /// whole batch; the fold rejects the deduction that would sell it instead.
-    pub sale_available: Option<u64>,
-}
-
-impl Head {
-    /// Whether `next` (the target's counters after an event) leaves the sale row's available
-    /// at 0 or above.
-    fn sale_covers(&self, next: &Counters) -> bool {
-        self.sale_available
-            .is_none_or(|sale| sale + next.available >= self.counters.available)
-    }
 }
 
 /// An order already in the database that the batch names (by order_no or request key).
@@ -262,7 +248,7 @@ pub(crate) fn fold<'a>(
     for &e in fresh {
         let no_text = e.order_no.to_string();
         let no = no_text.as_str();
-        let next = c.apply(e.delta(head.mode)).filter(|n| head.sale_covers(n));
+        let next = c.apply(e.delta(head.mode));
         let accepted = match e.kind {
             EventKind::Deducted => {
                 let key = (e.user_id.0, e.request_id.to_string());
@@ -460,7 +446,6 @@ mod tests {
                 seq: 0,
             },
             mode,
-            sale_available: None,
         }
     }
 

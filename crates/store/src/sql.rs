@@ -91,11 +91,10 @@ pub const BUCKET_GUARDED_UPDATE: &str = "UPDATE sale_buckets SET available = ?, 
      WHERE sku_id = ? AND bucket = ? AND epoch = ? AND applied_seq = ? AND available = ? \
      AND reserved = ? AND sold = ? AND ? >= 0 AND ? >= 0 AND ? >= 0";
 
-/// A bucketed sale's row follows its buckets: its counters are their sum, moved by the
-/// bucket's change in the same transaction (the CHECKs refuse a negative one). Binds: the
-/// change of available, reserved, sold; sku_id.
-pub const ADD_TO_SALE: &str = "UPDATE sales SET available = available + ?, \
-     reserved = reserved + ?, sold = sold + ? WHERE sku_id = ?";
+/// A bucketed sale's row follows its buckets: set to their sum (`store::follow_buckets`).
+/// Binds: available, reserved, sold; sku_id.
+pub const SET_SALE_COUNTERS: &str =
+    "UPDATE sales SET available = ?, reserved = ?, sold = ? WHERE sku_id = ?";
 
 /// Followed by `values_placeholders(n, BUCKET_COLS)`: a new bucketed sale's buckets, nothing
 /// sold, no epoch yet (the columns' defaults). Binds per row: sku_id, bucket, total_stock,

@@ -7,6 +7,8 @@
 //! - [`ledger`]: `bench ledger`, the embedded ledger in-process.
 //! - [`compare`]: `bench strategies`, the seeds' designs ([`strategies`]) against ours.
 //! - [`persister`]: `bench persister`, the persister's drain rate.
+//! - [`relay`]: `bench relay`, the order-event relay's throughput to NATS JetStream and to a
+//!   webhook receiver, and commit → PubAck latency at a steady rate.
 //! - [`script`]: `bench script`, the purchase script's cost to Redis, part by part.
 //! - [`buckets`]: `bench buckets`, one hot sale over a Redis Cluster's primaries.
 //! - [`spike`]: `bench spike`, a spike of buyers at running instances, with a report.
@@ -22,6 +24,7 @@ pub mod compare;
 pub mod http;
 pub mod ledger;
 pub mod persister;
+pub mod relay;
 pub mod risk;
 pub mod script;
 pub mod setup;
@@ -42,6 +45,9 @@ pub enum BenchCommand {
     Strategies(compare::StrategiesArgs),
     /// Persister drain rate: batched transactions vs one transaction per event.
     Persister(persister::PersisterArgs),
+    /// The order-event relay: events/s to NATS JetStream and to a webhook receiver, and
+    /// commit → PubAck latency at a steady rate.
+    Relay(relay::RelayArgs),
     /// The purchase script's cost to Redis per purchase, part by part.
     Script(script::ScriptArgs),
     /// One hot sale on a Redis Cluster with one bucket and with several: Redis CPU per
@@ -57,6 +63,7 @@ pub async fn run(cmd: BenchCommand) -> anyhow::Result<()> {
         BenchCommand::Ledger(args) => ledger::run(args).await,
         BenchCommand::Strategies(args) => compare::run(args).await,
         BenchCommand::Persister(args) => persister::run(args).await,
+        BenchCommand::Relay(args) => relay::run(args).await,
         BenchCommand::Script(args) => script::run(args).await,
         BenchCommand::Buckets(args) => buckets::run(args).await,
     }

@@ -165,6 +165,8 @@ pub struct Admission {
     orders: Mutex<HashMap<SkuId, Arc<Order>>>,
     ticks: Mutex<HashMap<SkuId, Instant>>,
     counts: Mutex<HashMap<SkuId, (Instant, QueueCounts)>>,
+    /// When the book last answered that a sale's pre-queue is not sealed yet.
+    unsealed: Mutex<HashMap<SkuId, Instant>>,
     draws: Mutex<HashMap<SkuId, Arc<draw::Drawn>>>,
 }
 
@@ -191,6 +193,7 @@ impl Admission {
             orders: Mutex::default(),
             ticks: Mutex::default(),
             counts: Mutex::default(),
+            unsealed: Mutex::default(),
             draws: Mutex::default(),
         }
     }
@@ -262,7 +265,14 @@ impl Admission {
         if let Some(order) = self.orders.lock().unwrap().get(&sku) {
             return Ok(Some(order.clone()));
         }
+        // Before the start the book is asked at most once per tick (the book's clock decides;
+        // a buyer reading its pre-queue place meanwhile costs it nothing).
+        let asked = self.unsealed.lock().unwrap().get(&sku).copied();
+        if asked.is_some_and(|at| at.elapsed() < self.config.tick) {
+            return Ok(None);
+        }
         let Some(len) = self.book.seal(sku, sale.starts_at_ms).await? else {
+            self.unsealed.lock().unwrap().insert(sku, Instant::now());
             return Ok(None);
         };
         let seed = self.seed(sku).await?;
@@ -371,15 +381,38 @@ impl Admission {
         c: &Counters,
     ) -> Result<Option<QueueStatus>, AdmissionError> {
         Self::mode(sale, AdmissionMode::Queue)?;
+        if sellable(c) == 0 {
+            return self.describe(sale, user, None, c).await.map(Some);
+        }
+        match self.book.ticket(sale.sku_id, user).await? {
+            Some(t) => self.describe(sale, user, Some(t), c).await.map(Some),
+            None => Ok(None),
+        }
+    }
+
+    /// A buyer's status from the ticket its join just answered (no second read of it).
+    pub async fn status_of(
+        &self,
+        sale: &Sale,
+        user: UserId,
+        ticket: Ticket,
+        c: &Counters,
+    ) -> Result<QueueStatus, AdmissionError> {
+        Self::mode(sale, AdmissionMode::Queue)?;
+        let ticket = (sellable(c) > 0).then_some(ticket);
+        self.describe(sale, user, ticket, c).await
+    }
+
+    /// The status of a buyer holding `ticket` (`None`: the sale is sold out, told to all).
+    async fn describe(
+        &self,
+        sale: &Sale,
+        user: UserId,
+        ticket: Option<Ticket>,
+        c: &Counters,
+    ) -> Result<QueueStatus, AdmissionError> {
         let sku = sale.sku_id;
         let sold_out = sellable(c) == 0;
-        let ticket = match sold_out {
-            true => None,
-            false => match self.book.ticket(sku, user).await? {
-                Some(t) => Some(t),
-                None => return Ok(None),
-            },
-        };
         let counts = self.tick(sale, c).await?;
         let seed = self.seed(sku).await?;
         let place = match ticket {
@@ -399,10 +432,10 @@ impl Admission {
         };
         if sold_out {
             status.state = QueueState::SoldOut;
-            return Ok(Some(status));
+            return Ok(status);
         }
         let Some(place) = place else {
-            return Ok(Some(status));
+            return Ok(status);
         };
         if place <= counts.cursor {
             self.admitted(sale, user, place, &mut status).await?;
@@ -410,7 +443,7 @@ impl Admission {
             status.state = QueueState::Waiting;
             status.eta_ms = Some(self.eta_ms(place - counts.cursor, c));
         }
-        Ok(Some(status))
+        Ok(status)
     }
 
     /// An admitted place: its pass while the admission lasts.

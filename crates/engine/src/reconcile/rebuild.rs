@@ -22,9 +22,11 @@
 
 use std::collections::HashSet;
 
+use flashsale_core::buckets::bucket_of_epoch;
 use flashsale_core::{
-    BucketRow, BucketTransfers, Event, HotSnapshot, Ledger, LedgerError, OrderStore, SaleState,
-    SkuId, StoreError, StoredSale, TransferApplied, TransferEvent, TransferSide,
+    BucketRow, BucketTransfers, Event, EventKind, HotSnapshot, Ledger, LedgerError, OrderStatus,
+    OrderStore, SaleMode, SaleState, SkuId, StoreError, StoredSale, TransferApplied, TransferEvent,
+    TransferSide,
 };
 
 /// A copy fenced this long is taken for a rebuild that died midway and rebuilt again.
@@ -351,19 +353,85 @@ async fn complete_transfers(
     let missing = sides_missing(bucket, row.epoch, &audit.transfers, &ins);
     let mut stored = 0;
     for side in &missing {
-        match store.apply_transfer(side).await {
-            Ok(TransferApplied::Applied) => stored += 1,
-            Ok(_) => {}
-            // An out the bucket no longer holds the units for (they were sold meanwhile):
-            // the reconciler reports it by transfer id; the rebuild goes on.
-            Err(StoreError::Internal(why)) => {
-                tracing::error!(%sku, bucket, transfer = %side.id, side = side.side.as_str(), %why,
-                    "a transfer side its rebuild cannot store")
-            }
-            Err(e) => return Err(e.into()),
-        }
+        stored += usize::from(store_missing_side(store, bucket, side).await?);
     }
     Ok(stored)
+}
+
+/// Stores one side [`complete_transfers`] found missing; true when it was applied. An out
+/// whose units the row does not hold may carry units the lost copy got back from holds past
+/// their deadline, their expiries lost with it: the row's due holds are expired first (as the
+/// new copy would expire them once loaded) and the out is tried again. An out the bucket still
+/// cannot hold (its units were sold) is left to the reconciler, which reports it by transfer
+/// id; the rebuild goes on.
+async fn store_missing_side(
+    store: &dyn OrderStore,
+    bucket: u16,
+    side: &TransferEvent,
+) -> Result<bool, RebuildError> {
+    let sku = side.sku_id;
+    let mut refused = match store.apply_transfer(side).await {
+        Ok(applied) => return Ok(applied == TransferApplied::Applied),
+        Err(StoreError::Internal(why)) => why,
+        Err(e) => return Err(e.into()),
+    };
+    if side.side == TransferSide::Out && expire_due_holds(store, sku, bucket).await? > 0 {
+        refused = match store.apply_transfer(side).await {
+            Ok(applied) => return Ok(applied == TransferApplied::Applied),
+            Err(StoreError::Internal(why)) => why,
+            Err(e) => return Err(e.into()),
+        };
+    }
+    tracing::error!(%sku, bucket, transfer = %side.id, side = side.side.as_str(), why = %refused,
+        "a transfer side its rebuild cannot store");
+    Ok(false)
+}
+
+/// Stores an expiry, at the bucket row's epoch, of each of the bucket's holds still RESERVED
+/// in the database whose deadline has passed; returns how many it applied.
+async fn expire_due_holds(
+    store: &dyn OrderStore,
+    sku: SkuId,
+    bucket: u16,
+) -> Result<usize, RebuildError> {
+    let audit = store.audit(sku).await?.ok_or(StoreError::SaleNotFound)?;
+    let sale = &audit.sale.sale;
+    let row =
+        (audit.buckets.iter().find(|r| r.bucket == bucket)).ok_or(StoreError::SaleNotFound)?;
+    let now = flashsale_core::clock::now_ms();
+    let due = (audit.orders.iter()).filter(|o| {
+        o.status == OrderStatus::Reserved
+            && o.deadline_ms > 0
+            && o.deadline_ms <= now
+            && bucket_of_epoch(o.order_no.epoch(), sale.buckets) == bucket
+    });
+    let events: Vec<Event> = (row.counters.seq + 1..)
+        .zip(due)
+        .map(|(seq, o)| Event {
+            sku_id: sku,
+            epoch: row.epoch,
+            seq,
+            kind: EventKind::Expired,
+            order_no: o.order_no,
+            request_id: o.request_id.clone(),
+            user_id: o.user_id,
+            quantity: o.quantity,
+            at_ms: now,
+            deadline_ms: o.deadline_ms,
+        })
+        .collect();
+    if sale.mode != SaleMode::Reserve || events.is_empty() {
+        return Ok(0);
+    }
+    let report = match store.apply_events(sku, &events).await {
+        Ok(report) => report,
+        // The row moved meanwhile: nothing expired here.
+        Err(StoreError::Gap { .. }) => return Ok(0),
+        Err(e) => return Err(e.into()),
+    };
+    tracing::warn!(%sku, bucket, expired = report.applied - report.rejected.len(),
+        "holds past their deadline expired by a rebuild, for an out its copy lost");
+    Ok(report.applied - report.rejected.len())
 }
 
 /// The in sides waiting in bucket `other`'s stream. A bucket that cannot be read now gives

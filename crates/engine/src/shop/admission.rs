@@ -13,12 +13,12 @@ use crate::admission::{Admission, QueueStatus};
 
 impl Shop {
     /// Joins `user` to the sale's queue (a second join keeps the first place), and their
-    /// place.
+    /// place, answered from the ticket the join got (no second read).
     pub async fn join_queue(&self, sku: SkuId, user: UserId) -> Result<QueueStatus, ShopError> {
         let admission = self.admission()?;
-        let (sale, _) = self.sale_and_counters(sku).await?;
-        admission.join(&sale, user, crate::now_ms()).await?;
-        self.queue_status(sku, user).await
+        let (sale, counters) = self.sale_and_counters(sku).await?;
+        let ticket = admission.join(&sale, user, crate::now_ms()).await?;
+        Ok(admission.status_of(&sale, user, ticket, &counters).await?)
     }
 
     /// `user`'s place in the sale's queue.

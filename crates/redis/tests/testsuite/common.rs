@@ -69,3 +69,16 @@ pub async fn raw() -> redis::aio::MultiplexedConnection {
         .await
         .expect("connect")
 }
+
+/// The events of stream entries that all parse, checked to be the ones at `seqs`, in order.
+pub fn events_in_seq(
+    entries: &[flashsale_redis::Entry],
+    seqs: &[u64],
+) -> Vec<flashsale_core::Event> {
+    let events: Vec<_> = entries
+        .iter()
+        .filter_map(|(_, e)| e.clone().unwrap().event().cloned())
+        .collect();
+    assert_eq!(events.iter().map(|e| e.seq).collect::<Vec<_>>(), seqs);
+    events
+}

@@ -43,14 +43,7 @@ async fn events_are_read_in_seq_order_and_acknowledged() {
     r.ensure_group(sku).await.unwrap();
     r.ensure_group(sku).await.unwrap();
     let entries = r.read_new(sku, 10, 0).await.unwrap();
-    let events: Vec<_> = entries
-        .iter()
-        .filter_map(|(_, e)| e.clone().unwrap().event().cloned())
-        .collect();
-    assert_eq!(
-        events.iter().map(|e| e.seq).collect::<Vec<_>>(),
-        vec![1, 2, 3, 4]
-    );
+    let events = crate::common::events_in_seq(&entries, &[1, 2, 3, 4]);
     assert_eq!(events[0].order_no, order.order_no);
     assert_eq!(events[0].deadline_ms, order.deadline_ms);
     assert_eq!(events[3].kind, EventKind::Paid);

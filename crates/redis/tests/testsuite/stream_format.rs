@@ -76,14 +76,7 @@ async fn a_purchase_call_is_one_entry_and_old_entries_still_read() {
     assert_eq!(entries.len(), 4);
     assert!(entries[..3].iter().all(|(id, _)| *id == entries[0].0));
     assert_ne!(entries[3].0, entries[0].0);
-    let events: Vec<_> = entries
-        .iter()
-        .filter_map(|(_, e)| e.clone().unwrap().event().cloned())
-        .collect();
-    assert_eq!(
-        events.iter().map(|e| e.seq).collect::<Vec<_>>(),
-        vec![1, 2, 3, 4]
-    );
+    let events = crate::common::events_in_seq(&entries, &[1, 2, 3, 4]);
     for (e, order) in events.iter().zip(&accepted) {
         assert_eq!(e.order_no, order.order_no);
         assert_eq!((e.user_id, e.quantity), (order.user_id, order.quantity));

@@ -291,5 +291,19 @@ async fn the_dashboard_shows_a_spike_selling_out() {
     .await;
     screenshot(&browser, "dashboard-phone.png").await;
     assert!(narrow.is_ok(), "the page is wider than a phone: {narrow:?}");
+
+    // Opened again after the spike: the charts come from the server's history, from before
+    // the first purchase (stock remaining) to the sell-out, not only from the reopened page.
+    browser.set_window_size(1280, 1500).await.unwrap();
+    browser.refresh().await.unwrap();
+    let reopened = wait_for_page(&browser, |p| {
+        sold_out_and_drawn(p) && p["stock_points"].as_u64() > Some(0)
+    })
+    .await;
+    screenshot(&browser, "dashboard-reopened.png").await;
+    assert!(
+        reopened.is_ok(),
+        "a page opened after the spike draws it: {reopened:?}"
+    );
     browser.close().await.unwrap();
 }

@@ -6,14 +6,16 @@
 use std::time::Duration;
 
 use flashsale_core::events::CloudEvent;
+use flashsale_engine::relay::nats::NatsSettings;
 use flashsale_engine::relay::webhook::{self, WebhookSettings};
+use flashsale_engine::relay::{self};
 use flashsale_testkit::events::check_exactly_once;
-use flashsale_testkit::wait;
 use flashsale_testkit::webhook_receiver::WebhookReceiver;
+use flashsale_testkit::{nats_server, wait};
 use reqwest::StatusCode;
 use serde_json::{json, Value};
 
-use crate::common::{code, Stack};
+use crate::common::{code, order_no, Stack};
 
 const SECRET: &str = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
 
@@ -157,4 +159,82 @@ async fn operator_routes_refuse_bad_input_with_a_4xx() {
         )
         .await;
     assert_eq!(got, StatusCode::OK, "{answer}");
+}
+
+/// Every message of a JetStream stream, in stream order, each checked to carry its event id
+/// as `Nats-Msg-Id`.
+async fn consumed(url: &str, stream: &str) -> Vec<CloudEvent> {
+    let js = async_nats::jetstream::new(async_nats::connect(url).await.unwrap());
+    let Ok(mut stream) = js.get_stream(stream).await else {
+        return Vec::new();
+    };
+    let last = stream.info().await.unwrap().state.last_sequence;
+    let mut out = Vec::new();
+    for seq in 1..=last {
+        let msg = stream.get_raw_message(seq).await.unwrap();
+        let event: CloudEvent = serde_json::from_slice(&msg.payload).unwrap();
+        let id = msg.headers.get(async_nats::header::NATS_MESSAGE_ID);
+        assert_eq!(id.map(|v| v.as_str()), Some(event.id.as_str()));
+        out.push(event);
+    }
+    out
+}
+
+/// The Redis ledger's whole path: purchases, payments and cancellations answered by Redis,
+/// holds left to expire, all persisted into MariaDB by the running persister (and the expiry
+/// worker), and the relay that `serve` runs delivers each created, paid, cancelled and
+/// expired transition once to a real nats-server, in order per order.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_transitions_persisted_by_the_running_persister_reach_nats_once() {
+    let (subject, stream) = nats_server::unique_names();
+    let nats = NatsSettings {
+        url: nats_server::shared_url(),
+        subject,
+        stream: stream.clone(),
+    };
+    let stack = Stack::redis_mysql_with(|c| c.engine.events.nats = Some(nats)).await;
+    stack
+        .live_sale_with(json!({"sku_id": 502, "name": "t", "total_stock": 40,
+            "per_user_limit": 1, "mode": "reserve", "payment_timeout_ms": 1_500}))
+        .await;
+    let mut orders = Vec::new();
+    for user in 1..=30 {
+        orders.push(order_no(
+            &stack.buy_ok(user, 502, &format!("r{user}"), 1).await,
+        ));
+    }
+    for (user, no) in (1..=20).zip(&orders) {
+        let action = if user <= 10 { "pay" } else { "cancel" };
+        let path = format!("/api/v1/orders/{no}/{action}");
+        let (s, b) = stack
+            .call("POST", &path, Some(&stack.token(user)), None)
+            .await;
+        assert_eq!(s, StatusCode::OK, "{action} {no}: {b}");
+    }
+    // Users 21–30 never pay: their holds expire. Done when the stream holds every
+    // transition the database stored and the database stored all 60.
+    let log = stack.store().event_log().unwrap();
+    let nats_url = nats_server::shared_url();
+    let (stored, delivered) = wait::until(
+        "60 transitions stored and delivered",
+        Duration::from_secs(60),
+        || async {
+            let delivered = consumed(&nats_url, &stream).await;
+            let stored = relay::stored_events(log.as_ref()).await.ok()?;
+            (stored.len() == 60 && check_exactly_once(&stored, &delivered).is_ok())
+                .then_some((stored, delivered))
+        },
+    )
+    .await;
+    let count = |suffix: &str| stored.iter().filter(|e| e.suffix() == suffix).count();
+    assert_eq!(
+        [
+            count("order.created"),
+            count("order.paid"),
+            count("order.cancelled"),
+            count("order.expired")
+        ],
+        [30, 10, 10, 10]
+    );
+    assert_eq!(delivered.len(), 60, "Nats-Msg-Id kept every event once");
 }

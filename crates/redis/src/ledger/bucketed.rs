@@ -1,0 +1,452 @@
+//! A purchase on a sale of several buckets (docs/DESIGN.md, "Stock buckets").
+//!
+//! - Purchases go to the buyer's home bucket (`buckets::home_bucket`), so the per-user limit
+//!   and replays are decided by one script. Requests the home answers SOLD_OUT while the
+//!   other buckets hold stock bring it home (`transfers`) and are judged again, for at most
+//!   [`ROUNDS_MAX`] rounds.
+//! - What the buckets hold ([`BucketsView`]) and what this ledger's transfers did
+//!   ([`BucketStats`]).
+
+use std::sync::atomic::Ordering;
+
+use flashsale_core::buckets;
+use flashsale_core::metric_names as names;
+use flashsale_core::{
+    Counters, ErrorCode, LedgerError, OrderNo, PurchaseOutcome, PurchaseRequest, SkuId,
+};
+
+use super::layout::Layout;
+use super::setup::RedisLedger;
+use crate::conn::{bounded, Timeouts};
+use crate::keys::CopyTag;
+
+/// Most rounds of "bring stock home, judge again" for one batch at one home bucket. Each
+/// round moves the whole shortfall the others can cover, so a second round is needed only
+/// when another caller took the units meanwhile.
+pub const ROUNDS_MAX: usize = 4;
+
+/// What this ledger's transfers did since it was made (also exported as metrics).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct BucketStats {
+    /// Transfers this ledger took in at their destination.
+    pub transfers: u64,
+    /// SOLD_OUT answers given while the sale's buckets together held the quantity.
+    pub false_sold_outs: u64,
+}
+
+/// One bucket as [`RedisLedger::bucket_view`] reads it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BucketState {
+    pub bucket: u16,
+    /// The hash tag of its keys.
+    pub tag: String,
+    pub counters: Counters,
+}
+
+/// A bucketed sale's buckets, and the units that left one and are not yet in another.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BucketsView {
+    pub buckets: Vec<BucketState>,
+    pub in_flight_units: u64,
+}
+
+impl BucketsView {
+    /// The sale's units: every bucket's total and the units in flight (I2 over buckets).
+    pub fn total_units(&self) -> u64 {
+        self.buckets.iter().map(|b| b.counters.total).sum::<u64>() + self.in_flight_units
+    }
+}
+
+impl RedisLedger {
+    /// Judges a batch of a bucketed sale: each buyer at home, all homes at once, answers in
+    /// the batch's order. When a home fails, what the other homes accepted is still named
+    /// ([`promised`]): the loss journal must hear of every purchase a call wrote.
+    pub(crate) async fn purchase_bucketed(
+        &self,
+        layout: &Layout,
+        reqs: &[PurchaseRequest],
+    ) -> Result<Vec<PurchaseOutcome>, LedgerError> {
+        let mut by_home: Vec<Vec<usize>> = vec![Vec::new(); usize::from(layout.n())];
+        for (i, r) in reqs.iter().enumerate() {
+            by_home[usize::from(buckets::home_bucket(r.user_id, layout.n()))].push(i);
+        }
+        let homes = by_home
+            .iter()
+            .enumerate()
+            .filter(|(_, idx)| !idx.is_empty());
+        let calls = homes.map(|(bucket, idx)| {
+            let group: Vec<PurchaseRequest> = idx.iter().map(|&i| reqs[i].clone()).collect();
+            async move {
+                let home = layout.copy(bucket as u16);
+                (idx, self.purchase_home(layout, home, group).await)
+            }
+        });
+        let mut out: Vec<Option<PurchaseOutcome>> = vec![None; reqs.len()];
+        let mut failed = None;
+        for (idx, answers) in futures::future::join_all(calls).await {
+            match answers {
+                Ok(answers) => {
+                    for (&i, answer) in idx.iter().zip(answers) {
+                        out[i] = Some(answer);
+                    }
+                }
+                // The first failure is the batch's answer; a later one's writes still count.
+                Err(e) => {
+                    failed = Some(match failed {
+                        None => e,
+                        Some(first) => promised(first, &written_by(e)),
+                    })
+                }
+            }
+        }
+        if let Some(e) = failed {
+            let answered: Vec<PurchaseOutcome> = out.into_iter().flatten().collect();
+            return Err(promised(e, &accepted_orders(&answered)));
+        }
+        Ok(out
+            .into_iter()
+            .map(|o| o.expect("every request answered"))
+            .collect())
+    }
+
+    /// One home's requests: judged there; those answered SOLD_OUT while the sale holds stock
+    /// elsewhere are judged again once it is brought home. A failure after the first round
+    /// still names what the earlier rounds accepted.
+    async fn purchase_home(
+        &self,
+        layout: &Layout,
+        home: CopyTag,
+        reqs: Vec<PurchaseRequest>,
+    ) -> Result<Vec<PurchaseOutcome>, LedgerError> {
+        let mut out = self.purchase_copy(home, &reqs).await?;
+        match self.serve_short(layout, home, &reqs, &mut out).await {
+            Ok(()) => Ok(out),
+            Err(e) => Err(promised(e, &accepted_orders(&out))),
+        }
+    }
+
+    /// The rounds after the first at one home: bring stock home for the requests answered
+    /// SOLD_OUT and judge them again, updating `out` as answers come.
+    async fn serve_short(
+        &self,
+        layout: &Layout,
+        home: CopyTag,
+        reqs: &[PurchaseRequest],
+        out: &mut [PurchaseOutcome],
+    ) -> Result<(), LedgerError> {
+        if sold_out(out).next().is_none() || !self.may_serve(layout, reqs, out).await? {
+            return Ok(());
+        }
+        let mover = self.buckets.as_ref().map(|t| t.mover(home));
+        let _turn = match &mover {
+            Some(m) => Some(m.lock().await),
+            None => None,
+        };
+        self.judge_limits(home, reqs, out).await?;
+        for _ in 0..ROUNDS_MAX {
+            let short: Vec<usize> = sold_out(out).collect();
+            if short.is_empty() {
+                break;
+            }
+            let again: Vec<PurchaseRequest> = short.iter().map(|&i| reqs[i].clone()).collect();
+            if !self.bring_home(layout, home, &again).await? {
+                // The sale holds less than any of them: a true sold out, nothing to count.
+                return Ok(());
+            }
+            for (&i, answer) in short.iter().zip(self.purchase_copy(home, &again).await?) {
+                out[i] = answer;
+            }
+        }
+        // A metric only: a failed read must not fail purchases already decided.
+        if let Err(e) = self.count_false_sold_outs(layout, reqs, out).await {
+            tracing::warn!(sku = %layout.sku, error = %e, "could not count false sold-outs");
+        }
+        Ok(())
+    }
+
+    /// Answers LIMIT_EXCEEDED, without moving stock, to the requests answered SOLD_OUT whose
+    /// buyer already holds the limit (one read of the home's limit and buyers): with the
+    /// sale's stock in one copy they would have passed the stock check and failed this one,
+    /// and stock moved for them would only churn between buckets.
+    async fn judge_limits(
+        &self,
+        home: CopyTag,
+        reqs: &[PurchaseRequest],
+        out: &mut [PurchaseOutcome],
+    ) -> Result<(), LedgerError> {
+        let short: Vec<usize> = sold_out(out).collect();
+        let mut pipe = redis::pipe();
+        pipe.cmd("HGET").arg(self.keys().sale(home)).arg("limit");
+        pipe.cmd("HMGET").arg(self.keys().buyers(home));
+        for &i in &short {
+            pipe.arg(reqs[i].user_id.0);
+        }
+        let mut conn = self.conn.clone();
+        let (limit, held): (Option<u64>, Vec<Option<u64>>) =
+            bounded(Timeouts::HOT.call, pipe.query_async(&mut conn)).await?;
+        let limit = limit.unwrap_or(u64::MAX);
+        for (&i, held) in short.iter().zip(held) {
+            if held.unwrap_or(0) + u64::from(reqs[i].quantity) > limit {
+                out[i] = PurchaseOutcome::Rejected(ErrorCode::LimitExceeded);
+            }
+        }
+        Ok(())
+    }
+
+    /// Whether the sale may still serve a request `out` answered SOLD_OUT: its buckets hold
+    /// the smallest such quantity, or do once the transfers left in flight (a carrier that
+    /// died, a destination fenced for a moment) are finished. Read before any lock, so a
+    /// sale sold out answers at the cost of one read per bucket (the service's local
+    /// sold-out flag answers before the ledger is asked at all).
+    async fn may_serve(
+        &self,
+        layout: &Layout,
+        reqs: &[PurchaseRequest],
+        out: &[PurchaseOutcome],
+    ) -> Result<bool, LedgerError> {
+        let least_units = sold_out(out)
+            .map(|i| u64::from(reqs[i].quantity))
+            .min()
+            .unwrap_or(u64::MAX);
+        let all_units: u64 = self.availables(layout).await?.iter().sum();
+        if all_units >= least_units {
+            return Ok(true);
+        }
+        if self.finish_transfers(layout.sku).await? == 0 {
+            return Ok(false);
+        }
+        let all_units: u64 = self.availables(layout).await?.iter().sum();
+        Ok(all_units >= least_units)
+    }
+
+    /// Moves to `home` the units `short` asks for, or what the other buckets hold when that
+    /// is less. False when the whole sale cannot serve the smallest of them (a true sold
+    /// out: nothing to judge again).
+    async fn bring_home(
+        &self,
+        layout: &Layout,
+        home: CopyTag,
+        short: &[PurchaseRequest],
+    ) -> Result<bool, LedgerError> {
+        let available = self.availables(layout).await?;
+        let all_units: u64 = available.iter().sum();
+        let least_units = short
+            .iter()
+            .map(|r| u64::from(r.quantity))
+            .min()
+            .unwrap_or(0);
+        if all_units < least_units.max(1) {
+            return Ok(false);
+        }
+        if available[usize::from(home.bucket)] >= least_units {
+            // Another caller brought stock home meanwhile: judge again first.
+            return Ok(true);
+        }
+        let want_units: u64 = short.iter().map(|r| u64::from(r.quantity)).sum();
+        let home_units = self.move_home(layout, home, available, want_units).await;
+        // Nothing came (every source fenced, lost or emptied meanwhile): judging again
+        // would only repeat the answer.
+        Ok(home_units >= least_units)
+    }
+
+    /// Carries out transfer plans until home holds `want_units` or what the others hold. A
+    /// source that gives less than planned (fenced, its primary lost, emptied by another
+    /// caller) counts as empty for the rest of the call and the plan is made again without
+    /// it, so one lost bucket never keeps the others' stock from the buyers. At most `n`
+    /// plans (each drops at least one source). Returns the units home holds then, as far
+    /// as this call knows.
+    async fn move_home(
+        &self,
+        layout: &Layout,
+        home: CopyTag,
+        mut available: Vec<u64>,
+        want_units: u64,
+    ) -> u64 {
+        let at_home = usize::from(home.bucket);
+        for _ in 0..layout.n() {
+            let all_units: u64 = available.iter().sum();
+            // A batch's worth more than asked, so the next buyers here need no transfer;
+            // small as stock runs low, so the last units gather where the buyers are.
+            let refill_units = (all_units / (2 * u64::from(layout.n()))).max(1);
+            let want = want_units.min(all_units);
+            let plan = buckets::plan_transfers(&available, home.bucket, want, refill_units, 0);
+            if plan.is_empty() {
+                break;
+            }
+            let mut complete = true;
+            for t in plan {
+                let moved_units = match self.transfer(layout, t).await {
+                    Ok(units) => units,
+                    Err(e) => {
+                        tracing::warn!(sku = %layout.sku, from = t.from, error = %e, "transfer failed");
+                        0
+                    }
+                };
+                available[at_home] += moved_units;
+                available[usize::from(t.from)] -= moved_units.min(available[usize::from(t.from)]);
+                if moved_units < t.units {
+                    available[usize::from(t.from)] = 0;
+                    complete = false;
+                }
+            }
+            if complete {
+                break;
+            }
+        }
+        available[at_home]
+    }
+
+    /// Each bucket's available units, bucket 0 first (0 for a bucket not warm, fenced, or
+    /// whose primary does not answer now: it can be no source of stock).
+    async fn availables(&self, layout: &Layout) -> Result<Vec<u64>, LedgerError> {
+        let reads = layout.copies().into_iter().map(|copy| async move {
+            let mut conn = self.conn.clone();
+            let cmd = redis::cmd("HMGET")
+                .arg(self.keys().sale(copy))
+                .arg(&["available", "fenced_at_ms"])
+                .clone();
+            let read = bounded(Timeouts::HOT.call, cmd.query_async(&mut conn)).await;
+            let (available, fenced): (Option<u64>, Option<String>) =
+                read.unwrap_or_else(|e: LedgerError| {
+                    tracing::warn!(tag = %copy, error = %e, "bucket unreadable, counted empty");
+                    (None, None)
+                });
+            match fenced {
+                Some(_) => 0,
+                None => available.unwrap_or(0),
+            }
+        });
+        let available = futures::future::join_all(reads).await;
+        for (bucket, &units) in available.iter().enumerate() {
+            gauge_available(layout.sku, bucket as u16, units);
+        }
+        Ok(available)
+    }
+
+    /// What this ledger's transfers did so far.
+    pub fn bucket_stats(&self) -> BucketStats {
+        let Some(table) = &self.buckets else {
+            return BucketStats::default();
+        };
+        BucketStats {
+            transfers: table.transfers.load(Ordering::Relaxed),
+            false_sold_outs: table.false_sold_outs.load(Ordering::Relaxed),
+        }
+    }
+
+    /// A bucketed sale's buckets and its units in flight; `None` when it is not warm.
+    pub async fn bucket_view(&self, sku: SkuId) -> Result<Option<BucketsView>, LedgerError> {
+        let layout = self.layout(sku).await?;
+        let mut buckets = Vec::new();
+        for copy in layout.copies() {
+            let Some(counters) = self.counters_copy(copy).await? else {
+                return Ok(None);
+            };
+            gauge_available(sku, copy.bucket, counters.available);
+            buckets.push(BucketState {
+                bucket: copy.bucket,
+                tag: copy.to_string(),
+                counters,
+            });
+        }
+        let mut in_flight_units = 0;
+        for (_, id, to, units) in self.pending_transfers(&layout).await? {
+            let mut conn = self.conn.clone();
+            let cmd = redis::cmd("HEXISTS")
+                .arg(self.keys().transfers_in(layout.copy(to)))
+                .arg(&id)
+                .clone();
+            let arrived: bool = bounded(Timeouts::HOT.call, cmd.query_async(&mut conn)).await?;
+            in_flight_units += if arrived { 0 } else { units };
+        }
+        Ok(Some(BucketsView {
+            buckets,
+            in_flight_units,
+        }))
+    }
+
+    /// Counts the SOLD_OUT answers given while the sale's buckets together held the
+    /// quantity (read after the answer: an upper bound, since a cancel may also have brought
+    /// units back meanwhile).
+    async fn count_false_sold_outs(
+        &self,
+        layout: &Layout,
+        reqs: &[PurchaseRequest],
+        out: &[PurchaseOutcome],
+    ) -> Result<(), LedgerError> {
+        let short: Vec<usize> = sold_out(out).collect();
+        if short.is_empty() {
+            return Ok(());
+        }
+        let all_units: u64 = self.availables(layout).await?.iter().sum();
+        let false_ones = short
+            .iter()
+            .filter(|&&i| u64::from(reqs[i].quantity) <= all_units)
+            .count();
+        if false_ones > 0 {
+            if let Some(table) = &self.buckets {
+                table
+                    .false_sold_outs
+                    .fetch_add(false_ones as u64, Ordering::Relaxed);
+            }
+            metrics::counter!(names::FALSE_SOLD_OUT).increment(false_ones as u64);
+            tracing::warn!(sku = %layout.sku, false_ones, all_units, "SOLD_OUT while buckets held stock");
+        }
+        Ok(())
+    }
+}
+
+fn gauge_available(sku: SkuId, bucket: u16, units: u64) {
+    metrics::gauge!(names::BUCKET_AVAILABLE, "sku" => sku.to_string(), "bucket" => bucket.to_string())
+        .set(units as f64);
+}
+
+/// The order numbers of the accepted answers (new or replayed: a replay may be the first
+/// answer its buyer hears).
+fn accepted_orders(out: &[PurchaseOutcome]) -> Vec<OrderNo> {
+    out.iter()
+        .filter_map(|o| match o {
+            PurchaseOutcome::Accepted { order, .. } => Some(order.order_no),
+            PurchaseOutcome::Rejected(_) => None,
+        })
+        .collect()
+}
+
+/// What a failed call wrote, as far as its error says.
+fn written_by(e: LedgerError) -> Vec<OrderNo> {
+    match e {
+        LedgerError::Unconfirmed { written, .. } => written,
+        _ => Vec::new(),
+    }
+}
+
+/// A call that failed after `written` were accepted: [`LedgerError::Unconfirmed`] naming
+/// them with what the error wrote itself (answered 503, so each buyer retries and hears the
+/// replay, and the loss journal keeps them), or the error as it was when nothing was
+/// written.
+fn promised(e: LedgerError, written: &[OrderNo]) -> LedgerError {
+    if written.is_empty() {
+        return e;
+    }
+    match e {
+        LedgerError::Unconfirmed {
+            written: mut more,
+            why,
+        } => {
+            more.extend_from_slice(written);
+            LedgerError::Unconfirmed { written: more, why }
+        }
+        e => LedgerError::Unconfirmed {
+            written: written.to_vec(),
+            why: e.to_string(),
+        },
+    }
+}
+
+/// The indices of the answers that are SOLD_OUT.
+fn sold_out(out: &[PurchaseOutcome]) -> impl Iterator<Item = usize> + '_ {
+    out.iter()
+        .enumerate()
+        .filter(|(_, o)| matches!(o, PurchaseOutcome::Rejected(ErrorCode::SoldOut)))
+        .map(|(i, _)| i)
+}

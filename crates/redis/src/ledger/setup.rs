@@ -1,0 +1,136 @@
+//! The [`RedisLedger`]: its connection, settings (replication, buckets), and where a sale's
+//! buckets live.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use flashsale_core::{LedgerError, SkuId};
+
+use super::layout::{BucketTable, Layout};
+use crate::conn::{bounded, split_urls, Conn, Timeouts};
+use crate::keys::Keys;
+use crate::restock::RestockHub;
+use crate::scripts::Scripts;
+
+/// The hot ledger on Redis: one script call per batch, pay, cancel, expiry or warm.
+pub struct RedisLedger {
+    pub(crate) conn: Conn,
+    pub(super) keys: Keys,
+    pub(crate) scripts: Scripts,
+    pub(super) restock: Arc<RestockHub>,
+    pub(super) replication: Option<Replication>,
+    /// Sales of several buckets, when this ledger takes them ([`RedisLedger::with_buckets`]).
+    pub(crate) buckets: Option<BucketTable>,
+}
+
+/// Longest WAIT timeout: below the connection's response timeout, so a WAIT that times out
+/// is answered by Redis, not cut by the client.
+pub const WAIT_TIMEOUT_MAX: Duration = Duration::from_millis(900);
+
+/// Answer a purchase, payment or cancellation only once its write reached `replicas`
+/// replicas of the sale's primary (`WAIT replicas timeout` after the script). It narrows
+/// the window in which a failover loses acknowledged purchases; it does not close it (Redis
+/// replication stays asynchronous: see docs/DEPLOY.md).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Replication {
+    pub replicas: u32,
+    pub timeout: Duration,
+}
+
+impl RedisLedger {
+    /// Connects to one node (`redis://host:port`) or to a cluster (a comma-separated list of
+    /// node URLs), with a 300 ms connection timeout and a 1 s response timeout.
+    pub async fn connect(url: &str, prefix: &str) -> Result<RedisLedger, LedgerError> {
+        let ledger = RedisLedger::connect_lazy(url, prefix)?;
+        ledger.ready().await?;
+        Ok(ledger)
+    }
+
+    /// Like [`RedisLedger::connect`], connecting on first use: a service starts while Redis
+    /// is down and answers 503 (and `/readyz` false) until it is back.
+    pub fn connect_lazy(url: &str, prefix: &str) -> Result<RedisLedger, LedgerError> {
+        let keys = Keys::new(prefix).map_err(LedgerError::Internal)?;
+        let conn = Conn::lazy(url, Timeouts::HOT);
+        let restock = Arc::new(RestockHub::new(split_urls(url), keys.restock_channel()));
+        Ok(RedisLedger {
+            conn,
+            keys,
+            scripts: Scripts::new(),
+            restock,
+            replication: None,
+            buckets: None,
+        })
+    }
+
+    /// Answers accepted writes only once they reached replicas (see [`Replication`]).
+    pub fn with_replication(mut self, replication: Replication) -> Result<Self, LedgerError> {
+        if replication.replicas == 0 || replication.timeout > WAIT_TIMEOUT_MAX {
+            return Err(LedgerError::Internal(format!(
+                "replicas must be at least 1 and the timeout at most {WAIT_TIMEOUT_MAX:?}"
+            )));
+        }
+        self.replication = Some(replication);
+        Ok(self)
+    }
+
+    /// Takes sales of up to [`BUCKETS_MAX`](flashsale_core::buckets::BUCKETS_MAX) buckets,
+    /// each bucket a hot copy of its own placed on its own primary (docs/DESIGN.md, "Stock
+    /// buckets"). Off by default: the persister and the reconciler read one stream per sale,
+    /// so the service keeps to sales of one bucket on Redis until they read a stream per
+    /// bucket; the hot path (purchases, transfers, holds) is complete.
+    pub fn with_buckets(mut self) -> Self {
+        self.buckets = Some(BucketTable::default());
+        self
+    }
+
+    pub fn keys(&self) -> &Keys {
+        &self.keys
+    }
+
+    pub fn is_cluster(&self) -> bool {
+        self.conn.is_cluster()
+    }
+
+    /// The skus of warmed sales (`fs:sales`), e.g. for the expiry worker.
+    pub async fn sales(&self) -> Result<Vec<SkuId>, LedgerError> {
+        let mut conn = self.conn.clone();
+        let cmd = redis::cmd("SMEMBERS").arg(self.keys.sales()).clone();
+        let ids: Vec<u64> = bounded(Timeouts::HOT.call, cmd.query_async(&mut conn)).await?;
+        let mut ids: Vec<SkuId> = ids.into_iter().map(SkuId).collect();
+        ids.sort();
+        Ok(ids)
+    }
+
+    /// Whether Redis answers (a connection made, a PING).
+    pub(super) async fn ready(&self) -> Result<(), LedgerError> {
+        bounded(Timeouts::HOT.call, self.conn.ready()).await
+    }
+
+    /// Where `sku`'s buckets live. Without [`RedisLedger::with_buckets`] every sale is of one
+    /// bucket, with no round trip. Otherwise read once from bucket 0's hash (and kept): a
+    /// sale not warm yet is taken as one bucket and asked again next time.
+    pub async fn layout(&self, sku: SkuId) -> Result<Layout, LedgerError> {
+        let Some(table) = &self.buckets else {
+            return Ok(Layout::single(sku));
+        };
+        if let Some(layout) = table.known(sku) {
+            return Ok(layout);
+        }
+        let cmd = redis::cmd("HMGET")
+            .arg(self.keys().sale(sku))
+            .arg(&["epoch", "buckets", "salts"])
+            .clone();
+        let mut conn = self.conn.clone();
+        let got: Vec<Option<String>> =
+            bounded(Timeouts::HOT.call, cmd.query_async(&mut conn)).await?;
+        let layout = match &got[..] {
+            [None, ..] => return Ok(Layout::single(sku)),
+            [Some(_), Some(n), Some(salts)] => Layout::parse(sku, n, salts).ok_or_else(|| {
+                LedgerError::Internal(format!("sale {sku}: bad buckets {n:?} {salts:?}"))
+            })?,
+            _ => Layout::single(sku),
+        };
+        table.keep(&layout);
+        Ok(layout)
+    }
+}
