@@ -125,7 +125,7 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<()> {
     let sku = pick_sku(&args);
     println!(
         "flashsale demo: {} ledger at {base}, sale {sku}: {} units, {} buyers, {} clients",
-        server.state.ledger.kind(),
+        server.state.shop.ledger().kind(),
         args.stock,
         args.users,
         args.concurrency
@@ -156,7 +156,7 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<()> {
     if config.engine.ledger.redis_url.is_some() {
         wait_for_drain(&server, sku).await?;
     }
-    let counters_hot = server.state.ledger.counters(SkuId(sku)).await?;
+    let counters_hot = server.state.shop.ledger().counters(SkuId(sku)).await?;
     let outcome = Outcome {
         records,
         resolutions,
@@ -300,13 +300,15 @@ async fn wait_for_drain(server: &Server, sku: u64) -> anyhow::Result<()> {
     loop {
         let hot = server
             .state
-            .ledger
+            .shop
+            .ledger()
             .counters(SkuId(sku))
             .await?
             .map(|c| c.seq);
         let stored = server
             .state
-            .store
+            .shop
+            .store()
             .sale(SkuId(sku))
             .await?
             .map(|s| s.counters.seq);
@@ -322,7 +324,7 @@ async fn wait_for_drain(server: &Server, sku: u64) -> anyhow::Result<()> {
 }
 
 async fn build_report(server: &Server, args: &DemoArgs, run: Outcome) -> anyhow::Result<Report> {
-    let store = server.state.store.clone();
+    let store = server.state.shop.store().clone();
     let sku = SkuId(run.sku);
     let stored = store
         .sale(sku)
@@ -438,7 +440,10 @@ async fn build_report(server: &Server, args: &DemoArgs, run: Outcome) -> anyhow:
     });
 
     let mut setup = BTreeMap::new();
-    setup.insert("ledger".into(), server.state.ledger.kind().to_owned());
+    setup.insert(
+        "ledger".into(),
+        server.state.shop.ledger().kind().to_owned(),
+    );
     setup.insert("database".into(), run.database_url.clone());
     setup.insert("sku".into(), run.sku.to_string());
     setup.insert(

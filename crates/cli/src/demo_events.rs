@@ -76,7 +76,12 @@ impl DemoReceiver {
         sku: u64,
         database: &mut BTreeMap<String, i64>,
     ) -> anyhow::Result<Check> {
-        let log = server.state.store.event_log().context("no event log")?;
+        let log = server
+            .state
+            .shop
+            .store()
+            .event_log()
+            .context("no event log")?;
         let deadline = std::time::Instant::now() + Duration::from_secs(60);
         let caught_up = loop {
             let status = relay::status(log.as_ref(), &["webhook"]).await?;

@@ -138,7 +138,7 @@ pub async fn after_spike(
     done.stock = args.stock;
     done.came_back = done.holds.saturating_sub(done.paid);
     wait_for_no_holds(server, sku, args.hold_ms).await?;
-    let counters = server.state.ledger.counters(SkuId(sku)).await?;
+    let counters = server.state.shop.ledger().counters(SkuId(sku)).await?;
     done.returned = counters.map_or(0, |c| c.available);
     resell(base, auth, sku, args, &mut done).await?;
     Ok(done)
@@ -215,7 +215,7 @@ async fn answer(req: reqwest::RequestBuilder) -> Result<(), String> {
 async fn wait_for_no_holds(server: &Server, sku: u64, hold_ms: u64) -> anyhow::Result<()> {
     let deadline = Instant::now() + Duration::from_millis(hold_ms) + Duration::from_secs(30);
     loop {
-        let counters = server.state.ledger.counters(SkuId(sku)).await?;
+        let counters = server.state.shop.ledger().counters(SkuId(sku)).await?;
         if counters.is_none_or(|c| c.reserved == 0) {
             return Ok(());
         }

@@ -166,7 +166,7 @@ async fn serve(settings: Settings, run_persister: bool) -> anyhow::Result<()> {
     println!(
         "flashsale listening on http://{} ({} ledger)",
         server.addr,
-        server.state.ledger.kind()
+        server.state.shop.ledger().kind()
     );
     shutdown_signal().await;
     tracing::info!("shutting down: finishing in-flight requests");

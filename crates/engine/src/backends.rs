@@ -13,9 +13,10 @@ use flashsale_redis::RedisLedger;
 use flashsale_store::{MySqlStore, PgStore, SqliteStore};
 
 use crate::persister::{Persister, PersisterConfig};
-use crate::reconcile::{Journal, ReconcileWorker, Reconciler};
+use crate::reconcile::Journal;
 use crate::runner::{Runner, Worker};
 use crate::settings::Settings;
+use crate::shop::{Shop, ShopConfig};
 use crate::workers::ExpiryWorker;
 
 /// The hot ledger and the system of record of a process.
@@ -152,31 +153,22 @@ pub fn workers(
 }
 
 /// The engine's background work alone, with no requests to serve (`flashsale worker`): the
-/// backends its settings name, and in one runner the workers every process runs plus the
-/// reconcile worker (which settles sales in its own loss journal: this process promises
-/// nothing to buyers).
+/// shop over the backends its settings name (built as `serve` builds it), and in one runner
+/// its workers (the reconcile worker settles sales in this shop's loss journal: this process
+/// promises nothing to buyers).
 pub struct Background {
-    pub ledger: Arc<dyn Ledger>,
-    pub store: Arc<dyn OrderStore>,
+    pub shop: Arc<Shop>,
     pub tasks: Runner,
 }
 
 impl Background {
     pub async fn start(settings: &Settings) -> anyhow::Result<Background> {
         let (ledger, store) = open(settings).await?;
+        let shop = Shop::new(ledger, store, ShopConfig::default(), None);
         let mut tasks = Runner::default();
-        let journal = Arc::new(Journal::default());
-        let reconciler = Reconciler::new(ledger.clone(), store.clone(), journal.clone());
-        if let Some(worker) = ReconcileWorker::boxed(reconciler, settings.reconcile, None) {
+        for worker in shop.workers(settings) {
             tasks.spawn(worker);
         }
-        for worker in workers(settings, ledger.clone(), store.clone(), journal) {
-            tasks.spawn(worker);
-        }
-        Ok(Background {
-            ledger,
-            store,
-            tasks,
-        })
+        Ok(Background { shop, tasks })
     }
 }

@@ -3,9 +3,10 @@
 //! - [`settings`]: the one settings tree (`Settings`: ledger, database, persister, reconcile);
 //!   [`backends`]: the ledger and store it names, opened once, and the workers every process
 //!   runs.
-//! - [`purchase`]: the purchase decision of an admitted request (local refusals, then the
-//!   ledger with the breaker's accounting); [`batcher`]: the local sold-out flag, and natural
-//!   batching per sale into one ledger call.
+//! - [`shop`]: the application: `Shop` owns the parts a serving process runs on and offers
+//!   the use cases (purchase, pay, cancel, sales, views, admission, reconcile); the HTTP
+//!   server only translates. [`batcher`]: the local sold-out flag, and natural batching per
+//!   sale into one ledger call.
 //! - [`admission`]: who may buy a queue or draw sale: joins, waves, places and passes, the
 //!   purchase's pass check, draw entries, the published draw and the waitlist's reservations.
 //! - [`cache`]: the sale cache and the sold-out flags; [`breaker`]: fast failure while a
@@ -35,11 +36,11 @@ pub mod cache;
 pub mod gateway_store;
 pub mod persister;
 pub mod placement;
-pub mod purchase;
 pub mod reconcile;
 pub mod relay;
 pub mod runner;
 pub mod settings;
+pub mod shop;
 pub mod workers;
 
 /// Milliseconds since the Unix epoch (the clock every timestamp of the service uses).

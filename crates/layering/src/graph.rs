@@ -14,7 +14,9 @@ pub struct Named {
 #[derive(Debug, Default)]
 pub struct Scanned {
     pub paths: Vec<Named>,
-    /// Fields read on a binding of the server's state (`State(st)` or `st: &AppState`).
+    /// Fields read on a binding of the server's state (`State(st)`, `st: &AppState`, the `st`
+    /// of a destructured call, the first of `call.into_parts()`), and the accessors called on
+    /// its shop (`st.shop.ledger()`), each as `AppState::<name>`.
     pub state_fields: Vec<Named>,
 }
 
@@ -77,6 +79,17 @@ impl Visitor {
     }
 }
 
+impl Visitor {
+    /// Whether `e` is a name bound to the server's state.
+    fn is_state(&self, e: &syn::Expr) -> bool {
+        let syn::Expr::Path(p) = e else {
+            return false;
+        };
+        let bound = p.path.get_ident().map(|i| i.to_string());
+        bound.is_some_and(|b| self.state_names.contains(&b))
+    }
+}
+
 fn with(prefix: &[String], ident: &syn::Ident) -> Vec<String> {
     let mut p = prefix.to_vec();
     if ident != "self" {
@@ -89,8 +102,8 @@ fn line_of(span: proc_macro2::Span) -> usize {
     span.start().line
 }
 
-/// The names a parameter pattern binds to the server's state: `State(st)`, `State(st): State<…>`
-/// or `st: &AppState`.
+/// The names a parameter pattern binds to the server's state: `State(st)`, `State(st): State<…>`,
+/// `st: &AppState` or the `st` field of a destructured call (`AdminOn { st, .. }`).
 fn state_bindings(arg: &syn::FnArg) -> Option<String> {
     let syn::FnArg::Typed(pt) = arg else {
         return None;
@@ -104,6 +117,40 @@ fn state_bindings(arg: &syn::FnArg) -> Option<String> {
             }
         }
         syn::Pat::Ident(i) if ty.contains("AppState") => Some(i.ident.to_string()),
+        pat => st_field(pat),
+    }
+}
+
+/// The binding of the `st` field in a struct pattern (`Call { st, .. }`).
+fn st_field(pat: &syn::Pat) -> Option<String> {
+    let syn::Pat::Struct(ps) = pat else {
+        return None;
+    };
+    let field = ps.fields.iter().find(|f| match &f.member {
+        syn::Member::Named(n) => n == "st",
+        syn::Member::Unnamed(_) => false,
+    })?;
+    match &*field.pat {
+        syn::Pat::Ident(i) => Some(i.ident.to_string()),
+        _ => None,
+    }
+}
+
+/// The name a `let` binds to the server's state: the first of `let (st, ..) =
+/// call.into_parts()`, or the `st` field of a destructured call.
+fn let_binding(local: &syn::Local) -> Option<String> {
+    if let Some(name) = st_field(&local.pat) {
+        return Some(name);
+    }
+    let init = local.init.as_ref()?;
+    let syn::Expr::MethodCall(call) = &*init.expr else {
+        return None;
+    };
+    let syn::Pat::Tuple(t) = &local.pat else {
+        return None;
+    };
+    match (call.method == "into_parts", t.elems.first()?) {
+        (true, syn::Pat::Ident(i)) => Some(i.ident.to_string()),
         _ => None,
     }
 }
@@ -132,6 +179,25 @@ impl<'ast> Visit<'ast> for Visitor {
         self.state_names = f.sig.inputs.iter().filter_map(state_bindings).collect();
         syn::visit::visit_item_fn(self, f);
         self.state_names = saved;
+    }
+
+    fn visit_local(&mut self, local: &'ast syn::Local) {
+        if let Some(name) = let_binding(local) {
+            self.state_names.push(name);
+        }
+        syn::visit::visit_local(self, local);
+    }
+
+    fn visit_expr_method_call(&mut self, call: &'ast syn::ExprMethodCall) {
+        if let syn::Expr::Field(f) = &*call.receiver {
+            let on_shop = matches!(&f.member, syn::Member::Named(m) if m == "shop");
+            if on_shop && self.is_state(&f.base) {
+                let line = line_of(call.method.span());
+                let path = vec!["AppState".into(), call.method.to_string()];
+                self.out.state_fields.push(Named { path, line });
+            }
+        }
+        syn::visit::visit_expr_method_call(self, call);
     }
 
     fn visit_expr_field(&mut self, e: &'ast syn::ExprField) {

@@ -1,7 +1,7 @@
 //! flashsale-layering: the layering check, read from the code rather than its text.
 //!
 //! - [`rules`]: the rules as data (each crate's allowed workspace dependencies, the server's
-//!   readers and parts, the engine's parts a handler must not name).
+//!   readers and parts, the engine's parts a handler must not name: none is allowed).
 //! - [`graph`]: what one file names, parsed with `syn` (its `use` trees and every path,
 //!   resolved against the file's module; fields read on the server's state).
 //! - Here: the checks over the workspace (`cargo metadata` for the crates' dependencies, the
@@ -29,11 +29,10 @@ impl std::fmt::Display for Finding {
     }
 }
 
-/// The findings of every check, and notes that are no failure (a known count that can fall).
+/// The findings of every check.
 #[derive(Debug, Default)]
 pub struct Report {
     pub findings: Vec<Finding>,
-    pub notes: Vec<String>,
 }
 
 /// Runs every check on the workspace at `root`.
@@ -51,9 +50,9 @@ pub fn check_workspace(root: &Path) -> anyhow::Result<Report> {
         report
             .findings
             .extend(check_server_part(&shown, &module, &scanned));
-        let (found, note) = check_route(&shown, &module, &scanned);
-        report.findings.extend(found);
-        report.notes.extend(note);
+        report
+            .findings
+            .extend(check_route(&shown, &module, &scanned));
     }
     Ok(report)
 }
@@ -182,15 +181,11 @@ pub fn check_server_part(file: &str, module: &[String], scanned: &graph::Scanned
 }
 
 /// A handler under `routes/` names no engine part: no engine module but the use cases'
-/// ([`rules::ENGINE_API`]) and no part of the engine held by the state. A file's known count
-/// ([`rules::ROUTES_KNOWN`]) is allowed while the engine does not offer its use cases whole.
-pub fn check_route(
-    file: &str,
-    module: &[String],
-    scanned: &graph::Scanned,
-) -> (Vec<Finding>, Option<String>) {
+/// ([`rules::ENGINE_API`]) and no part of the engine, read off the state or through the
+/// shop's accessors. Every one is a finding.
+pub fn check_route(file: &str, module: &[String], scanned: &graph::Scanned) -> Vec<Finding> {
     if module.first().map(String::as_str) != Some("routes") {
-        return (Vec::new(), None);
+        return Vec::new();
     }
     let engine = scanned.paths.iter().filter(|n| {
         n.path.first().map(String::as_str) == Some("flashsale_engine")
@@ -203,29 +198,15 @@ pub fn check_route(
         .state_fields
         .iter()
         .filter(|n| rules::ENGINE_PARTS.contains(&n.path[1].as_str()));
-    let named: Vec<&graph::Named> = engine.chain(parts).collect();
-    let known = rules::ROUTES_KNOWN
-        .iter()
-        .find(|(f, _)| file.ends_with(f))
-        .map_or(0, |(_, n)| *n);
-    if named.len() < known {
-        let note = format!("{file}: names {} engine parts, fewer than its known {known}: lower rules::ROUTES_KNOWN", named.len());
-        return (Vec::new(), Some(note));
-    }
-    if named.len() == known {
-        return (Vec::new(), None);
-    }
-    let findings = named
-        .iter()
+    engine
+        .chain(parts)
         .map(|n| Finding {
             file: file.into(),
             line: n.line,
             what: format!(
-                "a handler names the engine part `{}` ({} here, {known} known)",
-                n.path.join("::"),
-                named.len()
+                "a handler names the engine part `{}`: ask the shop for a use case",
+                n.path.join("::")
             ),
         })
-        .collect();
-    (findings, None)
+        .collect()
 }

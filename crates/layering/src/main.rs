@@ -4,9 +4,6 @@
 fn main() -> anyhow::Result<()> {
     let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
     let report = flashsale_layering::check_workspace(&root)?;
-    for note in &report.notes {
-        println!("layering: note: {note}");
-    }
     for f in &report.findings {
         eprintln!("layering: {f}");
     }

@@ -35,7 +35,7 @@ fn a_part_naming_only_parts_passes() {
 fn a_handler_that_drives_an_engine_part_is_found() {
     let source = "async fn h(State(st): State<AppState>) { st.ledger.counters(1).await; st.auth.check(); }\n";
     let (module, scanned) = scan(source, "routes/planted.rs");
-    let (found, _) = check_route("crates/server/src/routes/planted.rs", &module, &scanned);
+    let found = check_route("crates/server/src/routes/planted.rs", &module, &scanned);
     assert_eq!(found.len(), 1, "{found:?}");
     assert!(found[0].what.contains("ledger"));
 }
@@ -44,9 +44,32 @@ fn a_handler_that_drives_an_engine_part_is_found() {
 fn a_handler_that_imports_an_engine_module_is_found_and_the_use_cases_pass() {
     let source = "use flashsale_engine::batcher::Batcher;\nuse flashsale_engine::shop::Shop;\n";
     let (module, scanned) = scan(source, "routes/planted.rs");
-    let (found, _) = check_route("crates/server/src/routes/planted.rs", &module, &scanned);
+    let found = check_route("crates/server/src/routes/planted.rs", &module, &scanned);
     assert_eq!(found.len(), 1, "{found:?}");
     assert!(found[0].what.contains("batcher"));
+}
+
+#[test]
+fn a_handler_reaching_a_part_through_the_shop_or_a_destructured_call_is_found() {
+    let source = "async fn a(call: UserOn<u64>) { let (st, user, p) = call.into_parts(); st.shop.ledger().counters(1).await; st.shop.pay(p, user).await; }\n\
+                  async fn b(AdminOn { st, p, .. }: AdminOn<u64>) { st.sold_out.clear(p); }\n";
+    let (module, scanned) = scan(source, "routes/planted.rs");
+    let found = check_route("crates/server/src/routes/planted.rs", &module, &scanned);
+    let what: Vec<&str> = found.iter().map(|f| f.what.as_str()).collect();
+    assert_eq!(found.len(), 2, "{what:?}");
+    assert!(
+        what[0].contains("ledger") && what[1].contains("sold_out"),
+        "{what:?}"
+    );
+}
+
+#[test]
+fn a_handler_asking_the_shop_for_use_cases_passes() {
+    let source = "use flashsale_engine::shop::{Purchased, ShopError};\n\
+                  async fn h(State(st): State<AppState>) { st.shop.purchase(1).await; st.gateway.blacklist.store.get(); }\n";
+    let (module, scanned) = scan(source, "routes/planted.rs");
+    let found = check_route("crates/server/src/routes/planted.rs", &module, &scanned);
+    assert!(found.is_empty(), "{found:?}");
 }
 
 #[test]

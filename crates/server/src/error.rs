@@ -205,6 +205,18 @@ impl From<LedgerError> for AppError {
     }
 }
 
+impl From<flashsale_engine::shop::ShopError> for AppError {
+    fn from(e: flashsale_engine::shop::ShopError) -> AppError {
+        use flashsale_engine::shop::ShopError;
+        match e {
+            ShopError::Code(code) => AppError::from_code(code),
+            ShopError::Refused(code, why) => AppError::new(code, why),
+            ShopError::Ledger(e) => e.into(),
+            ShopError::Store(e) => e.into(),
+        }
+    }
+}
+
 impl From<StoreError> for AppError {
     fn from(e: StoreError) -> AppError {
         match e {

@@ -14,21 +14,21 @@
 //! - [`gateway`]: protections in front of the handlers (`caps`, `ratelimit`, `blacklist`,
 //!   `pressure`, `scalping`, `idempotency`, `listener`) and its `config`.
 //! - [`risk`]: the shop's risk service in the purchase path: its client (bounded, with a
-//!   breaker and a fallback rule) and the replays that skip it.
+//!   breaker and a fallback rule), the replays that skip it, and `gate`: the client as the
+//!   engine's `RiskGate`.
 //! - [`state`]: `AppState`, what every handler shares; [`tunables`]: the request path's
 //!   bounds and timings, with their defaults.
 //! - [`serve`]: `Config` → backends (opened once), workers, listener; graceful shutdown.
 //! - [`metrics`]: the Prometheus recorder; [`metrics_help`]: the HELP text of every metric;
 //!   [`hot_metrics`]: the request path's metric handles, resolved once per thread.
-//! - [`bucket_view`]: a bucketed sale's per-bucket counters (hot, else the database's), and
-//!   their cache.
+//! - [`bucket_view`]: a bucketed sale's per-bucket counters as JSON (the engine reads them).
 //! - [`dashboard`]: what the live page keeps between requests (`live`, `prom`, `view`).
 //! - [`openapi`]: the document's head and schemas; [`openapi_extra`]: `u64` ranges, `{ip}`
 //!   parameters and links in it.
 //!
-//! Inside the crate, dependencies point one way: `state` holds the parts (auth, gateway,
-//! risk client, dashboard readings, bucket views, and the engine's batcher, caches, breaker,
-//! journal) and depends on their modules; `routes`, `middleware`, `workers`, `serve` and
+//! Inside the crate, dependencies point one way: `state` holds the engine's `Shop` (every use
+//! case) and the HTTP side's parts (auth, gateway, risk client, dashboard readings) and
+//! depends on their modules; `routes`, `middleware`, `workers`, `serve` and
 //! `openapi` depend on `state`; no module that `state` holds imports `state`, `routes`,
 //! `middleware`, `workers` or `serve` (the layering check in `crates/layering` reads it from the code).
 //!

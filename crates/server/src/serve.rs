@@ -18,12 +18,9 @@ use crate::gateway::BlacklistStore;
 use crate::state::AppState;
 use crate::tunables::Tunables;
 use flashsale_core::admission::AdmissionBook;
-use flashsale_engine::admission::walker::DrawWalker;
-use flashsale_engine::backends::{workers, Background};
-use flashsale_engine::reconcile::ReconcileWorker;
+use flashsale_engine::backends::Background;
 use flashsale_engine::runner::Runner;
 use flashsale_engine::settings::Settings;
-use flashsale_engine::workers::RestockWorker;
 
 /// Everything the service needs to start: the engine's settings and the HTTP-only ones. The
 /// CLI fills it from flags, env and a file.
@@ -125,16 +122,8 @@ impl Workers {
         let addr = listener.local_addr()?;
         // Before any worker runs, so the recorder sees their first metrics.
         let metrics = crate::metrics::handle();
-        let Background {
-            ledger,
-            store,
-            mut tasks,
-        } = Background::start(&config.engine).await?;
-        let probes = crate::routes::health::Probes {
-            ledger,
-            store,
-            metrics,
-        };
+        let Background { shop, mut tasks } = Background::start(&config.engine).await?;
+        let probes = crate::routes::health::Probes { shop, metrics };
         let router = crate::routes::health::router(probes);
         tasks.spawn_task("probes", |stop| serve_probes(listener, router, stop));
         tracing::info!(%addr, "flashsale worker: /healthz, /readyz and /metrics");
@@ -166,8 +155,8 @@ impl Server {
             admission,
         } = Backends::open(&config).await?;
         let state = AppState::with_admission(
-            ledger.clone(),
-            store.clone(),
+            ledger,
+            store,
             auth,
             config.tunables.clone(),
             blacklist,
@@ -201,20 +190,11 @@ impl Server {
             let identity = identity.clone();
             tasks.spawn(Box::new(crate::identity::RefreshWorker::new(identity)));
         }
-        for feed in ledger.restock_feeds() {
-            tasks.spawn(Box::new(RestockWorker::new(feed)));
-        }
-        if let Some(admission) = &state.admission {
-            let every = config.engine.admission.walk_every;
-            let (adm, l, s) = (admission.clone(), ledger.clone(), store.clone());
-            tasks.spawn(Box::new(DrawWalker::new(adm, l, s, every)));
-        }
-        for worker in workers(&config.engine, ledger, store, state.journal.clone()) {
+        let shop = &state.shop;
+        for worker in shop.restock_workers() {
             tasks.spawn(worker);
         }
-        let reconciler = state.reconciler();
-        let nudges = state.nudges.take();
-        if let Some(worker) = ReconcileWorker::boxed(reconciler, config.engine.reconcile, nudges) {
+        for worker in shop.workers(&config.engine) {
             tasks.spawn(worker);
         }
         let server = Server { addr, state, tasks };

@@ -1,6 +1,8 @@
-//! `AppState`: what every handler shares. It holds the parts (ledger, store, batcher, caches,
-//! gateway, journal, dashboard readings) and depends on their modules; none of them depends
-//! on it: only handlers (`routes`, `*::routes`), middleware and workers read the state.
+//! `AppState`: what every handler shares. It holds the engine's `Shop` (the use cases over
+//! the ledger, the store and their parts) and the HTTP side's parts (auth, gateway, risk
+//! client, dashboard readings, settings, metrics) and depends on their modules; none of them
+//! depends on it: only handlers (`routes`, `*::routes`), middleware and workers read the
+//! state.
 
 use std::sync::Arc;
 
@@ -8,53 +10,31 @@ use flashsale_core::{Ledger, OrderStore};
 use metrics_exporter_prometheus::PrometheusHandle;
 
 use crate::auth::Auth;
-use crate::bucket_view::BucketCache;
 use crate::gateway::{BlacklistStore, Gateway, MemoryBlacklist};
 use crate::risk::RiskCheck;
 pub use crate::tunables::Tunables;
 use flashsale_core::admission::AdmissionBook;
 use flashsale_engine::admission::{Admission, AdmissionConfig};
-use flashsale_engine::batcher::Batcher;
-use flashsale_engine::breaker::Breaker;
-use flashsale_engine::cache::{SaleCache, SoldOutFlags};
-use flashsale_engine::reconcile::{Journal, Reconciler};
-
-/// Consecutive hot-ledger failures that open the breaker, and how long it stays open before
-/// one request may try again.
-const BREAKER_FAILURES_MAX: u32 = 5;
-const BREAKER_OPEN_MS: i64 = 1_000;
+use flashsale_engine::reconcile::Reconciler;
+use flashsale_engine::shop::Shop;
 
 /// The handle handlers get: cheap to clone, derefs to [`Shared`].
 #[derive(Clone)]
 pub struct AppState(Arc<Shared>);
 
-/// The parts every handler and worker shares.
+/// What every handler and worker shares: the engine's application and the HTTP side's own
+/// parts.
 pub struct Shared {
-    pub ledger: Arc<dyn Ledger>,
-    pub store: Arc<dyn OrderStore>,
-    pub batcher: Batcher,
+    /// The engine's use cases over the ledger, the store and their parts.
+    pub shop: Arc<Shop>,
     pub auth: Auth,
-    pub sales: SaleCache,
-    /// Bucketed sales' per-bucket counters, kept as long as the sales' counters.
-    pub buckets: BucketCache,
-    /// Shared with the batcher, which sets them; restocks and state changes clear them.
-    pub sold_out: Arc<SoldOutFlags>,
-    pub breaker: Breaker,
     pub metrics: PrometheusHandle,
     pub tunables: Tunables,
     pub gateway: Gateway,
     /// The shop's risk service, asked before the hot ledger.
     pub risk: RiskCheck,
-    /// Promises not yet in the database (accepted purchases: the batcher; resolutions: the
-    /// order routes), for the reconciler's loss report.
-    pub journal: Arc<Journal>,
-    /// Sales whose copy a request found fenced or missing, for the reconcile worker.
-    pub nudges: flashsale_engine::reconcile::Nudges,
     /// Per-sale answers and readings for the live dashboard.
     pub dashboard: crate::dashboard::Dashboard,
-    /// Queue and draw sales' admission (`None` without an admission book: such sales then
-    /// admit no one, and their purchases answer 403 ADMISSION_REQUIRED).
-    pub admission: Option<Arc<Admission>>,
 }
 
 impl std::ops::Deref for AppState {
@@ -111,50 +91,22 @@ impl AppState {
             Arc::new(Admission::new(book, secret, config))
         });
         let gateway = Gateway::new(tunables.gateway.clone(), auth.secret(), blacklist);
-        let journal = Arc::new(Journal::default());
-        let sold_out = Arc::new(SoldOutFlags::new(tunables.cache_ttl));
         // `Server::start` refuses a bad risk URL before building the state.
         let risk = RiskCheck::new(tunables.risk.clone()).expect("valid risk settings");
-        let inner = Arc::new(Shared {
-            batcher: Batcher::with_flags(
-                ledger.clone(),
-                tunables.batch_max,
-                tunables.queue_cap,
-                sold_out.clone(),
-                tunables.accepted_keys_max,
-                journal.clone(),
-            ),
-            ledger,
-            store,
+        let shop = Shop::new(ledger, store, tunables.shop(), admission);
+        AppState(Arc::new(Shared {
+            shop,
             auth,
-            sales: SaleCache::new(tunables.cache_ttl),
-            buckets: BucketCache::new(tunables.cache_ttl),
-            sold_out,
-            breaker: Breaker::new(BREAKER_FAILURES_MAX, BREAKER_OPEN_MS),
             metrics: crate::metrics::handle(),
             tunables,
             gateway,
             risk,
-            journal,
-            nudges: Default::default(),
             dashboard: Default::default(),
-            admission,
-        });
-        let weak = Arc::downgrade(&inner);
-        inner.ledger.on_restock(Arc::new(move |sku| {
-            if let Some(inner) = weak.upgrade() {
-                inner.sold_out.clear(sku);
-            }
-        }));
-        AppState(inner)
+        }))
     }
 
-    /// A reconciler over this state's ledger, store and loss journal.
+    /// A reconciler over the shop's ledger, store and loss journal.
     pub fn reconciler(&self) -> Reconciler {
-        Reconciler::new(
-            self.ledger.clone(),
-            self.store.clone(),
-            self.journal.clone(),
-        )
+        self.shop.reconciler()
     }
 }

@@ -43,3 +43,15 @@ impl Default for Tunables {
         Tunables::DEFAULT
     }
 }
+
+impl Tunables {
+    /// The engine's part of these bounds.
+    pub fn shop(&self) -> flashsale_engine::shop::ShopConfig {
+        flashsale_engine::shop::ShopConfig {
+            batch_max: self.batch_max,
+            queue_cap: self.queue_cap,
+            cache_ttl: self.cache_ttl,
+            accepted_keys_max: self.accepted_keys_max,
+        }
+    }
+}

@@ -113,10 +113,10 @@ async fn monitor(st: &Shared) {
     };
     for gate in st.gateway.gates.all() {
         let sku = gate.sku;
-        let queue = st.batcher.queue_depth(sku) as u64;
-        let streamed = st.ledger.durability() == flashsale_core::Durability::Streamed;
-        let lag = if bounds.lag > 0 && streamed {
-            stream_lag(st, sku)
+        let queue = st.shop.queue_depth(sku) as u64;
+        let lag = if bounds.lag > 0 && st.shop.streams() {
+            st.shop
+                .stream_lag(sku)
                 .await
                 .unwrap_or(gate.backlog.load(std::sync::atomic::Ordering::Relaxed))
         } else {
@@ -127,13 +127,6 @@ async fn monitor(st: &Shared) {
             auto_pause(st, &gate, engaged).await;
         }
     }
-}
-
-/// Hot `seq` minus the database's `applied_seq`: events accepted but not yet persisted.
-async fn stream_lag(st: &Shared, sku: SkuId) -> Option<u64> {
-    let hot = st.ledger.counters(sku).await.ok()??;
-    let stored = st.store.sale(sku).await.ok()??;
-    Some(hot.seq.saturating_sub(stored.counters.seq))
 }
 
 async fn auto_pause(st: &Shared, gate: &pressure::SaleGate, engaged: bool) {
@@ -147,11 +140,10 @@ async fn auto_pause(st: &Shared, gate: &pressure::SaleGate, engaged: bool) {
         gate.auto_paused.store(false, Ordering::Relaxed);
         return;
     }
-    match st.ledger.set_state_if(gate.sku, from, to).await {
+    match st.shop.set_hot_state_if(gate.sku, from, to).await {
         Ok(changed) => {
             gate.auto_paused
                 .store(engaged && changed, Ordering::Relaxed);
-            st.sales.forget(gate.sku);
             tracing::warn!(sku = gate.sku.0, ?to, changed, "back-pressure auto-pause");
         }
         Err(e) => tracing::warn!(sku = gate.sku.0, error = %e, "auto-pause failed"),
@@ -161,7 +153,7 @@ async fn auto_pause(st: &Shared, gate: &pressure::SaleGate, engaged: bool) {
 /// The operator's state in the database is still `live` (the hot copy's state is the one
 /// the auto-pause changed).
 async fn operator_left_it_live(st: &Shared, sku: SkuId) -> bool {
-    matches!(st.store.sale(sku).await, Ok(Some(s)) if s.sale.state == flashsale_core::SaleState::Live)
+    st.shop.stored_state(sku).await == Some(flashsale_core::SaleState::Live)
 }
 
 /// Samples every sale the dashboard shows once a second into the dashboard's history
@@ -219,7 +211,7 @@ async fn sample_all(st: &Shared) -> anyhow::Result<()> {
         }
         SaleState::Ended => false,
     };
-    let sales = st.store.sales().await?;
+    let sales = st.shop.sales().await?;
     for stored in sales.iter().filter(|s| running(&s.sale)).take(SAMPLED_MAX) {
         let point = sample(st, stored, now).await;
         st.dashboard.history.record(stored.sale.sku_id, point);
@@ -236,11 +228,7 @@ async fn sample(
 ) -> crate::dashboard::history::Point {
     use crate::dashboard::history::Point;
     let sku = stored.sale.sku_id;
-    let hot = match stored.sale.state {
-        flashsale_core::SaleState::Scheduled => None,
-        _ => st.ledger.counters(sku).await.ok().flatten(),
-    };
-    let c = hot.unwrap_or(stored.counters);
+    let c = st.shop.stock_now(stored).await;
     let gate = st.gateway.gates.all().into_iter().find(|g| g.sku == sku);
     let t = (now_ms / 1000) as u64;
     // Every complete second since the previous sample (a late sample skips none).
@@ -278,16 +266,12 @@ async fn admission_point(
     t: u64,
 ) -> (Option<crate::dashboard::history::QueuePoint>, Option<u64>) {
     use flashsale_core::AdmissionMode;
-    let Some(admission) = st.admission.as_ref() else {
-        return (None, None);
-    };
     let sku = stored.sale.sku_id;
-    let book = admission.book();
     match stored.sale.admission.mode {
         AdmissionMode::Open => (None, None),
-        AdmissionMode::Draw => (None, book.draw_pos(sku).await.ok()),
+        AdmissionMode::Draw => (None, st.shop.draw_position(sku).await),
         AdmissionMode::Queue => {
-            let Ok(counts) = book.counts(sku, 0).await else {
+            let Some(counts) = st.shop.queue_counts(stored).await else {
                 return (None, None);
             };
             let before = st.dashboard.history.last(sku);

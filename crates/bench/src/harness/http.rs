@@ -117,7 +117,7 @@ pub async fn run(args: HttpArgs) -> anyhow::Result<()> {
     let c = args.concurrency;
     println!(
         "bench http: {} ledger, {c} clients, {} s per endpoint, risk service {}",
-        server.state.ledger.kind(),
+        server.state.shop.ledger().kind(),
         args.seconds,
         args.risk
     );
@@ -194,8 +194,20 @@ fn metric_sum(text: &str, name: &str) -> f64 {
 async fn drain_wait(server: &Server, sku: SkuId) -> anyhow::Result<Duration> {
     let started = Instant::now();
     while started.elapsed() < Duration::from_secs(30) {
-        let hot = server.state.ledger.counters(sku).await?.map(|c| c.seq);
-        let db = server.state.store.sale(sku).await?.map(|s| s.counters.seq);
+        let hot = server
+            .state
+            .shop
+            .ledger()
+            .counters(sku)
+            .await?
+            .map(|c| c.seq);
+        let db = server
+            .state
+            .shop
+            .store()
+            .sale(sku)
+            .await?
+            .map(|s| s.counters.seq);
         if hot.is_none() || hot == db {
             break;
         }

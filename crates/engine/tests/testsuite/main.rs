@@ -10,4 +10,5 @@ mod events;
 mod persister;
 mod rebuild_gap;
 mod reconcile;
+mod shop;
 mod stream_upgrade;

@@ -4,6 +4,7 @@
 //! - [`config`]: `RiskConfig` (every knob and its default) and the `Fallback` rule.
 //! - [`circuit`]: the breaker in front of the service (one circuit, one probe at a time).
 //! - [`replays`]: accepted purchases seen here, whose retries skip the service.
+//! - [`gate`]: the client as the engine's `RiskGate`, asked by the purchase use case.
 //!
 //! Its admin API (the allowlist and a sale's own fallback rule) is `routes::admin::risk`.
 //!
@@ -18,6 +19,7 @@
 
 pub mod circuit;
 pub mod config;
+pub mod gate;
 pub mod replays;
 
 use std::net::IpAddr;

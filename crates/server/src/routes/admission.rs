@@ -1,9 +1,8 @@
 //! Admission of queue and draw sales: join a queue and read one's place (JSON, or an SSE
 //! stream), enter a draw and read one's result, read the published draw. Each handler parses,
-//! calls the engine's `Admission`, and maps the answer.
+//! calls the engine's `Shop`, and maps the answer.
 
 use std::convert::Infallible;
-use std::sync::Arc;
 use std::time::Duration;
 
 use axum::extract::State;
@@ -11,9 +10,8 @@ use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::Json;
 use flashsale_core::admission::Entry;
-use flashsale_core::{Counters, ErrorCode, Sale, SaleState, SkuId, UserId};
-use flashsale_engine::admission::draw::{DrawView, EntryResult};
-use flashsale_engine::admission::{Admission, AdmissionError, QueueState, QueueStatus};
+use flashsale_core::SkuId;
+use flashsale_engine::shop::{DrawView, EntryResult, QueueState, QueueStatus};
 use futures::Stream;
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
@@ -27,15 +25,6 @@ const STREAM_EVERY: Duration = Duration::from_secs(1);
 const STREAM_FOR: Duration = Duration::from_secs(30 * 60);
 /// `Retry-After` of a waiting buyer: its ETA halved, within these bounds (seconds).
 const RETRY_AFTER_S: (u64, u64) = (1, 30);
-
-impl From<AdmissionError> for AppError {
-    fn from(e: AdmissionError) -> AppError {
-        match e {
-            AdmissionError::Refused(code, why) => AppError::new(code, why),
-            AdmissionError::Store(e) => e.into(),
-        }
-    }
-}
 
 /// A buyer's place in a queue (`state`: `pre_queue`, `waiting`, `admitted`, `lapsed`,
 /// `sold_out`). An admitted buyer sends `pass` as the purchase's `admission_pass`.
@@ -75,42 +64,6 @@ impl From<QueueStatus> for QueueView {
     }
 }
 
-fn service(st: &AppState) -> Result<Arc<Admission>, AppError> {
-    st.admission.clone().ok_or_else(|| {
-        AppError::new(
-            ErrorCode::Unavailable,
-            "this instance keeps no admission state",
-        )
-    })
-}
-
-/// The sale and its counters (the instance cache's, at most its TTL old).
-async fn sale_and_counters(st: &AppState, sku: SkuId) -> Result<(Sale, Counters), AppError> {
-    let stored = super::sale(st, sku).await?;
-    let counters = match st.sales.counters(sku) {
-        Some(c) => c,
-        None => {
-            let hot = match stored.sale.state {
-                SaleState::Scheduled => None,
-                _ => st.ledger.counters(sku).await.ok().flatten(),
-            };
-            let c = hot.unwrap_or(stored.counters);
-            st.sales.put_counters(sku, c);
-            c
-        }
-    };
-    Ok((stored.sale.clone(), counters))
-}
-
-async fn status(st: &AppState, sku: SkuId, user: UserId) -> Result<QueueStatus, AppError> {
-    let admission = service(st)?;
-    let (sale, counters) = sale_and_counters(st, sku).await?;
-    admission
-        .status(&sale, user, &counters)
-        .await?
-        .ok_or_else(|| AppError::invalid("not in this sale's queue: POST …/queue to join"))
-}
-
 fn retry_after(s: &QueueStatus) -> HeaderMap {
     let mut headers = HeaderMap::new();
     let secs = match s.state {
@@ -132,12 +85,7 @@ fn retry_after(s: &QueueStatus) -> HeaderMap {
         (status = 429, description = "BUSY: the queue is full; RATE_LIMITED (joins count against the user's rate limit)", body = crate::openapi::Error, content_type = "application/problem+json")))]
 pub async fn join(call: UserOn<u64>) -> Result<(HeaderMap, Json<QueueView>), AppError> {
     let (st, user, p) = call.into_parts();
-    let sku = SkuId(p);
-    let admission = service(&st)?;
-    let (sale, counters) = sale_and_counters(&st, sku).await?;
-    let now = flashsale_core::clock::now_ms();
-    let ticket = admission.join(&sale, user, now).await?;
-    let s = admission.status_of(&sale, user, ticket, &counters).await?;
+    let s = st.shop.join_queue(SkuId(p), user).await?;
     Ok((retry_after(&s), Json(s.into())))
 }
 
@@ -147,7 +95,7 @@ pub async fn join(call: UserOn<u64>) -> Result<(HeaderMap, Json<QueueView>), App
         (status = 400, description = "INVALID_REQUEST: not in the queue, or not a queue sale", body = crate::openapi::Error, content_type = "application/problem+json")))]
 pub async fn me(call: UserOn<u64>) -> Result<(HeaderMap, Json<QueueView>), AppError> {
     let (st, user, p) = call.into_parts();
-    let s = status(&st, SkuId(p), user).await?;
+    let s = st.shop.queue_status(SkuId(p), user).await?;
     Ok((retry_after(&s), Json(s.into())))
 }
 
@@ -159,7 +107,7 @@ pub async fn events(
 ) -> Result<Sse<impl Stream<Item = Result<Event, Infallible>>>, AppError> {
     let (st, user, p) = call.into_parts();
     let sku = SkuId(p);
-    let first = status(&st, sku, user).await?;
+    let first = st.shop.queue_status(sku, user).await?;
     let started = tokio::time::Instant::now();
     let stream = futures::stream::unfold(Some(first), move |next| {
         let st = st.clone();
@@ -177,7 +125,7 @@ pub async fn events(
                 return Some((Ok(event), None));
             }
             tokio::time::sleep(STREAM_EVERY).await;
-            let after = status(&st, sku, user).await.ok();
+            let after = st.shop.queue_status(sku, user).await.ok();
             Some((Ok(event), after))
         }
     });
@@ -220,30 +168,13 @@ pub async fn enter(
     ApiJson(body): ApiJson<EntryBody>,
 ) -> Result<(StatusCode, Json<EntryView>), AppError> {
     let (st, user, p) = call.into_parts();
-    let admission = service(&st)?;
-    let (sale, _) = sale_and_counters(&st, SkuId(p)).await?;
-    let quantity = u32::try_from(body.quantity)
-        .ok()
-        .filter(|q| (1..=sale.per_user_limit).contains(q))
-        .ok_or_else(|| {
-            AppError::invalid(format!("quantity must be 1..={}", sale.per_user_limit))
-        })?;
-    let (entry, new) = admission.enter(&sale, user, quantity).await?;
+    let (entry, new) = st.shop.enter_draw(SkuId(p), user, body.quantity).await?;
     let status = if new {
         StatusCode::CREATED
     } else {
         StatusCode::OK
     };
     Ok((status, Json(entry.into())))
-}
-
-/// The draw's reservations: walked when a reader asks, so a result read after the draw, or
-/// after a hold lapsed, already counts the reservations it leads to.
-async fn walk(st: &AppState, admission: &Admission, sale: &Sale) -> Result<(), AppError> {
-    if sale.state == SaleState::Live {
-        admission.walk(sale, st.ledger.as_ref()).await?;
-    }
-    Ok(())
 }
 
 /// A user's draw result (`result`: `entered`, `won` with `order_no`, `cancelled` or
@@ -279,13 +210,8 @@ impl From<EntryResult> for EntryResultView {
         (status = 400, description = "INVALID_REQUEST: no entry, or not a draw sale", body = crate::openapi::Error, content_type = "application/problem+json")))]
 pub async fn my_entry(call: UserOn<u64>) -> Result<Json<EntryResultView>, AppError> {
     let (st, user, p) = call.into_parts();
-    let admission = service(&st)?;
-    let (sale, _) = sale_and_counters(&st, SkuId(p)).await?;
-    walk(&st, &admission, &sale).await?;
-    let result = admission.my_entry(&sale, user, st.ledger.as_ref()).await?;
-    result
-        .map(|r| Json(r.into()))
-        .ok_or_else(|| AppError::invalid("no entry of this user: POST …/entries first"))
+    let result = st.shop.draw_entry(SkuId(p), user).await?;
+    Ok(Json(result.into()))
 }
 
 /// The published draw.
@@ -333,8 +259,5 @@ pub async fn draw(
     State(st): State<AppState>,
     super::ApiPath(p): super::ApiPath<u64>,
 ) -> Result<Json<DrawPage>, AppError> {
-    let admission = service(&st)?;
-    let (sale, _) = sale_and_counters(&st, SkuId(p)).await?;
-    walk(&st, &admission, &sale).await?;
-    Ok(Json(admission.draw_view(&sale).await?.into()))
+    Ok(Json(st.shop.draw(SkuId(p)).await?.into()))
 }

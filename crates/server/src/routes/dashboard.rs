@@ -1,5 +1,5 @@
-//! The dashboard's routes (its parts are in [`crate::dashboard`]): the page at `/` and the JSON it polls, computed from the shared
-//! state (the stores, the gateway's gates and the process's own metrics).
+//! The dashboard's routes (its parts are in [`crate::dashboard`]): the page at `/` and the JSON it polls, computed from the
+//! shop's readings, the gateway's gates and the process's own metrics.
 
 use std::time::{Duration, Instant};
 
@@ -8,14 +8,14 @@ use axum::http::header;
 use axum::response::IntoResponse;
 use axum::Json;
 use flashsale_core::clock::now_ms;
-use flashsale_core::ledger::StoredSale;
-use flashsale_core::{Counters, SaleState, SkuId};
+use flashsale_core::SkuId;
+use flashsale_engine::shop::SaleReading;
 
 use crate::auth::Admin;
 use crate::dashboard::history::HistorySeries;
 use crate::dashboard::prom::{self, Sample};
 use crate::dashboard::view::{
-    verdict, AdminView, PublicView, SaleCard, SaleOps, SALES_SHOWN_MAX, SERIES_S,
+    verdict, AdminView, PublicView, QueueTile, SaleCard, SaleOps, SALES_SHOWN_MAX, SERIES_S,
 };
 use crate::error::AppError;
 use crate::state::AppState;
@@ -105,13 +105,10 @@ pub async fn admin_history_route(
 
 /// The public view: every sale (up to a bound) with its stock.
 pub async fn public(st: &AppState) -> Result<PublicView, AppError> {
-    let mut sales = Vec::new();
-    for stored in shown_sales(st).await? {
-        sales.push(card(st, &stored).await);
-    }
+    let sales = st.shop.sale_readings(SALES_SHOWN_MAX).await?;
     Ok(PublicView {
         at_ms: now_ms(),
-        sales,
+        sales: sales.into_iter().map(card).collect(),
     })
 }
 
@@ -119,14 +116,13 @@ pub async fn public(st: &AppState) -> Result<PublicView, AppError> {
 pub async fn admin(st: &AppState) -> Result<AdminView, AppError> {
     let samples = prom::parse(&st.metrics.render());
     let mut sales = Vec::new();
-    for stored in shown_sales(st).await? {
-        let card = card(st, &stored).await;
-        sales.push(sale_ops(st, card, &samples).await);
+    for reading in st.shop.sale_readings(SALES_SHOWN_MAX).await? {
+        sales.push(sale_ops(st, card(reading), &samples).await);
     }
     Ok(AdminView {
         at_ms: now_ms(),
-        ledger: st.ledger.kind(),
-        breaker_open: st.breaker.any_open(),
+        ledger: st.shop.ledger_kind(),
+        breaker_open: st.shop.breaker_open(),
         risk_breaker_open: st.risk.enabled().then(|| st.risk.breaker_open()),
         open_connections: prom::value(&samples, "flashsale_open_connections", "", ""),
         scripts: st.dashboard.scripts.latency(&samples),
@@ -134,61 +130,27 @@ pub async fn admin(st: &AppState) -> Result<AdminView, AppError> {
     })
 }
 
-async fn shown_sales(st: &AppState) -> Result<Vec<StoredSale>, AppError> {
-    let mut sales = st.store.sales().await?;
-    let rank = |s: &SaleState| match s {
-        SaleState::Live => 0,
-        SaleState::Paused => 1,
-        SaleState::Scheduled => 2,
-        SaleState::Ended => 3,
-    };
-    sales.sort_by_key(|s| (rank(&s.sale.state), std::cmp::Reverse(s.sale.sku_id.0)));
-    sales.truncate(SALES_SHOWN_MAX);
-    Ok(sales)
-}
-
-/// A queue sale's counts (`None` for other sales, or when the admission state does not answer).
-async fn queue_tile(
-    st: &AppState,
-    stored: &StoredSale,
-) -> Option<crate::dashboard::view::QueueTile> {
-    if stored.sale.admission.mode != flashsale_core::AdmissionMode::Queue {
-        return None;
-    }
-    let book = st.admission.as_ref()?.book();
-    let counts = book.counts(stored.sale.sku_id, 0).await.ok()?;
-    Some(crate::dashboard::view::QueueTile {
-        queue_length: counts.queued(),
-        admitted: counts.cursor,
-        bought: counts.bought,
-    })
-}
-
-/// Hot counters when the ledger has the sale (fresher: the database lags the persister); a
-/// bucketed sale's buckets likewise.
-async fn card(st: &AppState, stored: &StoredSale) -> SaleCard {
-    let sku = stored.sale.sku_id;
-    let hot = match stored.sale.state {
-        SaleState::Scheduled => None,
-        _ => st.ledger.counters(sku).await.ok().flatten(),
-    };
-    let c: Counters = hot.unwrap_or(stored.counters);
+/// A sale's tile: its stock (hot when the ledger has it), a queue sale's counts, a bucketed
+/// sale's buckets.
+fn card(r: SaleReading) -> SaleCard {
+    let (sale, c) = (r.stored.sale, r.counters);
     SaleCard {
-        sku_id: sku.0,
-        name: stored.sale.name.clone(),
-        state: stored.sale.state,
-        mode: stored.sale.mode.as_str().to_owned(),
-        buckets: stored.sale.buckets,
-        admission: stored.sale.admission.mode.as_str().to_owned(),
-        queue: queue_tile(st, stored).await,
+        sku_id: sale.sku_id.0,
+        name: sale.name.clone(),
+        state: sale.state,
+        mode: sale.mode.as_str().to_owned(),
+        buckets: sale.buckets,
+        admission: sale.admission.mode.as_str().to_owned(),
+        queue: r.queue.map(|counts| QueueTile {
+            queue_length: counts.queued(),
+            admitted: counts.cursor,
+            bought: counts.bought,
+        }),
         total: c.total,
         available: c.available,
         reserved: c.reserved,
         sold: c.sold,
-        per_bucket: st
-            .buckets
-            .read(st.ledger.as_ref(), st.store.as_ref(), stored)
-            .await,
+        per_bucket: (&r.buckets).into(),
     }
 }
 
@@ -197,7 +159,6 @@ async fn sale_ops(st: &AppState, card: SaleCard, samples: &[Sample]) -> SaleOps 
     let label = sku.0.to_string();
     let gate = st.gateway.gates.all().into_iter().find(|g| g.sku == sku);
     let per_sku = |name: &str| prom::value(samples, name, "sku", &label);
-    let run = st.store.reconcile_runs(Some(sku), 1).await.ok();
     SaleOps {
         answers: st.dashboard.live.series(sku, SERIES_S),
         stream_lag_events: per_sku("flashsale_stream_lag_events"),
@@ -205,12 +166,10 @@ async fn sale_ops(st: &AppState, card: SaleCard, samples: &[Sample]) -> SaleOps 
             .as_ref()
             .map_or(0, |g| g.backlog.load(std::sync::atomic::Ordering::Relaxed)),
         backpressure: gate.as_ref().is_some_and(|g| g.is_busy()),
-        // A request key is always `user:request_id`, so the empty key is never an accepted
-        // retry: `answers` is then true exactly while the sale's flag is set.
-        sold_out_flag: st.sold_out.is_set(sku),
+        sold_out_flag: st.shop.sold_out_flag(sku),
         db_guard_rejections: per_sku("flashsale_db_guard_rejections_total").unwrap_or(0.0),
         dead_letters: per_sku("flashsale_dead_letters_total").unwrap_or(0.0),
-        reconcile: run.and_then(|r| r.into_iter().next()).map(verdict),
+        reconcile: st.shop.last_reconcile_run(sku).await.map(verdict),
         card,
     }
 }

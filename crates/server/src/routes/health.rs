@@ -2,14 +2,14 @@
 //! [`router`] for a process without the API (`flashsale worker`), so both answer alike.
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use axum::extract::{FromRef, State};
 use axum::http::{header, StatusCode};
 use axum::response::IntoResponse;
 use axum::routing::get;
 use axum::{Json, Router};
-use flashsale_core::{ErrorCode, Ledger, OrderStore};
+use flashsale_core::ErrorCode;
+use flashsale_engine::shop::Shop;
 use metrics_exporter_prometheus::PrometheusHandle;
 use serde::Serialize;
 use utoipa::ToSchema;
@@ -17,19 +17,17 @@ use utoipa::ToSchema;
 use crate::error::AppError;
 use crate::state::AppState;
 
-/// What these handlers read: the process's hot ledger, system of record and metrics.
+/// What these handlers read: the process's shop (its backends' readiness) and metrics.
 #[derive(Clone)]
 pub struct Probes {
-    pub ledger: Arc<dyn Ledger>,
-    pub store: Arc<dyn OrderStore>,
+    pub shop: Arc<Shop>,
     pub metrics: PrometheusHandle,
 }
 
 impl FromRef<AppState> for Probes {
     fn from_ref(st: &AppState) -> Probes {
         Probes {
-            ledger: st.ledger.clone(),
-            store: st.store.clone(),
+            shop: st.shop.clone(),
             metrics: st.metrics.clone(),
         }
     }
@@ -44,9 +42,6 @@ pub fn router(probes: Probes) -> Router {
         .fallback(|| async { AppError::new(ErrorCode::RouteNotFound, "no such route") })
         .with_state(probes)
 }
-
-/// How long readiness waits for each dependency.
-const PING_TIMEOUT: Duration = Duration::from_secs(1);
 
 /// The liveness answer.
 #[derive(Serialize, ToSchema)]
@@ -72,17 +67,14 @@ pub async fn healthz() -> impl IntoResponse {
     (status = 200, description = "ledger and database answer", body = Ready),
     (status = 503, description = "a dependency does not answer", body = Ready)))]
 pub async fn readyz(State(st): State<Probes>) -> impl IntoResponse {
-    let ledger = tokio::time::timeout(PING_TIMEOUT, st.ledger.ping()).await;
-    let store = tokio::time::timeout(PING_TIMEOUT, st.store.ping()).await;
-    let ledger_ok = matches!(ledger, Ok(Ok(())));
-    let store_ok = matches!(store, Ok(Ok(())));
+    let r = st.shop.readiness().await;
     let word = |ok: bool| if ok { "ok" } else { "unreachable" };
     let body = Ready {
-        ledger: word(ledger_ok),
-        database: word(store_ok),
-        ledger_kind: st.ledger.kind(),
+        ledger: word(r.ledger),
+        database: word(r.store),
+        ledger_kind: r.ledger_kind,
     };
-    let status = if ledger_ok && store_ok {
+    let status = if r.ledger && r.store {
         StatusCode::OK
     } else {
         StatusCode::SERVICE_UNAVAILABLE

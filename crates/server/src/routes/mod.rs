@@ -1,5 +1,5 @@
 //! HTTP handlers, one module per resource, what they share ([`sale`]: a sale through the
-//! instance cache; [`OrderView`]), and the API's extractors: [`ApiPath`], [`ApiJson`], and the callers
+//! shop's cache; [`OrderView`]), and the API's extractors: [`ApiPath`], [`ApiJson`], and the callers
 //! [`User`] (a user token, not blacklisted) and [`Admin`] (the admin token).
 
 pub mod admin;
@@ -76,10 +76,7 @@ pub type Answer<T> = Result<Json<T>, AppError>;
 
 /// The sale as the database has it now (no cache): what an admin change reads first.
 pub async fn stored_sale(st: &AppState, sku: SkuId) -> Result<StoredSale, AppError> {
-    st.store
-        .sale(sku)
-        .await?
-        .ok_or_else(|| AppError::from_code(ErrorCode::SaleNotFound))
+    Ok(st.shop.stored_sale(sku).await?)
 }
 
 /// A user id in a path: positive.
@@ -113,17 +110,7 @@ pub async fn gateway_write(
 /// The sale from the instance cache, or the database (a stale cached copy when the database
 /// does not answer): what every handler that names a sale reads first.
 pub async fn sale(st: &AppState, sku: SkuId) -> Result<Arc<StoredSale>, AppError> {
-    let cached = match st.sales.get(sku) {
-        Some(entry) => entry,
-        None => match st.store.sale(sku).await {
-            Ok(sale) => st.sales.put(sku, sale),
-            Err(e) => match st.sales.stale(sku) {
-                Some(sale) => Some(sale),
-                None => return Err(e.into()),
-            },
-        },
-    };
-    cached.ok_or_else(|| AppError::from_code(ErrorCode::SaleNotFound))
+    Ok(st.shop.sale(sku).await?)
 }
 
 /// An order.

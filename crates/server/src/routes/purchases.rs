@@ -5,26 +5,23 @@
 //! or a header key already bound to another sale ([`crate::gateway::idempotency`]), answers
 //! 422 `IDEMPOTENCY_KEY_REUSED`, never the first outcome.
 
-use std::net::IpAddr;
 use std::time::Instant;
 
 use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
 use axum::Json;
 use flashsale_core::limits::PER_USER_LIMIT_MAX;
-use flashsale_core::{
-    ErrorCode, PurchaseOutcome, PurchaseRequest, RequestId, SaleState, SkuId, UserId,
-};
+use flashsale_core::{ErrorCode, PurchaseRequest, RequestId, SkuId, UserId};
 use serde::Deserialize;
 use utoipa::ToSchema;
 
 use super::{ApiJson, ApiPath, ClientIp, OrderView};
 use crate::auth::User;
 use crate::error::AppError;
-use crate::risk::{Fallback, RiskQuery, Verdict};
+use crate::risk::gate::PurchaseGate;
 use crate::state::AppState;
-use flashsale_core::metric_names::{RISK_DENIALS, RISK_FALLBACKS, RISK_REPLAYS};
-use flashsale_engine::purchase::{self, EarlyRefusal};
+use flashsale_core::metric_names::RISK_DENIALS;
+use flashsale_engine::shop::{PurchaseRefusal, Purchased};
 
 /// The header that may carry the request id (IETF httpapi `Idempotency-Key`).
 pub const IDEMPOTENCY_KEY: &str = "idempotency-key";
@@ -162,8 +159,8 @@ pub async fn purchase(
     let (request_id, source) =
         request_id(idempotency_header(&headers)?, body.request_id.as_deref())?;
     let req = body.validate(sku, user, request_id)?;
-    let stored = super::sale(&st, sku).await?;
-    check_admission(&st, &stored.sale, user, body.admission_pass.as_deref())?;
+    let pass = body.admission_pass.as_deref();
+    let stored = st.shop.sale_to_buy(sku, user, pass).await?;
     let key = req.key().to_string();
     if source == KeySource::Header {
         let store = st.gateway.blacklist.store.as_ref();
@@ -174,10 +171,13 @@ pub async fn purchase(
         .gateway
         .admit_purchase(sku, user, &key, body.purchase_token.as_deref())
         .await?;
-    let result = decide(&st, req, stored.sale.state, ip).await;
-    if matches!(&result, Ok(view) if view.replayed == Some(false)) {
-        record_bought(&st, &stored.sale, user);
-    }
+    let gate = PurchaseGate {
+        risk: &st.risk,
+        lists: &st.gateway.blacklist,
+        ip,
+    };
+    let result = st.shop.purchase(req, &stored.sale, &gate).await;
+    let result = result.map(answer).map_err(refusal);
     let label = match &result {
         Ok(view) if view.replayed == Some(true) => "replayed",
         Ok(_) => "accepted",
@@ -189,165 +189,22 @@ pub async fn purchase(
     result.map(|view| (StatusCode::ACCEPTED, Json(view)))
 }
 
-async fn decide(
-    st: &AppState,
-    req: PurchaseRequest,
-    state: SaleState,
-    ip: Option<IpAddr>,
-) -> Result<OrderView, AppError> {
-    refuse_early(st, &req)?;
-    // After the sold-out flag and the ledger's breaker: a sale known sold out, or a ledger
-    // known down, answers without asking the shop.
-    risk_check(st, &req, ip).await?;
-    let (sku, quantity, key) = (req.sku_id, req.quantity, req.key());
-    let outcome = purchase::ask_ledger(&st.batcher, &st.breaker, &st.nudges, req, state).await;
-    if matches!(outcome, Ok(PurchaseOutcome::Accepted { .. })) && st.risk.enabled() {
-        st.risk.replays.remember(sku, &key);
-    }
-    match outcome? {
-        // A retry must ask for what the first request asked for: the replayed order is the
-        // first request's, quantity included (both ledgers keep it with the replay).
-        PurchaseOutcome::Accepted { order, replayed } if replayed && order.quantity != quantity => {
-            Err(AppError::new(
-                ErrorCode::IdempotencyKeyReused,
-                format!(
-                    "this request id was first sent with quantity {}; a new attempt needs a new id",
-                    order.quantity
-                ),
-            ))
-        }
-        PurchaseOutcome::Accepted { order, replayed } => {
-            let status = st.ledger.durability().as_answered(order.status);
-            let mut view = OrderView::new(&order, status);
-            view.replayed = Some(replayed);
-            Ok(view)
-        }
-        PurchaseOutcome::Rejected(code) => Err(AppError::from_code(code)),
-    }
+fn answer(p: Purchased) -> OrderView {
+    let mut view = OrderView::new(&p.order, p.status);
+    view.replayed = Some(p.replayed);
+    view
 }
 
-/// A queue or draw sale's purchase needs a valid admission pass for this user and sale:
-/// checked here, before any ledger call (403 ADMISSION_REQUIRED).
-fn check_admission(
-    st: &AppState,
-    sale: &flashsale_core::Sale,
-    user: UserId,
-    pass: Option<&str>,
-) -> Result<(), AppError> {
-    if sale.admission.mode == flashsale_core::AdmissionMode::Open {
-        return Ok(());
-    }
-    let refused = || {
-        AppError::new(
-            ErrorCode::AdmissionRequired,
-            "this sale admits buyers through its queue or draw",
-        )
-    };
-    let admission = st.admission.as_ref().ok_or_else(refused)?;
-    let now = flashsale_core::clock::now_ms();
-    admission
-        .check_pass(sale, user, pass, now)
-        .map_err(AppError::from)
-}
-
-/// Counts an admitted buyer's purchase against its admission (the next wave may admit one
-/// more buyer), off the answer's path.
-fn record_bought(st: &AppState, sale: &flashsale_core::Sale, user: UserId) {
-    if sale.admission.mode != flashsale_core::AdmissionMode::Queue {
-        return;
-    }
-    let Some(admission) = st.admission.clone() else {
-        return;
-    };
-    let sale = sale.clone();
-    tokio::spawn(async move {
-        if let Err(e) = admission.bought(&sale, user).await {
-            tracing::warn!(sku = sale.sku_id.0, error = %e, "could not record an admitted purchase");
-        }
-    });
-}
-
-/// The engine's local refusals as answers.
-fn refuse_early(st: &AppState, req: &PurchaseRequest) -> Result<(), AppError> {
-    match purchase::refuse_early(&st.batcher, &st.breaker, req) {
-        Some(EarlyRefusal::SoldOut) => {
+fn refusal(r: PurchaseRefusal) -> AppError {
+    match r {
+        PurchaseRefusal::SoldOutHere => {
             crate::hot_metrics::sold_out_local();
-            Err(AppError::from_code(ErrorCode::SoldOut))
+            AppError::from_code(ErrorCode::SoldOut)
         }
-        Some(EarlyRefusal::LedgerDown) => Err(AppError::new(
-            ErrorCode::Unavailable,
-            "hot ledger unavailable; retry shortly",
-        )),
-        None => Ok(()),
-    }
-}
-
-/// The shop's risk check of one purchase: `Ok` goes on to the ledger, else 403 RISK_DENIED.
-/// A retry of a purchase accepted here skips the service; a refusal (by the service or the
-/// fallback rule) of a purchase the ledger already accepted yields to it, so a retry always
-/// gets its first outcome. A denial is not remembered: the next attempt is asked again.
-async fn risk_check(
-    st: &AppState,
-    req: &PurchaseRequest,
-    ip: Option<IpAddr>,
-) -> Result<(), AppError> {
-    if !st.risk.enabled() {
-        return Ok(());
-    }
-    let (sku, key) = (req.sku_id, req.key());
-    if st.risk.replays.contains(sku, &key) {
-        metrics::counter!(RISK_REPLAYS).increment(1);
-        return Ok(());
-    }
-    let denial = match st.risk.ask(&RiskQuery::new(req, ip)).await {
-        Verdict::Allow => return Ok(()),
-        Verdict::Deny(reason) => Denial::Service(reason),
-        Verdict::NoAnswer(why) => {
-            let rule = fallback_rule(st, req);
-            let admitted = rule.admits(st.gateway.blacklist.risk_allowed(req.user_id));
-            let decision = if admitted { "allow" } else { "deny" };
-            metrics::counter!(RISK_FALLBACKS, "reason" => why.as_str(), "decision" => decision)
-                .increment(1);
-            if admitted {
-                return Ok(());
-            }
-            Denial::Fallback(rule, why.as_str())
+        PurchaseRefusal::Risk(denial) => {
+            metrics::counter!(RISK_DENIALS, "by" => denial.by).increment(1);
+            AppError::new(ErrorCode::RiskDenied, denial.message)
         }
-    };
-    if st.ledger.is_accepted(sku, &key).await? {
-        metrics::counter!(RISK_REPLAYS).increment(1);
-        return Ok(());
-    }
-    Err(denial.into_error())
-}
-
-/// The sale's own fallback rule, else this instance's.
-fn fallback_rule(st: &AppState, req: &PurchaseRequest) -> Fallback {
-    let own = st.gateway.blacklist.risk_fallback(req.sku_id);
-    own.unwrap_or(st.risk.config().fallback)
-}
-
-/// Why the risk check refused a purchase.
-enum Denial {
-    Service(String),
-    Fallback(Fallback, &'static str),
-}
-
-impl Denial {
-    fn into_error(self) -> AppError {
-        const REFUSED: &str = "refused by the shop's risk check";
-        let (by, message) = match self {
-            Denial::Service(reason) if reason.is_empty() => ("service", REFUSED.to_owned()),
-            Denial::Service(reason) => ("service", format!("{REFUSED}: {reason}")),
-            Denial::Fallback(rule, why) => {
-                let message = format!(
-                    "the risk check gave no answer ({why}); the sale's fallback rule \
-                     ({rule}) refuses this user"
-                );
-                ("fallback", message)
-            }
-        };
-        metrics::counter!(RISK_DENIALS, "by" => by).increment(1);
-        AppError::new(ErrorCode::RiskDenied, message)
+        PurchaseRefusal::Shop(e) => e.into(),
     }
 }

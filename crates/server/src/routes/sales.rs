@@ -5,14 +5,12 @@ use axum::extract::{Query, State};
 use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
-use flashsale_core::ledger::StoredSale;
-use flashsale_core::{
-    Admission, AdmissionMode, Counters, ErrorCode, LedgerError, Sale, SaleMode, SaleState, SkuId,
-};
+use flashsale_core::{Admission, AdmissionMode, Counters, Sale, SaleMode, SaleState, SkuId};
+use flashsale_engine::shop::SaleNow;
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
-use super::{stored_sale, AdminOn, Answer, ApiJson, ApiPath};
+use super::{AdminOn, Answer, ApiJson, ApiPath};
 use crate::auth::Admin;
 use crate::bucket_view::BucketFields;
 use crate::error::AppError;
@@ -92,6 +90,11 @@ impl SaleView {
     fn with_buckets(self, per_bucket: BucketFields) -> SaleView {
         SaleView { per_bucket, ..self }
     }
+
+    /// The engine's sale as it stands.
+    fn of(now: &SaleNow) -> SaleView {
+        SaleView::new(&now.sale, &now.counters).with_buckets((&now.buckets).into())
+    }
 }
 
 /// Re-exported for the binary's benches; the server reads the clock from flashsale-core.
@@ -149,15 +152,8 @@ pub async fn create(
     _: Admin,
     ApiJson(body): ApiJson<CreateSale>,
 ) -> Result<(StatusCode, Json<SaleView>), AppError> {
-    let sale = body.into_sale()?;
-    // Refused before anything is stored: the ledger could not load the sale's copy.
-    st.ledger.check_buckets(&sale).map_err(AppError::invalid)?;
-    let stored = st.store.create_sale(&sale).await?;
-    st.sales.forget(sale.sku_id);
-    Ok((
-        StatusCode::CREATED,
-        Json(SaleView::new(&stored.sale, &stored.counters)),
-    ))
+    let now = st.shop.create_sale(body.into_sale()?).await?;
+    Ok((StatusCode::CREATED, Json(SaleView::of(&now))))
 }
 
 #[utoipa::path(get, path = "/sales/{sku_id}", tag = "sales", operation_id = "get_sale",
@@ -170,18 +166,8 @@ pub async fn get(
     ApiPath(p): ApiPath<u64>,
     headers: HeaderMap,
 ) -> Result<Response, AppError> {
-    let sku = SkuId(p);
-    let stored = super::sale(&st, sku).await?;
-    let counters = match st.sales.counters(sku) {
-        Some(c) => c,
-        None => hot_or_stored_counters(&st, &stored).await,
-    };
-    let per_bucket = st
-        .buckets
-        .read(st.ledger.as_ref(), st.store.as_ref(), &stored)
-        .await;
-    let view = SaleView::new(&stored.sale, &counters).with_buckets(per_bucket);
-    Ok(cacheable(&headers, &view))
+    let now = st.shop.sale_now(SkuId(p)).await?;
+    Ok(cacheable(&headers, &SaleView::of(&now)))
 }
 
 /// How long a browser or a shared cache (a CDN in front of the service) may keep a sale's view
@@ -227,17 +213,6 @@ fn fnv1a(bytes: &[u8]) -> u64 {
     })
 }
 
-/// Hot counters when the sale is warm and the ledger answers; else the database's.
-async fn hot_or_stored_counters(st: &AppState, stored: &StoredSale) -> Counters {
-    let hot = match stored.sale.state {
-        SaleState::Scheduled => None,
-        _ => st.ledger.counters(stored.sale.sku_id).await.ok().flatten(),
-    };
-    let c = hot.unwrap_or(stored.counters);
-    st.sales.put_counters(stored.sale.sku_id, c);
-    c
-}
-
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct WarmQuery {
@@ -245,12 +220,8 @@ pub struct WarmQuery {
     pub force: bool,
 }
 
-// Loads a sale into the hot ledger. A sale whose hot copy is intact (open, of the
-// database's epoch) and has sold is refused unless `force`; everything else — the first
-// load, a copy that is gone or older than the database, a forced warm — is a rebuild: the
-// old copy is fenced and drained, the next epoch is taken in the database, and the new copy
-// is loaded with the database's orders (see `reconcile::rebuild`). No order number is ever
-// handed out twice, and nothing the old copy accepted is lost while it is readable.
+// Loads a sale into the hot ledger (the engine's `Shop::warm`: a sale warm and sold is
+// refused unless `force`; otherwise a rebuild in a new epoch, nothing accepted lost).
 #[utoipa::path(post, path = "/sales/{sku_id}/warm", tag = "sales", operation_id = "warm_sale", security(("bearer" = [])),
     params(("sku_id" = u64, Path, minimum = 0), ("force" = Option<bool>, Query, description = "rebuild a hot sale that sold units")),
     responses((status = 200, description = "warm and live", body = SaleView)))]
@@ -260,92 +231,14 @@ pub async fn warm(
     ApiPath(p): ApiPath<u64>,
     q: Result<Query<WarmQuery>, QueryRejection>,
 ) -> Result<Json<SaleView>, AppError> {
-    let sku = SkuId(p);
     let Query(q) = q?;
-    let stored = stored_sale(&st, sku).await?;
-    if stored.sale.state == SaleState::Ended {
-        return Err(AppError::from_code(ErrorCode::Ended));
-    }
-    if stored.sale.state == SaleState::Scheduled {
-        // The database first: a rebuild opens the copy in the database's state.
-        st.store.set_state(sku, SaleState::Live).await?;
-    }
-    let snap =
-        flashsale_engine::reconcile::warm_snapshot(st.ledger.as_ref(), st.store.as_ref(), &stored)
-            .await
-            .map_err(rebuild_error)?;
-    let intact = snap
-        .as_ref()
-        .filter(|s| s.epoch == stored.epoch && s.fenced_ms.is_none());
-    match intact {
-        Some(s) if s.counters.seq > 0 && !q.force => {
-            return Err(AppError::new(
-                ErrorCode::SaleExists,
-                format!(
-                    "sale {sku} is warm and has sold; ?force=true rebuilds it from the database \
-                     in a new epoch (its stream is drained first: nothing accepted is lost)"
-                ),
-            ));
-        }
-        Some(_) if !q.force => {
-            let state = stored_sale(&st, sku).await?.sale.state;
-            st.ledger.set_state(sku, state).await?;
-        }
-        _ => {
-            flashsale_engine::reconcile::rebuild_all(st.ledger.as_ref(), st.store.as_ref(), sku)
-                .await
-                .map_err(rebuild_error)?;
-        }
-    }
-    st.sales.forget(sku);
-    st.buckets.forget(sku);
-    st.sold_out.clear(sku);
-    let stored = stored_sale(&st, sku).await?;
-    let hot = st.ledger.counters(sku).await.ok().flatten();
-    Ok(Json(SaleView::new(
-        &stored.sale,
-        &hot.unwrap_or(stored.counters),
-    )))
+    let now = st.shop.warm(SkuId(p), q.force).await?;
+    Ok(Json(SaleView::of(&now)))
 }
 
-fn rebuild_error(e: flashsale_engine::reconcile::RebuildError) -> AppError {
-    use flashsale_engine::reconcile::RebuildError;
-    match e {
-        RebuildError::Raced(sku) => AppError::new(
-            ErrorCode::Unavailable,
-            format!("another rebuild of sale {sku} is under way; retry"),
-        ),
-        RebuildError::Ledger(e) => e.into(),
-        RebuildError::Store(e) => e.into(),
-    }
-}
-
-async fn set_state(st: AppState, p: u64, state: SaleState) -> Result<Json<SaleView>, AppError> {
-    let sku = SkuId(p);
-    let stored = stored_sale(&st, sku).await?;
-    if stored.sale.state == SaleState::Ended {
-        return Err(AppError::from_code(ErrorCode::Ended));
-    }
-    if stored.sale.state == SaleState::Scheduled {
-        return Err(AppError::new(ErrorCode::NotStarted, "warm the sale first"));
-    }
-    st.store.set_state(sku, state).await?;
-    match st.ledger.set_state(sku, state).await {
-        Ok(()) | Err(LedgerError::NotWarmed) => {}
-        Err(e) => return Err(e.into()),
-    }
-    st.sales.forget(sku);
-    let mut sale = stored.sale.clone();
-    sale.state = state;
-    let counters = hot_or_stored_counters(
-        &st,
-        &StoredSale {
-            sale: sale.clone(),
-            ..stored
-        },
-    )
-    .await;
-    Ok(Json(SaleView::new(&sale, &counters)))
+async fn set_state(st: AppState, p: u64, state: SaleState) -> Answer<SaleView> {
+    let now = st.shop.set_state(SkuId(p), state).await?;
+    Ok(Json(SaleView::of(&now)))
 }
 
 #[utoipa::path(post, path = "/sales/{sku_id}/pause", tag = "sales", operation_id = "pause_sale", security(("bearer" = [])),

@@ -387,7 +387,12 @@ async fn a_source_that_loses_expiries_and_an_out_creates_no_unit() {
     // The holds reach the database (the test stands in for bucket 1's persister), their
     // expiries never do.
     let state = stack.server.as_ref().unwrap().state.clone();
-    let snap = state.ledger.bucket_snapshot(SkuId(SKU), 1).await.unwrap();
+    let snap = state
+        .shop
+        .ledger()
+        .bucket_snapshot(SkuId(SKU), 1)
+        .await
+        .unwrap();
     let holds = snap.expect("bucket 1's copy").events;
     assert_eq!(holds.len(), 5, "{holds:?}");
     stack
@@ -396,7 +401,7 @@ async fn a_source_that_loses_expiries_and_an_out_creates_no_unit() {
         .await
         .unwrap();
     flashsale_testkit::wait::until("bucket 1's holds expired", Duration::from_secs(20), || {
-        let ledger = state.ledger.clone();
+        let ledger = state.shop.ledger().clone();
         async move {
             let hot = ledger.hot_buckets(SkuId(SKU)).await.ok()??;
             let (_, c) = hot.buckets.iter().find(|(b, _)| *b == 1)?;
@@ -420,7 +425,7 @@ async fn a_source_that_loses_expiries_and_an_out_creates_no_unit() {
     stack.repair(SKU).await;
     // Whatever the rebuilt copy holds RESERVED is past its deadline: expired before selling.
     flashsale_testkit::wait::until("no hold left", Duration::from_secs(20), || {
-        let ledger = state.ledger.clone();
+        let ledger = state.shop.ledger().clone();
         async move {
             let hot = ledger.hot_buckets(SkuId(SKU)).await.ok()??;
             hot.buckets

@@ -183,7 +183,7 @@ impl Stack {
     }
 
     pub fn store(&self) -> std::sync::Arc<dyn OrderStore> {
-        self.server.as_ref().unwrap().state.store.clone()
+        self.server.as_ref().unwrap().state.shop.store().clone()
     }
 
     pub fn token(&self, user: u64) -> String {
@@ -348,15 +348,15 @@ impl Stack {
         flashsale_testkit::wait::until("the persister to drain", Duration::from_secs(60), || {
             let state = state.clone();
             async move {
-                let rows = state.store.buckets(SkuId(sku)).await.ok()?;
+                let rows = state.shop.store().buckets(SkuId(sku)).await.ok()?;
                 if !rows.is_empty() {
                     // Each bucket at its own copy's counters, transfers included.
-                    let hot = state.ledger.hot_buckets(SkuId(sku)).await.ok()??;
+                    let hot = state.shop.ledger().hot_buckets(SkuId(sku)).await.ok()??;
                     let db: Vec<_> = rows.iter().map(|r| (r.bucket, r.counters)).collect();
                     return (db == hot.buckets).then_some(());
                 }
-                let hot = state.ledger.counters(SkuId(sku)).await.ok()??;
-                let stored = state.store.sale(SkuId(sku)).await.ok()??;
+                let hot = state.shop.ledger().counters(SkuId(sku)).await.ok()??;
+                let stored = state.shop.store().sale(SkuId(sku)).await.ok()??;
                 (stored.counters.seq == hot.seq).then_some(())
             }
         })

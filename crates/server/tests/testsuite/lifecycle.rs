@@ -99,11 +99,17 @@ async fn a_rebuild_that_died_midway_is_resumed_by_the_reconciler() {
     // A rebuild that took the epoch and loaded the new copy, then died: never opened, its
     // orders never restored.
     let st = state(&stack);
-    let stored = st.store.sale(SkuId(43)).await.unwrap().unwrap();
-    let epoch = st.store.take_epoch(SkuId(43), stored.epoch).await.unwrap();
+    let stored = st.shop.store().sale(SkuId(43)).await.unwrap().unwrap();
+    let epoch = st
+        .shop
+        .store()
+        .take_epoch(SkuId(43), stored.epoch)
+        .await
+        .unwrap();
     let epoch = epoch.expect("the epoch");
-    st.ledger.fence(SkuId(43)).await.unwrap();
-    st.ledger
+    st.shop.ledger().fence(SkuId(43)).await.unwrap();
+    st.shop
+        .ledger()
         .load(&stored.sale, &stored.counters, epoch)
         .await
         .unwrap();
@@ -211,10 +217,10 @@ async fn sold_out_for_two_units_does_not_flag_a_sale_with_one_left() {
     assert_eq!(s, StatusCode::ACCEPTED);
     stack.buy_refused(2, 45, "b", 2, "SOLD_OUT").await;
     // Had the flag been set, it would be within this bound (a local load).
-    let flags = state(&stack).sold_out.clone();
+    let flags = state(&stack).shop.clone();
     let set = wait::within(Duration::from_millis(300), || {
         let flags = flags.clone();
-        async move { flags.answers(SkuId(45), &key("3:c")).then_some(()) }
+        async move { flags.sold_out_answers(SkuId(45), &key("3:c")).then_some(()) }
     })
     .await;
     assert!(
@@ -234,19 +240,19 @@ async fn a_sold_out_sale_reads_its_accepted_keys_once() {
     .await;
     stack.live_sale(46, 1, 1).await;
     buy_ok(&stack, 1, 46, "a").await;
-    let flags = state(&stack).sold_out.clone();
+    let flags = state(&stack).shop.clone();
     for round in 0..2 {
         let (s, b) = stack.buy(2 + round, 46, "b", json!(1)).await;
         assert_eq!((s, code(&b)), (StatusCode::CONFLICT, "SOLD_OUT"), "{b}");
         let flags = flags.clone();
         wait::until("the flag to be set", Duration::from_secs(10), || {
             let flags = flags.clone();
-            async move { flags.answers(SkuId(46), &key("9:z")).then_some(()) }
+            async move { flags.sold_out_answers(SkuId(46), &key("9:z")).then_some(()) }
         })
         .await;
         wait::until("the flag to lapse", Duration::from_secs(10), || {
             let flags = flags.clone();
-            async move { (!flags.answers(SkuId(46), &key("9:z"))).then_some(()) }
+            async move { (!flags.sold_out_answers(SkuId(46), &key("9:z"))).then_some(()) }
         })
         .await;
     }

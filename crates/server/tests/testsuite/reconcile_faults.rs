@@ -473,7 +473,7 @@ async fn reserve_under_load_pay_cancel_expire_with_pays_racing_expiries() {
         .map(|r| (r.0, r.2.clone()))
         .collect();
     assert_eq!(holds.len() as u64, total);
-    let hot = stack.server.as_ref().unwrap().state.ledger.clone();
+    let hot = stack.server.as_ref().unwrap().state.shop.ledger().clone();
     let mut deadlines: HashMap<String, i64> = HashMap::new();
     for (user, no) in &holds {
         let o = hot

@@ -505,7 +505,7 @@ async fn the_sold_out_path_never_calls_the_risk_service() {
         quantity: 1,
     };
     wait::until("the local sold-out flag", Duration::from_secs(10), || {
-        let set = state.batcher.sold_out_here(&probe);
+        let set = state.shop.sold_out_answers(probe.sku_id, &probe.key());
         async move { set.then_some(()) }
     })
     .await;

@@ -62,7 +62,7 @@ async fn spike_then_shutdown(mut stack: Stack) {
         "some requests came after the listener closed, or all were answered"
     );
     // Every accepted purchase is persisted, or still in the Redis stream to be persisted.
-    let store: std::sync::Arc<dyn OrderStore> = state.store.clone();
+    let store: std::sync::Arc<dyn OrderStore> = state.shop.store().clone();
     for no in &accepted {
         let no = OrderNo::parse(no).unwrap();
         let stored = store.order(&no).await.unwrap();
@@ -70,13 +70,19 @@ async fn spike_then_shutdown(mut stack: Stack) {
             continue;
         }
         assert_eq!(
-            state.ledger.kind(),
+            state.shop.ledger().kind(),
             "redis",
             "embedded commits before it answers: {no}"
         );
-        let hot = state.ledger.order(&no).await.unwrap();
+        let hot = state.shop.ledger().order(&no).await.unwrap();
         assert!(hot.is_some(), "accepted order {no} is nowhere");
-        let snapshot = state.ledger.hot_snapshot(no.sku()).await.unwrap().unwrap();
+        let snapshot = state
+            .shop
+            .ledger()
+            .hot_snapshot(no.sku())
+            .await
+            .unwrap()
+            .unwrap();
         assert!(
             snapshot.events.iter().any(|e| e.order_no == no),
             "accepted order {no} is neither persisted nor in the stream"
