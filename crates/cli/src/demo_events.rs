@@ -15,7 +15,6 @@ use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
 use base64::Engine as _;
 use flashsale_bench::report::Check;
-use flashsale_core::events::CloudEvent;
 use flashsale_core::SkuId;
 use flashsale_engine::relay::{self, webhook};
 use flashsale_server::Server;
@@ -101,8 +100,9 @@ impl DemoReceiver {
             if head.stream.sku != SkuId(sku) {
                 continue;
             }
-            let rows = log.logged_events(head.stream, 0, usize::MAX >> 1).await?;
-            stored.extend(rows.iter().filter_map(CloudEvent::of).map(|e| e.id));
+            // The relay's own reading: a sale's notices (sold out, lost) are a stream too.
+            let rows = relay::entries(log.as_ref(), head.stream, 0, usize::MAX >> 1).await?;
+            stored.extend(rows.into_iter().filter_map(|e| e.event).map(|e| e.id));
         }
         let orders = stored.iter().filter(|id| id.ends_with(".created")).count();
         let seen = self.seen.lock().expect("seen lock");

@@ -144,6 +144,14 @@ async fn reserve_demo_resolves_every_hold_and_resells_what_comes_back() {
         .await
         .unwrap()
         .get("n");
+    // The sale ends sold out: one `sale.sold_out` notice beside the order events.
+    let notices: i64 = sqlx::query("SELECT COUNT(*) AS n FROM sale_notices")
+        .fetch_one(&mut db)
+        .await
+        .unwrap()
+        .get("n");
+    assert_eq!(notices, 1, "the sale's sold-out notice");
+    let stored = stored + notices;
     let database = &report["database"];
     assert_eq!(database["order events stored"], stored);
     assert_eq!(database["order events delivered (webhook)"], stored);

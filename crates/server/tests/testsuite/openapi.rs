@@ -34,6 +34,8 @@ const ROUTES: &[(&str, &str)] = &[
     ("delete", "/api/v1/admin/sales/{sku_id}/risk-fallback"),
     ("get", "/api/v1/dashboard"),
     ("get", "/api/v1/admin/dashboard"),
+    ("get", "/api/v1/dashboard/history/{sku_id}"),
+    ("get", "/api/v1/admin/dashboard/history/{sku_id}"),
     ("get", "/api/v1/admin/reconcile"),
     ("post", "/api/v1/admin/reconcile/{sku_id}/repair"),
     ("get", "/api/v1/admin/events"),
