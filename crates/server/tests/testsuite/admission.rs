@@ -12,6 +12,9 @@ use serde_json::{json, Value};
 use crate::common::{code, Stack};
 
 const LIMIT: Duration = Duration::from_secs(30);
+/// A buyer's poll interval: every request counts against the user's rate limit, and a loop
+/// without one is refused 429 once the answers are fast.
+const POLL: Duration = Duration::from_millis(250);
 
 fn now_ms() -> i64 {
     flashsale_core::clock::now_ms()
@@ -139,6 +142,7 @@ async fn a_queue_sale_admits_then_sells_with_passes(stack: &Stack) {
                 other => panic!("state {other}: {me}"),
             }
         }
+        tokio::time::sleep(POLL).await;
     }
     assert_eq!(bought.len(), 2, "exactly the stock");
     let (_, me, _) = queue_me(stack, sku, 1).await;
@@ -287,6 +291,7 @@ async fn settle(stack: &Stack, sku: u64, users: &[u64]) -> Vec<u64> {
                 _ => {}
             }
         }
+        tokio::time::sleep(POLL).await;
     }
     bought
 }
