@@ -46,6 +46,24 @@ async fn hold_lease(stack: &Stack, sku: u64, bucket: u16) {
         .unwrap();
 }
 
+/// Bucket `bucket`'s persister lease let go (after [`hold_lease`]): its stream is persisted.
+async fn let_go_lease(stack: &Stack, sku: u64, bucket: u16) {
+    let keys = flashsale_redis::keys::Keys::new(&stack.config.engine.ledger.redis_prefix).unwrap();
+    let _: i64 = redis::cmd("DEL")
+        .arg(keys.lease(copy(sku, bucket)))
+        .query_async(&mut redis_conn(stack).await)
+        .await
+        .unwrap();
+}
+
+/// Every stream drained: I1–I7 hold from the database and the reconciler reports ok.
+async fn settles_and_reconciles(stack: &Stack, sku: u64) {
+    stack.drain(sku).await;
+    common::assert_invariants(stack.store().as_ref(), sku).await;
+    let report = stack.repair(sku).await;
+    assert_eq!(report["ok"], true, "{report:#}");
+}
+
 /// Every key of bucket `bucket`'s copy deleted (its lease too): the copy is lost.
 async fn lose_bucket(stack: &Stack, sku: u64, bucket: u16) {
     let mut conn = redis_conn(stack).await;
@@ -146,10 +164,7 @@ async fn a_destination_that_loses_an_in_strands_no_unit() {
         UNITS,
         "every unit sells again"
     );
-    stack.drain(SKU).await;
-    common::assert_invariants(stack.store().as_ref(), SKU).await;
-    let report = stack.repair(SKU).await;
-    assert_eq!(report["ok"], true, "{report:#}");
+    settles_and_reconciles(&stack, SKU).await;
 }
 
 /// As above, but no side is stored when bucket 1 loses its keys (both streams wait): its
@@ -174,16 +189,8 @@ async fn a_destination_that_loses_an_in_gets_it_again_from_the_pending_record() 
         UNITS,
         "every unit sells again"
     );
-    let keys = flashsale_redis::keys::Keys::new(&stack.config.engine.ledger.redis_prefix).unwrap();
-    let _: i64 = redis::cmd("DEL")
-        .arg(keys.lease(copy(SKU, 0)))
-        .query_async(&mut redis_conn(&stack).await)
-        .await
-        .unwrap();
-    stack.drain(SKU).await;
-    common::assert_invariants(stack.store().as_ref(), SKU).await;
-    let report = stack.repair(SKU).await;
-    assert_eq!(report["ok"], true, "{report:#}");
+    let_go_lease(&stack, SKU, 0).await;
+    settles_and_reconciles(&stack, SKU).await;
 }
 
 /// The other way round: the in is stored at bucket 0 while bucket 1, the source, never
@@ -204,10 +211,7 @@ async fn a_source_that_loses_an_out_creates_no_unit() {
         UNITS - 6,
         "no unit created"
     );
-    stack.drain(SKU).await;
-    common::assert_invariants(stack.store().as_ref(), SKU).await;
-    let report = stack.repair(SKU).await;
-    assert_eq!(report["ok"], true, "{report:#}");
+    settles_and_reconciles(&stack, SKU).await;
 }
 
 /// A unit in flight that no record holds any more (its out stored, its pending record gone,
@@ -247,10 +251,7 @@ async fn a_unit_no_record_holds_is_reported_by_transfer_id_and_repaired() {
     assert_eq!(report["buckets_unbalanced"], json!([1]), "{report:#}");
     assert_eq!(report["after"]["ok"], true, "repaired: {report:#}");
     assert_eq!(sell_out(&stack, SKU, 1_000).await, UNITS);
-    stack.drain(SKU).await;
-    common::assert_invariants(stack.store().as_ref(), SKU).await;
-    let report = stack.repair(SKU).await;
-    assert_eq!(report["ok"], true, "{report:#}");
+    settles_and_reconciles(&stack, SKU).await;
 }
 
 /// A hold at bucket 0 cancelled, and then every unit of bucket 0 (the cancelled one too)
@@ -300,16 +301,8 @@ async fn a_cancelled_hold_whose_unit_went_out_folds_back() {
     for field in ["total", "available", "reserved", "sold", "seq"] {
         assert_eq!(report["diff"][field], json!(0), "{field}: {report:#}");
     }
-    let keys = flashsale_redis::keys::Keys::new(&stack.config.engine.ledger.redis_prefix).unwrap();
-    let _: i64 = redis::cmd("DEL")
-        .arg(keys.lease(copy(SKU, 0)))
-        .query_async(&mut redis_conn(&stack).await)
-        .await
-        .unwrap();
-    stack.drain(SKU).await;
-    common::assert_invariants(stack.store().as_ref(), SKU).await;
-    let report = stack.repair(SKU).await;
-    assert_eq!(report["ok"], true, "{report:#}");
+    let_go_lease(&stack, SKU, 0).await;
+    settles_and_reconciles(&stack, SKU).await;
 }
 
 /// A created unit: bucket 1 takes in a unit no out ever sent, so the copies sell 11 of the
@@ -440,8 +433,5 @@ async fn a_source_that_loses_expiries_and_an_out_creates_no_unit() {
         UNITS - 6,
         "no unit created"
     );
-    stack.drain(SKU).await;
-    common::assert_invariants(stack.store().as_ref(), SKU).await;
-    let report = stack.repair(SKU).await;
-    assert_eq!(report["ok"], true, "{report:#}");
+    settles_and_reconciles(&stack, SKU).await;
 }
