@@ -288,21 +288,24 @@ fn draw_sale(sku: u64, stock: u64, draw_at_ms: i64) -> Sale {
     }
 }
 
+/// The admission over `place` (the default configuration) and the ledger's copy of the
+/// draw sale `open` warmed.
+async fn warmed_draw(place: &Place, open: &Sale) -> Arc<Admission> {
+    place
+        .ledger
+        .warm(open, &open.fresh_counters(), 1)
+        .await
+        .unwrap();
+    let config = AdmissionConfig::default();
+    Arc::new(Admission::new(place.book.clone(), SECRET, config))
+}
+
 /// A draw of `n` entries for `stock` units: the published winners are what the independent
 /// script recomputes from the revealed seed; each winner holds its reservation; a cancelled
 /// one passes its units down the waitlist; every result is readable.
 async fn draw_is_recomputable_and_passes_down(place: Place, sku: u64, n: u64, stock: u64) {
-    let adm = Arc::new(Admission::new(
-        place.book.clone(),
-        SECRET,
-        AdmissionConfig::default(),
-    ));
     let open = draw_sale(sku, stock, now_ms() + 3_600_000);
-    place
-        .ledger
-        .warm(&open, &open.fresh_counters(), 1)
-        .await
-        .unwrap();
+    let adm = warmed_draw(&place, &open).await;
     for chunk in (1..=n).collect::<Vec<_>>().chunks(256) {
         let entries = chunk.iter().map(|&u| {
             let (adm, sale) = (adm.clone(), open.clone());
@@ -593,17 +596,8 @@ async fn a_draw_of_a_hundred_thousand_entries_on_redis() {
     let (n, stock, sku) = (100_000u64, 1_000u64, 8);
     let _heavy = HEAVY.lock().await;
     let place = redis().await;
-    let adm = Arc::new(Admission::new(
-        place.book.clone(),
-        SECRET,
-        AdmissionConfig::default(),
-    ));
     let open = draw_sale(sku, stock, now_ms() + 3_600_000);
-    place
-        .ledger
-        .warm(&open, &open.fresh_counters(), 1)
-        .await
-        .unwrap();
+    let adm = warmed_draw(&place, &open).await;
     let users: Vec<UserId> = (1..=n).map(UserId).collect();
     each(&users, 512, |u| {
         let (adm, sale) = (adm.clone(), open.clone());
@@ -673,20 +667,11 @@ async fn a_draw_of_a_hundred_thousand_entries_on_redis() {
 /// with exactly its stock sold, one order per buyer.
 async fn walked_in_the_background_under_expiries(place: Place, sku: u64) {
     let (n, stock) = (120u64, 12u64);
-    let adm = Arc::new(Admission::new(
-        place.book.clone(),
-        SECRET,
-        AdmissionConfig::default(),
-    ));
     let open = Sale {
         payment_timeout_ms: 1_000,
         ..draw_sale(sku, stock, now_ms() + 3_600_000)
     };
-    place
-        .ledger
-        .warm(&open, &open.fresh_counters(), 1)
-        .await
-        .unwrap();
+    let adm = warmed_draw(&place, &open).await;
     let users: Vec<UserId> = (1..=n).map(UserId).collect();
     each(&users, 64, |u| {
         let (adm, sale) = (adm.clone(), open.clone());
