@@ -38,6 +38,13 @@ pub struct Settings {
     #[arg(long, env = "FLASHSALE_REDIS_WAIT_TIMEOUT_MS", default_value_t = 100,
           value_parser = clap::value_parser!(u64).range(1..=900))]
     pub redis_wait_timeout_ms: u64,
+    /// Key layout of the sale copies this instance loads into Redis: 1, the requests, orders
+    /// and buyers hashes (what every release reads); 2, one record per buyer, which no release
+    /// before this one reads: set 2 once no older instance runs (docs/DEPLOY.md). Either is
+    /// served, as each copy says.
+    #[arg(long, env = "FLASHSALE_REDIS_LAYOUT", default_value_t = 1,
+          value_parser = clap::value_parser!(u8).range(1..=2))]
+    pub redis_layout: u8,
     /// Key prefix in Redis.
     #[arg(long, env = "FLASHSALE_REDIS_PREFIX", default_value = "fs")]
     pub redis_prefix: String,
@@ -305,6 +312,7 @@ impl Settings {
                     redis_url: self.hot_redis_url.clone(),
                     skus: self.hot_skus.clone(),
                 },
+                redis_records: self.redis_layout == 2,
             },
             database_url: self.database_url(),
             instance_id: instance_id(),

@@ -64,6 +64,9 @@ impl Backends {
                 let mut ledger = RedisLedger::connect_lazy(redis_url, &l.redis_prefix)
                     .context("the Redis ledger")?
                     .with_buckets();
+                if l.redis_records {
+                    ledger = ledger.with_records();
+                }
                 if let Some(replication) = l.replication {
                     ledger = ledger
                         .with_replication(replication)
@@ -99,7 +102,7 @@ impl Backends {
                 &l.hot_sales,
                 l.redis_url.as_deref(),
                 &l.redis_prefix,
-                l.replication,
+                (l.replication, l.redis_records),
                 backends.ledger,
             )?,
             ..backends

@@ -16,12 +16,13 @@ pub struct HotSales {
 
 /// The configured ledger, wrapped to send `hot_skus` to `hot_redis_url` when both are set
 /// (Redis ledger only: `redis_url` is the main ledger's). The hot-sale Redis waits for
-/// `replication` as the main one does: a sale's durability must not depend on where it lives.
+/// `replication` as the main one does (a sale's durability must not depend on where it
+/// lives), and loads copies in the main one's layout (`records`).
 pub fn hot_routed(
     g: &HotSales,
     redis_url: Option<&str>,
     redis_prefix: &str,
-    replication: Option<flashsale_redis::Replication>,
+    (replication, records): (Option<flashsale_redis::Replication>, bool),
     ledger: Arc<dyn Ledger>,
 ) -> anyhow::Result<Arc<dyn Ledger>> {
     match (&g.redis_url, redis_url) {
@@ -29,6 +30,9 @@ pub fn hot_routed(
             let mut hot = flashsale_redis::RedisLedger::connect_lazy(hot_url, redis_prefix)
                 .map_err(|e| anyhow::anyhow!("the hot-sale Redis: {e}"))?
                 .with_buckets();
+            if records {
+                hot = hot.with_records();
+            }
             if let Some(replication) = replication {
                 hot = hot
                     .with_replication(replication)

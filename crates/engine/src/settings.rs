@@ -60,6 +60,9 @@ pub struct LedgerSettings {
     pub replication: Option<flashsale_redis::Replication>,
     /// Sales whose hot copy lives on a dedicated Redis (it decides where their ledger is).
     pub hot_sales: HotSales,
+    /// Redis ledger: load copies in layout 2, one record per buyer
+    /// (`flashsale_redis::RedisLedger::with_records`); either layout is served.
+    pub redis_records: bool,
 }
 
 /// The stream persister of a process (Redis ledger only): whether it runs, and its bounds

@@ -5,16 +5,18 @@
 -- refuses its events); a copy of this epoch or a newer one stands, and the answer is
 -- 'ALREADY_WARM'. The events stream is never deleted here: the persister still reads it,
 -- and the database sorts its events by epoch.
--- KEYS: 1 sale, 2 buyers, 3 requests, 4 orders, 5 holds (all tagged {<sku>}), and for a
---       bucket: 6 xout, 7 xin (its transfers belong to its copy: a new copy starts with none)
+-- KEYS: 1 sale, 2 buyers, 3 requests, 4 orders, 5 holds, 6 rec, 7 seqs (all tagged {<sku>}),
+--       and for a bucket: 8 xout, 9 xin (its transfers belong to its copy: a new copy starts
+--       with none)
 -- ARGV: 1 sku, 2 total, 3 available, 4 reserved, 5 sold, 6 seq, 7 epoch, 8 limit, 9 mode,
---       10 timeout_ms, 11 starts_at_ms, 12 ends_at_ms, 13 state,
---       and for a bucket of a sale of several: 14 buckets (2..=64), 15 salts (one per bucket,
+--       10 timeout_ms, 11 starts_at_ms, 12 ends_at_ms, 13 state, 14 layout (1: the requests,
+--       orders and buyers hashes; 2: one record per buyer, records.lua),
+--       and for a bucket of a sale of several: 15 buckets (2..=64), 16 salts (one per bucket,
 --       comma-separated), stored with the copy so every instance finds the sale's buckets.
 --       `total` is then the bucket's share, and the keys carry the bucket's tag.
 -- Returns 'OK' or 'ALREADY_WARM'. Error reply 'INVALID_ARGS' (nothing changed).
-if not ((#KEYS == 5 and #ARGV == 13) or (#KEYS == 7 and #ARGV == 15)) then
-  return redis.error_reply('INVALID_ARGS load needs 5 keys and 13 args, or 7 and 15')
+if not ((#KEYS == 7 and #ARGV == 14) or (#KEYS == 9 and #ARGV == 16)) then
+  return redis.error_reply('INVALID_ARGS load needs 7 keys and 14 args, or 9 and 16')
 end
 -- Canonical decimals below 2^53 (a Lua number holds them exactly).
 local function uint(s)
@@ -34,7 +36,8 @@ if not (sku and total and available and reserved and sold and seq and epoch and 
   return bad('numbers must be integers in 0..2^53')
 end
 if sku < 1 or epoch < 1 then return bad('sku and epoch must be positive') end
-local buckets, salts = ARGV[14], ARGV[15]
+local layout, buckets, salts = ARGV[14], ARGV[15], ARGV[16]
+if layout ~= '1' and layout ~= '2' then return bad('layout must be 1 or 2') end
 local salt_of = {}
 if buckets then
   for salt in string.gmatch(salts, '[^,]+') do salt_of[#salt_of + 1] = salt end
@@ -79,4 +82,6 @@ redis.call('HSET', KEYS[1], 'sku', ARGV[1], 'total', ARGV[2], 'available', ARGV[
   'mode', mode, 'timeout_ms', ARGV[10], 'starts_at_ms', ARGV[11], 'ends_at_ms', ARGV[12],
   'state', state, 'fenced_at_ms', string.format('%d', now), 'node', node_id())
 if buckets then redis.call('HSET', KEYS[1], 'buckets', buckets, 'salts', salts) end
+-- Layout 1 is a copy without the field, as every older release loads it.
+if layout == '2' then redis.call('HSET', KEYS[1], 'layout', '2', 'accepted', '0') end
 return 'OK'

@@ -1,6 +1,7 @@
 -- Judges a batch of purchases of one sale, in order; mirrors flashsale_core::SaleBook check for
 -- check: replay -> state/window -> quantity -> stock -> per-user limit -> accept.
--- KEYS: 1 sale, 2 buyers, 3 requests, 4 orders, 5 holds, 6 events (all tagged {<sku>})
+-- KEYS: 1 sale, 2 buyers, 3 requests, 4 orders, 5 holds, 6 events, 7 rec, 8 seqs (all tagged
+--       {<sku>}); a copy of layout 1 uses 2-4, one of layout 2 (records.lua) 7 and 8.
 -- ARGV: n, then n times: user_id, request_id, quantity
 -- Returns one flat array, three fields per request, in order:
 --   'A', order_no, encoded_order     accepted now
@@ -10,11 +11,12 @@
 -- A fenced copy (a rebuild is replacing it) answers 'X', 'UNAVAILABLE' to every new request.
 -- Encoded order: user:request_id:quantity:status:deadline_ms:created_at_ms
 --
--- Cost per request is what bounds a spike, so the script reads the requests hash once per
--- batch (HMGET), the buyers hash once per batch (only when something reaches the limit
--- check), and writes requests, orders, holds, buyers, counters and the events with one command
--- each at the end. Every check of the whole batch runs against batch-local copies, so all
--- reads come before the deferred writes.
+-- Cost per request is what bounds a spike, so every check of the whole batch runs against
+-- batch-local copies, all reads come before the deferred writes, and each key is read and
+-- written with one command per batch. Layout 2 reads each buyer's record once (its replays,
+-- units and orders: one HMGET) and writes it once (one HSET), and writes one member for the
+-- whole call to `seqs`; layout 1 reads the requests hash, then the buyers hash (only when
+-- something reaches the limit check), and writes requests, orders and buyers.
 --
 -- The events: ONE stream entry for all deductions of the call (they share sku, epoch, kind,
 -- at_ms and deadline_ms, and their seqs and order numbers are consecutive):
@@ -25,11 +27,11 @@
 -- entries that resolve.lua and expire_due.lua write (and older purchase.lua wrote).
 --
 -- `--@stage NAME` lines mark where `flashsale bench script` cuts the script short (it inserts
--- a return there) to measure what each part costs Redis per purchase.
-local K_SALE, K_BUYERS, K_REQUESTS, K_ORDERS, K_HOLDS, K_EVENTS =
-  KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
-if #KEYS ~= 6 then
-  return redis.error_reply('INVALID_ARGS purchase needs 6 keys')
+-- a return there) to measure what each part costs Redis per purchase (of layout 2).
+local K_SALE, K_BUYERS, K_REQUESTS, K_ORDERS, K_HOLDS, K_EVENTS, K_REC, K_SEQS =
+  KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8]
+if #KEYS ~= 8 then
+  return redis.error_reply('INVALID_ARGS purchase needs 8 keys')
 end
 
 local find, format = string.find, string.format
@@ -43,7 +45,7 @@ end
 
 local f = redis.call('HMGET', K_SALE, 'total', 'available', 'reserved', 'sold', 'seq',
   'epoch', 'limit', 'mode', 'timeout_ms', 'starts_at_ms', 'ends_at_ms', 'state', 'sku',
-  'fenced_at_ms', 'buckets')
+  'fenced_at_ms', 'buckets', 'layout', 'accepted')
 if not f[1] then
   return redis.error_reply('NOT_WARMED sale is not in the hot ledger')
 end
@@ -55,6 +57,7 @@ local fenced = f[14]
 -- The entries' format version (codec.rs): a bucket of a sale of several writes version 2, which
 -- a reader from before buckets waits on instead of misreading; a sale of one bucket, 1.
 local entry_v = f[15] and '2' or '1'
+local records, accepted = f[16] == '2', tonumber(f[17] or '0')
 if not fenced and moved(K_SALE) then fenced = '0' end
 if not (total and available and reserved and sold and seq and limit and timeout_ms
     and starts_at and ends_at and epoch and sku and state)
@@ -89,9 +92,8 @@ local function is_rid(s)
   return #s >= 1 and #s <= 64 and not find(s, '[^%w_%-]')
 end
 
--- Pass 1: the request key (user:request_id) of each well-formed request, and the first
--- outcome of every one already accepted (one HMGET for the batch).
-local rkeys, lookup, m = {}, {}, 0
+-- Pass 1: the request key (user:request_id) of each well-formed request.
+local rkeys = {}
 for i = 1, n do
   local user, rid = ARGV[3 * i - 1], ARGV[3 * i]
   -- Fast path: a user id under 10^19 and a plain request id pass one pattern.
@@ -99,34 +101,7 @@ for i = 1, n do
   if (#user < 20 and #rid <= 64 and find(rkey, '^[1-9]%d*:[%w_%-]+$'))
       or (is_user(user) and is_rid(rid)) then
     rkeys[i] = rkey
-    m = m + 1
-    lookup[m] = rkey
   end
-end
-local prior_of = {}
-if m > 0 then
-  local found = redis.call('HMGET', K_REQUESTS, unpack(lookup))
-  for j = 1, m do
-    if found[j] then prior_of[lookup[j]] = found[j] end
-  end
-end
-
---@stage replays
--- Units held per user, read on first need for every user of the batch at once.
-local held_of = nil
-local function held(user)
-  if held_of == nil then
-    held_of = {}
-    local users = {}
-    for i = 1, n do
-      if rkeys[i] then users[#users + 1] = ARGV[3 * i - 1] end
-    end
-    local got = redis.call('HMGET', K_BUYERS, unpack(users))
-    for j = 1, #users do
-      held_of[users[j]] = tonumber(got[j] or '0') or 0
-    end
-  end
-  return held_of[user]
 end
 
 local status_new = (mode == 'reserve') and 'RESERVED' or 'CREATED'
@@ -138,83 +113,224 @@ local out = {}
 -- The stream entry's lists (one value per accepted request) and its first seq.
 local ev_users, ev_rids, ev_qs, ev_n, first_seq = {}, {}, {}, 0, nil
 
--- Counts the units and the event of request i; every check for it is done.
-local function accept(i, user, rid, rkey, qs, q)
+-- Counts the units and the event of request i; every check for it is done. Returns the
+-- order number, its seq and the encoded order.
+local function take(user, rid, rkey, i, qs, q)
   seq = seq + 1
   available = available - q
   if mode == 'reserve' then reserved = reserved + q else sold = sold + q end
   local seq_s = int(seq)
-  local order_no = order_prefix .. seq_s
-  held_of[user] = held_of[user] + q
   accepted_at[rkey] = i
   ev_n = ev_n + 1
   ev_users[ev_n], ev_rids[ev_n], ev_qs[ev_n] = user, rid, qs
   first_seq = first_seq or seq_s
-  return order_no, user .. ':' .. rid .. ':' .. qs .. ':' .. status_new .. ':'
-    .. deadline_s .. ':' .. now_s
+  return order_prefix .. seq_s, seq_s, user .. ':' .. rid .. ':' .. qs .. ':' .. status_new
+    .. ':' .. deadline_s .. ':' .. now_s
 end
 
--- Pass 2: judge each request against the batch-local state.
-for i = 1, n do
-  local rkey = rkeys[i]
-  local tag, a, b = 'X', 'INVALID_REQUEST', ''
-  if rkey then
-    local user, rid, qs = ARGV[3 * i - 1], ARGV[3 * i], ARGV[3 * i + 1]
-    local j = accepted_at[rkey]
-    local prior = prior_of[rkey]
-    if j then
-      tag, a, b = 'R', out[3 * j - 1], out[3 * j]
-    elseif prior then
-      tag, a, b = 'R', prior, redis.call('HGET', K_ORDERS, prior) or ''
-    elseif window then
-      a = window
-    elseif qs == '1' or find(qs, '^[1-9]%d*$') then
-      local q = tonumber(qs)
-      if #qs > 12 or q > limit then
-        a = 'LIMIT_EXCEEDED'
-      elseif available < q then
-        a = 'SOLD_OUT'
-      elseif held(user) + q > limit then
-        a = 'LIMIT_EXCEEDED'
-      else
-        tag = 'A'
-        a, b = accept(i, user, rid, rkey, qs, q)
-      end
-    end
-  end
-  out[3 * i - 2], out[3 * i - 1], out[3 * i] = tag, a, b
+-- Judges request i once its replay is ruled out: the window, the quantity, the stock and the
+-- buyer's units (`held`, a function of the user, read on first need). Returns the code of a
+-- refusal, or nil and the quantity.
+local function judge(i, held)
+  if window then return window end
+  local user, qs = ARGV[3 * i - 1], ARGV[3 * i + 1]
+  if not (qs == '1' or find(qs, '^[1-9]%d*$')) then return 'INVALID_REQUEST' end
+  local q = tonumber(qs)
+  if #qs > 12 or q > limit then return 'LIMIT_EXCEEDED' end
+  if available < q then return 'SOLD_OUT' end
+  if held(user) + q > limit then return 'LIMIT_EXCEEDED' end
+  return nil, q
 end
 
---@stage judged
--- The deferred writes of the accepted requests, one command per key. A user accepted twice
--- is written twice with the same final units.
-local w = 0
-local requests, orders, holds, buyers = {}, {}, {}, {}
-for i = 1, n do
-  if out[3 * i - 2] == 'A' then
-    local order_no, user = out[3 * i - 1], ARGV[3 * i - 1]
-    requests[w + 1], requests[w + 2] = rkeys[i], order_no
-    orders[w + 1], orders[w + 2] = order_no, out[3 * i]
-    if mode == 'reserve' then holds[w + 1], holds[w + 2] = deadline_s, order_no end
-    buyers[w + 1], buyers[w + 2] = user, int(held_of[user])
-    w = w + 2
-  end
-end
-if w > 0 then
+-- The writes every accepted batch makes, whatever the layout: the stream entry, the holds
+-- and the counters.
+local function write_common()
   local concat = table.concat
   -- 'v': the entry's format version, so a reader that cannot read it waits on it.
   redis.call('XADD', K_EVENTS, '*', 'v', entry_v, 'sku_id', sku, 'epoch', epoch, 'kind', 'deducted',
     'first_seq', first_seq, 'n', int(ev_n), 'at_ms', now_s, 'deadline_ms', deadline_s,
     'users', concat(ev_users, ','), 'request_ids', concat(ev_rids, ','),
     'quantities', concat(ev_qs, ','))
-  redis.call('HSET', K_REQUESTS, unpack(requests))
-  redis.call('HSET', K_ORDERS, unpack(orders))
   if mode == 'reserve' then
+    local holds = {}
+    for k = 1, ev_n do
+      holds[2 * k - 1], holds[2 * k] = deadline_s, order_prefix .. int(first_seq + k - 1)
+    end
     redis.call('ZADD', K_HOLDS, unpack(holds))
   end
-  redis.call('HSET', K_BUYERS, unpack(buyers))
+  -- Layout 2 counts its accepted requests (for the sold-out flag's version); layout 1's count
+  -- is the requests hash's length.
+  local counted = records and { 'accepted', int(accepted + ev_n) } or {}
   redis.call('HSET', K_SALE, 'available', int(available), 'reserved', int(reserved),
-    'sold', int(sold), 'seq', int(seq))
+    'sold', int(sold), 'seq', int(seq), unpack(counted))
 end
+
+-- Layout 2: one record per buyer (records.lua).
+local function purchase_records()
+  local users, seen = {}, {}
+  for i = 1, n do
+    if rkeys[i] then
+      local user = ARGV[3 * i - 1]
+      if not seen[user] then
+        seen[user] = true
+        users[#users + 1] = user
+      end
+    end
+  end
+  local rec_of = {}
+  if #users > 0 then
+    local got = redis.call('HMGET', K_REC, unpack(users))
+    for j = 1, #users do rec_of[users[j]] = got[j] end
+  end
+--@stage records
+  local letter = REC_LETTER[status_new]
+  local orders_of, held_of, changed, new_rec = {}, {}, {}, {}
+  local function orders(user)
+    local o = orders_of[user]
+    if not o then
+      o = rec_orders(rec_of[user])
+      orders_of[user] = o
+    end
+    return o
+  end
+  local function held(user)
+    local h = held_of[user]
+    if not h then
+      h = rec_of[user] and rec_held(orders(user)) or 0
+      held_of[user] = h
+    end
+    return h
+  end
+  local function prior(user, rid)
+    if not rec_of[user] then return nil end
+    for _, o in ipairs(orders(user)) do
+      if o.rid == rid then return o end
+    end
+    return nil
+  end
+  for i = 1, n do
+    local rkey = rkeys[i]
+    local tag, a, b = 'X', 'INVALID_REQUEST', ''
+    if rkey then
+      local user, rid = ARGV[3 * i - 1], ARGV[3 * i]
+      local j, o = accepted_at[rkey], nil
+      if not j then o = prior(user, rid) end
+      if j then
+        tag, a, b = 'R', out[3 * j - 1], out[3 * j]
+      elseif o then
+        local _, at = rec_batch_of(K_SEQS, o.seq)
+        tag, a = 'R', sku .. '-' .. o.epoch .. '-' .. o.seq
+        b = rec_encode(user, o, at or '0', mode, timeout_ms)
+      else
+        local code, q = judge(i, held)
+        if code then
+          a = code
+        else
+          local qs, seq_s = ARGV[3 * i + 1], nil
+          tag = 'A'
+          a, seq_s, b = take(user, rid, rkey, i, qs, q)
+          held_of[user] = held(user) + q
+          local entry = rid .. ',' .. epoch .. ',' .. seq_s .. ',' .. qs .. ',' .. letter
+          local cur = new_rec[user]
+          if cur == nil then
+            cur = rec_of[user]
+            changed[#changed + 1] = user
+          end
+          new_rec[user] = cur and (cur .. ';' .. entry) or entry
+        end
+      end
+    end
+    out[3 * i - 2], out[3 * i - 1], out[3 * i] = tag, a, b
+  end
+--@stage judged
+  if ev_n == 0 then return end
+  local recs = {}
+  for k, user in ipairs(changed) do
+    recs[2 * k - 1], recs[2 * k] = user, new_rec[user]
+  end
+  redis.call('HSET', K_REC, unpack(recs))
+  redis.call('ZADD', K_SEQS, first_seq,
+    first_seq .. ':' .. now_s .. ':' .. table.concat(ev_users, ','))
+  write_common()
+end
+
+-- Layout 1: the requests, orders and buyers hashes (a copy loaded by an older release, or
+-- while layout 2 is off).
+local function purchase_hashes()
+  local lookup, m = {}, 0
+  for i = 1, n do
+    if rkeys[i] then
+      m = m + 1
+      lookup[m] = rkeys[i]
+    end
+  end
+  local prior_of = {}
+  if m > 0 then
+    local found = redis.call('HMGET', K_REQUESTS, unpack(lookup))
+    for j = 1, m do
+      if found[j] then prior_of[lookup[j]] = found[j] end
+    end
+  end
+  -- Units held per user, read on first need for every user of the batch at once.
+  local held_of = nil
+  local function held(user)
+    if held_of == nil then
+      held_of = {}
+      local users = {}
+      for i = 1, n do
+        if rkeys[i] then users[#users + 1] = ARGV[3 * i - 1] end
+      end
+      local got = redis.call('HMGET', K_BUYERS, unpack(users))
+      for j = 1, #users do
+        held_of[users[j]] = tonumber(got[j] or '0') or 0
+      end
+    end
+    return held_of[user]
+  end
+  for i = 1, n do
+    local rkey = rkeys[i]
+    local tag, a, b = 'X', 'INVALID_REQUEST', ''
+    if rkey then
+      local user, rid = ARGV[3 * i - 1], ARGV[3 * i]
+      local j = accepted_at[rkey]
+      local prior = prior_of[rkey]
+      if j then
+        tag, a, b = 'R', out[3 * j - 1], out[3 * j]
+      elseif prior then
+        tag, a, b = 'R', prior, redis.call('HGET', K_ORDERS, prior) or ''
+      else
+        local code, q = judge(i, held)
+        if code then
+          a = code
+        else
+          local seq_s
+          tag = 'A'
+          a, seq_s, b = take(user, rid, rkey, i, ARGV[3 * i + 1], q)
+          held_of[user] = held_of[user] + q
+        end
+      end
+    end
+    out[3 * i - 2], out[3 * i - 1], out[3 * i] = tag, a, b
+  end
+  if ev_n == 0 then return end
+  -- One command per key. A user accepted twice is written twice with the same final units.
+  local w = 0
+  local requests, orders, buyers = {}, {}, {}
+  for i = 1, n do
+    if out[3 * i - 2] == 'A' then
+      local order_no, user = out[3 * i - 1], ARGV[3 * i - 1]
+      requests[w + 1], requests[w + 2] = rkeys[i], order_no
+      orders[w + 1], orders[w + 2] = order_no, out[3 * i]
+      buyers[w + 1], buyers[w + 2] = user, int(held_of[user])
+      w = w + 2
+    end
+  end
+  redis.call('HSET', K_REQUESTS, unpack(requests))
+  redis.call('HSET', K_ORDERS, unpack(orders))
+  redis.call('HSET', K_BUYERS, unpack(buyers))
+  write_common()
+end
+
+if records then purchase_records() else purchase_hashes() end
 --@stage written
 return out

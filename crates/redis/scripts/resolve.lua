@@ -3,21 +3,23 @@
 -- Mirrors SaleBook::resolve: not the owner -> ORDER_NOT_FOUND; RESERVED and now < deadline ->
 -- change; RESERVED past its deadline or EXPIRED -> HOLD_EXPIRED; already in the status asked
 -- for (the owner's retry) -> the order as it is, no write; else ALREADY_RESOLVED.
--- KEYS: 1 sale, 2 buyers, 3 orders, 4 holds, 5 events (all tagged {<sku>})
+-- KEYS: 1 sale, 2 buyers, 3 orders, 4 holds, 5 events, 6 rec, 7 seqs (all tagged {<sku>}); a
+--       copy of layout 1 uses 2 and 3, one of layout 2 (records.lua) 6 and 7.
 -- ARGV: 1 order_no, 2 user_id, 3 kind ('paid' | 'cancelled')
 -- Returns {'OK', encoded_order_after, restocked (1 when available came back from 0)}
 --      or {'R', encoded_order} (a retry of a resolution that went through: nothing written)
 --      or {'X', CODE} (UNAVAILABLE while the copy is fenced).
 -- Error replies: 'INVALID_ARGS', 'NOT_WARMED', 'CORRUPT'.
-if #KEYS ~= 5 or #ARGV ~= 3 then
-  return redis.error_reply('INVALID_ARGS resolve needs 5 keys and 3 args')
+if #KEYS ~= 7 or #ARGV ~= 3 then
+  return redis.error_reply('INVALID_ARGS resolve needs 7 keys and 3 args')
 end
 local KIND = ARGV[3]
 local STATUS = ({ paid = 'PAID', cancelled = 'CANCELLED' })[KIND]
 if not STATUS then
   return redis.error_reply('INVALID_ARGS kind must be paid or cancelled')
 end
-local K_SALE, K_BUYERS, K_ORDERS, K_HOLDS, K_EVENTS = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
+local K_SALE, K_BUYERS, K_ORDERS, K_HOLDS, K_EVENTS, K_REC, K_SEQS =
+  KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7]
 -- A user id as Rust's u64 prints it: canonical decimal, at most 18446744073709551615.
 local function is_user(s)
   if s == '0' then return true end
@@ -37,7 +39,22 @@ if redis.call('HEXISTS', K_SALE, 'fenced_at_ms') == 1 or moved(K_SALE) then
   return { 'X', 'UNAVAILABLE' }
 end
 
-local encoded = redis.call('HGET', K_ORDERS, order_no)
+local layout = redis.call('HMGET', K_SALE, 'layout', 'mode', 'timeout_ms')
+local records = layout[1] == '2'
+-- The order as layout 1 encodes it, whichever layout holds it; for layout 2 also the
+-- buyer's orders and this one among them (its record is written back with the new status).
+local encoded, rec, found
+if records then
+  local o_epoch, o_seq = string.match(order_no, '^%d+%-(%d+)%-(%d+)$')
+  rec = rec_orders(redis.call('HGET', K_REC, user))
+  found = rec_find(rec, o_epoch, o_seq)
+  if found then
+    local _, at = rec_batch_of(K_SEQS, o_seq)
+    encoded = rec_encode(user, found, at or '0', layout[2], tonumber(layout[3] or '0'))
+  end
+else
+  encoded = redis.call('HGET', K_ORDERS, order_no)
+end
 if not encoded then return { 'X', 'ORDER_NOT_FOUND' } end
 local o_user, o_rid, o_q, o_status, o_deadline, o_created =
   string.match(encoded, '^(%d+):([%w_%-]+):(%d+):(%u+):(%-?%d+):(%-?%d+)$')
@@ -63,7 +80,8 @@ local available, reserved, sold, seq, sku =
 if not (available and reserved and sold and seq and sku) or reserved < q then
   return redis.error_reply('CORRUPT sale counters cannot take back ' .. order_no)
 end
-local held = tonumber(redis.call('HGET', K_BUYERS, user) or '0') or 0
+-- Layout 2 derives the buyer's units from its orders: nothing to check or write apart.
+local held = records and q or tonumber(redis.call('HGET', K_BUYERS, user) or '0') or 0
 if KIND ~= 'paid' and held < q then
   return redis.error_reply('CORRUPT buyer ' .. user .. ' holds fewer units than ' .. order_no)
 end
@@ -77,7 +95,9 @@ if KIND == 'paid' then
 else
   if available == 0 then restocked = 1 end
   available = available + q
-  if held - q > 0 then
+  if records then
+    -- The record's status change below gives the units back.
+  elseif held - q > 0 then
     redis.call('HSET', K_BUYERS, user, int(held - q))
   else
     redis.call('HDEL', K_BUYERS, user)
@@ -85,7 +105,12 @@ else
 end
 local after = o_user .. ':' .. o_rid .. ':' .. o_q .. ':' .. STATUS .. ':' .. o_deadline .. ':'
   .. o_created
-redis.call('HSET', K_ORDERS, order_no, after)
+if records then
+  found.st = REC_LETTER[STATUS]
+  redis.call('HSET', K_REC, user, rec_join(rec))
+else
+  redis.call('HSET', K_ORDERS, order_no, after)
+end
 redis.call('ZREM', K_HOLDS, order_no)
 redis.call('HSET', K_SALE, 'available', int(available), 'reserved', int(reserved),
   'sold', int(sold), 'seq', int(seq))

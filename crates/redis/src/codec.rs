@@ -103,6 +103,56 @@ pub fn decode_order(order_no: &str, encoded: &str) -> Result<HotOrder, String> {
     })
 }
 
+/// One order of a buyer's record (a copy of layout 2, `scripts/records.lua`), as far as the
+/// service reads it apart from the scripts: its request id (the sold-out flag's accepted
+/// keys) and its units held (the per-user limit of a bucketed sale's home).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RecordOrder {
+    pub request_id: RequestId,
+    pub quantity: u64,
+    /// Counts against the per-user limit (PENDING, CREATED, RESERVED, PAID).
+    pub live: bool,
+}
+
+/// Decodes a buyer's record: `request_id,epoch,seq,quantity,S[,deadline_ms]` per order,
+/// orders joined by `;`.
+pub fn parse_record(record: &str) -> Result<Vec<RecordOrder>, String> {
+    let bad = |what: &str| format!("buyer record {record:?}: bad {what}");
+    record
+        .split(';')
+        .map(|order| {
+            let parts: Vec<&str> = order.split(',').collect();
+            let (rid, epoch, seq, q, status) = match parts[..] {
+                [rid, epoch, seq, q, status] | [rid, epoch, seq, q, status, _] => {
+                    (rid, epoch, seq, q, status)
+                }
+                _ => return Err(bad("field count")),
+            };
+            epoch.parse::<u64>().map_err(|_| bad("epoch"))?;
+            seq.parse::<u64>().map_err(|_| bad("seq"))?;
+            let live = match status {
+                "N" | "C" | "R" | "P" => true,
+                "X" | "E" | "J" => false,
+                _ => return Err(bad("status")),
+            };
+            Ok(RecordOrder {
+                request_id: RequestId::parse(rid).ok_or_else(|| bad("request_id"))?,
+                quantity: q.parse().map_err(|_| bad("quantity"))?,
+                live,
+            })
+        })
+        .collect()
+}
+
+/// Units a buyer's record holds in live orders.
+pub fn record_held(record: &str) -> Result<u64, String> {
+    Ok(parse_record(record)?
+        .iter()
+        .filter(|o| o.live)
+        .map(|o| o.quantity)
+        .sum())
+}
+
 /// The fields of one stream entry, read by name.
 struct Fields<'a>(&'a HashMap<String, String>);
 
@@ -418,6 +468,27 @@ mod tests {
         assert_eq!(o.status, OrderStatus::Reserved);
         assert!(decode_order("42-1-7", "9:req:2:WHAT:0:0").is_err());
         assert!(decode_order("42-1-7", "9:req:2:CREATED:0").is_err());
+    }
+
+    #[test]
+    fn buyer_records_decode_their_orders_and_units() {
+        let orders = parse_record("r-1,3,17,2,R;r2,2,9,1,X,1700;r3,3,20,1,C").unwrap();
+        let rids: Vec<&str> = orders.iter().map(|o| o.request_id.as_str()).collect();
+        assert_eq!(rids, ["r-1", "r2", "r3"]);
+        assert_eq!(
+            record_held("r-1,3,17,2,R;r2,2,9,1,X,1700;r3,3,20,1,C"),
+            Ok(3)
+        );
+        for bad in [
+            "",
+            "r,1,2,1",
+            "r,1,2,1,Q",
+            "r,x,2,1,C",
+            "r,1,2,1,C;",
+            "r r,1,2,1,C",
+        ] {
+            assert!(parse_record(bad).is_err(), "{bad:?}");
+        }
         assert!(decode_order("bad", "9:req:2:CREATED:0:0").is_err());
     }
 

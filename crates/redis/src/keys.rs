@@ -101,6 +101,18 @@ impl Keys {
         self.tagged(copy, "orders")
     }
 
+    /// Hash (a copy of layout 2): user id → the buyer's record, its orders with their request
+    /// ids, whose live units count against the limit (`scripts/records.lua`).
+    pub fn records(&self, copy: impl Into<CopyTag>) -> String {
+        self.tagged(copy, "rec")
+    }
+
+    /// Sorted set (a copy of layout 2): one member per purchase call that accepted anything,
+    /// scored by its first seq: the buyer of each of its seqs and their orders' creation time.
+    pub fn batches(&self, copy: impl Into<CopyTag>) -> String {
+        self.tagged(copy, "seqs")
+    }
+
     /// Sorted set: order_no of each hold, scored by its payment deadline (epoch ms).
     pub fn holds(&self, copy: impl Into<CopyTag>) -> String {
         self.tagged(copy, "holds")
@@ -152,7 +164,7 @@ impl Keys {
     }
 
     /// Every per-sale key, in a fixed order (for tests and tools).
-    pub fn all_of_sale(&self, copy: impl Into<CopyTag>) -> [String; 10] {
+    pub fn all_of_sale(&self, copy: impl Into<CopyTag>) -> [String; 12] {
         let sku = copy.into();
         [
             self.sale(sku),
@@ -160,6 +172,8 @@ impl Keys {
             self.requests(sku),
             self.orders(sku),
             self.holds(sku),
+            self.records(sku),
+            self.batches(sku),
             self.events(sku),
             self.lease(sku),
             self.wait_mark(sku),
@@ -169,8 +183,9 @@ impl Keys {
     }
 
     /// The keys that hold a copy's state, in the order `load` and `restore_orders` take them:
-    /// sale, buyers, requests, orders, holds.
-    pub fn copy_state(&self, copy: impl Into<CopyTag>) -> [String; 5] {
+    /// sale, buyers, requests, orders, holds (layout 1's hashes and the holds), records,
+    /// batches (layout 2's).
+    pub fn copy_state(&self, copy: impl Into<CopyTag>) -> [String; 7] {
         let sku = copy.into();
         [
             self.sale(sku),
@@ -178,6 +193,8 @@ impl Keys {
             self.requests(sku),
             self.orders(sku),
             self.holds(sku),
+            self.records(sku),
+            self.batches(sku),
         ]
     }
 

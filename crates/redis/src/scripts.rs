@@ -21,10 +21,25 @@ macro_rules! with_node {
     };
 }
 
-pub const PURCHASE: &str = with_node!("../scripts/purchase.lua");
+/// A script that reads a copy's buyer records (layout 2): [`with_node!`] and the records
+/// prelude (`scripts/records.lua`: the record's format, its parsing and the batch look-up).
+macro_rules! with_records {
+    ($file:literal) => {
+        concat!(
+            "#!lua\n",
+            include_str!("../scripts/node.lua"),
+            include_str!("../scripts/records.lua"),
+            include_str!($file)
+        )
+    };
+}
+
+pub const PURCHASE: &str = with_records!("../scripts/purchase.lua");
 /// Pay and cancel: the event kind is its third argument.
-pub const RESOLVE: &str = with_node!("../scripts/resolve.lua");
-pub const EXPIRE_DUE: &str = with_node!("../scripts/expire_due.lua");
+pub const RESOLVE: &str = with_records!("../scripts/resolve.lua");
+pub const EXPIRE_DUE: &str = with_records!("../scripts/expire_due.lua");
+/// One order of a copy, whichever its layout (reads only).
+pub const ORDER: &str = with_records!("../scripts/order.lua");
 pub const LOAD: &str = with_node!("../scripts/load.lua");
 pub const FENCE: &str = include_str!("../scripts/fence.lua");
 pub const OPEN: &str = with_node!("../scripts/open.lua");
@@ -32,7 +47,7 @@ pub const SET_STATE: &str = include_str!("../scripts/set_state.lua");
 pub const SNAPSHOT: &str = with_node!("../scripts/snapshot.lua");
 pub const LEASE_ACQUIRE: &str = include_str!("../scripts/lease_acquire.lua");
 pub const LEASE_RELEASE: &str = include_str!("../scripts/lease_release.lua");
-pub const RESTORE_ORDERS: &str = with_node!("../scripts/restore_orders.lua");
+pub const RESTORE_ORDERS: &str = with_records!("../scripts/restore_orders.lua");
 /// The two sides of a transfer of stock between buckets of a sale.
 pub const TRANSFER_OUT: &str = with_node!("../scripts/transfer_out.lua");
 pub const TRANSFER_IN: &str = with_node!("../scripts/transfer_in.lua");
@@ -40,8 +55,9 @@ pub const TRANSFER_IN: &str = with_node!("../scripts/transfer_in.lua");
 pub const ADMISSION: &str = include_str!("../scripts/admission.lua");
 
 /// Every script with its name (the `script` label of `flashsale_script_latency_seconds`).
-pub const ALL: [(&str, &str); 14] = [
+pub const ALL: [(&str, &str); 15] = [
     ("purchase", PURCHASE),
+    ("order", ORDER),
     ("resolve", RESOLVE),
     ("expire_due", EXPIRE_DUE),
     ("load", LOAD),
@@ -62,6 +78,7 @@ pub struct Scripts {
     pub purchase: Script,
     pub resolve: Script,
     pub expire_due: Script,
+    pub order: Script,
     pub load: Script,
     pub fence: Script,
     pub open: Script,
@@ -78,6 +95,7 @@ impl Scripts {
             purchase: Script::new(PURCHASE),
             resolve: Script::new(RESOLVE),
             expire_due: Script::new(EXPIRE_DUE),
+            order: Script::new(ORDER),
             load: Script::new(LOAD),
             fence: Script::new(FENCE),
             open: Script::new(OPEN),

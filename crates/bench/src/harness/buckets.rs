@@ -48,6 +48,10 @@ pub struct BucketsArgs {
     /// bucketed sale's batches per home bucket: what `serve` sends the ledger.
     #[arg(long, conflicts_with = "by_home")]
     pub batcher: bool,
+    /// The key layout of the sale's copies (2: one record per buyer; 1: the requests,
+    /// orders and buyers hashes). See `FLASHSALE_REDIS_LAYOUT`.
+    #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u8).range(1..=2))]
+    pub redis_layout: u8,
 }
 
 /// One node of the cluster: its connection and whether it is a primary.
@@ -76,11 +80,13 @@ pub async fn run(args: BucketsArgs) -> anyhow::Result<()> {
     anyhow::ensure!(args.buyers >= 100, "--buyers must be at least 100");
     let mut nodes = connect_nodes(&args.redis_url).await?;
     let prefix = format!("benchb{}", rand::rng().random_range(0..1_000_000u32));
-    let ledger = Arc::new(
-        RedisLedger::connect(&args.redis_url, &prefix)
-            .await?
-            .with_buckets(),
-    );
+    let mut ledger = RedisLedger::connect(&args.redis_url, &prefix)
+        .await?
+        .with_buckets();
+    if args.redis_layout == 2 {
+        ledger = ledger.with_records();
+    }
+    let ledger = Arc::new(ledger);
     anyhow::ensure!(ledger.is_cluster(), "{} is not a cluster", args.redis_url);
     println!(
         "bench buckets: {} buyers per sale, batches of {} ({}), {} in flight, {} primaries",

@@ -30,6 +30,10 @@ pub struct StrategiesArgs {
     /// Every buyer can be accepted: units = users (the success path's cost per purchase).
     #[arg(long)]
     pub success_only: bool,
+    /// flashsale-redis: the key layout of the sale's copy (2: one record per buyer; 1: the
+    /// requests, orders and buyers hashes). See `FLASHSALE_REDIS_LAYOUT`.
+    #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u8).range(1..=2))]
+    pub redis_layout: u8,
 }
 
 pub async fn run(args: StrategiesArgs) -> anyhow::Result<()> {
@@ -156,8 +160,11 @@ async fn build_strategy(
             let url = fresh_mysql(&a.mysql_url, &format!("{p}_ours")).await?;
             let store: Arc<dyn flashsale_core::OrderStore> =
                 Arc::new(flashsale_store::MySqlStore::connect(&url).await?);
-            let ledger: Arc<dyn Ledger> =
-                Arc::new(flashsale_redis::RedisLedger::connect(&a.redis_url, p).await?);
+            let mut ledger = flashsale_redis::RedisLedger::connect(&a.redis_url, p).await?;
+            if a.redis_layout == 2 {
+                ledger = ledger.with_records();
+            }
+            let ledger: Arc<dyn Ledger> = Arc::new(ledger);
             ours(
                 "flashsale-redis",
                 ledger,

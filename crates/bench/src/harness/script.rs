@@ -24,6 +24,10 @@ pub struct ScriptArgs {
     /// Calls measured per stage.
     #[arg(long, default_value_t = 400)]
     pub calls: usize,
+    /// The copy's key layout: 2, one record per buyer (what the stages mark); 1, the
+    /// requests, orders and buyers hashes (only the whole script is worth reading then).
+    #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u8).range(1..=2))]
+    pub layout: u8,
 }
 
 /// One stage's cost, µs per purchase.
@@ -77,7 +81,7 @@ async fn measure(
         .query_async(conn)
         .await?;
     let keys = sale_keys();
-    open_sale(conn, &keys).await?;
+    open_sale(conn, &keys, args.layout).await?;
     let mut user = 1u64;
     for _ in 0..WARM_BATCHES {
         call(conn, &sha, &keys, &mut user, args.batch).await?;
@@ -101,23 +105,30 @@ async fn measure(
     })
 }
 
-/// The six keys of a sale of its own (a prefix no other run uses).
+/// The eight keys of a sale of its own (a prefix no other run uses).
 fn sale_keys() -> Vec<String> {
     let nanos = SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| d.as_nanos());
-    ["sale", "buyers", "requests", "orders", "holds", "events"]
-        .iter()
-        .map(|k| format!("fsbenchscript{nanos}:{{1}}:{k}"))
-        .collect()
+    [
+        "sale", "buyers", "requests", "orders", "holds", "events", "rec", "seqs",
+    ]
+    .iter()
+    .map(|k| format!("fsbenchscript{nanos}:{{1}}:{k}"))
+    .collect()
 }
 
 /// A live direct sale that never runs out, opened on this node (as a load would).
-async fn open_sale(conn: &mut MultiplexedConnection, keys: &[String]) -> anyhow::Result<()> {
+async fn open_sale(
+    conn: &mut MultiplexedConnection,
+    keys: &[String],
+    layout: u8,
+) -> anyhow::Result<()> {
     let info: String = redis::cmd("INFO").arg("server").query_async(conn).await?;
     let node = info_field(&info, "run_id").unwrap_or_default();
     let units = 1_000_000_000u64.to_string();
-    let fields: [(&str, &str); 14] = [
+    let layout = layout.to_string();
+    let fields: [(&str, &str); 15] = [
         ("total", &units),
         ("available", &units),
         ("reserved", "0"),
@@ -132,6 +143,7 @@ async fn open_sale(conn: &mut MultiplexedConnection, keys: &[String]) -> anyhow:
         ("state", "live"),
         ("sku", "1"),
         ("node", &node),
+        ("layout", &layout),
     ];
     let _: () = redis::cmd("HSET")
         .arg(&keys[0])
@@ -224,7 +236,7 @@ mod tests {
             names,
             [
                 "sale",
-                "replays",
+                "records",
                 "judged",
                 "written",
                 "reply (whole script)"

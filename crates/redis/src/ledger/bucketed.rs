@@ -177,16 +177,24 @@ impl RedisLedger {
         let short: Vec<usize> = sold_out(out).collect();
         let mut pipe = redis::pipe();
         pipe.cmd("HGET").arg(self.keys().sale(home)).arg("limit");
-        pipe.cmd("HMGET").arg(self.keys().buyers(home));
-        for &i in &short {
-            pipe.arg(reqs[i].user_id.0);
+        // Layout 1 keeps a buyer's units in the buyers hash, layout 2 in its record: a copy
+        // holds one of the two, so a buyer's units are their sum.
+        for key in [self.keys().buyers(home), self.keys().records(home)] {
+            pipe.cmd("HMGET").arg(key);
+            for &i in &short {
+                pipe.arg(reqs[i].user_id.0);
+            }
         }
         let mut conn = self.conn.clone();
-        let (limit, held): (Option<u64>, Vec<Option<u64>>) =
+        let (limit, held, records): (Option<u64>, Vec<Option<u64>>, Vec<Option<String>>) =
             bounded(Timeouts::HOT.call, pipe.query_async(&mut conn)).await?;
         let limit = limit.unwrap_or(u64::MAX);
-        for (&i, held) in short.iter().zip(held) {
-            if held.unwrap_or(0) + u64::from(reqs[i].quantity) > limit {
+        for ((&i, held), record) in short.iter().zip(held).zip(records) {
+            let in_record = match record {
+                Some(r) => crate::codec::record_held(&r).map_err(LedgerError::Internal)?,
+                None => 0,
+            };
+            if held.unwrap_or(0) + in_record + u64::from(reqs[i].quantity) > limit {
                 out[i] = PurchaseOutcome::Rejected(ErrorCode::LimitExceeded);
             }
         }

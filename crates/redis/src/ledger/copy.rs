@@ -30,6 +30,8 @@ impl RedisLedger {
             self.keys.orders(copy),
             self.keys.holds(copy),
             self.keys.events(copy),
+            self.keys.records(copy),
+            self.keys.batches(copy),
         ];
         let mut cmd = evalsha(&self.scripts.purchase, &keys);
         cmd.arg(reqs.len());
@@ -148,7 +150,8 @@ impl RedisLedger {
             .arg(sale.payment_timeout_ms)
             .arg(sale.starts_at_ms)
             .arg(sale.ends_at_ms)
-            .arg(sale.state.as_str());
+            .arg(sale.state.as_str())
+            .arg(if self.records { "2" } else { "1" });
         if let Some((buckets, salts)) = layout {
             inv.arg(buckets).arg(salts);
         }
@@ -168,13 +171,15 @@ impl RedisLedger {
         }
     }
 
-    fn resolve_key_list(&self, copy: CopyTag) -> [String; 5] {
+    fn resolve_key_list(&self, copy: CopyTag) -> [String; 7] {
         [
             self.keys.sale(copy),
             self.keys.buyers(copy),
             self.keys.orders(copy),
             self.keys.holds(copy),
             self.keys.events(copy),
+            self.keys.records(copy),
+            self.keys.batches(copy),
         ]
     }
 

@@ -9,7 +9,6 @@ use flashsale_core::{
 
 use super::setup::RedisLedger;
 use crate::codec::decode_order;
-use crate::conn::{bounded, Timeouts};
 
 #[async_trait]
 impl HotLedger for RedisLedger {
@@ -145,12 +144,13 @@ impl HotLedger for RedisLedger {
 
     async fn order(&self, order_no: &OrderNo) -> Result<Option<HotOrder>, LedgerError> {
         let copy = self.layout(order_no.sku()).await?.copy_of_order(order_no);
-        let mut conn = self.conn.clone();
-        let cmd = redis::cmd("HGET")
-            .arg(self.keys.orders(copy))
-            .arg(order_no.to_string())
-            .clone();
-        let v: Option<String> = bounded(Timeouts::HOT.call, cmd.query_async(&mut conn)).await?;
+        let mut inv = self.scripts.order.prepare_invoke();
+        inv.key(self.keys.sale(copy))
+            .key(self.keys.orders(copy))
+            .key(self.keys.records(copy))
+            .key(self.keys.batches(copy))
+            .arg(order_no.to_string());
+        let v: Option<String> = self.run("order", &inv).await?;
         v.map(|encoded| decode_order(&order_no.to_string(), &encoded))
             .transpose()
             .map_err(LedgerError::Internal)

@@ -21,6 +21,9 @@ pub struct RedisLedger {
     pub(super) replication: Option<Replication>,
     /// Sales of several buckets, when this ledger takes them ([`RedisLedger::with_buckets`]).
     pub(crate) buckets: Option<BucketTable>,
+    /// The key layout of the copies this ledger loads ([`RedisLedger::with_records`]); it
+    /// serves a copy of either layout, as the copy says.
+    pub(crate) records: bool,
 }
 
 /// Longest WAIT timeout: below the connection's response timeout, so a WAIT that times out
@@ -59,6 +62,7 @@ impl RedisLedger {
             restock,
             replication: None,
             buckets: None,
+            records: false,
         })
     }
 
@@ -80,6 +84,17 @@ impl RedisLedger {
     /// bucket; the hot path (purchases, transfers, holds) is complete.
     pub fn with_buckets(mut self) -> Self {
         self.buckets = Some(BucketTable::default());
+        self
+    }
+
+    /// Loads every copy (a warm, a rebuild) in layout 2: one record per buyer, read and written
+    /// once per purchase (`scripts/records.lua`), instead of the requests, orders and buyers
+    /// hashes of layout 1. Copies already loaded keep their layout until their next load; this
+    /// ledger serves both. Off by default: a release before this one serves a copy of layout 2
+    /// as if it held no buyer (docs/DEPLOY.md, "Rolling upgrades"), so turn it on once no
+    /// instance of an older release runs beside this one.
+    pub fn with_records(mut self) -> Self {
+        self.records = true;
         self
     }
 

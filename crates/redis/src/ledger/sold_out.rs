@@ -2,10 +2,11 @@
 
 use async_trait::async_trait;
 use flashsale_core::ledger::{RestockFeed, RestockListener};
-use flashsale_core::{LedgerError, RequestKey, SkuId, SoldOutSupport};
+use flashsale_core::{LedgerError, RequestKey, SkuId, SoldOutSupport, UserId};
 
 use super::layout::epochs_version;
 use super::setup::RedisLedger;
+use crate::codec::parse_record;
 use crate::conn::{bounded, Timeouts};
 use crate::keys::CopyTag;
 use crate::restock::RestockHub;
@@ -28,13 +29,27 @@ impl SoldOutSupport for RedisLedger {
     }
 
     async fn is_accepted(&self, sku: SkuId, key: &RequestKey) -> Result<bool, LedgerError> {
+        // Either layout: the key in layout 1's requests hash, or the request id among the
+        // buyer's record's orders in layout 2 (a copy holds one of the two).
         let copy = self.layout(sku).await?.home(key.user);
         let mut conn = self.conn.clone();
-        let cmd = redis::cmd("HEXISTS")
+        let mut pipe = redis::pipe();
+        pipe.cmd("HEXISTS")
             .arg(self.keys.requests(copy))
             .arg(key.to_string())
-            .clone();
-        bounded(Timeouts::HOT.call, cmd.query_async(&mut conn)).await
+            .cmd("HGET")
+            .arg(self.keys.records(copy))
+            .arg(key.user.0);
+        let (hashed, record): (bool, Option<String>) =
+            bounded(Timeouts::HOT.call, pipe.query_async(&mut conn)).await?;
+        let in_record = match record {
+            Some(r) => parse_record(&r)
+                .map_err(LedgerError::Internal)?
+                .iter()
+                .any(|o| o.request_id == key.request_id),
+            None => false,
+        };
+        Ok(hashed || in_record)
     }
 
     /// The copy's epoch and its accepted requests; for a sale of several buckets, a version
@@ -69,49 +84,61 @@ impl SoldOutSupport for RedisLedger {
 }
 
 impl RedisLedger {
-    /// The accepted request keys of one copy, `None` when more than `max` or not warm.
+    /// The accepted request keys of one copy, `None` when more than `max` or not warm. A
+    /// copy holds them in layout 1's requests hash or in layout 2's buyer records.
     async fn accepted_keys_copy(
         &self,
         copy: CopyTag,
         max: usize,
     ) -> Result<Option<Vec<RequestKey>>, LedgerError> {
-        let sku = copy.sku;
-        let mut conn = self.conn.clone();
-        let mut pipe = redis::pipe();
-        pipe.cmd("EXISTS")
-            .arg(self.keys.sale(copy))
-            .cmd("HLEN")
-            .arg(self.keys.requests(copy));
-        let (warm, len): (bool, usize) =
-            bounded(Timeouts::HOT.call, pipe.query_async(&mut conn)).await?;
-        if !warm || len > max {
+        let Some((_, len)) = self.accepted_count_copy(copy).await? else {
+            return Ok(None);
+        };
+        if len > max {
             return Ok(None);
         }
-        let cmd = redis::cmd("HKEYS").arg(self.keys.requests(copy)).clone();
-        let keys: Vec<String> = bounded(Timeouts::HOT.call, cmd.query_async(&mut conn)).await?;
+        let mut conn = self.conn.clone();
+        let mut pipe = redis::pipe();
+        pipe.cmd("HKEYS")
+            .arg(self.keys.requests(copy))
+            .cmd("HGETALL")
+            .arg(self.keys.records(copy));
+        let (hashed, records): (Vec<String>, Vec<(u64, String)>) =
+            bounded(Timeouts::HOT.call, pipe.query_async(&mut conn)).await?;
+        let sku = copy.sku;
+        let bad = |what: String| LedgerError::Internal(format!("sale {sku}: {what}"));
+        let mut keys = (hashed.iter())
+            .map(|k| RequestKey::parse(k).ok_or_else(|| bad(format!("bad request key {k:?}"))))
+            .collect::<Result<Vec<_>, _>>()?;
+        for (user, record) in &records {
+            for order in parse_record(record).map_err(bad)? {
+                keys.push(RequestKey {
+                    user: UserId(*user),
+                    request_id: order.request_id,
+                });
+            }
+        }
         if keys.len() > max {
             return Ok(None);
         }
-        let parse = |k: &String| {
-            RequestKey::parse(k)
-                .ok_or_else(|| LedgerError::Internal(format!("sale {sku}: bad request key {k:?}")))
-        };
-        keys.iter().map(parse).collect::<Result<_, _>>().map(Some)
+        Ok(Some(keys))
     }
 
+    /// The copy's epoch and how many requests it accepted: layout 1's requests hash's length,
+    /// or layout 2's count in the sale's hash (a copy holds one of the two).
     async fn accepted_count_copy(
         &self,
         copy: CopyTag,
     ) -> Result<Option<(u64, usize)>, LedgerError> {
         let mut conn = self.conn.clone();
         let mut pipe = redis::pipe();
-        pipe.cmd("HGET")
+        pipe.cmd("HMGET")
             .arg(self.keys.sale(copy))
-            .arg("epoch")
+            .arg(&["epoch", "accepted"])
             .cmd("HLEN")
             .arg(self.keys.requests(copy));
-        let (epoch, len): (Option<u64>, usize) =
+        let ((epoch, counted), len): ((Option<u64>, Option<usize>), usize) =
             bounded(Timeouts::HOT.call, pipe.query_async(&mut conn)).await?;
-        Ok(epoch.map(|e| (e, len)))
+        Ok(epoch.map(|e| (e, len + counted.unwrap_or(0))))
     }
 }

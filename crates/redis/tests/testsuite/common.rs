@@ -39,6 +39,33 @@ impl TestLedger {
         }
     }
 
+    /// A ledger that loads copies in layout 2 (one record per buyer).
+    pub async fn with_records() -> TestLedger {
+        let t = TestLedger::new().await;
+        let ledger = RedisLedger::connect(&shared_url(), &t.prefix)
+            .await
+            .expect("connect to the shared redis")
+            .with_records();
+        TestLedger {
+            ledger: Arc::new(ledger),
+            prefix: t.prefix,
+        }
+    }
+
+    /// A ledger that takes sales of several buckets and loads them in layout 2.
+    pub async fn with_buckets_and_records() -> TestLedger {
+        let t = TestLedger::with_records().await;
+        let ledger = RedisLedger::connect(&shared_url(), &t.prefix)
+            .await
+            .expect("connect to the shared redis")
+            .with_records()
+            .with_buckets();
+        TestLedger {
+            ledger: Arc::new(ledger),
+            prefix: t.prefix,
+        }
+    }
+
     pub fn dyn_ledger(&self) -> Arc<dyn Ledger> {
         self.ledger.clone()
     }

@@ -4,17 +4,20 @@ use crate::common::TestLedger;
 use flashsale_testkit::conformance;
 
 macro_rules! conformance_test {
-    ($($name:ident),* $(,)?) => {$(
+    ($ledger:expr; $($name:ident),* $(,)?) => {$(
         #[tokio::test]
         async fn $name() {
-            let t = TestLedger::new().await;
+            let t = $ledger.await;
             conformance::$name(t.ledger.as_ref()).await;
             t.cleanup().await;
         }
     )*};
 }
 
-conformance_test!(
+/// The checks of one ledger, on copies of layout 1 (the default) or of layout 2.
+macro_rules! conformance_tests {
+    ($ledger:expr) => {
+        conformance_test!($ledger;
     accepts_until_sold_out,
     per_user_limit_counts_units,
     window_and_state_are_judged,
@@ -30,7 +33,39 @@ conformance_test!(
     one_resolution_per_reservation,
     direct_orders_are_already_resolved,
     restock_is_announced,
-);
+        );
+    };
+}
+
+conformance_tests!(TestLedger::new());
+
+/// Every check on copies of layout 2 (one record per buyer), with and without buckets.
+mod records {
+    use super::*;
+
+    conformance_tests!(TestLedger::with_records());
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn concurrent_buyers_keep_invariants() {
+        let t = TestLedger::with_records().await;
+        conformance::concurrent_buyers_keep_invariants(t.dyn_ledger()).await;
+        t.cleanup().await;
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn run_all_on_one_ledger() {
+        let t = TestLedger::with_records().await;
+        conformance::run_all(t.dyn_ledger()).await;
+        t.cleanup().await;
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn run_all_with_buckets_on_one_redis() {
+        let t = TestLedger::with_buckets_and_records().await;
+        conformance::run_all(t.dyn_ledger()).await;
+        t.cleanup().await;
+    }
+}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn concurrent_buyers_keep_invariants() {

@@ -8,6 +8,7 @@ mod common;
 mod conformance;
 mod failover;
 mod faults;
+mod layout;
 mod model;
 mod restock;
 mod restore;

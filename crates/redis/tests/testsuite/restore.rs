@@ -13,7 +13,15 @@ use flashsale_testkit::conformance::{
 
 #[tokio::test]
 async fn restored_orders_keep_replays_limits_and_holds() {
-    let t = TestLedger::new().await;
+    restore_keeps_replays_limits_and_holds(TestLedger::new().await).await;
+}
+
+#[tokio::test]
+async fn restored_orders_keep_replays_limits_and_holds_in_buyer_records() {
+    restore_keeps_replays_limits_and_holds(TestLedger::with_records().await).await;
+}
+
+async fn restore_keeps_replays_limits_and_holds(t: TestLedger) {
     let l = t.ledger.as_ref();
     let sale = live_sale(SaleMode::Reserve, 10, 2);
     let sku = warm(l, &sale).await;
@@ -42,6 +50,10 @@ async fn restored_orders_keep_replays_limits_and_holds() {
         "idempotent"
     );
     l.open(sku, 2, SaleState::Live).await.unwrap();
+    for o in &orders {
+        let now = l.order(&o.order_no).await.unwrap();
+        assert_eq!(now.as_ref(), Some(o), "restored as it was");
+    }
 
     match buy(l, sku, 1, "a", 2).await {
         PurchaseOutcome::Accepted { order, replayed } => {

@@ -8,13 +8,15 @@ use redis::{RedisResult, Script, Value};
 
 fn purchase_call(keys: &Keys, sku: SkuId, argv: &[&str]) -> redis::Cmd {
     let mut cmd = redis::cmd("EVAL");
-    cmd.arg(scripts::PURCHASE).arg(6);
+    cmd.arg(scripts::PURCHASE).arg(8);
     cmd.arg(keys.sale(sku))
         .arg(keys.buyers(sku))
         .arg(keys.requests(sku))
         .arg(keys.orders(sku))
         .arg(keys.holds(sku))
-        .arg(keys.events(sku));
+        .arg(keys.events(sku))
+        .arg(keys.records(sku))
+        .arg(keys.batches(sku));
     cmd.arg(argv);
     cmd
 }
@@ -22,10 +24,16 @@ fn purchase_call(keys: &Keys, sku: SkuId, argv: &[&str]) -> redis::Cmd {
 async fn state_of(conn: &mut redis::aio::MultiplexedConnection, keys: &Keys, sku: SkuId) -> Value {
     let mut pipe = redis::pipe();
     pipe.cmd("HGETALL").arg(keys.sale(sku));
-    for key in [keys.buyers(sku), keys.requests(sku), keys.orders(sku)] {
+    for key in [
+        keys.buyers(sku),
+        keys.requests(sku),
+        keys.orders(sku),
+        keys.records(sku),
+    ] {
         pipe.cmd("HLEN").arg(key);
     }
     pipe.cmd("ZCARD").arg(keys.holds(sku));
+    pipe.cmd("ZCARD").arg(keys.batches(sku));
     pipe.cmd("XLEN").arg(keys.events(sku));
     pipe.query_async(conn).await.expect("state")
 }
@@ -124,15 +132,19 @@ async fn malformed_calls_are_refused_before_any_write() {
         ),
         (
             scripts::RESOLVE,
-            five_keys(&keys, sku),
+            resolve_keys(&keys, sku),
             vec!["1-1-1", "7", "expired"],
         ),
-        (scripts::RESOLVE, five_keys(&keys, sku), vec!["1-1-1", "7"]),
-        (scripts::EXPIRE_DUE, five_keys(&keys, sku), vec!["0"]),
+        (
+            scripts::RESOLVE,
+            resolve_keys(&keys, sku),
+            vec!["1-1-1", "7"],
+        ),
+        (scripts::EXPIRE_DUE, resolve_keys(&keys, sku), vec!["0"]),
         (scripts::SET_STATE, vec![keys.sale(sku)], vec!["bogus"]),
         (
             scripts::RESOLVE,
-            five_keys(&keys, sku),
+            resolve_keys(&keys, sku),
             vec!["not-an-order", "7", "cancelled"],
         ),
         (
@@ -161,13 +173,15 @@ fn restore_keys(keys: &Keys, sku: SkuId) -> Vec<String> {
     keys.copy_state(sku).to_vec()
 }
 
-fn five_keys(keys: &Keys, sku: SkuId) -> Vec<String> {
+fn resolve_keys(keys: &Keys, sku: SkuId) -> Vec<String> {
     vec![
         keys.sale(sku),
         keys.buyers(sku),
         keys.orders(sku),
         keys.holds(sku),
         keys.events(sku),
+        keys.records(sku),
+        keys.batches(sku),
     ]
 }
 
@@ -179,10 +193,10 @@ async fn load_validates_its_arguments_and_replaces_only_older_copies() {
     let mut conn = raw().await;
     let k = keys.copy_state(sku);
     let good = [
-        "77", "10", "10", "0", "0", "0", "1", "1", "direct", "0", "0", "100", "live",
+        "77", "10", "10", "0", "0", "0", "1", "1", "direct", "0", "0", "100", "live", "1",
     ];
     let script = Script::new(scripts::LOAD);
-    let load = |argv: [&'static str; 13], mut conn: redis::aio::MultiplexedConnection| {
+    let load = |argv: [&'static str; 14], mut conn: redis::aio::MultiplexedConnection| {
         let (script, k) = (&script, &k);
         async move { script.key(k).arg(&argv).invoke_async(&mut conn).await }
     };
@@ -197,6 +211,7 @@ async fn load_validates_its_arguments_and_replaces_only_older_copies() {
         (11, "0"),
         (12, "open"),
         (11, "9007199254740993"),
+        (13, "3"),
     ];
     for (i, value) in bad_at {
         let mut argv = good;

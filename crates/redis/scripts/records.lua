@@ -1,0 +1,84 @@
+-- Prelude of the scripts that read or write buyer records (scripts.rs puts it after node.lua).
+-- A copy loaded with layout 2 (its hash's `layout` field; load.lua) keeps one record per buyer
+-- instead of the `requests`, `orders` and `buyers` hashes: field <user> of the `rec` hash holds
+-- the buyer's orders, so a purchase reads a buyer once and writes it once. The replays are the
+-- orders' request ids, the units held the sum of the live orders' quantities. One order:
+--   request_id,epoch,seq,quantity,S[,deadline_ms]      orders joined by ';'
+-- S is one letter of its status (REC_LETTER). The order number is <sku>-<epoch>-<seq>. What a
+-- purchase call shares is not repeated per order: the batch (`seqs` zset, one member per call,
+-- scored by its first seq: `<first_seq>:<at_ms>:<user>,<user>,...` in seq order) names the buyer
+-- of each seq and the creation time of its order; the deadline of a hold is its creation time
+-- plus the sale's timeout, stored with the order only when it is not (an order restored from
+-- the database). A restored order is a batch of one.
+local REC_LETTER = { CREATED = 'C', RESERVED = 'R', PAID = 'P', CANCELLED = 'X', EXPIRED = 'E',
+  PENDING = 'N', REJECTED = 'J' }
+local REC_STATUS = {}
+for status, letter in pairs(REC_LETTER) do REC_STATUS[letter] = status end
+-- Units of these count against the per-user limit.
+local REC_LIVE = { C = true, R = true, P = true, N = true }
+
+-- The orders of a record, in the order they were taken.
+local function rec_orders(rec)
+  local out = {}
+  if not rec then return out end
+  for rid, e, s, q, st, dl in string.gmatch(rec,
+      '([%w_%-]+),(%d+),(%d+),(%d+),(%u),?(%-?%d*)') do
+    out[#out + 1] = { rid = rid, epoch = e, seq = s, q = q, st = st, dl = dl }
+  end
+  return out
+end
+
+-- One order of a record, as stored.
+local function rec_order(o)
+  local s = o.rid .. ',' .. o.epoch .. ',' .. o.seq .. ',' .. o.q .. ',' .. o.st
+  if o.dl ~= '' then s = s .. ',' .. o.dl end
+  return s
+end
+
+local function rec_join(orders)
+  local parts = {}
+  for i, o in ipairs(orders) do parts[i] = rec_order(o) end
+  return table.concat(parts, ';')
+end
+
+-- Units held in live orders.
+local function rec_held(orders)
+  local held = 0
+  for _, o in ipairs(orders) do
+    if REC_LIVE[o.st] then held = held + tonumber(o.q) end
+  end
+  return held
+end
+
+local function rec_find(orders, epoch, seq)
+  for _, o in ipairs(orders) do
+    if o.epoch == epoch and o.seq == seq then return o end
+  end
+  return nil
+end
+
+-- The buyer of seq `seq` and its order's creation time (ms), from the batch that took it;
+-- nil when no batch of this copy took it.
+local function rec_batch_of(k_seqs, seq)
+  local m = redis.call('ZREVRANGEBYSCORE', k_seqs, seq, '-inf', 'LIMIT', '0', '1')[1]
+  if not m then return nil end
+  local first, at, users = string.match(m, '^(%d+):(%-?%d+):(.*)$')
+  if not first then return nil end
+  local skip = tonumber(seq) - tonumber(first)
+  for u in string.gmatch(users, '[^,]+') do
+    if skip == 0 then return u, at end
+    skip = skip - 1
+  end
+  return nil
+end
+
+-- An order as the `orders` hash of layout 1 encodes it (what the service decodes):
+-- user:request_id:quantity:status:deadline_ms:created_at_ms. `mode`, `timeout_ms`: the sale's.
+local function rec_encode(user, o, created, mode, timeout_ms)
+  local dl = o.dl
+  if dl == '' then
+    dl = (mode == 'reserve') and string.format('%d', tonumber(created) + timeout_ms) or '0'
+  end
+  return user .. ':' .. o.rid .. ':' .. o.q .. ':' .. REC_STATUS[o.st] .. ':' .. dl .. ':'
+    .. created
+end

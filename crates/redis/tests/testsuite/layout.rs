@@ -1,0 +1,144 @@
+//! The key layouts of a copy: layout 2 keeps one record per buyer (and one batch member per
+//! purchase call) instead of layout 1's requests, orders and buyers hashes; a ledger serves a
+//! copy of either layout, and its next load gives the copy the ledger's own.
+
+use crate::common::{raw, TestLedger};
+use flashsale_core::{
+    Counters, HotCopies, HotLedger, OrderNo, OrderStatus, PurchaseOutcome, SaleMode, SaleState,
+    SoldOutSupport, UserId,
+};
+use flashsale_redis::{Keys, RedisLedger};
+use flashsale_testkit::conformance::{buy, buy_ok, live_sale, req, stock, warm};
+use flashsale_testkit::redis_server::shared_url;
+
+/// How many fields (or members) each key of a copy holds: requests, orders, buyers, records,
+/// batches.
+async fn sizes(keys: &Keys, sku: flashsale_core::SkuId) -> [i64; 5] {
+    let mut conn = raw().await;
+    let mut pipe = redis::pipe();
+    for key in [
+        keys.requests(sku),
+        keys.orders(sku),
+        keys.buyers(sku),
+        keys.records(sku),
+    ] {
+        pipe.cmd("HLEN").arg(key);
+    }
+    pipe.cmd("ZCARD").arg(keys.batches(sku));
+    let got: (i64, i64, i64, i64, i64) = pipe.query_async(&mut conn).await.unwrap();
+    [got.0, got.1, got.2, got.3, got.4]
+}
+
+#[tokio::test]
+async fn a_purchase_writes_one_record_per_buyer_and_one_batch_per_call() {
+    let t = TestLedger::with_records().await;
+    let l = t.ledger.as_ref();
+    let keys = t.ledger.keys().clone();
+    let sku = warm(l, &live_sale(SaleMode::Reserve, 100, 3)).await;
+    let batch: Vec<_> = (1..=40)
+        .map(|u| req(sku, u, &format!("r{u}"), 1))
+        .chain([req(sku, 1, "again", 2), req(sku, 1, "r1", 1)])
+        .collect();
+    let out = l.purchase_batch(sku, &batch).await.unwrap();
+    assert!(out[..41].iter().all(|o| matches!(
+        o,
+        PurchaseOutcome::Accepted {
+            replayed: false,
+            ..
+        }
+    )));
+    assert!(matches!(
+        &out[41],
+        PurchaseOutcome::Accepted { replayed: true, order } if order.request_id.as_str() == "r1"
+    ));
+    assert_eq!(sizes(&keys, sku).await, [0, 0, 0, 40, 1]);
+    let mut conn = raw().await;
+    let record: String = redis::cmd("HGET")
+        .arg(keys.records(sku))
+        .arg(1)
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(record, format!("r1,1,1,1,R;again,1,41,2,R"));
+
+    // The order's fields that follow from the request and the batch come back whole.
+    let PurchaseOutcome::Accepted { order, .. } = &out[40] else {
+        unreachable!()
+    };
+    assert_eq!(
+        l.order(&order.order_no).await.unwrap().as_ref(),
+        Some(order)
+    );
+    assert_eq!(
+        order.deadline_ms - order.created_at_ms,
+        live_sale(SaleMode::Reserve, 1, 1).payment_timeout_ms as i64
+    );
+    let seqless = OrderNo::parse(&format!("{sku}-1-99")).unwrap();
+    assert_eq!(l.order(&seqless).await.unwrap(), None);
+    let other_epoch = OrderNo::parse(&format!("{sku}-2-1")).unwrap();
+    assert_eq!(l.order(&other_epoch).await.unwrap(), None);
+
+    // A cancel gives the units back through the record: the buyer may buy them again.
+    l.cancel(&order.order_no, UserId(1)).await.unwrap().unwrap();
+    buy_ok(l, sku, 1, "third", 2).await;
+    assert_eq!(l.accepted_count(sku).await.unwrap(), Some((1, 42)));
+    t.cleanup().await;
+}
+
+/// A copy loaded by a ledger of layout 1 (as a release before layout 2 loads it) is served by
+/// a ledger that loads layout 2 as it is; the next load (a rebuild) gives it layout 2, with
+/// the orders restored from the database.
+#[tokio::test]
+async fn a_copy_of_layout_1_is_served_as_it_is_until_its_next_load() {
+    let old = TestLedger::new().await;
+    let new = RedisLedger::connect(&shared_url(), &old.prefix)
+        .await
+        .unwrap()
+        .with_records();
+    let sale = live_sale(SaleMode::Direct, 10, 2);
+    let sku = warm(old.ledger.as_ref(), &sale).await;
+    let a = buy_ok(old.ledger.as_ref(), sku, 1, "a", 1).await;
+    match buy(&new, sku, 1, "a", 1).await {
+        PurchaseOutcome::Accepted { order, replayed } => assert!(replayed && order == a),
+        other => panic!("{other:?}"),
+    }
+    let b = buy_ok(&new, sku, 1, "b", 1).await;
+    assert_eq!(sizes(old.ledger.keys(), sku).await, [2, 2, 1, 0, 0]);
+    assert_eq!(new.order(&b.order_no).await.unwrap(), Some(b.clone()));
+    assert_eq!(new.accepted_count(sku).await.unwrap(), Some((1, 2)));
+
+    // The rebuild: a new epoch, the database's orders restored into layout 2.
+    let counters: Counters = new.counters(sku).await.unwrap().unwrap();
+    new.load(&sale, &counters, 2).await.unwrap();
+    assert_eq!(
+        new.restore_orders(sku, 2, &[a.clone(), b.clone()])
+            .await
+            .unwrap(),
+        2
+    );
+    new.open(sku, 2, SaleState::Live).await.unwrap();
+    assert_eq!(sizes(old.ledger.keys(), sku).await, [0, 0, 0, 1, 2]);
+    for o in [&a, &b] {
+        assert_eq!(new.order(&o.order_no).await.unwrap().as_ref(), Some(o));
+    }
+    match buy(&new, sku, 1, "b", 1).await {
+        PurchaseOutcome::Accepted { order, replayed } => assert!(replayed && order == b),
+        other => panic!("{other:?}"),
+    }
+    let c = buy(&new, sku, 1, "c", 1).await;
+    assert!(
+        matches!(
+            c,
+            PurchaseOutcome::Rejected(flashsale_core::ErrorCode::LimitExceeded)
+        ),
+        "{c:?}"
+    );
+    assert_eq!(stock(&new, sku).await, (8, 0, 2, 2));
+    assert_eq!(new.accepted_count(sku).await.unwrap(), Some((2, 2)));
+    let mut keys = new.accepted_keys(sku, 10).await.unwrap().unwrap();
+    keys.sort_by(|x, y| x.request_id.as_str().cmp(y.request_id.as_str()));
+    let rids: Vec<&str> = keys.iter().map(|k| k.request_id.as_str()).collect();
+    assert_eq!(rids, ["a", "b"]);
+    assert_eq!(b.status, OrderStatus::Created);
+    old.cleanup().await;
+}
