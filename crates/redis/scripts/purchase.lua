@@ -3,12 +3,16 @@
 -- KEYS: 1 sale, 2 buyers, 3 requests, 4 orders, 5 holds, 6 events, 7 rec, 8 seqs (all tagged
 --       {<sku>}); a copy of layout 1 uses 2-4, one of layout 2 (records.lua) 7 and 8.
 -- ARGV: n, then n times: user_id, request_id, quantity
--- Returns one flat array, three fields per request, in order:
---   'A', order_no, encoded_order     accepted now
---   'R', order_no, encoded_order     replay of an accepted request (no change)
---   'X', CODE, ''                    rejected (no change)
+-- Returns what the caller cannot tell from its own requests: the copy's epoch, the status of
+-- an order taken now, its deadline_ms and created_at_ms (shared by every order the call takes:
+-- an order taken now is <sku>-<epoch>-<seq> of the request's user, request id and quantity),
+-- then one value per request, in order:
+--   seq                              accepted now
+--   -seq                             a replay of the request accepted now at seq
+--   {order_no, encoded_order}        a replay of a request accepted before (no change)
+--   CODE                             rejected (no change)
 -- Error replies: 'NOT_WARMED' (no sale hash), 'INVALID_ARGS' (malformed call, no change).
--- A fenced copy (a rebuild is replacing it) answers 'X', 'UNAVAILABLE' to every new request.
+-- A fenced copy (a rebuild is replacing it) answers 'UNAVAILABLE' to every new request.
 -- Encoded order: user:request_id:quantity:status:deadline_ms:created_at_ms
 --
 -- Cost per request is what bounds a spike, so every check of the whole batch runs against
@@ -108,24 +112,23 @@ local status_new = (mode == 'reserve') and 'RESERVED' or 'CREATED'
 local deadline = (mode == 'reserve') and now + timeout_ms or 0
 local now_s, deadline_s = int(now), int(deadline)
 local order_prefix = sku .. '-' .. epoch .. '-'
-local accepted_at = {}  -- request key -> index in this batch of its acceptance
-local out = {}
+local accepted_at = {}  -- request key -> seq of its acceptance in this call
+-- The reply: its head, then request i's answer at HEAD + i.
+local HEAD = 4
+local out = { epoch, status_new, deadline_s, now_s }
 -- The stream entry's lists (one value per accepted request) and its first seq.
 local ev_users, ev_rids, ev_qs, ev_n, first_seq = {}, {}, {}, 0, nil
 
--- Counts the units and the event of request i; every check for it is done. Returns the
--- order number, its seq and the encoded order.
-local function take(user, rid, rkey, i, qs, q)
+-- Counts the units and the event of a request; every check for it is done. Returns its seq.
+local function take(user, rid, rkey, qs, q)
   seq = seq + 1
   available = available - q
   if mode == 'reserve' then reserved = reserved + q else sold = sold + q end
-  local seq_s = int(seq)
-  accepted_at[rkey] = i
+  accepted_at[rkey] = seq
   ev_n = ev_n + 1
   ev_users[ev_n], ev_rids[ev_n], ev_qs[ev_n] = user, rid, qs
-  first_seq = first_seq or seq_s
-  return order_prefix .. seq_s, seq_s, user .. ':' .. rid .. ':' .. qs .. ':' .. status_new
-    .. ':' .. deadline_s .. ':' .. now_s
+  first_seq = first_seq or seq
+  return seq
 end
 
 -- Judges request i once its replay is ruled out: the window, the quantity, the stock and the
@@ -142,15 +145,15 @@ local function judge(i, held)
   return nil, q
 end
 
--- The writes every accepted batch makes, whatever the layout: the stream entry, the holds
--- and the counters.
-local function write_common()
+-- The writes every accepted batch makes, whatever the layout: the stream entry (its users
+-- also name the buyers of layout 2's batch member), the holds and the counters.
+local function write_common(users)
   local concat = table.concat
+  local first = int(first_seq)
   -- 'v': the entry's format version, so a reader that cannot read it waits on it.
   redis.call('XADD', K_EVENTS, '*', 'v', entry_v, 'sku_id', sku, 'epoch', epoch, 'kind', 'deducted',
-    'first_seq', first_seq, 'n', int(ev_n), 'at_ms', now_s, 'deadline_ms', deadline_s,
-    'users', concat(ev_users, ','), 'request_ids', concat(ev_rids, ','),
-    'quantities', concat(ev_qs, ','))
+    'first_seq', first, 'n', int(ev_n), 'at_ms', now_s, 'deadline_ms', deadline_s,
+    'users', users, 'request_ids', concat(ev_rids, ','), 'quantities', concat(ev_qs, ','))
   if mode == 'reserve' then
     local holds = {}
     for k = 1, ev_n do
@@ -167,24 +170,25 @@ end
 
 -- Layout 2: one record per buyer (records.lua).
 local function purchase_records()
-  local users, seen = {}, {}
+  -- One look-up of every buyer of the batch (a buyer twice is read twice: no dedup table).
+  local users, m = {}, 0
   for i = 1, n do
     if rkeys[i] then
-      local user = ARGV[3 * i - 1]
-      if not seen[user] then
-        seen[user] = true
-        users[#users + 1] = user
-      end
+      m = m + 1
+      users[m] = ARGV[3 * i - 1]
     end
   end
   local rec_of = {}
-  if #users > 0 then
+  if m > 0 then
     local got = redis.call('HMGET', K_REC, unpack(users))
-    for j = 1, #users do rec_of[users[j]] = got[j] end
+    for j = 1, m do
+      if got[j] then rec_of[users[j]] = got[j] end
+    end
   end
 --@stage records
   local letter = REC_LETTER[status_new]
-  local orders_of, held_of, changed, new_rec = {}, {}, {}, {}
+  -- Per buyer: its stored orders (parsed on first need), units held, and record to write.
+  local orders_of, held_of, new_rec, changed = {}, {}, {}, {}
   local function orders(user)
     local o = orders_of[user]
     if not o then
@@ -209,30 +213,28 @@ local function purchase_records()
     return nil
   end
   for i = 1, n do
-    local rkey = rkeys[i]
-    local tag, a, b = 'X', 'INVALID_REQUEST', ''
+    local rkey, answer = rkeys[i], 'INVALID_REQUEST'
     if rkey then
       local user, rid = ARGV[3 * i - 1], ARGV[3 * i]
-      local j, o = accepted_at[rkey], nil
-      if not j then o = prior(user, rid) end
+      local j = accepted_at[rkey]
+      local o = not j and prior(user, rid)
       if j then
-        tag, a, b = 'R', out[3 * j - 1], out[3 * j]
+        answer = -j
       elseif o then
         local _, at = rec_batch_of(K_SEQS, o.seq)
-        tag, a = 'R', sku .. '-' .. o.epoch .. '-' .. o.seq
-        b = rec_encode(user, o, at or '0', mode, timeout_ms)
+        answer = { sku .. '-' .. o.epoch .. '-' .. o.seq,
+          rec_encode(user, o, at or '0', mode, timeout_ms) }
       else
         local code, q = judge(i, held)
         if code then
-          a = code
+          answer = code
         else
-          local qs, seq_s = ARGV[3 * i + 1], nil
-          tag = 'A'
-          a, seq_s, b = take(user, rid, rkey, i, qs, q)
+          local qs = ARGV[3 * i + 1]
+          answer = take(user, rid, rkey, qs, q)
           held_of[user] = held(user) + q
-          local entry = rid .. ',' .. epoch .. ',' .. seq_s .. ',' .. qs .. ',' .. letter
+          local entry = rid .. ',' .. epoch .. ',' .. int(answer) .. ',' .. qs .. ',' .. letter
           local cur = new_rec[user]
-          if cur == nil then
+          if not cur then
             cur = rec_of[user]
             changed[#changed + 1] = user
           end
@@ -240,7 +242,7 @@ local function purchase_records()
         end
       end
     end
-    out[3 * i - 2], out[3 * i - 1], out[3 * i] = tag, a, b
+    out[HEAD + i] = answer
   end
 --@stage judged
   if ev_n == 0 then return end
@@ -249,9 +251,10 @@ local function purchase_records()
     recs[2 * k - 1], recs[2 * k] = user, new_rec[user]
   end
   redis.call('HSET', K_REC, unpack(recs))
-  redis.call('ZADD', K_SEQS, first_seq,
-    first_seq .. ':' .. now_s .. ':' .. table.concat(ev_users, ','))
-  write_common()
+  local users_s = table.concat(ev_users, ',')
+  local first = int(first_seq)
+  redis.call('ZADD', K_SEQS, first, first .. ':' .. now_s .. ':' .. users_s)
+  write_common(users_s)
 end
 
 -- Layout 1: the requests, orders and buyers hashes (a copy loaded by an older release, or
@@ -288,39 +291,39 @@ local function purchase_hashes()
     return held_of[user]
   end
   for i = 1, n do
-    local rkey = rkeys[i]
-    local tag, a, b = 'X', 'INVALID_REQUEST', ''
+    local rkey, answer = rkeys[i], 'INVALID_REQUEST'
     if rkey then
       local user, rid = ARGV[3 * i - 1], ARGV[3 * i]
       local j = accepted_at[rkey]
       local prior = prior_of[rkey]
       if j then
-        tag, a, b = 'R', out[3 * j - 1], out[3 * j]
+        answer = -j
       elseif prior then
-        tag, a, b = 'R', prior, redis.call('HGET', K_ORDERS, prior) or ''
+        answer = { prior, redis.call('HGET', K_ORDERS, prior) or '' }
       else
         local code, q = judge(i, held)
         if code then
-          a = code
+          answer = code
         else
-          local seq_s
-          tag = 'A'
-          a, seq_s, b = take(user, rid, rkey, i, ARGV[3 * i + 1], q)
+          answer = take(user, rid, rkey, ARGV[3 * i + 1], q)
           held_of[user] = held_of[user] + q
         end
       end
     end
-    out[3 * i - 2], out[3 * i - 1], out[3 * i] = tag, a, b
+    out[HEAD + i] = answer
   end
   if ev_n == 0 then return end
   -- One command per key. A user accepted twice is written twice with the same final units.
   local w = 0
   local requests, orders, buyers = {}, {}, {}
   for i = 1, n do
-    if out[3 * i - 2] == 'A' then
-      local order_no, user = out[3 * i - 1], ARGV[3 * i - 1]
+    local a = out[HEAD + i]
+    if type(a) == 'number' and a > 0 then
+      local user, rid, qs = ARGV[3 * i - 1], ARGV[3 * i], ARGV[3 * i + 1]
+      local order_no = order_prefix .. int(a)
       requests[w + 1], requests[w + 2] = rkeys[i], order_no
-      orders[w + 1], orders[w + 2] = order_no, out[3 * i]
+      orders[w + 1], orders[w + 2] = order_no, user .. ':' .. rid .. ':' .. qs .. ':'
+        .. status_new .. ':' .. deadline_s .. ':' .. now_s
       buyers[w + 1], buyers[w + 2] = user, int(held_of[user])
       w = w + 2
     end
@@ -328,7 +331,7 @@ local function purchase_hashes()
   redis.call('HSET', K_REQUESTS, unpack(requests))
   redis.call('HSET', K_ORDERS, unpack(orders))
   redis.call('HSET', K_BUYERS, unpack(buyers))
-  write_common()
+  write_common(table.concat(ev_users, ','))
 end
 
 if records then purchase_records() else purchase_hashes() end

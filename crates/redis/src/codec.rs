@@ -22,8 +22,8 @@
 use std::collections::HashMap;
 
 use flashsale_core::{
-    Event, EventKind, HotOrder, LedgerError, OrderNo, OrderStatus, RequestId, SkuId, TransferEvent,
-    TransferSide, UserId,
+    ErrorCode, Event, EventKind, HotOrder, LedgerError, OrderNo, OrderStatus, PurchaseOutcome,
+    PurchaseRequest, RequestId, SkuId, TransferEvent, TransferSide, UserId,
 };
 
 use crate::keys::CopyTag;
@@ -101,6 +101,77 @@ pub fn decode_order(order_no: &str, encoded: &str) -> Result<HotOrder, String> {
         created_at_ms: created.parse().map_err(|_| bad("created_at_ms"))?,
         order_no: no,
     })
+}
+
+/// Decodes `purchase.lua`'s reply to `reqs` (one call on one copy of sale `sku`): the head
+/// (epoch, status, deadline_ms and created_at_ms of every order taken now), then one answer per
+/// request: its seq (accepted now: the order is the request's, numbered
+/// `<sku>-<epoch>-<seq>`), minus the seq of a request of this call it repeats, an order
+/// accepted before (`[order_no, encoded]`), or the code of a refusal.
+pub fn purchase_outcomes(
+    sku: SkuId,
+    reqs: &[PurchaseRequest],
+    reply: &Value,
+) -> Result<Vec<PurchaseOutcome>, String> {
+    let bad = || format!("unexpected purchase reply {reply:?}");
+    let Value::Array(items) = reply else {
+        return Err(bad());
+    };
+    let [epoch, status, deadline, created, answers @ ..] = &items[..] else {
+        return Err(bad());
+    };
+    if answers.len() != reqs.len() {
+        return Err(format!(
+            "{} answers for {} requests",
+            answers.len(),
+            reqs.len()
+        ));
+    }
+    let text = |v: &Value| as_string(v).ok_or_else(bad);
+    let epoch: u64 = text(epoch)?.parse().map_err(|_| bad())?;
+    let status = OrderStatus::parse(&text(status)?).ok_or_else(bad)?;
+    let deadline_ms: i64 = text(deadline)?.parse().map_err(|_| bad())?;
+    let created_at_ms: i64 = text(created)?.parse().map_err(|_| bad())?;
+    let taken = |r: &PurchaseRequest, seq: u64| HotOrder {
+        order_no: OrderNo::new(sku, epoch, seq),
+        sku_id: sku,
+        user_id: r.user_id,
+        request_id: r.request_id.clone(),
+        quantity: r.quantity,
+        status,
+        deadline_ms,
+        created_at_ms,
+    };
+    let mut now: HashMap<i64, HotOrder> = HashMap::new();
+    let mut out = Vec::with_capacity(reqs.len());
+    for (r, answer) in reqs.iter().zip(answers) {
+        let outcome = match answer {
+            Value::Int(seq) if *seq > 0 => {
+                let order = taken(r, *seq as u64);
+                now.insert(*seq, order.clone());
+                PurchaseOutcome::Accepted {
+                    order,
+                    replayed: false,
+                }
+            }
+            Value::Int(seq) => PurchaseOutcome::Accepted {
+                order: now.get(&-seq).cloned().ok_or_else(bad)?,
+                replayed: true,
+            },
+            Value::Array(before) => {
+                let [no, encoded] = &before[..] else {
+                    return Err(bad());
+                };
+                PurchaseOutcome::Accepted {
+                    order: decode_order(&text(no)?, &text(encoded)?)?,
+                    replayed: true,
+                }
+            }
+            code => PurchaseOutcome::Rejected(ErrorCode::parse(&text(code)?).ok_or_else(bad)?),
+        };
+        out.push(outcome);
+    }
+    Ok(out)
 }
 
 /// One order of a buyer's record (a copy of layout 2, `scripts/records.lua`), as far as the
@@ -468,6 +539,72 @@ mod tests {
         assert_eq!(o.status, OrderStatus::Reserved);
         assert!(decode_order("42-1-7", "9:req:2:WHAT:0:0").is_err());
         assert!(decode_order("42-1-7", "9:req:2:CREATED:0").is_err());
+    }
+
+    #[test]
+    fn a_purchase_reply_gives_each_request_its_outcome() {
+        use redis::Value::{Array, BulkString, Int};
+        let text = |s: &str| BulkString(s.as_bytes().to_vec());
+        let sku = SkuId(42);
+        let req = |user: u64, rid: &str, quantity: u32| PurchaseRequest {
+            sku_id: sku,
+            user_id: UserId(user),
+            request_id: RequestId::parse(rid).unwrap(),
+            quantity,
+        };
+        let reqs = [
+            req(7, "a", 2),
+            req(7, "a", 1),
+            req(8, "b", 1),
+            req(9, "c", 1),
+        ];
+        let reply = Array(vec![
+            text("3"),
+            text("RESERVED"),
+            text("1700"),
+            text("1600"),
+            Int(17),
+            Int(-17),
+            Array(vec![text("42-2-5"), text("8:b:1:PAID:1500:1400")]),
+            text("SOLD_OUT"),
+        ]);
+        let out = purchase_outcomes(sku, &reqs, &reply).unwrap();
+        let PurchaseOutcome::Accepted { order, replayed } = &out[0] else {
+            panic!("{out:?}")
+        };
+        assert!(!replayed);
+        assert_eq!(order.order_no, OrderNo::new(sku, 3, 17));
+        assert_eq!(
+            (
+                order.quantity,
+                order.status,
+                order.deadline_ms,
+                order.created_at_ms
+            ),
+            (2, OrderStatus::Reserved, 1700, 1600)
+        );
+        assert_eq!(
+            out[1],
+            PurchaseOutcome::Accepted {
+                order: order.clone(),
+                replayed: true
+            },
+            "the first outcome, its quantity too"
+        );
+        assert!(
+            matches!(&out[2], PurchaseOutcome::Accepted { order, replayed: true }
+            if order.status == OrderStatus::Paid && order.order_no.to_string() == "42-2-5")
+        );
+        assert_eq!(out[3], PurchaseOutcome::Rejected(ErrorCode::SoldOut));
+        assert!(purchase_outcomes(sku, &reqs[..3], &reply).is_err());
+        let unknown = Array(vec![
+            text("3"),
+            text("CREATED"),
+            text("0"),
+            text("1"),
+            Int(-4),
+        ]);
+        assert!(purchase_outcomes(sku, &reqs[..1], &unknown).is_err());
     }
 
     #[test]

@@ -73,8 +73,14 @@ pub async fn run(args: StrategiesArgs) -> anyhow::Result<()> {
     let mut rows = Vec::new();
     for name in names.into_iter().filter(|n| wanted(n)) {
         let p = format!("{prefix}{}", rows.len());
+        let memory_before = used_memory(&mut admin).await?;
         let strategy = build_strategy(name, &args, &client, &p).await?;
-        let row = measure(strategy.clone(), &w, &mut admin, &meter).await?;
+        let mut row = measure(strategy.clone(), &w, &mut admin, &meter).await?;
+        if strategy.uses_redis() {
+            trim_streams(&mut admin, &p).await?;
+            let added = used_memory(&mut admin).await? - memory_before;
+            row.redis_bytes_per_accepted = Some(added / row.audit.units_sold.max(1) as f64);
+        }
         println!(
             "  {:<20} {:>9.0}/s  p99 {:>8.2} ms  sold {}",
             row.strategy, row.per_s, row.p99_ms, row.audit.units_sold
@@ -214,6 +220,39 @@ async fn ours(
     }))
 }
 
+/// Redis's `used_memory` (INFO memory), bytes.
+async fn used_memory(conn: &mut redis::aio::MultiplexedConnection) -> anyhow::Result<f64> {
+    let info: String = redis::cmd("INFO").arg("memory").query_async(conn).await?;
+    info.lines()
+        .find_map(|l| l.strip_prefix("used_memory:"))
+        .and_then(|v| v.trim().parse().ok())
+        .ok_or_else(|| anyhow::anyhow!("INFO memory has no used_memory"))
+}
+
+/// Empties the streams of a strategy's keys (`prefix`), as a persister trims what it has
+/// acknowledged: what is left is what the sale keeps per buyer.
+async fn trim_streams(
+    conn: &mut redis::aio::MultiplexedConnection,
+    prefix: &str,
+) -> anyhow::Result<()> {
+    let keys: Vec<String> = redis::cmd("KEYS")
+        .arg(format!("{prefix}:*"))
+        .query_async(conn)
+        .await?;
+    for key in keys {
+        let kind: String = redis::cmd("TYPE").arg(&key).query_async(conn).await?;
+        if kind == "stream" {
+            let _: i64 = redis::cmd("XTRIM")
+                .arg(&key)
+                .arg("MAXLEN")
+                .arg(0)
+                .query_async(conn)
+                .await?;
+        }
+    }
+    Ok(())
+}
+
 /// Where Redis spends per buyer, by command (the costliest six of each strategy).
 fn print_redis_commands(rows: &[super::strategies::StrategyRow]) {
     println!("\nRedis commands per buyer (INFO commandstats): command calls µs");
@@ -279,6 +318,12 @@ fn print_strategies(rows: &[super::strategies::StrategyRow]) {
         );
     }
     print_redis_commands(rows);
+    println!("\nRedis memory per accepted purchase (INFO used_memory added by the run, streams trimmed):");
+    for r in rows {
+        if let Some(b) = r.redis_bytes_per_accepted {
+            println!("{:<20} {b:.0} B", r.strategy);
+        }
+    }
     let find = |n: &str| rows.iter().find(|r| r.strategy == n);
     if let (Some(ours), Some(lua)) = (find("flashsale-redis"), find("redis-lua")) {
         // Per accepted purchase: what the success path costs Redis, whatever share of the

@@ -59,6 +59,9 @@ pub struct StrategyRow {
     pub cpu_per_buyer: PhaseCpu,
     /// The same, µs per accepted purchase (units sold).
     pub cpu_per_accepted: PhaseCpu,
+    /// Redis `used_memory` the run added, with its streams trimmed (what a persister that has
+    /// acknowledged everything leaves), bytes per accepted purchase.
+    pub redis_bytes_per_accepted: Option<f64>,
     pub audit: Audit,
 }
 
@@ -158,6 +161,7 @@ pub async fn measure(
         redis_by_command: usec.map(|u| u.by_command).unwrap_or_default(),
         cpu_per_buyer: meter.phase(&cpu_before, &cpu_after, w.users, wall),
         cpu_per_accepted: meter.phase(&cpu_before, &cpu_after, sold, wall),
+        redis_bytes_per_accepted: None,
         audit,
     })
 }

