@@ -206,7 +206,6 @@ local function purchase_records()
     return h
   end
   local function prior(user, rid)
-    if not rec_of[user] then return nil end
     for _, o in ipairs(orders(user)) do
       if o.rid == rid then return o end
     end
@@ -217,7 +216,8 @@ local function purchase_records()
     if rkey then
       local user, rid = ARGV[3 * i - 1], ARGV[3 * i]
       local j = accepted_at[rkey]
-      local o = not j and prior(user, rid)
+      -- A buyer without a record (the first purchase: most of a spike) has no prior order.
+      local o = not j and rec_of[user] and prior(user, rid)
       if j then
         answer = -j
       elseif o then
