@@ -13,7 +13,7 @@ use std::sync::{Arc, Mutex};
 use async_trait::async_trait;
 use flashsale_core::buckets::home_bucket;
 use flashsale_core::{
-    ApplyReport, BucketRow, DeadLetter, Event, HotLedger, HotOrder, OrderNo, OrderStore,
+    ApplyReport, BucketRow, DeadLetter, Event, HotOrder, HotPurchases, OrderNo, OrderStore,
     PurchaseOutcome, ReconcileRun, Sale, SaleAudit, SaleMode, SaleState, SkuId, StoreError,
     StoredSale, TransferApplied, TransferEvent, TransferSide, UserId,
 };
