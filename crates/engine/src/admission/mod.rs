@@ -87,6 +87,13 @@ impl Default for AdmissionConfig {
     }
 }
 
+/// Why a queue sale's purchase without a pass is refused (the server answers this refusal
+/// from bytes written once: a spike of pass-less purchases costs no serialisation).
+pub const PASS_MISSING: &str =
+    "this sale admits buyers through its queue: join it and send the admission pass";
+/// Why a draw sale's purchase is refused.
+pub const DRAW_NEEDS_NO_PASS: &str = "a draw sale is bought through a won reservation";
+
 /// Why an admission call was refused.
 #[derive(Debug, thiserror::Error)]
 pub enum AdmissionError {
@@ -486,9 +493,9 @@ impl Admission {
         let refuse = |why: &str| AdmissionError::refused(ErrorCode::AdmissionRequired, why);
         match sale.admission.mode {
             AdmissionMode::Open => Ok(()),
-            AdmissionMode::Draw => Err(refuse("a draw sale is bought through a won reservation")),
+            AdmissionMode::Draw => Err(refuse(DRAW_NEEDS_NO_PASS)),
             AdmissionMode::Queue => {
-                let text = text.ok_or_else(|| refuse("this sale admits buyers through its queue: join it and send the admission pass"))?;
+                let text = text.ok_or_else(|| refuse(PASS_MISSING))?;
                 pass::verify(&self.key, text, sale.sku_id, user, now)
                     .map(drop)
                     .map_err(|e| refuse(&format!("admission pass refused: {e:?}")))
