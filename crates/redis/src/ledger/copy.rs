@@ -1,10 +1,7 @@
-//! One hot copy's scripts (a sale's own copy, or one bucket of a sale of several): purchase,
-//! pay or cancel, hold expiry, load, state, counters.
+//! One hot copy's scripts but the purchase (a sale's own copy, or one bucket of a sale of
+//! several): pay or cancel, hold expiry, load, state, counters.
 
-use flashsale_core::{
-    Counters, ErrorCode, LedgerError, OrderNo, PurchaseOutcome, PurchaseRequest, Resolution, Sale,
-    UserId,
-};
+use flashsale_core::{Counters, ErrorCode, LedgerError, OrderNo, Resolution, Sale, UserId};
 use redis::{ScriptInvocation, Value};
 
 use super::call::evalsha;
@@ -17,47 +14,6 @@ use crate::keys::CopyTag;
 pub const EXPIRE_MAX: usize = 10_000;
 
 impl RedisLedger {
-    /// One purchase script call on one hot copy (a sale's own, or one of its buckets).
-    pub(crate) async fn purchase_copy(
-        &self,
-        copy: CopyTag,
-        reqs: &[PurchaseRequest],
-    ) -> Result<Vec<PurchaseOutcome>, LedgerError> {
-        let keys = [
-            self.keys.sale(copy),
-            self.keys.buyers(copy),
-            self.keys.requests(copy),
-            self.keys.orders(copy),
-            self.keys.holds(copy),
-            self.keys.events(copy),
-            self.keys.records(copy),
-            self.keys.batches(copy),
-        ];
-        let mut cmd = evalsha(&self.scripts.purchase, &keys);
-        cmd.arg(reqs.len());
-        for r in reqs {
-            cmd.arg(r.user_id.0)
-                .arg(r.request_id.as_str())
-                .arg(r.quantity);
-        }
-        let (reply, acked) = self
-            .run_write("purchase", copy, crate::scripts::PURCHASE, &cmd)
-            .await?;
-        let outcomes = crate::codec::purchase_outcomes(copy.sku, reqs, &reply)
-            .map_err(LedgerError::Internal)?;
-        let written: Vec<OrderNo> = outcomes
-            .iter()
-            .filter_map(|o| match o {
-                PurchaseOutcome::Accepted { order, .. } => Some(order.order_no),
-                _ => None,
-            })
-            .collect();
-        if !written.is_empty() {
-            self.confirmed(acked, written)?;
-        }
-        Ok(outcomes)
-    }
-
     /// Expires at most `max` due holds of one copy: how many, and whether stock came back.
     pub(super) async fn expire_copy(
         &self,

@@ -4,8 +4,8 @@
 
 use crate::common::{raw, TestLedger};
 use flashsale_core::{
-    Counters, HotCopies, HotLedger, OrderNo, OrderStatus, PurchaseOutcome, SaleMode, SaleState,
-    SoldOutSupport, UserId,
+    Counters, HotCopies, HotLedger, HotPurchases, OrderNo, OrderStatus, PurchaseOutcome, SaleMode,
+    SaleState, SoldOutSupport, UserId,
 };
 use flashsale_redis::{Keys, RedisLedger};
 use flashsale_testkit::conformance::{buy, buy_ok, live_sale, req, stock, warm};
