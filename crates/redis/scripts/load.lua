@@ -80,7 +80,8 @@ redis.call('DEL', unpack(KEYS))
 redis.call('HSET', KEYS[1], 'sku', ARGV[1], 'total', ARGV[2], 'available', ARGV[3],
   'reserved', ARGV[4], 'sold', ARGV[5], 'seq', ARGV[6], 'epoch', ARGV[7], 'limit', ARGV[8],
   'mode', mode, 'timeout_ms', ARGV[10], 'starts_at_ms', ARGV[11], 'ends_at_ms', ARGV[12],
-  'state', state, 'fenced_at_ms', string.format('%d', now), 'node', node_id())
+  'state', state, 'fenced_at_ms', string.format('%d', now), 'node', node_id(),
+  'unopened', '1')
 if buckets then redis.call('HSET', KEYS[1], 'buckets', buckets, 'salts', salts) end
 -- Layout 1 is a copy without the field, as every older release loads it.
 if layout == '2' then redis.call('HSET', KEYS[1], 'layout', '2', 'accepted', '0') end

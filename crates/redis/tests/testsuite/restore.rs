@@ -72,3 +72,30 @@ async fn restore_keeps_replays_limits_and_holds(t: TestLedger) {
     assert_eq!(stock(l, sku).await, (8, 0, 2, 8));
     t.cleanup().await;
 }
+
+/// Another rebuild fences a copy between its load and its open (it read the copy's epoch
+/// before its fence, drains nothing and will replace it): the loader's open answers stale and
+/// the copy stays fenced, selling nothing that rebuild would load over. An open that came
+/// first is fenced as any open copy is.
+#[tokio::test]
+async fn a_copy_fenced_between_its_load_and_its_open_is_not_opened() {
+    let t = TestLedger::new().await;
+    let l = t.ledger.as_ref();
+    let sale = live_sale(SaleMode::Direct, 10, 2);
+    let sku = warm(l, &sale).await;
+    let counters: Counters = l.counters(sku).await.unwrap().unwrap();
+    l.load(&sale, &counters, 2).await.unwrap();
+    assert!(t.ledger.fence(sku).await.unwrap(), "the loaded copy exists");
+    assert!(matches!(
+        l.open(sku, 2, SaleState::Live).await,
+        Err(flashsale_core::LedgerError::AlreadyWarm)
+    ));
+    buy_refused(l, sku, 9, "fenced", 1, ErrorCode::Unavailable).await;
+
+    l.load(&sale, &counters, 3).await.unwrap();
+    l.open(sku, 3, SaleState::Live).await.unwrap();
+    buy_ok(l, sku, 9, "open", 1).await;
+    assert!(t.ledger.fence(sku).await.unwrap());
+    buy_refused(l, sku, 8, "fenced-again", 1, ErrorCode::Unavailable).await;
+    t.cleanup().await;
+}
