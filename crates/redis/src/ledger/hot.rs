@@ -38,7 +38,7 @@ impl HotLedger for RedisLedger {
         for copy in self.layout(sku).await?.copies() {
             let mut inv = self.scripts.set_state.prepare_invoke();
             inv.key(self.keys.sale(copy)).arg(state.as_str());
-            self.state_answer(&inv).await?;
+            self.state_answer(copy, &inv).await?;
         }
         Ok(())
     }
@@ -52,7 +52,7 @@ impl HotLedger for RedisLedger {
             inv.key(self.keys.sale(copy))
                 .arg(to.as_str())
                 .arg(from.as_str());
-            changed = self.state_answer(&inv).await?;
+            changed = self.state_answer(copy, &inv).await?;
         }
         Ok(changed)
     }
@@ -130,7 +130,7 @@ impl HotLedger for RedisLedger {
 
     async fn order(&self, order_no: &OrderNo) -> Result<Option<HotOrder>, LedgerError> {
         let copy = self.layout(order_no.sku()).await?.copy_of_order(order_no);
-        let mut conn = self.conn.clone();
+        let mut conn = self.conn(copy.sku);
         let cmd = redis::cmd("HGET")
             .arg(self.keys.orders(copy))
             .arg(order_no.to_string())

@@ -29,7 +29,7 @@ impl SoldOutSupport for RedisLedger {
 
     async fn is_accepted(&self, sku: SkuId, key: &RequestKey) -> Result<bool, LedgerError> {
         let copy = self.layout(sku).await?.home(key.user);
-        let mut conn = self.conn.clone();
+        let mut conn = self.conn(sku);
         let cmd = redis::cmd("HEXISTS")
             .arg(self.keys.requests(copy))
             .arg(key.to_string())
@@ -59,12 +59,18 @@ impl SoldOutSupport for RedisLedger {
         Ok(Some((version, count)))
     }
 
+    /// Every Redis this ledger's sales live on tells the one listener.
     fn on_restock(&self, listener: RestockListener) {
-        self.restock.set_listener(listener);
+        for server in self.servers() {
+            server.restock.set_listener(listener.clone());
+        }
     }
 
+    /// A subscription per Redis this ledger's sales live on.
     fn restock_feeds(&self) -> Vec<RestockFeed> {
-        vec![RestockHub::feed(&self.restock)]
+        (self.servers())
+            .map(|server| RestockHub::feed(&server.restock))
+            .collect()
     }
 }
 
@@ -76,7 +82,7 @@ impl RedisLedger {
         max: usize,
     ) -> Result<Option<Vec<RequestKey>>, LedgerError> {
         let sku = copy.sku;
-        let mut conn = self.conn.clone();
+        let mut conn = self.conn(sku);
         let mut pipe = redis::pipe();
         pipe.cmd("EXISTS")
             .arg(self.keys.sale(copy))
@@ -103,7 +109,7 @@ impl RedisLedger {
         &self,
         copy: CopyTag,
     ) -> Result<Option<(u64, usize)>, LedgerError> {
-        let mut conn = self.conn.clone();
+        let mut conn = self.conn(copy.sku);
         let mut pipe = redis::pipe();
         pipe.cmd("HGET")
             .arg(self.keys.sale(copy))
