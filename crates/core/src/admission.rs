@@ -368,6 +368,14 @@ pub enum Entered {
     Full,
 }
 
+/// One queue join of a group ([`AdmissionBook::join_group`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct GroupJoin {
+    pub user: UserId,
+    pub starts_at_ms: i64,
+    pub len_max: u64,
+}
+
 /// Where a sale's admission state lives: in the sale's Redis slot (the Redis ledger) or in the
 /// database (the embedded ledger). Every change is atomic; times are the book's own clock
 /// (Redis `TIME`; the embedded ledger's single process), so instances' clocks order nothing.
@@ -385,6 +393,20 @@ pub trait AdmissionBook: Send + Sync {
         starts_at_ms: i64,
         len_max: u64,
     ) -> Result<Option<Ticket>, StoreError>;
+    /// Joins of one sale, in order, each answered as [`AdmissionBook::join`] answers one (a
+    /// user earlier in the group keeps its ticket). A book that can write them at once does:
+    /// one commit, or one script call, for the group.
+    async fn join_group(
+        &self,
+        sku: SkuId,
+        joins: &[GroupJoin],
+    ) -> Result<Vec<Option<Ticket>>, StoreError> {
+        let mut answers = Vec::with_capacity(joins.len());
+        for j in joins {
+            answers.push(self.join(sku, j.user, j.starts_at_ms, j.len_max).await?);
+        }
+        Ok(answers)
+    }
     async fn ticket(&self, sku: SkuId, user: UserId) -> Result<Option<Ticket>, StoreError>;
     /// Closes the pre-queue once the book's clock reaches `starts_at_ms`; answers its final
     /// length, or `None` before the start.

@@ -40,22 +40,39 @@ if not redis.call('HGET', KEYS[1], 'seed') then
   return redis.error_reply('NO_SEED no admission seed committed')
 end
 
--- join <user> <starts_at_ms> <len_max>: answers 'p:<n>' | 'a:<n>' (the first join's), or 'FULL'.
-if op == 'join' then
-  local user, starts, len_max = int(2), int(3), int(4)
-  local had = redis.call('HGET', KEYS[2], ARGV[2])
+-- One join of `user` (its decimal text): the first join's ticket, or a new one, or 'FULL'.
+local function join(user, starts, len_max, now)
+  local had = redis.call('HGET', KEYS[2], user)
   if had then return had end
   if field('prequeue') + field('after') >= len_max then return 'FULL' end
-  local pre = field('sealed') ~= 1 and now_ms() < starts
+  local pre = field('sealed') ~= 1 and now < starts
   local t
   if pre then
     t = 'p:' .. redis.call('HINCRBY', KEYS[1], 'prequeue', 1)
-    redis.call('RPUSH', KEYS[3], ARGV[2])
+    redis.call('RPUSH', KEYS[3], user)
   else
     t = 'a:' .. redis.call('HINCRBY', KEYS[1], 'after', 1)
   end
-  redis.call('HSET', KEYS[2], ARGV[2], t)
+  redis.call('HSET', KEYS[2], user, t)
   return t
+end
+
+-- join <user> <starts_at_ms> <len_max>: answers 'p:<n>' | 'a:<n>' (the first join's), or 'FULL'.
+if op == 'join' then
+  int(2)
+  return join(ARGV[2], int(3), int(4), now_ms())
+end
+
+-- join_many <starts_at_ms> <len_max> <user>...: each user's answer as `join` gives it, in
+-- order (a user twice in the list keeps the first ticket); one clock reading for the group.
+if op == 'join_many' then
+  local starts, len_max, now = int(2), int(3), now_ms()
+  local out = {}
+  for i = 4, #ARGV do
+    int(i)
+    out[#out + 1] = join(ARGV[i], starts, len_max, now)
+  end
+  return out
 end
 
 -- seal <starts_at_ms>: closes the pre-queue once the clock reached the start; answers its

@@ -4,7 +4,7 @@
 
 use async_trait::async_trait;
 use flashsale_core::admission::{
-    hex, seed_from_hex, AdmissionBook, Entered, Entry, QueueCounts, Seed, Ticket,
+    hex, seed_from_hex, AdmissionBook, Entered, Entry, GroupJoin, QueueCounts, Seed, Ticket,
 };
 use flashsale_core::{LedgerError, SkuId, StoreError, UserId};
 use redis::{FromRedisValue, Script, Value};
@@ -40,6 +40,14 @@ fn ticket(text: &str) -> Result<Ticket, StoreError> {
         "p" => Ok(Ticket { pre: true, n }),
         "a" => Ok(Ticket { pre: false, n }),
         _ => Err(bad()),
+    }
+}
+
+/// A join's answer: its ticket, or `None` for a full queue.
+fn joined(text: &str) -> Result<Option<Ticket>, StoreError> {
+    match text {
+        "FULL" => Ok(None),
+        t => ticket(t).map(Some),
     }
 }
 
@@ -120,10 +128,33 @@ impl AdmissionBook for RedisAdmission {
     ) -> Result<Option<Ticket>, StoreError> {
         let args = [user.0, starts_at_ms.max(0) as u64, len_max].map(|v| v.to_string());
         let text: String = self.call(sku, "join", &args).await?;
-        match text.as_str() {
-            "FULL" => Ok(None),
-            t => ticket(t).map(Some),
+        joined(&text)
+    }
+
+    /// One script call for the group (the joins of one sale share its start and bound).
+    async fn join_group(
+        &self,
+        sku: SkuId,
+        joins: &[GroupJoin],
+    ) -> Result<Vec<Option<Ticket>>, StoreError> {
+        let Some(first) = joins.first() else {
+            return Ok(Vec::new());
+        };
+        let alike =
+            |j: &GroupJoin| (j.starts_at_ms, j.len_max) == (first.starts_at_ms, first.len_max);
+        if !joins.iter().all(alike) {
+            let mut answers = Vec::with_capacity(joins.len());
+            for j in joins {
+                answers.push(self.join(sku, j.user, j.starts_at_ms, j.len_max).await?);
+            }
+            return Ok(answers);
         }
+        let mut args = Vec::with_capacity(joins.len() + 2);
+        args.push(first.starts_at_ms.max(0).to_string());
+        args.push(first.len_max.to_string());
+        args.extend(joins.iter().map(|j| j.user.0.to_string()));
+        let texts: Vec<String> = self.call(sku, "join_many", &args).await?;
+        texts.iter().map(|t| joined(t)).collect()
     }
 
     async fn ticket(&self, sku: SkuId, user: UserId) -> Result<Option<Ticket>, StoreError> {

@@ -120,20 +120,24 @@ impl AppError {
 
     /// The default message of a code, for rejections a ledger answers.
     pub fn from_code(code: ErrorCode) -> AppError {
-        let message = match code {
-            ErrorCode::SoldOut => SOLD_OUT_MESSAGE,
-            ErrorCode::LimitExceeded => "this would exceed the per-user limit",
-            ErrorCode::NotStarted => "the sale has not started",
-            ErrorCode::Ended => "the sale has ended",
-            ErrorCode::Paused => "the sale is paused",
-            ErrorCode::HoldExpired => "the reservation's payment time has passed",
-            ErrorCode::AlreadyResolved => "the order is already resolved",
-            ErrorCode::OrderNotFound => "no such order",
-            ErrorCode::SaleNotFound => "no such sale",
-            ErrorCode::InvalidRequest => "invalid request",
-            _ => code.as_str(),
-        };
-        AppError::new(code, message)
+        AppError::new(code, default_message(code))
+    }
+}
+
+/// The message of [`AppError::from_code`].
+fn default_message(code: ErrorCode) -> &'static str {
+    match code {
+        ErrorCode::SoldOut => SOLD_OUT_MESSAGE,
+        ErrorCode::LimitExceeded => "this would exceed the per-user limit",
+        ErrorCode::NotStarted => "the sale has not started",
+        ErrorCode::Ended => "the sale has ended",
+        ErrorCode::Paused => "the sale is paused",
+        ErrorCode::HoldExpired => "the reservation's payment time has passed",
+        ErrorCode::AlreadyResolved => "the order is already resolved",
+        ErrorCode::OrderNotFound => "no such order",
+        ErrorCode::SaleNotFound => "no such sale",
+        ErrorCode::InvalidRequest => "invalid request",
+        _ => code.as_str(),
     }
 }
 
@@ -141,20 +145,11 @@ impl IntoResponse for AppError {
     fn into_response(self) -> Response {
         let status = StatusCode::from_u16(self.code.http_status())
             .unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-        if self.code == ErrorCode::SoldOut && self.message == SOLD_OUT_MESSAGE {
-            return problem_response(status, SOLD_OUT_BODY.clone());
-        }
-        let body = Problem {
-            kind: problem_type(self.code),
-            title: problem_title(self.code),
-            status: status.as_u16(),
-            detail: &self.message,
-            code: self.code.as_str(),
-            message: &self.message,
+        let body = match preformatted(self.code, &self.message) {
+            Some(bytes) => bytes,
+            None => serialise(self.code, status, &self.message),
         };
-        // Plain strings and numbers: serializing cannot fail.
-        let bytes = serde_json::to_vec(&body).unwrap_or_default();
-        let mut response = problem_response(status, Bytes::from(bytes));
+        let mut response = problem_response(status, body);
         if let Some(s) = self.retry_after_s {
             let headers = response.headers_mut();
             headers.insert(header::RETRY_AFTER, HeaderValue::from(s));
@@ -163,21 +158,54 @@ impl IntoResponse for AppError {
     }
 }
 
+fn serialise(code: ErrorCode, status: StatusCode, message: &str) -> Bytes {
+    let body = Problem {
+        kind: problem_type(code),
+        title: problem_title(code),
+        status: status.as_u16(),
+        detail: message,
+        code: code.as_str(),
+        message,
+    };
+    // Plain strings and numbers: serializing cannot fail.
+    Bytes::from(serde_json::to_vec(&body).unwrap_or_default())
+}
+
 /// The message of a ledger's SOLD_OUT ([`AppError::from_code`]).
 const SOLD_OUT_MESSAGE: &str = "the sale is sold out";
 
-/// The body of that answer, serialised once: a sold-out spike answers it at every request.
-static SOLD_OUT_BODY: LazyLock<Bytes> = LazyLock::new(|| {
-    let body = Problem {
-        kind: problem_type(ErrorCode::SoldOut),
-        title: problem_title(ErrorCode::SoldOut),
-        status: ErrorCode::SoldOut.http_status(),
-        detail: SOLD_OUT_MESSAGE,
-        code: ErrorCode::SoldOut.as_str(),
-        message: SOLD_OUT_MESSAGE,
+/// The answers a spike repeats at every request, by code and message: each code's default
+/// message ([`AppError::from_code`], what a ledger's refusal carries) and the refusals of a
+/// purchase without an admission pass.
+fn repeated() -> Vec<(ErrorCode, &'static str)> {
+    let mut list: Vec<(ErrorCode, &'static str)> = ErrorCode::ALL
+        .into_iter()
+        .map(|code| (code, default_message(code)))
+        .collect();
+    use flashsale_engine::admission::{DRAW_NEEDS_NO_PASS, PASS_MISSING};
+    list.push((ErrorCode::AdmissionRequired, PASS_MISSING));
+    list.push((ErrorCode::AdmissionRequired, DRAW_NEEDS_NO_PASS));
+    list
+}
+
+/// The bodies of [`repeated`] answers, serialised once.
+static PREFORMATTED: LazyLock<Vec<(ErrorCode, &'static str, Bytes)>> = LazyLock::new(|| {
+    let status = |code: ErrorCode| {
+        StatusCode::from_u16(code.http_status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR)
     };
-    Bytes::from(serde_json::to_vec(&body).unwrap_or_default())
+    repeated()
+        .into_iter()
+        .map(|(code, m)| (code, m, serialise(code, status(code), m)))
+        .collect()
 });
+
+/// The body of an answer written before, if this is one (a clone of `Bytes` is a count).
+fn preformatted(code: ErrorCode, message: &str) -> Option<Bytes> {
+    PREFORMATTED
+        .iter()
+        .find(|(c, m, _)| *c == code && *m == message)
+        .map(|(_, _, body)| body.clone())
+}
 
 fn problem_response(status: StatusCode, body: Bytes) -> Response {
     let mut response = (status, body).into_response();
@@ -305,6 +333,37 @@ mod tests {
         assert_eq!(v["code"], "SOLD_OUT");
         assert_eq!(v["detail"], "the sale is sold out");
         assert_eq!(v["message"], v["detail"]);
+    }
+
+    /// Every answer written once reads as the one serialised at the answer: the pass-less
+    /// purchase's 403 among them, with its status and type.
+    #[tokio::test]
+    async fn preformatted_answers_match_the_serialised_ones() {
+        for (code, message) in repeated() {
+            let status = StatusCode::from_u16(code.http_status()).unwrap();
+            let body = preformatted(code, message).expect("kept");
+            assert_eq!(body, serialise(code, status, message), "{code:?} {message}");
+        }
+        let pass = flashsale_engine::admission::PASS_MISSING;
+        let response = AppError::new(ErrorCode::AdmissionRequired, pass).into_response();
+        assert_eq!(response.status(), StatusCode::FORBIDDEN);
+        let v = problem(response).await;
+        assert_eq!(
+            v["type"],
+            "https://flashsale.dev/problems/admission-required"
+        );
+        assert_eq!(
+            (v["code"].as_str(), v["detail"].as_str()),
+            (Some("ADMISSION_REQUIRED"), Some(pass))
+        );
+        assert!(preformatted(ErrorCode::AdmissionRequired, "another reason").is_none());
+    }
+
+    /// A 429 answered from kept bytes still carries its `Retry-After`.
+    #[test]
+    fn a_kept_answer_keeps_its_retry_after() {
+        let response = AppError::from_code(ErrorCode::RateLimited).into_response();
+        assert_eq!(response.headers()[header::RETRY_AFTER], "1");
     }
 
     /// The pre-serialised SOLD_OUT body is only for the default message.

@@ -22,6 +22,7 @@
 //! - [`metrics`]: the Prometheus recorder; [`metrics_help`]: the HELP text of every metric;
 //!   [`hot_metrics`]: the request path's metric handles, resolved once per thread.
 //! - [`bucket_view`]: a bucketed sale's per-bucket counters as JSON (the engine reads them).
+//! - [`sale_views`]: each sale's public view as last answered, rendered (the stock read).
 //! - [`dashboard`]: what the live page keeps between requests (`live`, `prom`, `view`).
 //! - [`openapi`]: the document's head and schemas; [`openapi_extra`]: `u64` ranges, `{ip}`
 //!   parameters and links in it.
@@ -49,6 +50,7 @@ pub mod openapi;
 pub mod openapi_extra;
 pub mod risk;
 pub mod routes;
+pub mod sale_views;
 pub mod serve;
 pub mod state;
 pub mod token_cache;

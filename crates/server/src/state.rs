@@ -35,6 +35,8 @@ pub struct Shared {
     pub risk: RiskCheck,
     /// Per-sale answers and readings for the live dashboard.
     pub dashboard: crate::dashboard::Dashboard,
+    /// Each sale's public view as last answered (the stock read answers it again).
+    pub views: crate::sale_views::SaleViews,
 }
 
 impl std::ops::Deref for AppState {
@@ -102,6 +104,7 @@ impl AppState {
             gateway,
             risk,
             dashboard: Default::default(),
+            views: Default::default(),
         }))
     }
 

@@ -4,7 +4,7 @@
 
 use async_trait::async_trait;
 use flashsale_core::admission::{
-    hex, seed_from_hex, AdmissionBook, Entered, Entry, QueueCounts, Seed, Ticket,
+    hex, seed_from_hex, AdmissionBook, Entered, Entry, GroupJoin, QueueCounts, Seed, Ticket,
 };
 use flashsale_core::clock::now_ms;
 use flashsale_core::{SkuId, StoreError, UserId};
@@ -88,14 +88,6 @@ impl<B: Backend> Store<B> {
     }
 }
 
-/// One join of a group (see [`Store::join_group`]).
-#[derive(Debug, Clone, Copy)]
-pub struct GroupJoin {
-    pub user: UserId,
-    pub starts_at_ms: i64,
-    pub len_max: u64,
-}
-
 /// Users per `IN (…)` list and rows per multi-row insert: well inside every database's
 /// bound on bound parameters.
 const IN_LIST_MAX: usize = 500;
@@ -106,7 +98,7 @@ impl<B: Backend> Store<B> {
     /// each answered as [`AdmissionBook::join`] answers one: a user already in the queue (or
     /// earlier in the group) keeps its ticket; `None` once the queue holds `len_max`. The
     /// group's clock is read once: every join of it happens at its commit.
-    pub async fn join_group(
+    async fn commit_joins(
         &self,
         sku: SkuId,
         joins: &[GroupJoin],
@@ -243,6 +235,14 @@ impl<B: Backend> AdmissionBook for Store<B> {
         B::run(&mut *tx, &sql, &[Arg::Id(n), Arg::Id(sku.0)]).await?;
         tx.commit().await.map_err(db_error)?;
         Ok(Some(Ticket { pre, n }))
+    }
+
+    async fn join_group(
+        &self,
+        sku: SkuId,
+        joins: &[GroupJoin],
+    ) -> Result<Vec<Option<Ticket>>, StoreError> {
+        self.commit_joins(sku, joins).await
     }
 
     async fn ticket(&self, sku: SkuId, user: UserId) -> Result<Option<Ticket>, StoreError> {

@@ -14,8 +14,7 @@
 //! - [`mysql`]: `MySqlStore`, the production backend over MySQL/MariaDB.
 //! - [`postgres`]: `PgStore`, the backend over PostgreSQL.
 //! - [`admission`]: a sale's admission state (queue, draw) in the database, the book of a
-//!   sale on the embedded ledger (`AdmissionBook`); [`admission_group`]: that book with its
-//!   queue joins committed in groups (`GroupedBook`).
+//!   sale on the embedded ledger (`AdmissionBook`; a group of queue joins in one commit).
 //! - [`sqlite`]: `SqliteStore`, the embedded backend over SQLite (WAL, synchronous=FULL).
 //!
 //! Migrations live in `migrations/mysql`, `migrations/postgres` and `migrations/sqlite`
@@ -31,7 +30,6 @@
 //! May depend on flashsale-core and sqlx.
 
 pub mod admission;
-pub mod admission_group;
 pub mod backend;
 mod batch;
 mod compat;
@@ -44,7 +42,6 @@ pub mod sql;
 pub mod sqlite;
 pub mod store;
 
-pub use admission_group::GroupedBook;
 pub use backend::{Backend, Server};
 pub use mysql::MySqlStore;
 pub use postgres::PgStore;

@@ -9,9 +9,12 @@
 //!   check ([`Admission::check_pass`]);
 //! - a draw ([`draw`]): entries in the window, the published draw, and the walk down the
 //!   waitlist that gives each winner a reservation, run in the background by the
-//!   [`walker::DrawWalker`] (and by readers of a result).
+//!   [`walker::DrawWalker`] (and by readers of a result);
+//! - [`grouped`]: a book whose queue joins are written in groups (one commit, one script
+//!   call per group).
 
 pub mod draw;
+pub mod grouped;
 pub mod walker;
 
 use std::collections::HashMap;
@@ -87,6 +90,13 @@ impl Default for AdmissionConfig {
     }
 }
 
+/// Why a queue sale's purchase without a pass is refused (the server answers this refusal
+/// from bytes written once: a spike of pass-less purchases costs no serialisation).
+pub const PASS_MISSING: &str =
+    "this sale admits buyers through its queue: join it and send the admission pass";
+/// Why a draw sale's purchase is refused.
+pub const DRAW_NEEDS_NO_PASS: &str = "a draw sale is bought through a won reservation";
+
 /// Why an admission call was refused.
 #[derive(Debug, thiserror::Error)]
 pub enum AdmissionError {
@@ -125,6 +135,19 @@ pub enum QueueState {
     SoldOut,
 }
 
+impl QueueState {
+    /// The state's name, as serialised.
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            QueueState::PreQueue => "pre_queue",
+            QueueState::Waiting => "waiting",
+            QueueState::Admitted => "admitted",
+            QueueState::Lapsed => "lapsed",
+            QueueState::SoldOut => "sold_out",
+        }
+    }
+}
+
 /// A buyer's view of its queue.
 #[derive(Debug, Clone, Serialize)]
 pub struct QueueStatus {
@@ -161,7 +184,9 @@ pub struct Admission {
     book: Arc<dyn AdmissionBook>,
     key: [u8; 32],
     config: AdmissionConfig,
-    seeds: Mutex<HashMap<SkuId, Seed>>,
+    /// Each sale's committed seed and its published hash (computed once: every buyer's
+    /// status carries it).
+    seeds: Mutex<HashMap<SkuId, (Seed, Arc<str>)>>,
     orders: Mutex<HashMap<SkuId, Arc<Order>>>,
     ticks: Mutex<HashMap<SkuId, Instant>>,
     counts: Mutex<HashMap<SkuId, (Instant, QueueCounts)>>,
@@ -208,15 +233,22 @@ impl Admission {
 
     /// The sale's committed seed, committing a fresh one if none is.
     pub async fn seed(&self, sku: SkuId) -> Result<Seed, StoreError> {
-        if let Some(seed) = self.seeds.lock().unwrap().get(&sku) {
-            return Ok(*seed);
+        Ok(self.committed(sku).await?.0)
+    }
+
+    /// The sale's committed seed and its hash ([`commitment`]), committing a fresh seed if
+    /// none is.
+    async fn committed(&self, sku: SkuId) -> Result<(Seed, Arc<str>), StoreError> {
+        if let Some(kept) = self.seeds.lock().unwrap().get(&sku) {
+            return Ok(kept.clone());
         }
         let seed = match self.book.seed(sku).await? {
             Some(seed) => seed,
             None => self.book.commit_seed(sku, &random_seed()).await?,
         };
-        self.seeds.lock().unwrap().insert(sku, seed);
-        Ok(seed)
+        let kept = (seed, Arc::from(commitment(&seed)));
+        self.seeds.lock().unwrap().insert(sku, kept.clone());
+        Ok(kept)
     }
 
     fn mode(sale: &Sale, mode: AdmissionMode) -> Result<(), AdmissionError> {
@@ -414,7 +446,7 @@ impl Admission {
         let sku = sale.sku_id;
         let sold_out = sellable(c) == 0;
         let counts = self.tick(sale, c).await?;
-        let seed = self.seed(sku).await?;
+        let (seed, seed_sha256) = self.committed(sku).await?;
         let place = match ticket {
             Some(t) => self.place(sale, user, t).await?,
             None => None,
@@ -427,7 +459,7 @@ impl Admission {
             eta_ms: None,
             admitted_until_ms: None,
             pass: None,
-            seed_sha256: commitment(&seed),
+            seed_sha256: seed_sha256.to_string(),
             seed: (counts.sealed || place.is_some()).then(|| admission::hex(&seed)),
         };
         if sold_out {
@@ -486,9 +518,9 @@ impl Admission {
         let refuse = |why: &str| AdmissionError::refused(ErrorCode::AdmissionRequired, why);
         match sale.admission.mode {
             AdmissionMode::Open => Ok(()),
-            AdmissionMode::Draw => Err(refuse("a draw sale is bought through a won reservation")),
+            AdmissionMode::Draw => Err(refuse(DRAW_NEEDS_NO_PASS)),
             AdmissionMode::Queue => {
-                let text = text.ok_or_else(|| refuse("this sale admits buyers through its queue: join it and send the admission pass"))?;
+                let text = text.ok_or_else(|| refuse(PASS_MISSING))?;
                 pass::verify(&self.key, text, sale.sku_id, user, now)
                     .map(drop)
                     .map_err(|e| refuse(&format!("admission pass refused: {e:?}")))
@@ -504,6 +536,21 @@ impl Admission {
         match self.place(sale, user, ticket).await? {
             Some(place) => self.book.mark_bought(sale.sku_id, user, place).await,
             None => Ok(()),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The names the API writes are serde's.
+    #[test]
+    fn queue_state_names_are_the_serialised_ones() {
+        use QueueState::*;
+        for state in [PreQueue, Waiting, Admitted, Lapsed, SoldOut] {
+            let json = serde_json::to_value(&state).unwrap();
+            assert_eq!(json.as_str(), Some(state.as_str()));
         }
     }
 }

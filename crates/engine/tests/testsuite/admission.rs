@@ -9,19 +9,20 @@ use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use flashsale_core::admission::{self, pass, AdmissionBook, Entry, Ticket};
+use flashsale_core::admission::{self, pass, AdmissionBook, Entry, GroupJoin, Ticket};
 use flashsale_core::clock::now_ms;
 use flashsale_core::{
     Admission as AdmissionFields, AdmissionMode, ErrorCode, Ledger, PurchaseOutcome, Sale,
     SaleMode, SaleState, SkuId, UserId,
 };
 use flashsale_embedded::EmbeddedLedger;
+use flashsale_engine::admission::grouped::GroupedBook;
 use flashsale_engine::admission::walker::DrawWalker;
 use flashsale_engine::admission::{Admission, AdmissionConfig, QueueState};
 use flashsale_engine::runner;
 use flashsale_engine::workers::ExpiryWorker;
 use flashsale_redis::RedisLedger;
-use flashsale_store::{GroupedBook, SqliteStore};
+use flashsale_store::SqliteStore;
 use flashsale_testkit::conformance::req;
 use flashsale_testkit::redis_server::{shared_url, unique_prefix};
 
@@ -55,7 +56,7 @@ async fn redis() -> Place {
     let ledger = RedisLedger::connect(&shared_url(), &unique_prefix())
         .await
         .unwrap();
-    let book = Arc::new(ledger.admission());
+    let book = Arc::new(GroupedBook::new(Arc::new(ledger.admission())));
     Place {
         ledger: Arc::new(ledger),
         book,
@@ -272,6 +273,36 @@ async fn a_queue_on_the_embedded_ledger() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_queue_on_redis() {
     queue_sells_the_stock_in_the_published_order(redis().await, 2, 1_000, 200, 150).await;
+}
+
+/// A group of joins answers what the same joins one by one answer: a user already in the
+/// queue, or twice in the group, keeps its first ticket; past the queue's bound, `None`.
+async fn a_group_answers_as_single_joins(place: Place, sku: u64) {
+    let (book, sku) = (&place.book, SkuId(sku));
+    book.commit_seed(sku, &[7; 32]).await.unwrap();
+    let later = now_ms() + 3_600_000;
+    let first = book.join(sku, UserId(1), later, 4).await.unwrap();
+    let j = |u| GroupJoin {
+        user: UserId(u),
+        starts_at_ms: later,
+        len_max: 4,
+    };
+    let group = [j(2), j(1), j(3), j(2), j(4), j(5)];
+    let got = book.join_group(sku, &group).await.unwrap();
+    let pre = |n| Some(Ticket { pre: true, n });
+    assert_eq!(first, pre(1));
+    assert_eq!(got, vec![pre(2), pre(1), pre(3), pre(2), pre(4), None]);
+    assert_eq!(book.prequeue(sku).await.unwrap().len(), 4);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_group_of_joins_on_the_embedded_ledger() {
+    a_group_answers_as_single_joins(embedded().await, 901).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_group_of_joins_on_redis() {
+    a_group_answers_as_single_joins(redis().await, 902).await;
 }
 
 fn draw_sale(sku: u64, stock: u64, draw_at_ms: i64) -> Sale {

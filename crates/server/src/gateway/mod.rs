@@ -100,11 +100,12 @@ impl Gateway {
 
     /// A purchase of `sku`: the sale's rate, its purchase token when required, back-pressure
     /// and the sale's in-flight limit. Hold the permit until the purchase is answered.
+    /// `request_key` is written out only for a sale that requires a purchase token.
     pub async fn admit_purchase(
         &self,
         sku: SkuId,
         user: UserId,
-        request_key: &str,
+        request_key: &impl std::fmt::Display,
         token: Option<&str>,
     ) -> Result<tokio::sync::OwnedSemaphorePermit, AppError> {
         self.rates.check_sale(sku)?;
@@ -120,7 +121,7 @@ impl Gateway {
             let fresh = self
                 .blacklist
                 .store
-                .consume_token(&verified.jti, request_key, verified.remaining)
+                .consume_token(&verified.jti, &request_key.to_string(), verified.remaining)
                 .await
                 .map_err(|e| AppError::new(ErrorCode::Unavailable, e))?;
             if !fresh {
@@ -188,7 +189,10 @@ mod tests {
             let ip: IpAddr = "127.0.0.1".parse().unwrap();
             assert!(!g.blacklist.ip_blocked(ip));
             g.rates.check_request(user, Some(ip)).unwrap();
-            let permit = g.admit_purchase(SkuId(1), user, "1:a", None).await.unwrap();
+            let permit = g
+                .admit_purchase(SkuId(1), user, &"1:a", None)
+                .await
+                .unwrap();
             drop(permit);
         }
         let ns = started.elapsed().as_nanos() as u64 / n;

@@ -30,7 +30,7 @@ const RETRY_AFTER_S: (u64, u64) = (1, 30);
 /// `sold_out`). An admitted buyer sends `pass` as the purchase's `admission_pass`.
 #[derive(Serialize, ToSchema)]
 pub struct QueueView {
-    pub state: String,
+    pub state: &'static str,
     /// 1-based; absent in the pre-queue until the start shuffles it.
     pub place: Option<u64>,
     pub admitted_through: u64,
@@ -46,12 +46,8 @@ pub struct QueueView {
 
 impl From<QueueStatus> for QueueView {
     fn from(s: QueueStatus) -> QueueView {
-        let state = serde_json::to_value(&s.state)
-            .ok()
-            .and_then(|v| v.as_str().map(str::to_owned))
-            .unwrap_or_default();
         QueueView {
-            state,
+            state: s.state.as_str(),
             place: s.place,
             admitted_through: s.admitted_through,
             queue_length: s.queue_length,

@@ -12,11 +12,15 @@ pub mod sales;
 
 use std::sync::Arc;
 
-use axum::extract::FromRequestParts;
+use axum::body::Bytes;
+use axum::extract::rejection::JsonRejection;
+use axum::extract::{FromRequest, FromRequestParts, Request};
+use axum::http::header;
 use axum::http::request::Parts;
 use axum::Json;
 use flashsale_core::ledger::StoredSale;
 use flashsale_core::{ErrorCode, HotOrder, OrderStatus, SkuId, UserId};
+use serde::de::DeserializeOwned;
 use serde::Serialize;
 
 use crate::auth::{bearer, Admin, User};
@@ -30,9 +34,38 @@ pub struct ApiPath<T>(pub T);
 
 /// `Json` whose rejection is the API's own error (`application/problem+json`: 413
 /// `PAYLOAD_TOO_LARGE` for a body too large, 400 `INVALID_REQUEST` otherwise).
-#[derive(axum::extract::FromRequest)]
-#[from_request(via(axum::Json), rejection(AppError))]
+///
+/// A body sent as plain `application/json` is read as `Json` reads it (the same body limit)
+/// and parsed straight into `T`; `Json` itself, which tracks the path of every field it
+/// parses (an allocation per key) so that a refusal can name it, runs only for another media
+/// type or a body that does not parse, and words the refusal exactly as before.
 pub struct ApiJson<T>(pub T);
+
+impl<T, S> FromRequest<S> for ApiJson<T>
+where
+    T: DeserializeOwned,
+    S: Send + Sync,
+{
+    type Rejection = AppError;
+
+    async fn from_request(req: Request, state: &S) -> Result<Self, AppError> {
+        let plain = req
+            .headers()
+            .get(header::CONTENT_TYPE)
+            .is_some_and(|v| v.as_bytes() == b"application/json");
+        if !plain {
+            let Json(value) = Json::<T>::from_request(req, state).await?;
+            return Ok(ApiJson(value));
+        }
+        let bytes = Bytes::from_request(req, state)
+            .await
+            .map_err(JsonRejection::from)?;
+        match serde_json::from_slice(&bytes) {
+            Ok(value) => Ok(ApiJson(value)),
+            Err(_) => Ok(ApiJson(Json::<T>::from_bytes(&bytes)?.0)),
+        }
+    }
+}
 
 /// A call on one resource: the state, the caller (`Admin` or `User`: its token checked),
 /// then the path's value (`p`), in that order (an unknown caller hears 401 before a bad

@@ -1,8 +1,9 @@
 //! Sales: admin create / warm / pause / resume / end, and the public view.
 
+use axum::body::Bytes;
 use axum::extract::rejection::QueryRejection;
 use axum::extract::{Query, State};
-use axum::http::{header, HeaderMap, StatusCode};
+use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use flashsale_core::{Admission, AdmissionMode, Counters, Sale, SaleMode, SaleState, SkuId};
@@ -14,6 +15,7 @@ use super::{AdminOn, Answer, ApiJson, ApiPath};
 use crate::auth::Admin;
 use crate::bucket_view::BucketFields;
 use crate::error::AppError;
+use crate::sale_views::Rendered;
 use crate::state::AppState;
 
 /// Default payment timeout of a reserve-mode sale.
@@ -167,41 +169,51 @@ pub async fn get(
     headers: HeaderMap,
 ) -> Result<Response, AppError> {
     let now = st.shop.sale_now(SkuId(p)).await?;
-    Ok(cacheable(&headers, &SaleView::of(&now)))
+    let view = st.views.get_or_render(now, render)?;
+    Ok(cacheable(&headers, &view))
 }
 
 /// How long a browser or a shared cache (a CDN in front of the service) may keep a sale's view
 /// without asking again: the counters in it are up to a second old already (the sale cache),
-/// and the contract allows a view cached for at most a second.
-const SALE_VIEW_MAX_AGE_S: u32 = 1;
+/// and the contract allows a view cached for at most a second (`max-age` is in seconds).
+const SALE_VIEW_CACHE_CONTROL: HeaderValue = HeaderValue::from_static("public, max-age=1");
 
-/// A view with its validator: `ETag` (a hash of the body's bytes, the same on every instance
-/// for the same view) and `Cache-Control: public, max-age=1`; a request whose `If-None-Match`
-/// names the current tag is answered `304 Not Modified` without the body.
-fn cacheable<T: Serialize>(request: &HeaderMap, view: &T) -> Response {
-    let body = match serde_json::to_vec(view) {
-        Ok(b) => b,
-        Err(e) => return crate::error::internal(format!("serialize a view: {e}")).into_response(),
-    };
-    let tag = format!("\"{:016x}\"", fnv1a(&body));
-    let cache = format!("public, max-age={SALE_VIEW_MAX_AGE_S}");
-    let headers = [(header::ETAG, tag.clone()), (header::CACHE_CONTROL, cache)];
-    if none_match(request, &tag) {
+/// A sale's view as JSON, and its validator: `ETag`, a hash of the body's bytes, the same on
+/// every instance for the same view.
+fn render(now: &SaleNow) -> Result<(Bytes, HeaderValue), AppError> {
+    let body = serde_json::to_vec(&SaleView::of(now))
+        .map_err(|e| crate::error::internal(format!("serialize a view: {e}")))?;
+    let tag = HeaderValue::try_from(format!("\"{:016x}\"", fnv1a(&body)))
+        .map_err(|e| crate::error::internal(format!("a view's tag: {e}")))?;
+    Ok((Bytes::from(body), tag))
+}
+
+/// A rendered view with `ETag` and `Cache-Control: public, max-age=1`; a request whose
+/// `If-None-Match` names the current tag is answered `304 Not Modified` without the body.
+fn cacheable(request: &HeaderMap, view: &Rendered) -> Response {
+    let headers = [
+        (header::ETAG, view.etag.clone()),
+        (header::CACHE_CONTROL, SALE_VIEW_CACHE_CONTROL),
+    ];
+    if none_match(request, view.etag.as_bytes()) {
         return (StatusCode::NOT_MODIFIED, headers).into_response();
     }
-    let json = [(header::CONTENT_TYPE, "application/json")];
-    (StatusCode::OK, headers, json, body).into_response()
+    let json = [(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    )];
+    (StatusCode::OK, headers, json, view.body.clone()).into_response()
 }
 
 /// Whether `If-None-Match` names `tag` (or is `*`): the client's copy is current.
-fn none_match(request: &HeaderMap, tag: &str) -> bool {
+fn none_match(request: &HeaderMap, tag: &[u8]) -> bool {
     let given = request.get_all(header::IF_NONE_MATCH).iter();
     let mut tags = given
         .filter_map(|v| v.to_str().ok())
         .flat_map(|v| v.split(','));
     tags.any(|t| {
         let t = t.trim();
-        t == "*" || t.trim_start_matches("W/") == tag
+        t == "*" || t.trim_start_matches("W/").as_bytes() == tag
     })
 }
 

@@ -1,25 +1,23 @@
-//! [`GroupedBook`]: the database's admission book with its queue joins committed in groups.
+//! [`GroupedBook`]: an admission book with its queue joins taken in groups.
 //!
-//! Each join on its own is one write transaction and one synced commit, so a spike of joins
-//! on the embedded ledger waits on the disk once per buyer. Here the joins that arrive while a
-//! commit runs queue up, and the next commit takes them all (up to [`GROUP_MAX`]) in one
-//! transaction ([`Store::join_group`]), as the embedded ledger's writer groups purchases. No
-//! task of its own: the first waiting caller commits the group (in a spawned task, so a caller
-//! that goes away mid-commit cancels nobody's join) while the others wait for its answer.
-//! Every other call goes straight to the store.
+//! Each join on its own is one write: a synced commit on the embedded ledger's database, a
+//! script call on Redis. Here the joins that arrive while a group is written queue up, and
+//! the next write takes them all (up to [`GROUP_MAX`]) at once ([`AdmissionBook::join_group`]:
+//! one transaction, one script call), as the ledgers group purchases. No task of its own:
+//! the first waiting caller writes the group (in a spawned task, so a caller that goes away
+//! mid-write cancels nobody's join) while the others wait for its answer. Every other call
+//! goes straight to the book.
 
 use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
-use flashsale_core::admission::{AdmissionBook, Entered, Entry, QueueCounts, Seed, Ticket};
+use flashsale_core::admission::{
+    AdmissionBook, Entered, Entry, GroupJoin, QueueCounts, Seed, Ticket,
+};
 use flashsale_core::{SkuId, StoreError, UserId};
 use tokio::sync::oneshot;
 
-use crate::admission::GroupJoin;
-use crate::backend::Backend;
-use crate::store::Store;
-
-/// Most joins one commit takes (the rest go in the next).
+/// Most joins one write takes (the rest go in the next).
 pub const GROUP_MAX: usize = 2_048;
 
 type Answer = Result<Option<Ticket>, StoreError>;
@@ -30,24 +28,24 @@ struct Pending {
     answer: oneshot::Sender<Answer>,
 }
 
-/// The database's admission book, queue joins grouped into shared commits.
-pub struct GroupedBook<B: Backend> {
-    store: Arc<Store<B>>,
+/// An admission book, queue joins grouped into shared writes.
+pub struct GroupedBook {
+    book: Arc<dyn AdmissionBook>,
     pending: Arc<Mutex<Vec<Pending>>>,
-    /// Held by the caller committing a group.
+    /// Held by the caller writing a group.
     turn: tokio::sync::Mutex<()>,
 }
 
-impl<B: Backend> GroupedBook<B> {
-    pub fn new(store: Arc<Store<B>>) -> Self {
+impl GroupedBook {
+    pub fn new(book: Arc<dyn AdmissionBook>) -> Self {
         GroupedBook {
-            store,
+            book,
             pending: Arc::default(),
             turn: tokio::sync::Mutex::new(()),
         }
     }
 
-    /// Commits queued groups until `rx` is answered: a join is answered by the group that
+    /// Writes queued groups until `rx` is answered: a join is answered by the group that
     /// took it, and groups take the queue from its front, so each caller's own join is taken
     /// by it or by a caller ahead of it.
     async fn wait(&self, mut rx: oneshot::Receiver<Answer>) -> Answer {
@@ -63,8 +61,7 @@ impl<B: Backend> GroupedBook<B> {
                 let n = pending.len().min(GROUP_MAX);
                 pending.drain(..n).collect()
             };
-            let store = self.store.clone();
-            if tokio::spawn(commit(store, group)).await.is_err() {
+            if tokio::spawn(write(self.book.clone(), group)).await.is_err() {
                 return Err(lost());
             }
         }
@@ -72,11 +69,11 @@ impl<B: Backend> GroupedBook<B> {
 }
 
 fn lost() -> StoreError {
-    StoreError::Unavailable("the join's group commit did not finish".into())
+    StoreError::Unavailable("the join's group write did not finish".into())
 }
 
-/// Commits a group, one transaction per sale in it, and answers each join.
-async fn commit<B: Backend>(store: Arc<Store<B>>, group: Vec<Pending>) {
+/// Writes a group, one `join_group` per sale in it, and answers each join.
+async fn write(book: Arc<dyn AdmissionBook>, group: Vec<Pending>) {
     let mut by_sale: Vec<(SkuId, Vec<Pending>)> = Vec::new();
     for p in group {
         match by_sale.iter_mut().find(|(sku, _)| *sku == p.sku) {
@@ -86,10 +83,16 @@ async fn commit<B: Backend>(store: Arc<Store<B>>, group: Vec<Pending>) {
     }
     for (sku, list) in by_sale {
         let joins: Vec<GroupJoin> = list.iter().map(|p| p.join).collect();
-        match store.join_group(sku, &joins).await {
-            Ok(answers) => {
+        match book.join_group(sku, &joins).await {
+            Ok(answers) if answers.len() == list.len() => {
                 for (p, a) in list.into_iter().zip(answers) {
                     let _ = p.answer.send(Ok(a));
+                }
+            }
+            Ok(answers) => {
+                let why = format!("{} answers to {} joins", answers.len(), list.len());
+                for p in list {
+                    let _ = p.answer.send(Err(StoreError::Internal(why.clone())));
                 }
             }
             Err(e) => {
@@ -103,13 +106,13 @@ async fn commit<B: Backend>(store: Arc<Store<B>>, group: Vec<Pending>) {
 }
 
 #[async_trait]
-impl<B: Backend> AdmissionBook for GroupedBook<B> {
+impl AdmissionBook for GroupedBook {
     async fn commit_seed(&self, sku: SkuId, seed: &Seed) -> Result<Seed, StoreError> {
-        self.store.commit_seed(sku, seed).await
+        self.book.commit_seed(sku, seed).await
     }
 
     async fn seed(&self, sku: SkuId) -> Result<Option<Seed>, StoreError> {
-        self.store.seed(sku).await
+        self.book.seed(sku).await
     }
 
     async fn join(
@@ -130,32 +133,40 @@ impl<B: Backend> AdmissionBook for GroupedBook<B> {
         self.wait(rx).await
     }
 
+    async fn join_group(
+        &self,
+        sku: SkuId,
+        joins: &[GroupJoin],
+    ) -> Result<Vec<Option<Ticket>>, StoreError> {
+        self.book.join_group(sku, joins).await
+    }
+
     async fn ticket(&self, sku: SkuId, user: UserId) -> Result<Option<Ticket>, StoreError> {
-        self.store.ticket(sku, user).await
+        self.book.ticket(sku, user).await
     }
 
     async fn seal(&self, sku: SkuId, starts_at_ms: i64) -> Result<Option<u64>, StoreError> {
-        self.store.seal(sku, starts_at_ms).await
+        self.book.seal(sku, starts_at_ms).await
     }
 
     async fn prequeue(&self, sku: SkuId) -> Result<Vec<UserId>, StoreError> {
-        self.store.prequeue(sku).await
+        self.book.prequeue(sku).await
     }
 
     async fn counts(&self, sku: SkuId, lapse_before_ms: i64) -> Result<QueueCounts, StoreError> {
-        self.store.counts(sku, lapse_before_ms).await
+        self.book.counts(sku, lapse_before_ms).await
     }
 
     async fn advance(&self, sku: SkuId, from: u64, to: u64) -> Result<bool, StoreError> {
-        self.store.advance(sku, from, to).await
+        self.book.advance(sku, from, to).await
     }
 
     async fn admitted_at(&self, sku: SkuId, place: u64) -> Result<(Option<i64>, i64), StoreError> {
-        self.store.admitted_at(sku, place).await
+        self.book.admitted_at(sku, place).await
     }
 
     async fn mark_bought(&self, sku: SkuId, user: UserId, place: u64) -> Result<(), StoreError> {
-        self.store.mark_bought(sku, user, place).await
+        self.book.mark_bought(sku, user, place).await
     }
 
     async fn enter(
@@ -165,22 +176,22 @@ impl<B: Backend> AdmissionBook for GroupedBook<B> {
         window: (i64, i64),
         len_max: u64,
     ) -> Result<Entered, StoreError> {
-        self.store.enter(sku, entry, window, len_max).await
+        self.book.enter(sku, entry, window, len_max).await
     }
 
     async fn entries(&self, sku: SkuId) -> Result<Vec<Entry>, StoreError> {
-        self.store.entries(sku).await
+        self.book.entries(sku).await
     }
 
     async fn entry(&self, sku: SkuId, user: UserId) -> Result<Option<Entry>, StoreError> {
-        self.store.entry(sku, user).await
+        self.book.entry(sku, user).await
     }
 
     async fn draw_pos(&self, sku: SkuId) -> Result<u64, StoreError> {
-        self.store.draw_pos(sku).await
+        self.book.draw_pos(sku).await
     }
 
     async fn advance_draw(&self, sku: SkuId, from: u64, to: u64) -> Result<bool, StoreError> {
-        self.store.advance_draw(sku, from, to).await
+        self.book.advance_draw(sku, from, to).await
     }
 }
