@@ -15,6 +15,7 @@ mod demo_admission;
 mod demo_events;
 mod demo_reserve;
 mod reconcile;
+mod secrets;
 mod settings;
 
 use std::path::PathBuf;

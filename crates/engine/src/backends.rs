@@ -59,7 +59,7 @@ impl Backends {
     pub async fn open(settings: &Settings) -> anyhow::Result<Backends> {
         let url = settings.database_url.as_str();
         let l = &settings.ledger;
-        let backends = match &l.redis_url {
+        Ok(match &l.redis_url {
             Some(redis_url) => {
                 let mut ledger = RedisLedger::connect_lazy(redis_url, &l.redis_prefix)
                     .context("the Redis ledger")?
@@ -73,12 +73,13 @@ impl Backends {
                         .context("FLASHSALE_REDIS_WAIT_*")?;
                 }
                 Backends {
-                    ledger: Arc::new(ledger),
+                    ledger: Arc::new(l.hot_sales.place(ledger)),
                     store: open_store(url).await?,
                     embedded: None,
                 }
             }
             None => {
+                l.hot_sales.check_embedded()?;
                 if !url.starts_with("sqlite:") {
                     bail!("the embedded ledger (no FLASHSALE_REDIS_URL) needs a sqlite:// database, not {url}");
                 }
@@ -96,16 +97,6 @@ impl Backends {
                     embedded: Some(store),
                 }
             }
-        };
-        Ok(Backends {
-            ledger: crate::placement::hot_routed(
-                &l.hot_sales,
-                l.redis_url.as_deref(),
-                &l.redis_prefix,
-                (l.replication, l.redis_records),
-                backends.ledger,
-            )?,
-            ..backends
         })
     }
 }

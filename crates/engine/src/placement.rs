@@ -1,10 +1,7 @@
-//! Where each sale's hot copy lives: the configured ledger, or a `flashsale_redis::RoutedLedger`
-//! that sends the named hot sales to a dedicated Redis.
+//! Where each sale's hot copy lives: on the configured Redis, or, for the named hot sales, on
+//! a dedicated Redis of the same ledger (`RedisLedger::with_hot_sales`).
 
-use std::sync::Arc;
-
-use flashsale_core::Ledger;
-use flashsale_redis::RoutedLedger;
+use flashsale_redis::RedisLedger;
 
 /// The sales whose hot copy lives on a dedicated Redis, and that Redis.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -14,40 +11,28 @@ pub struct HotSales {
     pub skus: Vec<u64>,
 }
 
-/// The configured ledger, wrapped to send `hot_skus` to `hot_redis_url` when both are set
-/// (Redis ledger only: `redis_url` is the main ledger's). The hot-sale Redis waits for
-/// `replication` as the main one does (a sale's durability must not depend on where it
-/// lives), and loads copies in the main one's layout (`records`).
-pub fn hot_routed(
-    g: &HotSales,
-    redis_url: Option<&str>,
-    redis_prefix: &str,
-    (replication, records): (Option<flashsale_redis::Replication>, bool),
-    ledger: Arc<dyn Ledger>,
-) -> anyhow::Result<Arc<dyn Ledger>> {
-    match (&g.redis_url, redis_url) {
-        (Some(hot_url), Some(_)) if !g.skus.is_empty() => {
-            let mut hot = flashsale_redis::RedisLedger::connect_lazy(hot_url, redis_prefix)
-                .map_err(|e| anyhow::anyhow!("the hot-sale Redis: {e}"))?
-                .with_buckets();
-            if records {
-                hot = hot.with_records();
+impl HotSales {
+    /// `ledger`, keeping the hot sales on their Redis when both are set. That Redis takes
+    /// the ledger's prefix, buckets and replication: a sale's durability must not depend
+    /// on where it lives.
+    pub fn place(&self, ledger: RedisLedger) -> RedisLedger {
+        match &self.redis_url {
+            Some(hot_url) if !self.skus.is_empty() => {
+                tracing::info!(skus = ?self.skus, "hot sales routed to a dedicated Redis");
+                ledger.with_hot_sales(hot_url, self.skus.iter().copied())
             }
-            if let Some(replication) = replication {
-                hot = hot
-                    .with_replication(replication)
-                    .map_err(|e| anyhow::anyhow!("the hot-sale Redis: {e}"))?;
+            _ => ledger,
+        }
+    }
+
+    /// Refuses a hot-sale Redis without the Redis ledger (the embedded one lives in one
+    /// process).
+    pub fn check_embedded(&self) -> anyhow::Result<()> {
+        match self.redis_url {
+            Some(_) => {
+                anyhow::bail!("a hot-sale Redis needs the Redis ledger (FLASHSALE_REDIS_URL)")
             }
-            tracing::info!(skus = ?g.skus, "hot sales routed to a dedicated Redis");
-            Ok(Arc::new(RoutedLedger::new(
-                ledger,
-                Arc::new(hot),
-                g.skus.iter().copied(),
-            )))
+            None => Ok(()),
         }
-        (Some(_), None) => {
-            anyhow::bail!("a hot-sale Redis needs the Redis ledger (FLASHSALE_REDIS_URL)")
-        }
-        _ => Ok(ledger),
     }
 }

@@ -308,8 +308,9 @@ fn entered(user: UserId, v: Value) -> Result<Entered, StoreError> {
 }
 
 impl crate::RedisLedger {
-    /// The admission book of this ledger's sales (same connection and key prefix).
+    /// The admission book of this ledger's sales (the main Redis's connection, the same key
+    /// prefix).
     pub fn admission(&self) -> RedisAdmission {
-        RedisAdmission::new(self.conn.clone(), self.keys().clone())
+        RedisAdmission::new(self.main_conn(), self.keys().clone())
     }
 }

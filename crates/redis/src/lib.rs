@@ -8,8 +8,7 @@
 //! - [`bucketed`]: sales of several buckets, each a hot copy of its own on its own primary,
 //!   and the transfers of stock between them.
 //! - [`ledger`]: `RedisLedger`, the hot ledger over Redis or Redis Cluster (lazy connection,
-//!   fenced copies).
-//! - [`routed`]: `RoutedLedger`, named hot sales on a Redis of their own.
+//!   fenced copies), with named hot sales on a Redis of their own when asked.
 //! - `restock`: restocks told across instances (PUBLISH, and the subscription the service
 //!   runs as a worker).
 //! - [`stream`]: reading a sale's event stream (consumer group, claim, ack, trim, lease).
@@ -26,7 +25,6 @@ pub mod keys;
 pub mod ledger;
 pub mod placement;
 mod restock;
-pub mod routed;
 pub mod scripts;
 pub mod stream;
 
@@ -34,5 +32,4 @@ pub use codec::{Entry, EntryError, Item, FORMAT_BUCKETED, FORMAT_ONE_COPY, FORMA
 pub use keys::{slot, CopyTag, Keys};
 pub use ledger::{BucketState, BucketStats, BucketsView, Layout};
 pub use ledger::{RedisLedger, Replication, Snapshot};
-pub use routed::RoutedLedger;
 pub use stream::{AutoClaimed, PendingSummary, StreamReader, GROUP};

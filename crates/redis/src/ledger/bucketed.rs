@@ -69,7 +69,7 @@ impl RedisLedger {
                 pipe.arg(reqs[i].user_id.0);
             }
         }
-        let mut conn = self.conn.clone();
+        let mut conn = self.conn(home.sku);
         let (limit, held, records): (Option<u64>, Vec<Option<u64>>, Vec<Option<String>>) =
             bounded(Timeouts::HOT.call, pipe.query_async(&mut conn)).await?;
         let limit = limit.unwrap_or(u64::MAX);
@@ -192,7 +192,7 @@ impl RedisLedger {
     /// whose primary does not answer now: it can be no source of stock).
     async fn availables(&self, layout: &Layout) -> Result<Vec<u64>, LedgerError> {
         let reads = layout.copies().into_iter().map(|copy| async move {
-            let mut conn = self.conn.clone();
+            let mut conn = self.conn(copy.sku);
             let cmd = redis::cmd("HMGET")
                 .arg(self.keys().sale(copy))
                 .arg(&["available", "fenced_at_ms"])
@@ -243,7 +243,7 @@ impl RedisLedger {
         }
         let mut in_flight_units = 0;
         for (_, id, to, units) in self.pending_transfers(&layout).await? {
-            let mut conn = self.conn.clone();
+            let mut conn = self.conn(sku);
             let cmd = redis::cmd("HEXISTS")
                 .arg(self.keys().transfers_in(layout.copy(to)))
                 .arg(&id)

@@ -12,14 +12,15 @@ use crate::conn::{bounded, Timeouts};
 use crate::keys::CopyTag;
 
 impl RedisLedger {
-    /// Runs a script under the call deadline and records its latency.
+    /// Runs a script on `copy`'s Redis under the call deadline and records its latency.
     pub(super) async fn run<T: FromRedisValue>(
         &self,
         name: &'static str,
+        copy: CopyTag,
         inv: &ScriptInvocation<'_>,
     ) -> Result<T, LedgerError> {
         let started = Instant::now();
-        let mut conn = self.conn.clone();
+        let mut conn = self.conn(copy.sku);
         let result = bounded(Timeouts::HOT.call, inv.invoke_async(&mut conn)).await;
         metrics::histogram!(flashsale_core::metric_names::SCRIPT_LATENCY, "script" => name)
             .record(started.elapsed().as_secs_f64());
@@ -50,7 +51,7 @@ impl RedisLedger {
             // its primary.
             let mut load = redis::cmd("SCRIPT");
             load.arg("LOAD").arg(source);
-            let mut conn = self.conn.clone();
+            let mut conn = self.conn(copy.sku);
             bounded::<String>(Timeouts::HOT.call, load.query_async(&mut conn)).await?;
             result = self.send_write(copy, cmd).await;
         }
@@ -74,7 +75,7 @@ impl RedisLedger {
         copy: CopyTag,
         cmd: &Cmd,
     ) -> Result<(Value, Option<i64>), RedisError> {
-        let mut conn = self.conn.clone();
+        let mut conn = self.conn(copy.sku);
         let call = async {
             let Some(want) = self.replication else {
                 let reply: Value = cmd.query_async(&mut conn).await?;
@@ -131,14 +132,16 @@ impl RedisLedger {
         self.confirmed(acked, Vec::new())
     }
 
-    /// Tells this instance's listener at once, and every instance through the channel.
+    /// Tells this instance's listener at once, and every instance through the channel of
+    /// the Redis that holds the sale.
     pub(crate) async fn announce_restock(&self, sku: SkuId) {
-        if let Some(listener) = self.restock.listener() {
+        let server = self.server(sku);
+        if let Some(listener) = server.restock.listener() {
             listener(sku);
         }
-        let mut conn = self.conn.clone();
+        let mut conn = server.conn.clone();
         let cmd = redis::cmd("PUBLISH")
-            .arg(&self.restock.channel)
+            .arg(&server.restock.channel)
             .arg(sku.0)
             .clone();
         let sent: Result<i64, _> = bounded(Timeouts::HOT.call, cmd.query_async(&mut conn)).await;

@@ -34,7 +34,7 @@ impl HotCopies for RedisLedger {
         for copy in self.layout(sku).await?.copies() {
             let mut inv = self.scripts.fence.prepare_invoke();
             inv.key(self.keys.sale(copy));
-            present |= self.run::<i64>("fence", &inv).await? == 1;
+            present |= self.run::<i64>("fence", copy, &inv).await? == 1;
         }
         Ok(present)
     }
@@ -46,7 +46,7 @@ impl HotCopies for RedisLedger {
             inv.key(self.keys.sale(copy))
                 .arg(layout.epoch_of(copy.bucket, epoch))
                 .arg(state.as_str());
-            if self.run::<String>("open", &inv).await? != "OK" {
+            if self.run::<String>("open", copy, &inv).await? != "OK" {
                 return Err(LedgerError::AlreadyWarm);
             }
         }
@@ -77,7 +77,7 @@ impl HotCopies for RedisLedger {
         let (_, copy) = self.bucket_copy(sku, bucket).await?;
         let mut inv = self.scripts.fence.prepare_invoke();
         inv.key(self.keys.sale(copy));
-        Ok(self.run::<i64>("fence", &inv).await? == 1)
+        Ok(self.run::<i64>("fence", copy, &inv).await? == 1)
     }
 
     async fn load_bucket(
@@ -105,7 +105,7 @@ impl HotCopies for RedisLedger {
         let (_, copy) = self.bucket_copy(sku, bucket).await?;
         let mut inv = self.scripts.open.prepare_invoke();
         inv.key(self.keys.sale(copy)).arg(epoch).arg(state.as_str());
-        match self.run::<String>("open", &inv).await?.as_str() {
+        match self.run::<String>("open", copy, &inv).await?.as_str() {
             "OK" => Ok(()),
             _ => Err(LedgerError::AlreadyWarm),
         }

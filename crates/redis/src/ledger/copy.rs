@@ -23,7 +23,7 @@ impl RedisLedger {
         let mut inv = self.scripts.expire_due.prepare_invoke();
         self.resolve_keys(&mut inv, copy);
         inv.arg(max.min(EXPIRE_MAX));
-        let reply: Vec<i64> = self.run("expire_due", &inv).await?;
+        let reply: Vec<i64> = self.run("expire_due", copy, &inv).await?;
         let [expired, restocked] = reply[..] else {
             return Err(LedgerError::Internal(format!(
                 "unexpected expire_due reply {reply:?}"
@@ -40,7 +40,7 @@ impl RedisLedger {
         copy: CopyTag,
     ) -> Result<Option<Counters>, LedgerError> {
         let sku = copy.sku;
-        let mut conn = self.conn.clone();
+        let mut conn = self.conn(sku);
         let cmd = redis::cmd("HMGET")
             .arg(self.keys.sale(copy))
             .arg(&["total", "available", "reserved", "sold", "seq"])
@@ -100,11 +100,11 @@ impl RedisLedger {
         if let Some((buckets, salts)) = layout {
             inv.arg(buckets).arg(salts);
         }
-        let answer: String = self.run("load", &inv).await?;
+        let answer: String = self.run("load", copy, &inv).await?;
         if answer == "ALREADY_WARM" {
             return Err(LedgerError::AlreadyWarm);
         }
-        let mut conn = self.conn.clone();
+        let mut conn = self.conn(sku);
         let cmd = redis::cmd("SADD").arg(self.keys.sales()).arg(sku.0).clone();
         let _: i64 = bounded(Timeouts::HOT.call, cmd.query_async(&mut conn)).await?;
         Ok(())
@@ -165,9 +165,10 @@ impl RedisLedger {
     /// rebuild opens it in the database's state).
     pub(super) async fn state_answer(
         &self,
+        copy: CopyTag,
         inv: &ScriptInvocation<'_>,
     ) -> Result<bool, LedgerError> {
-        match self.run::<String>("set_state", inv).await?.as_str() {
+        match self.run::<String>("set_state", copy, inv).await?.as_str() {
             "OK" => Ok(true),
             "SKIPPED" => Ok(false),
             other => Err(LedgerError::Unavailable(format!(

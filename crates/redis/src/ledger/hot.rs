@@ -37,7 +37,7 @@ impl HotLedger for RedisLedger {
         for copy in self.layout(sku).await?.copies() {
             let mut inv = self.scripts.set_state.prepare_invoke();
             inv.key(self.keys.sale(copy)).arg(state.as_str());
-            self.state_answer(&inv).await?;
+            self.state_answer(copy, &inv).await?;
         }
         Ok(())
     }
@@ -51,7 +51,7 @@ impl HotLedger for RedisLedger {
             inv.key(self.keys.sale(copy))
                 .arg(to.as_str())
                 .arg(from.as_str());
-            changed = self.state_answer(&inv).await?;
+            changed = self.state_answer(copy, &inv).await?;
         }
         Ok(changed)
     }
@@ -135,7 +135,7 @@ impl HotLedger for RedisLedger {
             .key(self.keys.records(copy))
             .key(self.keys.batches(copy))
             .arg(order_no.to_string());
-        let v: Option<String> = self.run("order", &inv).await?;
+        let v: Option<String> = self.run("order", copy, &inv).await?;
         v.map(|encoded| decode_order(&order_no.to_string(), &encoded))
             .transpose()
             .map_err(LedgerError::Internal)

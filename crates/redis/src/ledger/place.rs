@@ -13,7 +13,7 @@ impl RedisLedger {
     /// A salt per bucket putting `n` buckets of `sku` on distinct primaries (one Redis: all
     /// on it).
     pub(crate) async fn place(&self, sku: SkuId, n: u16) -> Result<Vec<u32>, LedgerError> {
-        let slots = self.primary_slots().await?;
+        let slots = self.primary_slots(sku).await?;
         let primaries = slots.iter().map(|s| s.2).max().map_or(1, |m| m + 1);
         let primary_of = |tag: &str| {
             let s = slot(&format!("{{{tag}}}"));
@@ -25,13 +25,13 @@ impl RedisLedger {
         Ok(placement::place(sku, n, primaries, primary_of))
     }
 
-    /// The cluster's slot ranges with the index of their primary (`CLUSTER SLOTS`); empty on
-    /// one Redis.
-    async fn primary_slots(&self) -> Result<Vec<(u16, u16, usize)>, LedgerError> {
-        if !self.is_cluster() {
+    /// The slot ranges of the cluster that holds `sku`, with the index of their primary
+    /// (`CLUSTER SLOTS`); empty on one Redis.
+    async fn primary_slots(&self, sku: SkuId) -> Result<Vec<(u16, u16, usize)>, LedgerError> {
+        let mut conn = self.conn(sku);
+        if !conn.is_cluster() {
             return Ok(Vec::new());
         }
-        let mut conn = self.conn.clone();
         let cmd = redis::cmd("CLUSTER").arg("SLOTS").clone();
         let reply: Value = bounded(Timeouts::HOT.call, cmd.query_async(&mut conn)).await?;
         parse_slots(&reply).ok_or_else(|| {

@@ -1,6 +1,7 @@
-//! The [`RedisLedger`]: its connection, settings (replication, buckets), and where a sale's
-//! buckets live.
+//! The [`RedisLedger`]: its connections, settings (replication, buckets, hot sales), and
+//! where a sale lives: the Redis that holds its keys, and its buckets there.
 
+use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -14,16 +15,42 @@ use crate::scripts::Scripts;
 
 /// The hot ledger on Redis: one script call per batch, pay, cancel, expiry or warm.
 pub struct RedisLedger {
-    pub(crate) conn: Conn,
+    main: Server,
+    /// Named hot sales on a Redis of their own ([`RedisLedger::with_hot_sales`]).
+    hot: Option<HotSales>,
     pub(super) keys: Keys,
     pub(crate) scripts: Scripts,
-    pub(super) restock: Arc<RestockHub>,
     pub(super) replication: Option<Replication>,
     /// Sales of several buckets, when this ledger takes them ([`RedisLedger::with_buckets`]).
     pub(crate) buckets: Option<BucketTable>,
     /// The key layout of the copies this ledger loads ([`RedisLedger::with_records`]); it
     /// serves a copy of either layout, as the copy says.
     pub(crate) records: bool,
+}
+
+/// One Redis (a node or a cluster) that holds sales: every key of a sale lives wholly on
+/// one, so its scripts stay atomic.
+pub(super) struct Server {
+    pub(super) conn: Conn,
+    /// Restocks of its sales, published on its channel.
+    pub(super) restock: Arc<RestockHub>,
+}
+
+impl Server {
+    fn lazy(url: &str, keys: &Keys) -> Server {
+        Server {
+            conn: Conn::lazy(url, Timeouts::HOT),
+            restock: Arc::new(RestockHub::new(split_urls(url), keys.restock_channel())),
+        }
+    }
+}
+
+/// Named sales kept on a Redis of their own, so that their spike cannot slow the others.
+/// The route is a pure function of the sku, which every order number carries, so every
+/// instance routes alike.
+struct HotSales {
+    server: Server,
+    skus: HashSet<u64>,
 }
 
 /// Longest WAIT timeout: below the connection's response timeout, so a WAIT that times out
@@ -53,13 +80,11 @@ impl RedisLedger {
     /// is down and answers 503 (and `/readyz` false) until it is back.
     pub fn connect_lazy(url: &str, prefix: &str) -> Result<RedisLedger, LedgerError> {
         let keys = Keys::new(prefix).map_err(LedgerError::Internal)?;
-        let conn = Conn::lazy(url, Timeouts::HOT);
-        let restock = Arc::new(RestockHub::new(split_urls(url), keys.restock_channel()));
         Ok(RedisLedger {
-            conn,
+            main: Server::lazy(url, &keys),
+            hot: None,
             keys,
             scripts: Scripts::new(),
-            restock,
             replication: None,
             buckets: None,
             records: false,
@@ -98,27 +123,68 @@ impl RedisLedger {
         self
     }
 
+    /// Keeps the sales `skus` on the Redis at `url` (connected on first use, with this
+    /// ledger's prefix, replication and buckets), every other sale on the main one. Both
+    /// Redis' streams are persisted (a persister per Redis).
+    pub fn with_hot_sales(mut self, url: &str, skus: impl IntoIterator<Item = u64>) -> Self {
+        self.hot = Some(HotSales {
+            server: Server::lazy(url, &self.keys),
+            skus: skus.into_iter().collect(),
+        });
+        self
+    }
+
     pub fn keys(&self) -> &Keys {
         &self.keys
     }
 
+    /// Whether the main Redis is a cluster.
     pub fn is_cluster(&self) -> bool {
-        self.conn.is_cluster()
+        self.main.conn.is_cluster()
     }
 
-    /// The skus of warmed sales (`fs:sales`), e.g. for the expiry worker.
+    /// The Redis that holds `sku`'s keys.
+    pub(super) fn server(&self, sku: SkuId) -> &Server {
+        match &self.hot {
+            Some(hot) if hot.skus.contains(&sku.0) => &hot.server,
+            _ => &self.main,
+        }
+    }
+
+    /// A connection to the Redis that holds `sku`'s keys.
+    pub(crate) fn conn(&self, sku: SkuId) -> Conn {
+        self.server(sku).conn.clone()
+    }
+
+    /// A connection to the main Redis.
+    pub(crate) fn main_conn(&self) -> Conn {
+        self.main.conn.clone()
+    }
+
+    /// Every Redis this ledger's sales live on, the main one first.
+    pub(super) fn servers(&self) -> impl Iterator<Item = &Server> {
+        std::iter::once(&self.main).chain(self.hot.as_ref().map(|hot| &hot.server))
+    }
+
+    /// The skus of warmed sales (`fs:sales` of every Redis), e.g. for the expiry worker.
     pub async fn sales(&self) -> Result<Vec<SkuId>, LedgerError> {
-        let mut conn = self.conn.clone();
-        let cmd = redis::cmd("SMEMBERS").arg(self.keys.sales()).clone();
-        let ids: Vec<u64> = bounded(Timeouts::HOT.call, cmd.query_async(&mut conn)).await?;
-        let mut ids: Vec<SkuId> = ids.into_iter().map(SkuId).collect();
+        let mut ids = Vec::new();
+        for server in self.servers() {
+            let mut conn = server.conn.clone();
+            let cmd = redis::cmd("SMEMBERS").arg(self.keys.sales()).clone();
+            let some: Vec<u64> = bounded(Timeouts::HOT.call, cmd.query_async(&mut conn)).await?;
+            ids.extend(some.into_iter().map(SkuId));
+        }
         ids.sort();
         Ok(ids)
     }
 
-    /// Whether Redis answers (a connection made, a PING).
+    /// Whether every Redis answers (a connection made, a PING), the main one first.
     pub(super) async fn ready(&self) -> Result<(), LedgerError> {
-        bounded(Timeouts::HOT.call, self.conn.ready()).await
+        for server in self.servers() {
+            bounded(Timeouts::HOT.call, server.conn.ready()).await?;
+        }
+        Ok(())
     }
 
     /// Where `sku`'s buckets live. Without [`RedisLedger::with_buckets`] every sale is of one
@@ -135,7 +201,7 @@ impl RedisLedger {
             .arg(self.keys().sale(sku))
             .arg(&["epoch", "buckets", "salts"])
             .clone();
-        let mut conn = self.conn.clone();
+        let mut conn = self.conn(sku);
         let got: Vec<Option<String>> =
             bounded(Timeouts::HOT.call, cmd.query_async(&mut conn)).await?;
         let layout = match &got[..] {

@@ -35,7 +35,7 @@ impl RedisLedger {
         let sku = copy.sku;
         let mut inv = self.scripts.snapshot.prepare_invoke();
         inv.key(self.keys.sale(copy)).key(self.keys.events(copy));
-        let reply: Vec<Value> = self.run("snapshot", &inv).await?;
+        let reply: Vec<Value> = self.run("snapshot", copy, &inv).await?;
         let (Some(Value::Array(flat)), Some(events), Some(fenced)) =
             (reply.first(), reply.get(1), reply.get(2).and_then(as_int))
         else {
@@ -145,7 +145,7 @@ impl RedisLedger {
                     .arg(o.deadline_ms)
                     .arg(o.created_at_ms);
             }
-            let n: i64 = self.run("restore_orders", &inv).await?;
+            let n: i64 = self.run("restore_orders", copy, &inv).await?;
             added += usize::try_from(n).map_err(|_| LedgerError::AlreadyWarm)?;
         }
         Ok(added)

@@ -32,7 +32,7 @@ impl SoldOutSupport for RedisLedger {
         // Either layout: the key in layout 1's requests hash, or the request id among the
         // buyer's record's orders in layout 2 (a copy holds one of the two).
         let copy = self.layout(sku).await?.home(key.user);
-        let mut conn = self.conn.clone();
+        let mut conn = self.conn(sku);
         let mut pipe = redis::pipe();
         pipe.cmd("HEXISTS")
             .arg(self.keys.requests(copy))
@@ -74,12 +74,18 @@ impl SoldOutSupport for RedisLedger {
         Ok(Some((version, count)))
     }
 
+    /// Every Redis this ledger's sales live on tells the one listener.
     fn on_restock(&self, listener: RestockListener) {
-        self.restock.set_listener(listener);
+        for server in self.servers() {
+            server.restock.set_listener(listener.clone());
+        }
     }
 
+    /// A subscription per Redis this ledger's sales live on.
     fn restock_feeds(&self) -> Vec<RestockFeed> {
-        vec![RestockHub::feed(&self.restock)]
+        (self.servers())
+            .map(|server| RestockHub::feed(&server.restock))
+            .collect()
     }
 }
 
@@ -97,7 +103,7 @@ impl RedisLedger {
         if len > max {
             return Ok(None);
         }
-        let mut conn = self.conn.clone();
+        let mut conn = self.conn(copy.sku);
         let mut pipe = redis::pipe();
         pipe.cmd("HKEYS")
             .arg(self.keys.requests(copy))
@@ -130,7 +136,7 @@ impl RedisLedger {
         &self,
         copy: CopyTag,
     ) -> Result<Option<(u64, usize)>, LedgerError> {
-        let mut conn = self.conn.clone();
+        let mut conn = self.conn(copy.sku);
         let mut pipe = redis::pipe();
         pipe.cmd("HMGET")
             .arg(self.keys.sale(copy))

@@ -117,7 +117,7 @@ impl RedisLedger {
             return Ok(Arrival::NotNow);
         }
         if arrival == Arrival::Stored {
-            let mut conn = self.conn.clone();
+            let mut conn = self.conn(src.sku);
             let cmd = redis::cmd("HDEL")
                 .arg(self.keys().transfers_out(src))
                 .arg(&id)
@@ -165,7 +165,7 @@ impl RedisLedger {
             return Ok(pending);
         }
         for src in layout.copies() {
-            let mut conn = self.conn.clone();
+            let mut conn = self.conn(src.sku);
             let cmd = redis::cmd("HGETALL")
                 .arg(self.keys().transfers_out(src))
                 .clone();
@@ -215,7 +215,7 @@ impl RedisLedger {
             }
             pipe.add_command(cmd).ignore();
         }
-        let mut conn = self.conn.clone();
+        let mut conn = self.conn(copy.sku);
         bounded(Timeouts::HOT.call, pipe.query_async::<()>(&mut conn)).await
     }
 }
