@@ -28,6 +28,10 @@ pub struct Dialect {
     /// Drops the unique index on `orders.order_no` if it is there (the contract to one row
     /// per purchase: an order is found by its seq).
     pub drop_order_no_index: &'static str,
+    /// The contract's last step, run once while `orders` still has its `id`: the order row
+    /// keyed by its deduction, `(sku_id, bucket, seq)`, with the request key its one unique
+    /// index (`id` and the seq index go).
+    pub key_orders_by_seq: &'static [&'static str],
 }
 
 /// `(?, ?, ...), (?, ?, ...)` for `rows` rows of `cols` placeholders.
@@ -185,6 +189,9 @@ pub mod mysql {
         returning_id: "",
         // MariaDB's form (MySQL has no IF EXISTS here).
         drop_order_no_index: "ALTER TABLE orders DROP INDEX IF EXISTS orders_order_no",
+        key_orders_by_seq: &["ALTER TABLE orders DROP PRIMARY KEY, DROP COLUMN id, \
+             MODIFY seq BIGINT UNSIGNED NOT NULL, MODIFY epoch BIGINT UNSIGNED NOT NULL, \
+             ADD PRIMARY KEY (sku_id, bucket, seq), DROP INDEX orders_seq"],
     };
 }
 
@@ -206,6 +213,35 @@ pub mod sqlite {
         trigger: "\"trigger\"",
         returning_id: " RETURNING id",
         drop_order_no_index: "DROP INDEX IF EXISTS orders_order_no",
+        // SQLite changes no primary key in place: the table is rebuilt (every column and
+        // CHECK of migrations 1 and 16, `id` left out), without a rowid.
+        key_orders_by_seq: &[
+            "CREATE TABLE orders_by_seq (
+                sku_id        INTEGER NOT NULL,
+                bucket        INTEGER NOT NULL DEFAULT 0,
+                seq           INTEGER NOT NULL,
+                epoch         INTEGER NOT NULL,
+                order_no      TEXT NOT NULL,
+                user_id       INTEGER NOT NULL,
+                request_id    TEXT NOT NULL,
+                quantity      INTEGER NOT NULL,
+                status        TEXT NOT NULL,
+                deadline_ms   INTEGER NOT NULL DEFAULT 0,
+                created_at_ms INTEGER NOT NULL,
+                updated_at_ms INTEGER NOT NULL,
+                PRIMARY KEY (sku_id, bucket, seq),
+                CONSTRAINT orders_quantity_positive CHECK (quantity > 0),
+                CONSTRAINT orders_status CHECK (status IN
+                    ('PENDING', 'CREATED', 'RESERVED', 'PAID', 'CANCELLED', 'EXPIRED', 'REJECTED'))
+            ) WITHOUT ROWID",
+            "INSERT INTO orders_by_seq (sku_id, bucket, seq, epoch, order_no, user_id, request_id, \
+             quantity, status, deadline_ms, created_at_ms, updated_at_ms) \
+             SELECT sku_id, bucket, seq, epoch, order_no, user_id, request_id, quantity, status, \
+             deadline_ms, created_at_ms, updated_at_ms FROM orders",
+            "DROP TABLE orders",
+            "ALTER TABLE orders_by_seq RENAME TO orders",
+            "CREATE UNIQUE INDEX orders_request ON orders (sku_id, user_id, request_id)",
+        ],
     };
 }
 
@@ -219,6 +255,12 @@ pub mod postgres {
         insert_ignore: ("INSERT INTO ", " ON CONFLICT DO NOTHING"),
         touch: ", updated_at = CURRENT_TIMESTAMP",
         drop_order_no_index: "ALTER TABLE orders DROP CONSTRAINT IF EXISTS orders_order_no",
+        key_orders_by_seq: &[
+            "ALTER TABLE orders DROP COLUMN id, ALTER COLUMN seq SET NOT NULL, \
+             ALTER COLUMN epoch SET NOT NULL, \
+             ADD CONSTRAINT orders_by_seq PRIMARY KEY (sku_id, bucket, seq)",
+            "DROP INDEX IF EXISTS orders_seq",
+        ],
         ..super::sqlite::DIALECT
     };
 

@@ -21,7 +21,7 @@ async fn rows(store: &SqliteStore, skus: &[SkuId]) -> Vec<String> {
         "order",
         "SELECT order_no, sku_id, user_id, request_id, quantity, status, \
          MAX(deadline_ms - created_at_ms, -1) AS hold, updated_at_ms >= created_at_ms AS later, \
-         bucket, seq, epoch FROM orders ORDER BY id",
+         bucket, seq, epoch FROM orders ORDER BY sku_id, bucket, seq",
     )
     .await;
     out.extend(

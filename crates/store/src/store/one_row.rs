@@ -141,8 +141,9 @@ impl<B: Backend> Store<B> {
     /// The contract step to one row per purchase (`flashsale migrate --contract`; docs/DEPLOY.md,
     /// "Rolling upgrades"): declares schema version 16 the lowest binary that may run, gives
     /// every order written before migration 16 its event's seq, removes the `deducted` rows
-    /// of `stock_events` that order rows carry, and drops the order-number index (an order is
-    /// found by its seq). Run it only once no instance of a binary below schema version 16
+    /// of `stock_events` that order rows carry, drops the order-number index (an order is
+    /// found by its seq) and keys `orders` by `(sku_id, bucket, seq)` (its `id` goes): a
+    /// purchase is then one row with one unique index besides its key, the request's. Run it only once no instance of a binary below schema version 16
     /// runs. Safe to run again, and while instances of this binary apply batches: a batch
     /// that began before it keeps both rows, which readers read as one.
     pub async fn contract_one_row(&self) -> Result<ContractReport, StoreError> {
@@ -150,7 +151,12 @@ impl<B: Backend> Store<B> {
                        WHERE id = 1 AND min_binary_version < ?";
         let v = sql::ONE_ROW_VERSION;
         self.write(declare, &[Arg::Int(v), Arg::Int(v)]).await?;
-        let backfilled = self.backfill_order_seqs().await?;
+        let ids = self.orders_have_ids().await?;
+        let backfilled = if ids {
+            self.backfill_order_seqs().await?
+        } else {
+            0
+        };
         let remove = "DELETE FROM stock_events WHERE kind = 'deducted' AND EXISTS \
              (SELECT 1 FROM orders o WHERE o.sku_id = stock_events.sku_id \
              AND o.bucket = stock_events.bucket AND o.seq = stock_events.seq \
@@ -166,11 +172,36 @@ impl<B: Backend> Store<B> {
             )));
         }
         self.write(B::DIALECT.drop_order_no_index, &[]).await?;
+        if ids {
+            let mut tx = self.begin_write().await?;
+            for statement in B::DIALECT.key_orders_by_seq {
+                B::run(&mut *tx, statement, &[]).await?;
+            }
+            tx.commit().await.map_err(db_error)?;
+        }
         self.one_row.store(true, Ordering::Relaxed);
         Ok(ContractReport {
             backfilled,
             events_removed,
         })
+    }
+
+    /// Whether `orders` still has its `id` (the contract's last step has not run).
+    async fn orders_have_ids(&self) -> Result<bool, StoreError> {
+        match self.read("SELECT id FROM orders WHERE 1 = 0", &[]).await {
+            Ok(_) => Ok(true),
+            Err(StoreError::Unavailable(e)) => Err(StoreError::Unavailable(e)),
+            Err(_) => Ok(false),
+        }
+    }
+
+    /// Whether the database is contracted to one row per purchase, read again while this
+    /// store has not seen it (another process may have run the contract).
+    pub(crate) async fn one_row_now(&self) -> Result<bool, StoreError> {
+        if !self.one_row() {
+            self.read_shape().await?;
+        }
+        Ok(self.one_row())
     }
 
     /// Gives each order without a seq (written by a binary before migration 16) the seq,

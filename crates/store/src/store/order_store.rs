@@ -11,7 +11,7 @@ use flashsale_core::{
 
 use super::base::{begin, events_of, of_pairs, Store};
 use super::buckets::audit_buckets;
-use super::one_row::log_rows;
+use super::one_row::{log_rows, shape};
 use super::transfers::{check_transfer, insert_transfer, locked_transfer_bucket, move_stock};
 use crate::backend::{signed, Arg, Backend, Columns as _};
 use crate::batch::CHUNK_ROWS;
@@ -169,7 +169,7 @@ impl<B: Backend> OrderStore for Store<B> {
 
     async fn order(&self, order_no: &OrderNo) -> Result<Option<HotOrder>, StoreError> {
         let no = order_no.to_string();
-        if !self.one_row() {
+        if !self.one_row_now().await? {
             let sql = format!(
                 "SELECT {} FROM orders WHERE order_no = ?",
                 sql::ORDER_COLUMNS
@@ -197,7 +197,16 @@ impl<B: Backend> OrderStore for Store<B> {
     }
 
     async fn orders(&self, sku: SkuId) -> Result<Vec<HotOrder>, StoreError> {
-        let rows = self.sale_rows("orders", sql::ORDER_COLUMNS, sku).await?;
+        let by = if self.one_row_now().await? {
+            "bucket, seq"
+        } else {
+            "id"
+        };
+        let sql = format!(
+            "SELECT {} FROM orders WHERE sku_id = ? ORDER BY {by}",
+            sql::ORDER_COLUMNS
+        );
+        let rows = self.read(&sql, &[Arg::Id(sku.0)]).await?;
         rows.iter().map(rows::order).collect()
     }
 
@@ -358,8 +367,13 @@ impl<B: Backend> OrderStore for Store<B> {
             return Ok(None);
         };
         let sale = SaleRow::read(row)?.into_stored()?;
+        let by = if shape::<B>(&mut *tx).await? {
+            "bucket, seq"
+        } else {
+            "id"
+        };
         let sql = format!(
-            "SELECT {} FROM orders WHERE sku_id = ? ORDER BY id",
+            "SELECT {} FROM orders WHERE sku_id = ? ORDER BY {by}",
             sql::ORDER_COLUMNS
         );
         let orders = B::fetch(&mut *tx, &sql, &[Arg::Id(sku.0)])
