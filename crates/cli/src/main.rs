@@ -88,6 +88,10 @@ enum Command {
     Migrate {
         #[command(flatten)]
         settings: Settings,
+        /// Also the contract step to one row per purchase (docs/DEPLOY.md, "Rolling
+        /// upgrades"): only once every instance runs this release.
+        #[arg(long)]
+        contract: bool,
     },
 }
 
@@ -137,10 +141,18 @@ async fn run(command: Command) -> anyhow::Result<()> {
             println!("{}", Auth::new(&jwt, &admin).sign(UserId(user), ttl_s));
             Ok(())
         }
-        Command::Migrate { settings } => {
+        Command::Migrate { settings, contract } => {
             let url = settings.database_url();
             flashsale_engine::backends::open_store(&url).await?;
             println!("schema of {url} is current");
+            if contract {
+                let done = flashsale_engine::backends::contract_one_row(&url).await?;
+                println!(
+                    "contracted to one row per purchase: {} orders given their seq, {} event rows \
+                     removed; binaries below schema version 16 no longer start",
+                    done.backfilled, done.events_removed
+                );
+            }
             Ok(())
         }
     }

@@ -87,7 +87,8 @@ impl EmbeddedLedger {
     ) -> Result<EmbeddedLedger, LedgerError> {
         let writer = match (writer, database_file(&store).await?) {
             (GroupWriter::Thread, Some(path)) => {
-                Some(Writer::start(path).map_err(LedgerError::Unavailable)?)
+                let one_row = store.one_row();
+                Some(Writer::start(path, one_row).map_err(LedgerError::Unavailable)?)
             }
             _ => None,
         };

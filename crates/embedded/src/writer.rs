@@ -60,8 +60,10 @@ pub(crate) struct Writer {
 }
 
 impl Writer {
-    /// Starts the thread and opens `path` in it (the schema must be migrated already).
-    pub(crate) fn start(path: PathBuf) -> Result<Writer, String> {
+    /// Starts the thread and opens `path` in it (the schema must be migrated already);
+    /// `one_row`: the database is contracted to one row per purchase (a deduction is its
+    /// order's row, no event row).
+    pub(crate) fn start(path: PathBuf, one_row: bool) -> Result<Writer, String> {
         let (jobs, rx) = mpsc::channel::<(Group, Reply)>();
         let (ready_tx, ready_rx) = mpsc::channel();
         std::thread::Builder::new()
@@ -77,7 +79,7 @@ impl Writer {
                         return;
                     }
                 };
-                let sql = Sql::new();
+                let sql = Sql::new(one_row);
                 let mut buf = Buffers::default();
                 while let Ok((group, reply)) = rx.recv() {
                     let result = write(&mut conn, &sql, &mut buf, &group).map_err(NotWritten);
@@ -133,15 +135,24 @@ fn open(path: &Path) -> rusqlite::Result<Connection> {
 struct Sql {
     events: Vec<(usize, String)>,
     orders: Vec<(usize, String)>,
+    /// One row per purchase: deductions are written as their orders only, and a stored
+    /// order is found by its seq (the contracted database has no order-number index).
+    one_row: bool,
 }
 
 /// A stored order resolved: only a RESERVED one of the same user and quantity. The writer's
 /// own statement: the store updates resolved orders after its fold has checked them.
 const RESOLVE: &str = "UPDATE orders SET status = ?1, updated_at_ms = ?2 \
-     WHERE sku_id = ?3 AND order_no = ?4 AND status = 'RESERVED' AND user_id = ?5 AND quantity = ?6";
+     WHERE sku_id = ?3 AND order_no = ?4 AND status = 'RESERVED' AND user_id = ?5 AND quantity = ?6 \
+     AND ?7 >= 0";
+
+/// `RESOLVE` by the order's seq (bucket 0: the embedded ledger runs a sale as one book).
+const RESOLVE_BY_SEQ: &str = "UPDATE orders SET status = ?1, updated_at_ms = ?2 \
+     WHERE sku_id = ?3 AND bucket = 0 AND seq = ?7 AND order_no = ?4 AND status = 'RESERVED' \
+     AND user_id = ?5 AND quantity = ?6";
 
 impl Sql {
-    fn new() -> Sql {
+    fn new(one_row: bool) -> Sql {
         let text = |head: &str, n: usize, cols: usize| {
             (n, format!("{head}{}", values_placeholders(n, cols)))
         };
@@ -154,6 +165,7 @@ impl Sql {
                 .iter()
                 .map(|&n| text(INSERT_ORDERS, n, ORDER_COLS))
                 .collect(),
+            one_row,
         }
     }
 }
@@ -167,6 +179,8 @@ struct Buffers {
     placed: std::collections::HashMap<OrderNo, usize>,
     /// Stored orders resolved: (event index).
     resolved: Vec<usize>,
+    /// The events written as rows of `stock_events` (event index).
+    event_rows: Vec<usize>,
     no: String,
 }
 
@@ -189,7 +203,8 @@ fn write(conn: &mut Connection, sql: &Sql, buf: &mut Buffers, g: &Group) -> Resu
     insert_rows(&tx, sql, buf, g).map_err(|e| e.to_string())?;
     for &k in &buf.resolved {
         let e = &g.events[k];
-        let mut st = tx.prepare_cached(RESOLVE).map_err(|e| e.to_string())?;
+        let resolve = if sql.one_row { RESOLVE_BY_SEQ } else { RESOLVE };
+        let mut st = tx.prepare_cached(resolve).map_err(|e| e.to_string())?;
         let changed = st
             .execute(rusqlite::params![
                 e.kind.status_after(g.mode).as_str(),
@@ -198,6 +213,7 @@ fn write(conn: &mut Connection, sql: &Sql, buf: &mut Buffers, g: &Group) -> Resu
                 order_no(&mut buf.no, &e.order_no),
                 i(e.user_id.0),
                 e.quantity,
+                i(e.order_no.seq),
             ])
             .map_err(|e| e.to_string())?;
         if changed != 1 {
@@ -305,15 +321,20 @@ fn plan(g: &Group, buf: &mut Buffers) -> Result<Counters, String> {
     Ok(c)
 }
 
-/// The group's events, then its new orders, in as few multi-row statements as their sizes take.
+/// The group's events (but the deductions their orders carry, one row per purchase), then its
+/// new orders, in as few multi-row statements as their sizes take.
 fn insert_rows(
     tx: &rusqlite::Transaction<'_>,
     sql: &Sql,
     buf: &mut Buffers,
     g: &Group,
 ) -> rusqlite::Result<()> {
+    buf.event_rows.clear();
+    let carried = |e: &Event| sql.one_row && e.kind == EventKind::Deducted;
+    (buf.event_rows).extend((0..g.events.len()).filter(|&k| !carried(&g.events[k])));
     let no = &mut buf.no;
-    insert_chunked(tx, &sql.events, &g.events, |st, p, e| {
+    insert_chunked(tx, &sql.events, &buf.event_rows, |st, p, &k| {
+        let e = &g.events[k];
         st.raw_bind_parameter(p, i(e.sku_id.0))?;
         st.raw_bind_parameter(p + 1, i(e.epoch))?;
         st.raw_bind_parameter(p + 2, i(e.seq))?;
@@ -341,7 +362,10 @@ fn insert_rows(
         st.raw_bind_parameter(p + 6, e.deadline_ms)?;
         st.raw_bind_parameter(p + 7, e.at_ms)?;
         st.raw_bind_parameter(p + 8, updated_at_ms)?;
-        Ok(p + 9)
+        st.raw_bind_parameter(p + 9, 0)?;
+        st.raw_bind_parameter(p + 10, i(e.seq))?;
+        st.raw_bind_parameter(p + 11, i(e.epoch))?;
+        Ok(p + 12)
     };
     insert_chunked(tx, &sql.orders, &buf.orders, new_order)
 }

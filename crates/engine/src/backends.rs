@@ -52,6 +52,21 @@ pub async fn open_store(url: &str) -> anyhow::Result<Arc<dyn OrderStore>> {
     }
 }
 
+/// The contract step to one row per purchase on the database at `url`
+/// (`Store::contract_one_row`; docs/DEPLOY.md, "Rolling upgrades"), after its migrations.
+pub async fn contract_one_row(url: &str) -> anyhow::Result<flashsale_store::ContractReport> {
+    let report = if url.starts_with("mysql://") || url.starts_with("mariadb://") {
+        MySqlStore::connect(url).await?.contract_one_row().await?
+    } else if url.starts_with("postgres://") || url.starts_with("postgresql://") {
+        PgStore::connect(url).await?.contract_one_row().await?
+    } else if url.starts_with("sqlite:") {
+        SqliteStore::open(url).await?.contract_one_row().await?
+    } else {
+        bail!("unsupported database URL {url}: use mysql://…, postgres://… or sqlite://…")
+    };
+    Ok(report)
+}
+
 impl Backends {
     /// The embedded mode opens its SQLite file once and shares the one writer. Redis is
     /// connected on first use: a process starts while Redis is down and answers 503

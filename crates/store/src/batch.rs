@@ -42,6 +42,9 @@ pub(crate) struct NewOrder {
     pub deadline_ms: i64,
     pub created_at_ms: i64,
     pub updated_at_ms: i64,
+    /// The seq and epoch of the `deducted` event that creates it.
+    pub seq: u64,
+    pub epoch: u64,
 }
 
 /// A status change of orders that were already in the database. Changes with the same status
@@ -343,6 +346,8 @@ fn push_order(
         deadline_ms: e.deadline_ms,
         created_at_ms: e.at_ms,
         updated_at_ms: e.at_ms,
+        seq: e.seq,
+        epoch: e.epoch,
     });
 }
 

@@ -15,8 +15,6 @@ use flashsale_core::events::{EventLog, LoggedEvent, Notice, SinkRow, StreamHead,
 use flashsale_core::{SkuId, StoreError};
 
 use crate::backend::{Arg, Backend, Columns};
-use crate::rows;
-use crate::sql;
 use crate::store::Store;
 
 /// The longest error text kept per sink.
@@ -152,27 +150,17 @@ impl<B: Backend> EventLog for Store<B> {
         after: u64,
         max: usize,
     ) -> Result<Vec<LoggedEvent>, StoreError> {
-        let sql = format!(
-            "SELECT bucket, rejected, {} FROM stock_events WHERE sku_id = ? AND bucket = ? \
-             AND seq > ? ORDER BY seq LIMIT {}",
-            sql::EVENT_COLUMNS,
-            max.max(1)
-        );
         let args = [
             Arg::Id(stream.sku.0),
             Arg::Small(u32::from(stream.bucket)),
             Arg::Id(after.min(i64::MAX as u64)),
         ];
-        let rows = self.read(&sql, &args).await?;
-        rows.iter()
-            .map(|r| {
-                Ok(LoggedEvent {
-                    bucket: bucket_of(r)?,
-                    event: rows::event(r)?,
-                    rejected: r.flag("rejected")?,
-                })
-            })
-            .collect()
+        self.logged(
+            "sku_id = ? AND bucket = ? AND seq > ?",
+            &args,
+            Some(max.max(1)),
+        )
+        .await
     }
 
     async fn positions(&self, sink: &str) -> Result<Vec<(StreamKey, u64)>, StoreError> {

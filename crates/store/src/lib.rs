@@ -46,4 +46,4 @@ pub use backend::{Backend, Server};
 pub use mysql::MySqlStore;
 pub use postgres::PgStore;
 pub use sqlite::SqliteStore;
-pub use store::Store;
+pub use store::{ContractReport, Store};

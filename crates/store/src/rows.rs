@@ -9,7 +9,8 @@ use flashsale_core::{
 };
 
 use crate::backend::Columns;
-use crate::batch::{order_no, parse, KnownOrder, StoredEvent};
+use crate::batch::{order_no, parse, KnownOrder};
+use flashsale_core::events::LoggedEvent;
 
 pub(crate) struct SaleRow {
     pub sku_id: u64,
@@ -144,8 +145,30 @@ pub(crate) fn event<R: Columns>(row: &R) -> Result<Event, StoreError> {
     })
 }
 
+/// An order row read as the `deducted` event that created it (`sql::ORDER_EVENT_COLUMNS`):
+/// the event at its seq, at the order's creation, rejected when the guard made it REJECTED.
+pub(crate) fn order_event<R: Columns>(row: &R) -> Result<LoggedEvent, StoreError> {
+    let status = parse("status", &row.text("status")?, OrderStatus::parse)?;
+    Ok(LoggedEvent {
+        bucket: bucket_number("bucket", row.small("bucket")?)?,
+        rejected: status == OrderStatus::Rejected,
+        event: Event {
+            sku_id: SkuId(row.uint("sku_id")?),
+            epoch: row.uint("epoch")?,
+            seq: row.uint("seq")?,
+            kind: EventKind::Deducted,
+            order_no: order_no(&row.text("order_no")?)?,
+            request_id: parse("request_id", &row.text("request_id")?, RequestId::parse)?,
+            user_id: UserId(row.uint("user_id")?),
+            quantity: row.small("quantity")?,
+            at_ms: row.int("created_at_ms")?,
+            deadline_ms: row.int("deadline_ms")?,
+        },
+    })
+}
+
 /// A bucket number or count as stored (below 65: the CHECKs).
-fn bucket_number(what: &str, v: u32) -> Result<u16, StoreError> {
+pub(crate) fn bucket_number(what: &str, v: u32) -> Result<u16, StoreError> {
     u16::try_from(v).map_err(|_| StoreError::Internal(format!("{what} out of range: {v}")))
 }
 
@@ -217,16 +240,6 @@ pub(crate) fn known_order<R: Columns>(row: &R) -> Result<KnownOrder, StoreError>
         request_id: row.text("request_id")?,
         quantity: row.small("quantity")?,
         status: parse("status", &row.text("status")?, OrderStatus::parse)?,
-    })
-}
-
-/// The stored identity of an applied event (`seq, epoch, kind, order_no`).
-pub(crate) fn stored_event<R: Columns>(row: &R) -> Result<StoredEvent, StoreError> {
-    Ok(StoredEvent {
-        seq: row.uint("seq")?,
-        epoch: row.uint("epoch")?,
-        kind: parse("kind", &row.text("kind")?, EventKind::parse)?,
-        order_no: order_no(&row.text("order_no")?)?,
     })
 }
 

@@ -25,6 +25,13 @@ pub struct Dialect {
     pub trigger: &'static str,
     /// Appended to an insert whose new `id` is wanted (empty: the driver reports it).
     pub returning_id: &'static str,
+    /// Drops the unique index on `orders.order_no` if it is there (the contract to one row
+    /// per purchase: an order is found by its seq).
+    pub drop_order_no_index: &'static str,
+    /// The contract's last step, run once while `orders` still has its `id`: the order row
+    /// keyed by its deduction, `(sku_id, bucket, seq)`, with the request key its one unique
+    /// index (`id` and the seq index go).
+    pub key_orders_by_seq: &'static [&'static str],
 }
 
 /// `(?, ?, ...), (?, ?, ...)` for `rows` rows of `cols` placeholders.
@@ -55,11 +62,23 @@ pub const INSERT_BUCKET_EVENTS: &str = "INSERT INTO stock_events \
 pub const BUCKET_EVENT_COLS: usize = 12;
 
 /// Followed by `values_placeholders(n, ORDER_COLS)`. Binds per row: order_no, sku_id,
-/// user_id, request_id, quantity, status, deadline_ms, created_at_ms, updated_at_ms.
+/// user_id, request_id, quantity, status, deadline_ms, created_at_ms, updated_at_ms, and the
+/// bucket, seq and epoch of the `deducted` event that created the order (the order row is
+/// that event once the database is contracted to one row per purchase).
 pub const INSERT_ORDERS: &str = "INSERT INTO orders \
-     (order_no, sku_id, user_id, request_id, quantity, status, deadline_ms, created_at_ms, updated_at_ms) \
+     (order_no, sku_id, user_id, request_id, quantity, status, deadline_ms, created_at_ms, \
+     updated_at_ms, bucket, seq, epoch) \
      VALUES ";
-pub const ORDER_COLS: usize = 9;
+pub const ORDER_COLS: usize = 12;
+
+/// An order row read as the `deducted` event it carries (`rows::order_event`): its bucket,
+/// its status (REJECTED: the guard rejected the deduction), then the event's columns.
+pub const ORDER_EVENT_COLUMNS: &str = "bucket, status, sku_id, epoch, seq, order_no, \
+     request_id, user_id, quantity, created_at_ms, deadline_ms";
+
+/// The schema version whose contract step makes an order row the only record of the
+/// deduction that created it (`schema_compat.min_binary_version` at least this one).
+pub const ONE_ROW_VERSION: i64 = 16;
 
 /// Between the dialect's `insert_ignore` pair, followed by `values_placeholders(n,
 /// FENCED_COLS)`: an event's columns in `EVENT_COLUMNS` order.
@@ -168,6 +187,11 @@ pub mod mysql {
         touch: "",
         trigger: "`trigger`",
         returning_id: "",
+        // MariaDB's form (MySQL has no IF EXISTS here).
+        drop_order_no_index: "ALTER TABLE orders DROP INDEX IF EXISTS orders_order_no",
+        key_orders_by_seq: &["ALTER TABLE orders DROP PRIMARY KEY, DROP COLUMN id, \
+             MODIFY seq BIGINT UNSIGNED NOT NULL, MODIFY epoch BIGINT UNSIGNED NOT NULL, \
+             ADD PRIMARY KEY (sku_id, bucket, seq), DROP INDEX orders_seq"],
     };
 }
 
@@ -188,6 +212,36 @@ pub mod sqlite {
         touch: ", updated_at = strftime('%Y-%m-%dT%H:%M:%fZ', 'now')",
         trigger: "\"trigger\"",
         returning_id: " RETURNING id",
+        drop_order_no_index: "DROP INDEX IF EXISTS orders_order_no",
+        // SQLite changes no primary key in place: the table is rebuilt (every column and
+        // CHECK of migrations 1 and 16, `id` left out), without a rowid.
+        key_orders_by_seq: &[
+            "CREATE TABLE orders_by_seq (
+                sku_id        INTEGER NOT NULL,
+                bucket        INTEGER NOT NULL DEFAULT 0,
+                seq           INTEGER NOT NULL,
+                epoch         INTEGER NOT NULL,
+                order_no      TEXT NOT NULL,
+                user_id       INTEGER NOT NULL,
+                request_id    TEXT NOT NULL,
+                quantity      INTEGER NOT NULL,
+                status        TEXT NOT NULL,
+                deadline_ms   INTEGER NOT NULL DEFAULT 0,
+                created_at_ms INTEGER NOT NULL,
+                updated_at_ms INTEGER NOT NULL,
+                PRIMARY KEY (sku_id, bucket, seq),
+                CONSTRAINT orders_quantity_positive CHECK (quantity > 0),
+                CONSTRAINT orders_status CHECK (status IN
+                    ('PENDING', 'CREATED', 'RESERVED', 'PAID', 'CANCELLED', 'EXPIRED', 'REJECTED'))
+            ) WITHOUT ROWID",
+            "INSERT INTO orders_by_seq (sku_id, bucket, seq, epoch, order_no, user_id, request_id, \
+             quantity, status, deadline_ms, created_at_ms, updated_at_ms) \
+             SELECT sku_id, bucket, seq, epoch, order_no, user_id, request_id, quantity, status, \
+             deadline_ms, created_at_ms, updated_at_ms FROM orders",
+            "DROP TABLE orders",
+            "ALTER TABLE orders_by_seq RENAME TO orders",
+            "CREATE UNIQUE INDEX orders_request ON orders (sku_id, user_id, request_id)",
+        ],
     };
 }
 
@@ -200,6 +254,13 @@ pub mod postgres {
         lock_row: " FOR UPDATE",
         insert_ignore: ("INSERT INTO ", " ON CONFLICT DO NOTHING"),
         touch: ", updated_at = CURRENT_TIMESTAMP",
+        drop_order_no_index: "ALTER TABLE orders DROP CONSTRAINT IF EXISTS orders_order_no",
+        key_orders_by_seq: &[
+            "ALTER TABLE orders DROP COLUMN id, ALTER COLUMN seq SET NOT NULL, \
+             ALTER COLUMN epoch SET NOT NULL, \
+             ADD CONSTRAINT orders_by_seq PRIMARY KEY (sku_id, bucket, seq)",
+            "DROP INDEX IF EXISTS orders_seq",
+        ],
         ..super::sqlite::DIALECT
     };
 

@@ -116,7 +116,9 @@ impl Store<Sqlite> {
                 .await
                 .map_err(|e| StoreError::Unavailable(e.to_string()))?
         };
-        Ok(Store::new(writer, reader))
+        let store = Store::new(writer, reader);
+        store.read_shape().await?;
+        Ok(store)
     }
 
     /// Every row `sql` selects (no arguments), on a reader.

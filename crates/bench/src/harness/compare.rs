@@ -164,6 +164,7 @@ async fn build_strategy(
         }
         "flashsale-redis" => {
             let url = fresh_mysql(&a.mysql_url, &format!("{p}_ours")).await?;
+            super::setup::one_row(&url).await?;
             let store: Arc<dyn flashsale_core::OrderStore> =
                 Arc::new(flashsale_store::MySqlStore::connect(&url).await?);
             let mut ledger = flashsale_redis::RedisLedger::connect(&a.redis_url, p).await?;
@@ -182,8 +183,9 @@ async fn build_strategy(
         }
         "flashsale-embedded" => {
             let dir = tempfile_dir(std::path::Path::new("./flashsale-data"))?;
-            let sqlite =
-                Arc::new(SqliteStore::open(&format!("sqlite://{}/{p}.db", dir.display())).await?);
+            let url = format!("sqlite://{}/{p}.db", dir.display());
+            super::setup::one_row(&url).await?;
+            let sqlite = Arc::new(SqliteStore::open(&url).await?);
             let ledger: Arc<dyn Ledger> = Arc::new(EmbeddedLedger::open(sqlite.clone()).await?);
             ours("flashsale-embedded", ledger, sqlite, a.units, None).await?
         }

@@ -30,8 +30,9 @@ pub async fn run(args: LedgerArgs) -> anyhow::Result<()> {
         "--batch must be 1..=1024"
     );
     let dir = tempfile_dir(std::path::Path::new("./flashsale-data"))?;
-    let store =
-        Arc::new(SqliteStore::open(&format!("sqlite://{}/ledger.db", dir.display())).await?);
+    let url = format!("sqlite://{}/ledger.db", dir.display());
+    one_row(&url).await?;
+    let store = Arc::new(SqliteStore::open(&url).await?);
     let ledger = Arc::new(EmbeddedLedger::open(store.clone()).await?);
     let sale = Sale::always_open(SkuId(1), args.purchases);
     flashsale_core::OrderStore::create_sale(store.as_ref(), &sale).await?;

@@ -8,6 +8,7 @@ use flashsale_core::{ApplyReport, Counters, Event, EventKind, SkuId, StoreError}
 
 use super::base::{locked_sale, of_pairs, Store, Tx};
 use super::buckets::locked_bucket;
+use super::one_row::{log_rows, order_keys};
 use crate::backend::{signed, Arg, Backend};
 use crate::batch::{self, Head, KnownOrder, Plan, Split, StoredEvent, CHUNK_ROWS};
 use crate::rows::{self, db_error, SaleRow};
@@ -25,6 +26,10 @@ struct Target {
     head: Head,
     /// The sale's stock (its row's total).
     sale_total: u64,
+    /// The sale's bucket count (an order's bucket is 0 or its epoch's among them).
+    buckets: u16,
+    /// Whether the batch writes one row per purchase (the database is contracted).
+    one_row: bool,
 }
 
 impl Target {
@@ -57,7 +62,8 @@ impl<B: Backend> Store<B> {
     ) -> Result<Option<ApplyReport>, StoreError> {
         let mut tx = self.begin_write().await?;
         let sale = locked_sale::<B>(&mut tx, sku).await?;
-        let target = target::<B>(&mut tx, sku, &sale, events).await?;
+        let mut target = target::<B>(&mut tx, sku, &sale, events).await?;
+        target.one_row = self.one_row_in(&mut tx).await?;
         let applied_seq = target.head.counters.seq;
         let seqs = batch::applied_seqs(applied_seq, events);
         let stored = stored_events::<B>(&mut tx, &target, &seqs).await?;
@@ -106,7 +112,7 @@ async fn settle<B: Backend>(
         });
     }
     let (nos, keys) = batch::lookups(&fresh);
-    let known = known_orders::<B>(tx, sku, &nos, &keys).await?;
+    let known = known_orders::<B>(tx, target, &nos, &keys).await?;
     let mut plan = batch::fold(sku, target.head, &fresh, known);
     write_plan::<B>(tx, target, &plan).await?;
     // An event the guard refused was accepted by the hot copy: a promise the database will
@@ -144,6 +150,8 @@ async fn target<B: Backend>(
         epoch: sale.epoch,
         head,
         sale_total: head.counters.total,
+        buckets: n,
+        one_row: false,
     };
     let Some(first) = events.first().filter(|_| n > 1) else {
         return Ok(on_sale);
@@ -162,19 +170,24 @@ async fn target<B: Backend>(
             mode: head.mode,
         },
         sale_total: head.counters.total,
+        buckets: n,
+        one_row: false,
     })
 }
 
 /// The orders already stored that the batch names, by order number or request key.
 async fn known_orders<B: Backend>(
     tx: &mut Tx<B>,
-    sku: SkuId,
+    target: &Target,
     nos: &[String],
     keys: &[(u64, String)],
 ) -> Result<Vec<KnownOrder>, StoreError> {
-    let cols = sql::KNOWN_ORDER_COLUMNS;
+    let (sku, cols) = (target.sku, sql::KNOWN_ORDER_COLUMNS);
     let mut found = Vec::new();
-    for chunk in nos.chunks(CHUNK_ROWS) {
+    if target.one_row {
+        found.extend(orders_by_seq::<B>(tx, target, nos, cols).await?);
+    }
+    for chunk in nos.chunks(CHUNK_ROWS).filter(|_| !target.one_row) {
         let sql = format!(
             "SELECT {cols} FROM orders WHERE order_no IN ({})",
             list_placeholders(chunk.len())
@@ -192,8 +205,42 @@ async fn known_orders<B: Backend>(
     found.iter().map(rows::known_order).collect()
 }
 
+/// The stored orders of the target's sale with these numbers, found by their seq (there
+/// is no order-number index once the database is contracted to one row per purchase), as
+/// the rows `cols` of each.
+async fn orders_by_seq<B: Backend>(
+    tx: &mut Tx<B>,
+    target: &Target,
+    nos: &[String],
+    cols: &str,
+) -> Result<Vec<B::Record>, StoreError> {
+    let mut found = Vec::new();
+    // Up to two keys per number (bucket 0 and its epoch's bucket).
+    for names in nos.chunks(CHUNK_ROWS / 2) {
+        let parsed = (names.iter())
+            .map(|no| batch::order_no(no))
+            .collect::<Result<Vec<_>, _>>()?;
+        let keys = order_keys(&parsed, target.buckets);
+        let head = format!("SELECT {cols} FROM orders");
+        let sql = format!(
+            "{} AND order_no IN ({})",
+            of_pairs(&head, "bucket, seq", keys.len()),
+            list_placeholders(names.len())
+        );
+        let pairs = keys
+            .iter()
+            .flat_map(|(b, seq)| [Arg::Small(*b), Arg::Id(*seq)]);
+        let mut args: Vec<Arg<'_>> = std::iter::once(Arg::Id(target.sku.0))
+            .chain(pairs)
+            .collect();
+        args.extend(names.iter().map(|no| Arg::Text(no)));
+        found.extend(B::fetch(&mut **tx, &sql, &args).await?);
+    }
+    Ok(found)
+}
+
 /// The stored identity of the applied events at `seqs` of the target's bucket (seqs are a
-/// bucket's own).
+/// bucket's own): event rows, and order rows that carry their deduction.
 async fn stored_events<B: Backend>(
     tx: &mut Tx<B>,
     target: &Target,
@@ -201,16 +248,21 @@ async fn stored_events<B: Backend>(
 ) -> Result<Vec<StoredEvent>, StoreError> {
     let mut stored = Vec::with_capacity(seqs.len());
     for chunk in seqs.chunks(CHUNK_ROWS) {
-        let sql = format!(
-            "SELECT seq, epoch, kind, order_no FROM stock_events \
-             WHERE sku_id = ? AND bucket = ? AND seq IN ({})",
+        let cond = format!(
+            "sku_id = ? AND bucket = ? AND seq IN ({})",
             list_placeholders(chunk.len())
         );
         let bucket = u32::from(target.events_bucket());
         let mut args = vec![Arg::Id(target.sku.0), Arg::Small(bucket)];
         args.extend(chunk.iter().map(|seq| Arg::Id(*seq)));
-        for row in B::fetch(&mut **tx, &sql, &args).await? {
-            stored.push(rows::stored_event(&row)?);
+        for row in log_rows::<B>(&mut **tx, &cond, &args, None).await? {
+            let e = row.event;
+            stored.push(StoredEvent {
+                seq: e.seq,
+                epoch: e.epoch,
+                kind: e.kind,
+                order_no: e.order_no,
+            });
         }
     }
     Ok(stored)
@@ -260,7 +312,8 @@ async fn write_plan<B: Backend>(
     plan: &Plan<'_>,
 ) -> Result<(), StoreError> {
     let sku = target.sku;
-    write_events::<B>(tx, target.bucket, &plan.events).await?;
+    write_events::<B>(tx, target, plan).await?;
+    let bucket = u32::from(target.events_bucket());
     for chunk in plan.new_orders.chunks(CHUNK_ROWS) {
         let sql = format!(
             "{}{}",
@@ -279,22 +332,15 @@ async fn write_plan<B: Backend>(
                 Arg::Int(o.deadline_ms),
                 Arg::Int(o.created_at_ms),
                 Arg::Int(o.updated_at_ms),
+                Arg::Small(bucket),
+                Arg::Id(o.seq),
+                Arg::Id(o.epoch),
             ]);
         }
         B::run(&mut **tx, &sql, &args).await?;
     }
     for u in &plan.updates {
-        let sql = format!(
-            "UPDATE orders SET status = ?, updated_at_ms = ? WHERE sku_id = ? AND order_no IN ({})",
-            list_placeholders(u.order_nos.len())
-        );
-        let mut args = vec![
-            Arg::Text(u.status.as_str()),
-            Arg::Int(u.at_ms),
-            Arg::Id(sku.0),
-        ];
-        args.extend(u.order_nos.iter().map(|no| Arg::Text(no)));
-        B::run(&mut **tx, &sql, &args).await?;
+        update_status::<B>(tx, target, u).await?;
     }
     guarded_update::<B>(tx, target, plan.after).await?;
     let moved = (target.head.counters, plan.after, target.bucket.is_some());
@@ -302,13 +348,54 @@ async fn write_plan<B: Backend>(
     crate::notices::note_sold_out::<B>(tx, target.sku, moved, at_ms).await
 }
 
+/// Sets the status of stored orders (by number; by seq once the database is contracted to one
+/// row per purchase, as `orders_by_seq` finds them).
+async fn update_status<B: Backend>(
+    tx: &mut Tx<B>,
+    target: &Target,
+    u: &batch::StatusUpdate,
+) -> Result<(), StoreError> {
+    let head = "UPDATE orders SET status = ?, updated_at_ms = ?";
+    let nos = list_placeholders(u.order_nos.len());
+    let mut args = vec![Arg::Text(u.status.as_str()), Arg::Int(u.at_ms)];
+    let sql = if target.one_row {
+        let parsed = (u.order_nos.iter())
+            .map(|no| batch::order_no(no))
+            .collect::<Result<Vec<_>, _>>()?;
+        let keys = order_keys(&parsed, target.buckets);
+        args.push(Arg::Id(target.sku.0));
+        args.extend(
+            keys.iter()
+                .flat_map(|(b, seq)| [Arg::Small(*b), Arg::Id(*seq)]),
+        );
+        let pairs = of_pairs(head, "bucket, seq", keys.len());
+        format!("{pairs} AND order_no IN ({nos})")
+    } else {
+        args.push(Arg::Id(target.sku.0));
+        format!("{head} WHERE sku_id = ? AND order_no IN ({nos})")
+    };
+    args.extend(u.order_nos.iter().map(|no| Arg::Text(no)));
+    B::run(&mut **tx, &sql, &args).await?;
+    Ok(())
+}
+
 /// Inserts a plan's events: a sale's own with `INSERT_EVENTS` (bucket 0, the default), a
-/// bucket's with its number.
+/// bucket's with its number. Once the database is contracted to one row per purchase, a
+/// deduction that creates an order is that order's row and no event row.
 async fn write_events<B: Backend>(
     tx: &mut Tx<B>,
-    bucket: Option<u16>,
-    events: &[(&Event, bool)],
+    target: &Target,
+    plan: &Plan<'_>,
 ) -> Result<(), StoreError> {
+    let bucket = target.bucket;
+    let carried: std::collections::HashSet<u64> = match target.one_row {
+        true => plan.new_orders.iter().map(|o| o.seq).collect(),
+        false => Default::default(),
+    };
+    let events: Vec<(&Event, bool)> = (plan.events.iter())
+        .filter(|(e, _)| !(e.kind == EventKind::Deducted && carried.contains(&e.seq)))
+        .copied()
+        .collect();
     let (insert, cols) = match bucket {
         None => (sql::INSERT_EVENTS, sql::EVENT_COLS),
         Some(_) => (sql::INSERT_BUCKET_EVENTS, sql::BUCKET_EVENT_COLS),

@@ -14,6 +14,10 @@ use crate::sql::{self, values_placeholders};
 pub struct Store<B: Backend> {
     pub(crate) writer: Pool<B>,
     pub(crate) reader: Pool<B>,
+    /// Whether the database is contracted to one row per purchase (`one_row`): once seen
+    /// true it stays true (a contract is never undone); while false, every batch reads it
+    /// again in its own transaction.
+    pub(crate) one_row: std::sync::Arc<std::sync::atomic::AtomicBool>,
 }
 
 impl<B: Backend> Clone for Store<B> {
@@ -21,6 +25,7 @@ impl<B: Backend> Clone for Store<B> {
         Store {
             writer: self.writer.clone(),
             reader: self.reader.clone(),
+            one_row: self.one_row.clone(),
         }
     }
 }
@@ -64,7 +69,11 @@ pub(super) async fn locked_sale<B: Backend>(
 
 impl<B: Backend> Store<B> {
     pub(crate) fn new(writer: Pool<B>, reader: Pool<B>) -> Store<B> {
-        Store { writer, reader }
+        Store {
+            writer,
+            reader,
+            one_row: Default::default(),
+        }
     }
 
     /// The read pool (tests, ad-hoc queries). On SQLite, never write through it.
@@ -132,6 +141,7 @@ impl<B: Server> Store<B> {
             .map_err(|e| StoreError::Unavailable(e.to_string()))?;
         let store = Store::new(pool.clone(), pool);
         store.migrate().await?;
+        store.read_shape().await?;
         Ok(store)
     }
 

@@ -4,7 +4,7 @@
 use flashsale_core::buckets::{bucket_epoch, split_stock};
 use flashsale_core::{BucketRow, Event, SkuId, StoreError, TransferEvent, TransferSide};
 
-use super::base::{events_of, locked_sale, Store, Tx};
+use super::base::{locked_sale, Store, Tx};
 use crate::backend::{signed, Arg, Backend, Columns as _};
 use crate::rows::{self, db_error};
 use crate::sql::{self, values_placeholders};
@@ -22,18 +22,15 @@ impl<B: Backend> Store<B> {
         // Sequence numbers stay far below i64::MAX; clamp the bounds so every backend's
         // column type holds them.
         let clamp = |seq: u64| seq.min(i64::MAX as u64);
-        let sql = format!(
-            "SELECT {} FROM stock_events WHERE sku_id = ? AND bucket = ? AND seq >= ? \
-             AND seq <= ? ORDER BY seq",
-            sql::EVENT_COLUMNS
-        );
+        let cond = "sku_id = ? AND bucket = ? AND seq >= ? AND seq <= ?";
         let args = [
             Arg::Id(sku.0),
             Arg::Small(u32::from(bucket)),
             Arg::Id(clamp(from_seq)),
             Arg::Id(clamp(to_seq)),
         ];
-        events_of(&self.read(&sql, &args).await?)
+        let rows = self.logged(cond, &args, None).await?;
+        Ok(rows.into_iter().map(|r| r.event).collect())
     }
 
     /// A sale's bucket count, `None` for no such sale. Fixed when the sale is created, so it

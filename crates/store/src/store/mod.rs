@@ -7,14 +7,17 @@
 
 //!
 //! Files, each using only those listed before it: `base` (the pools, transactions, connect and
-//! migrate), `buckets` (a bucketed sale's rows), `apply` (a batch of events in one
+//! migrate), `one_row` (an order row as its deduction: the event log read from both tables,
+//! the contract step), `buckets` (a bucketed sale's rows), `apply` (a batch of events in one
 //! transaction), `transfers` (a transfer side), `order_store` (the `OrderStore` impl, and the
 //! stream's pause).
 
 mod apply;
 mod base;
 mod buckets;
+mod one_row;
 mod order_store;
 mod transfers;
 
 pub use base::Store;
+pub use one_row::ContractReport;

@@ -11,6 +11,7 @@ use flashsale_core::{
 
 use super::base::{begin, events_of, of_pairs, Store};
 use super::buckets::audit_buckets;
+use super::one_row::{log_rows, shape};
 use super::transfers::{check_transfer, insert_transfer, locked_transfer_bucket, move_stock};
 use crate::backend::{signed, Arg, Backend, Columns as _};
 use crate::batch::CHUNK_ROWS;
@@ -167,28 +168,53 @@ impl<B: Backend> OrderStore for Store<B> {
     }
 
     async fn order(&self, order_no: &OrderNo) -> Result<Option<HotOrder>, StoreError> {
+        let no = order_no.to_string();
+        if !self.one_row_now().await? {
+            let sql = format!(
+                "SELECT {} FROM orders WHERE order_no = ?",
+                sql::ORDER_COLUMNS
+            );
+            let rows = self.read(&sql, &[Arg::Text(&no)]).await?;
+            return rows.first().map(rows::order).transpose();
+        }
+        // No order-number index after the contract: the number names the seq, and the
+        // bucket is 0 or the number's epoch's among the sale's buckets.
         let sql = format!(
-            "SELECT {} FROM orders WHERE order_no = ?",
+            "SELECT {} FROM orders WHERE sku_id = ? AND bucket IN (0, ? % \
+             (SELECT buckets FROM sales WHERE sku_id = ?)) AND seq = ? AND order_no = ?",
             sql::ORDER_COLUMNS
         );
-        let no = order_no.to_string();
-        let rows = self.read(&sql, &[Arg::Text(&no)]).await?;
+        let sku = order_no.sku;
+        let args = [
+            Arg::Id(sku.0),
+            Arg::Id(order_no.epoch),
+            Arg::Id(sku.0),
+            Arg::Id(order_no.seq),
+            Arg::Text(&no),
+        ];
+        let rows = self.read(&sql, &args).await?;
         rows.first().map(rows::order).transpose()
     }
 
     async fn orders(&self, sku: SkuId) -> Result<Vec<HotOrder>, StoreError> {
-        let rows = self.sale_rows("orders", sql::ORDER_COLUMNS, sku).await?;
+        let by = if self.one_row_now().await? {
+            "bucket, seq"
+        } else {
+            "id"
+        };
+        let sql = format!(
+            "SELECT {} FROM orders WHERE sku_id = ? ORDER BY {by}",
+            sql::ORDER_COLUMNS
+        );
+        let rows = self.read(&sql, &[Arg::Id(sku.0)]).await?;
         rows.iter().map(rows::order).collect()
     }
 
     /// Every bucket's events, by bucket then seq (a sale of one bucket: its events by seq);
     /// an event's bucket is `epoch % buckets`.
     async fn events(&self, sku: SkuId) -> Result<Vec<Event>, StoreError> {
-        let sql = format!(
-            "SELECT {} FROM stock_events WHERE sku_id = ? ORDER BY bucket, seq",
-            sql::EVENT_COLUMNS
-        );
-        events_of(&self.read(&sql, &[Arg::Id(sku.0)]).await?)
+        let rows = self.logged("sku_id = ?", &[Arg::Id(sku.0)], None).await?;
+        Ok(rows.into_iter().map(|r| r.event).collect())
     }
 
     /// Bucket 0's range: a sale of one bucket's events (seqs are a bucket's own, so a
@@ -341,8 +367,13 @@ impl<B: Backend> OrderStore for Store<B> {
             return Ok(None);
         };
         let sale = SaleRow::read(row)?.into_stored()?;
+        let by = if shape::<B>(&mut *tx).await? {
+            "bucket, seq"
+        } else {
+            "id"
+        };
         let sql = format!(
-            "SELECT {} FROM orders WHERE sku_id = ? ORDER BY id",
+            "SELECT {} FROM orders WHERE sku_id = ? ORDER BY {by}",
             sql::ORDER_COLUMNS
         );
         let orders = B::fetch(&mut *tx, &sql, &[Arg::Id(sku.0)])
@@ -350,11 +381,11 @@ impl<B: Backend> OrderStore for Store<B> {
             .iter()
             .map(rows::order)
             .collect::<Result<Vec<_>, _>>()?;
-        let sql = format!(
-            "SELECT {} FROM stock_events WHERE sku_id = ? ORDER BY bucket, seq",
-            sql::EVENT_COLUMNS
-        );
-        let events = events_of(&B::fetch(&mut *tx, &sql, &[Arg::Id(sku.0)]).await?)?;
+        let events = log_rows::<B>(&mut tx, "sku_id = ?", &[Arg::Id(sku.0)], None)
+            .await?
+            .into_iter()
+            .map(|r| r.event)
+            .collect();
         let (buckets, transfers) = audit_buckets::<B>(&mut tx, sku).await?;
         tx.rollback().await.map_err(db_error)?;
         Ok(Some(SaleAudit {

@@ -32,12 +32,44 @@ macro_rules! backends {
                     .expect("open");
                 super::$name(&store).await;
             }
+
+            /// The same bodies on databases contracted to one row per purchase.
+            mod one_row {
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn mysql() {
+                    let db = flashsale_testkit::mariadb::TestDatabase::create().await;
+                    let store = flashsale_store::MySqlStore::connect(&db.url).await.expect("connect");
+                    store.contract_one_row().await.expect("contract");
+                    super::super::$name(&store).await;
+                }
+
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn postgres() {
+                    let db = flashsale_testkit::postgres::TestDatabase::create().await;
+                    let store = flashsale_store::PgStore::connect(&db.url).await.expect("connect");
+                    store.contract_one_row().await.expect("contract");
+                    super::super::$name(&store).await;
+                    store.close().await;
+                }
+
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn sqlite() {
+                    let dir = tempfile::tempdir().expect("temp dir");
+                    let path = dir.path().join("flashsale.db");
+                    let store = flashsale_store::SqliteStore::open(path.to_str().unwrap())
+                        .await
+                        .expect("open");
+                    store.contract_one_row().await.expect("contract");
+                    super::super::$name(&store).await;
+                }
+            }
         }
     )*};
 }
 
 mod buckets;
 mod events;
+mod one_row;
 mod schema_compat;
 mod short_apply;
 mod store;

@@ -1,0 +1,7 @@
+-- One row per purchase, expand step: an order row carries the seq, bucket and epoch of the
+-- `deducted` event that created it. Same logical schema as migrations/mysql/0016_order_seq.sql,
+-- which says why; an expand migration (schema_compat unchanged).
+ALTER TABLE orders ADD COLUMN bucket INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE orders ADD COLUMN seq INTEGER NULL;
+ALTER TABLE orders ADD COLUMN epoch INTEGER NULL;
+CREATE UNIQUE INDEX orders_seq ON orders (sku_id, bucket, seq);
