@@ -1,7 +1,8 @@
-//! The traits that backends implement. A hot ledger is three capabilities, asked for by what
-//! a caller needs: [`HotLedger`] (the hot path and reads), [`HotCopies`] (loading and replacing
-//! a sale's hot copy: the rebuild and the reconciler) and [`SoldOutSupport`] (the local
-//! sold-out flag); [`Ledger`] is all three, what the service holds. [`OrderStore`] is the
+//! The traits that backends implement. A hot ledger is four capabilities, asked for by what
+//! a caller needs: [`HotPurchases`] (the purchase: a batch judged atomically), [`HotLedger`]
+//! (the rest of the hot path, and reads), [`HotCopies`] (loading and replacing a sale's hot
+//! copy: the rebuild and the reconciler) and [`SoldOutSupport`] (the local sold-out flag);
+//! [`Ledger`] is all four, what the service holds. [`OrderStore`] is the
 //! system of record.
 
 use async_trait::async_trait;
@@ -75,7 +76,28 @@ impl Durability {
     }
 }
 
-/// The hot path of a sale. Two implementations (Redis, embedded) pass one conformance suite.
+/// A sale's purchases: the hot path's one call. Two implementations (Redis, embedded) pass
+/// one conformance suite.
+#[async_trait]
+pub trait HotPurchases: Send + Sync + 'static {
+    /// Judges a batch of purchases of one sale atomically, in order; one outcome per request.
+    async fn purchase_batch(
+        &self,
+        sku: SkuId,
+        reqs: &[PurchaseRequest],
+    ) -> Result<Vec<PurchaseOutcome>, LedgerError>;
+
+    /// The batch lane of `user`'s purchases of `sku`: its home bucket when this ledger keeps
+    /// the sale's buckets apart and knows their count without a round trip, else 0. Batches
+    /// formed per lane reach one bucket's copy each, whole, instead of being split by home.
+    fn lane(&self, sku: SkuId, user: UserId) -> u16 {
+        let _ = (sku, user);
+        0
+    }
+}
+
+/// The rest of a sale's hot path (states, pay, cancel, expiry) and its reads.
+
 #[async_trait]
 pub trait HotLedger: Send + Sync + 'static {
     /// "redis" or "embedded": a name for logs, metrics and health answers. Behaviour is
@@ -112,13 +134,6 @@ pub trait HotLedger: Send + Sync + 'static {
     /// never reopen a sale that an operator paused or ended meanwhile). True when it did.
     async fn set_state_if(&self, sku: SkuId, from: SaleState, to: SaleState) -> Changed;
 
-    /// Judges a batch of purchases of one sale atomically, in order; one outcome per request.
-    async fn purchase_batch(
-        &self,
-        sku: SkuId,
-        reqs: &[PurchaseRequest],
-    ) -> Result<Vec<PurchaseOutcome>, LedgerError>;
-
     /// Pays a reservation. Like [`HotLedger::cancel`], answers the order after the change.
     async fn pay(&self, order_no: &OrderNo, user: UserId) -> Result<Resolution, LedgerError>;
 
@@ -135,14 +150,6 @@ pub trait HotLedger: Send + Sync + 'static {
 
     /// Cheap reachability check for /readyz and the breaker.
     async fn ping(&self) -> Result<(), LedgerError>;
-
-    /// The batch lane of `user`'s purchases of `sku`: its home bucket when this ledger keeps
-    /// the sale's buckets apart and knows their count without a round trip, else 0. Batches
-    /// formed per lane reach one bucket's copy each, whole, instead of being split by home.
-    fn lane(&self, sku: SkuId, user: UserId) -> u16 {
-        let _ = (sku, user);
-        0
-    }
 
     /// Whether this ledger runs `sku`'s buckets as copies of their own (each with its epoch,
     /// seq and stream, so the database keeps a row per bucket), rather than as one book.
@@ -365,11 +372,12 @@ pub trait SoldOutSupport: Send + Sync + 'static {
     }
 }
 
-/// A whole hot ledger: the hot path and reads, its copies' lifecycle, and what the
-/// sold-out flag needs. Every backend implements the three; the service holds `dyn Ledger`.
-pub trait Ledger: HotLedger + HotCopies + SoldOutSupport {}
+/// A whole hot ledger: the purchase, the rest of the hot path and reads, its copies'
+/// lifecycle, and what the sold-out flag needs. Every backend implements the four; the
+/// service holds `dyn Ledger`.
+pub trait Ledger: HotPurchases + HotLedger + HotCopies + SoldOutSupport {}
 
-impl<T: HotLedger + HotCopies + SoldOutSupport> Ledger for T {}
+impl<T: HotPurchases + HotLedger + HotCopies + SoldOutSupport> Ledger for T {}
 
 /// What [`HotCopies::hot_snapshot`] reads.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

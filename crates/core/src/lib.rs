@@ -14,9 +14,10 @@
 //! - [`error`]: the error codes of the HTTP contract and the errors of ledgers and stores.
 //! - [`rules`]: `SaleBook`, the reference state machine of one sale. The embedded ledger
 //!   runs it; the Lua scripts mirror it; tests compare both ledgers against it.
-//! - [`ledger`]: the traits backends implement: a hot ledger is `HotLedger` (the hot path and
-//!   reads), `HotCopies` (loading and replacing a sale's hot copy) and `SoldOutSupport` (what
-//!   the local sold-out flag needs), together `Ledger`; the system of record is `OrderStore`.
+//! - [`ledger`]: the traits backends implement: a hot ledger is `HotPurchases` (the purchase),
+//!   `HotLedger` (the rest of the hot path, and reads), `HotCopies` (loading and replacing a
+//!   sale's hot copy) and `SoldOutSupport` (what the local sold-out flag needs), together
+//!   `Ledger`; the system of record is `OrderStore`.
 //! - [`invariants`]: checks I1–I7 over plain rows, shared by tests, bench and reconciler.
 //! - [`metric_names`]: the name of every metric; [`clock`]: the wall clock, read in one place.
 //! - [`limits`]: the bounds of the domain (stock, per-user limit, batch length, name length).
@@ -42,8 +43,8 @@ pub use error::{ErrorCode, LedgerError, StoreError};
 pub use ids::{OrderNo, RequestId, RequestKey, SkuId, UserId};
 pub use ledger::{
     ApplyReport, BucketRow, BucketTransfers, DeadLetter, Durability, HotBuckets, HotCopies,
-    HotLedger, HotSnapshot, Ledger, OrderStore, PurchaseRequest, ReconcileRun, Resolution,
-    SaleAudit, SoldOutSupport, StoredSale, TransferApplied,
+    HotLedger, HotPurchases, HotSnapshot, Ledger, OrderStore, PurchaseRequest, ReconcileRun,
+    Resolution, SaleAudit, SoldOutSupport, StoredSale, TransferApplied,
 };
 pub use order::{
     Event, EventKind, HotOrder, OrderStatus, PurchaseOutcome, TransferEvent, TransferSide,

@@ -6,13 +6,34 @@ use tokio::sync::oneshot;
 
 use flashsale_core::ledger::{Changed, RestockListener};
 use flashsale_core::{
-    Counters, ErrorCode, EventKind, HotCopies, HotLedger, HotOrder, LedgerError, OrderNo,
-    OrderStore, PurchaseOutcome, PurchaseRequest, RequestKey, Resolution, Sale, SaleState, SkuId,
-    SoldOutSupport, StoreError, UserId,
+    Counters, ErrorCode, EventKind, HotCopies, HotLedger, HotOrder, HotPurchases, LedgerError,
+    OrderNo, OrderStore, PurchaseOutcome, PurchaseRequest, RequestKey, Resolution, Sale, SaleState,
+    SkuId, SoldOutSupport, StoreError, UserId,
 };
 
 use crate::job::{unavailable, Job};
 use crate::EmbeddedLedger;
+
+#[async_trait]
+impl HotPurchases for EmbeddedLedger {
+    async fn purchase_batch(
+        &self,
+        sku: SkuId,
+        reqs: &[PurchaseRequest],
+    ) -> Result<Vec<PurchaseOutcome>, LedgerError> {
+        flashsale_core::ledger::check_batch(sku, reqs)?;
+        let slot = self.inner.slot(sku).ok_or(LedgerError::NotWarmed)?;
+        if reqs.is_empty() {
+            return Ok(Vec::new());
+        }
+        let (reply, rx) = oneshot::channel();
+        let job = Job::Purchase {
+            reqs: reqs.to_vec(),
+            reply,
+        };
+        self.submit(slot, job, rx).await
+    }
+}
 
 #[async_trait]
 impl HotLedger for EmbeddedLedger {
@@ -38,24 +59,6 @@ impl HotLedger for EmbeddedLedger {
     /// the Redis ledger), so an auto-pause never looks like an operator's pause.
     async fn set_state_if(&self, sku: SkuId, from: SaleState, to: SaleState) -> Changed {
         self.change_state(sku, Some(from), to).await
-    }
-
-    async fn purchase_batch(
-        &self,
-        sku: SkuId,
-        reqs: &[PurchaseRequest],
-    ) -> Result<Vec<PurchaseOutcome>, LedgerError> {
-        flashsale_core::ledger::check_batch(sku, reqs)?;
-        let slot = self.inner.slot(sku).ok_or(LedgerError::NotWarmed)?;
-        if reqs.is_empty() {
-            return Ok(Vec::new());
-        }
-        let (reply, rx) = oneshot::channel();
-        let job = Job::Purchase {
-            reqs: reqs.to_vec(),
-            reply,
-        };
-        self.submit(slot, job, rx).await
     }
 
     async fn pay(&self, order_no: &OrderNo, user: UserId) -> Result<Resolution, LedgerError> {

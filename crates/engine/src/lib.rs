@@ -5,8 +5,8 @@
 //!   runs.
 //! - [`shop`]: the application: `Shop` owns the parts a serving process runs on and offers
 //!   the use cases (purchase, pay, cancel, sales, views, admission, reconcile); the HTTP
-//!   server only translates. [`batcher`]: the local sold-out flag, and natural batching per
-//!   sale into one ledger call.
+//!   server only translates. Its purchase holds the shop's [`Batcher`](shop::Batcher): the
+//!   local sold-out flag, and natural batching per sale into one ledger call.
 //! - [`admission`]: who may buy a queue or draw sale: joins, waves, places and passes, the
 //!   purchase's pass check, draw entries, the published draw and the waitlist's reservations.
 //! - [`cache`]: the sale cache and the sold-out flags; [`breaker`]: fast failure while a
@@ -30,7 +30,6 @@
 
 pub mod admission;
 pub mod backends;
-pub mod batcher;
 pub mod breaker;
 pub mod cache;
 pub mod gateway_store;

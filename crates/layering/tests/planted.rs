@@ -42,11 +42,11 @@ fn a_handler_that_drives_an_engine_part_is_found() {
 
 #[test]
 fn a_handler_that_imports_an_engine_module_is_found_and_the_use_cases_pass() {
-    let source = "use flashsale_engine::batcher::Batcher;\nuse flashsale_engine::shop::Shop;\n";
+    let source = "use flashsale_engine::breaker::Breaker;\nuse flashsale_engine::shop::Shop;\n";
     let (module, scanned) = scan(source, "routes/planted.rs");
     let found = check_route("crates/server/src/routes/planted.rs", &module, &scanned);
     assert_eq!(found.len(), 1, "{found:?}");
-    assert!(found[0].what.contains("batcher"));
+    assert!(found[0].what.contains("breaker"));
 }
 
 #[test]

@@ -12,7 +12,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use flashsale_core::{HotLedger, PurchaseOutcome, SaleMode};
+use flashsale_core::{HotPurchases, PurchaseOutcome, SaleMode};
 use flashsale_redis::RedisLedger;
 use flashsale_testkit::conformance::{live_sale, req, warm};
 use flashsale_testkit::redis_cluster;

@@ -10,9 +10,9 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use flashsale_core::ledger::{Changed, HotSnapshot, RestockFeed, RestockListener};
 use flashsale_core::{
-    BucketTransfers, Counters, HotBuckets, HotCopies, HotLedger, HotOrder, Ledger, LedgerError,
-    OrderNo, PurchaseOutcome, PurchaseRequest, Resolution, Sale, SaleState, SkuId, SoldOutSupport,
-    UserId,
+    BucketTransfers, Counters, HotBuckets, HotCopies, HotLedger, HotOrder, HotPurchases, Ledger,
+    LedgerError, OrderNo, PurchaseOutcome, PurchaseRequest, Resolution, Sale, SaleState, SkuId,
+    SoldOutSupport, UserId,
 };
 
 /// Two hot ledgers behind one: `hot_skus` on `hot`, every other sale on `main`.
@@ -46,6 +46,21 @@ impl RoutedLedger {
 }
 
 #[async_trait]
+impl HotPurchases for RoutedLedger {
+    async fn purchase_batch(
+        &self,
+        sku: SkuId,
+        reqs: &[PurchaseRequest],
+    ) -> Result<Vec<PurchaseOutcome>, LedgerError> {
+        self.route(sku).purchase_batch(sku, reqs).await
+    }
+
+    fn lane(&self, sku: SkuId, user: UserId) -> u16 {
+        self.route(sku).lane(sku, user)
+    }
+}
+
+#[async_trait]
 impl HotLedger for RoutedLedger {
     fn kind(&self) -> &'static str {
         self.main.kind()
@@ -66,14 +81,6 @@ impl HotLedger for RoutedLedger {
 
     async fn set_state_if(&self, sku: SkuId, from: SaleState, to: SaleState) -> Changed {
         self.route(sku).set_state_if(sku, from, to).await
-    }
-
-    async fn purchase_batch(
-        &self,
-        sku: SkuId,
-        reqs: &[PurchaseRequest],
-    ) -> Result<Vec<PurchaseOutcome>, LedgerError> {
-        self.route(sku).purchase_batch(sku, reqs).await
     }
 
     async fn pay(&self, order_no: &OrderNo, user: UserId) -> Result<Resolution, LedgerError> {
@@ -99,10 +106,6 @@ impl HotLedger for RoutedLedger {
     async fn ping(&self) -> Result<(), LedgerError> {
         self.main.ping().await?;
         self.hot.ping().await
-    }
-
-    fn lane(&self, sku: SkuId, user: UserId) -> u16 {
-        self.route(sku).lane(sku, user)
     }
 
     fn keeps_buckets(&self, sku: SkuId) -> bool {

@@ -32,7 +32,7 @@ impl Tunables {
         body_bytes_max: 4_096,
         request_timeout: Duration::from_secs(10),
         cache_ttl: flashsale_engine::cache::CACHE_TTL_DEFAULT,
-        accepted_keys_max: flashsale_engine::batcher::ACCEPTED_KEYS_MAX_DEFAULT,
+        accepted_keys_max: flashsale_engine::shop::ACCEPTED_KEYS_MAX_DEFAULT,
         gateway: GatewayConfig::DEFAULT,
         risk: RiskConfig::DEFAULT,
     };

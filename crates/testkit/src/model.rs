@@ -4,8 +4,8 @@
 //! each test draws its own operations.
 
 use flashsale_core::{
-    HotCopies, HotLedger, HotOrder, OrderNo, OrderStatus, PurchaseOutcome, PurchaseRequest, Sale,
-    SaleBook, SaleState, SkuId, UserId,
+    HotCopies, HotLedger, HotOrder, HotPurchases, OrderNo, OrderStatus, PurchaseOutcome,
+    PurchaseRequest, Sale, SaleBook, SaleState, SkuId, UserId,
 };
 
 use crate::conformance::now_ms;
@@ -73,7 +73,7 @@ pub fn same_outcome(got: &PurchaseOutcome, want: &PurchaseOutcome) {
 /// Buys `reqs` as one batch on `ledger` and one by one in `book`; every answer must agree.
 /// Gives the order numbers of the new orders (not the replays).
 pub async fn buy_batch(
-    ledger: &dyn HotLedger,
+    ledger: &dyn HotPurchases,
     book: &mut SaleBook,
     sku: SkuId,
     reqs: &[PurchaseRequest],

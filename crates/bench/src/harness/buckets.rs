@@ -10,10 +10,10 @@ use std::time::Instant;
 
 use clap::Args;
 use flashsale_core::{
-    HotCopies, HotLedger, PurchaseOutcome, PurchaseRequest, RequestId, Sale, SaleMode, SaleState,
-    SkuId, UserId,
+    HotCopies, HotLedger, HotPurchases, PurchaseOutcome, PurchaseRequest, RequestId, Sale,
+    SaleMode, SaleState, SkuId, UserId,
 };
-use flashsale_engine::batcher::Batcher;
+use flashsale_engine::shop::Batcher;
 use flashsale_redis::RedisLedger;
 use rand::Rng;
 use redis::aio::MultiplexedConnection;

@@ -198,7 +198,7 @@ async fn ours(
             let _ = persister.run(rx).await;
         });
     }
-    let batcher = flashsale_engine::batcher::Batcher::new(ledger.clone(), 256, 65_536);
+    let batcher = flashsale_engine::shop::Batcher::new(ledger.clone(), 256, 65_536);
     Ok(Arc::new(super::strategies::Ours {
         name,
         ledger,

@@ -6,7 +6,7 @@ use std::time::Instant;
 use super::setup::*;
 use clap::Args;
 use flashsale_core::{
-    HotLedger, PurchaseOutcome, PurchaseRequest, RequestId, Sale, SaleState, SkuId, UserId,
+    HotPurchases, PurchaseOutcome, PurchaseRequest, RequestId, Sale, SaleState, SkuId, UserId,
 };
 use flashsale_embedded::EmbeddedLedger;
 use flashsale_store::SqliteStore;

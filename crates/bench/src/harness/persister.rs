@@ -5,7 +5,7 @@ use std::time::{Duration, Instant};
 
 use super::setup::*;
 use clap::Args;
-use flashsale_core::{HotLedger, PurchaseRequest, RequestId, SaleState, UserId};
+use flashsale_core::{HotPurchases, PurchaseRequest, RequestId, SaleState, UserId};
 
 #[derive(Debug, Clone, Args)]
 pub struct PersisterArgs {

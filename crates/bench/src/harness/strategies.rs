@@ -23,7 +23,7 @@ use async_trait::async_trait;
 use flashsale_core::{
     Ledger, OrderStore, PurchaseOutcome, PurchaseRequest, RequestId, Sale, SkuId, UserId,
 };
-use flashsale_engine::batcher::Batcher;
+use flashsale_engine::shop::Batcher;
 use hdrhistogram::Histogram;
 use redis::aio::MultiplexedConnection;
 use serde::Serialize;

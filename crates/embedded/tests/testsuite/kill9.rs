@@ -9,7 +9,8 @@ use std::sync::Arc;
 
 use flashsale_core::invariants::check_sale;
 use flashsale_core::{
-    HotCopies, HotLedger, OrderNo, OrderStore, PurchaseOutcome, Sale, SaleMode, SaleState, SkuId,
+    HotCopies, HotLedger, HotPurchases, OrderNo, OrderStore, PurchaseOutcome, Sale, SaleMode,
+    SaleState, SkuId,
 };
 use flashsale_embedded::EmbeddedLedger;
 use flashsale_store::SqliteStore;

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use flashsale_core::invariants::check_sale;
 use flashsale_core::{
-    Counters, ErrorCode, HotCopies, HotLedger, LedgerError, OrderStatus, OrderStore,
+    Counters, ErrorCode, HotCopies, HotLedger, HotPurchases, LedgerError, OrderStatus, OrderStore,
     PurchaseOutcome, Sale, SaleMode, SaleState, SkuId, SoldOutSupport, UserId,
 };
 use flashsale_embedded::EmbeddedLedger;

@@ -7,7 +7,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use flashsale_core::{
-    HotCopies, HotLedger, OrderStore, PurchaseOutcome, Sale, SaleMode, SkuId, SoldOutSupport,
+    HotCopies, HotLedger, HotPurchases, OrderStore, PurchaseOutcome, Sale, SaleMode, SkuId,
+    SoldOutSupport,
 };
 use flashsale_embedded::{EmbeddedLedger, GroupWriter};
 use flashsale_store::SqliteStore;

@@ -7,6 +7,11 @@
 //! the time it answered), in memory. A reconciler run forgets what the database holds and
 //! reports what it never will: a purchase of an epoch older than the database's (the database
 //! refuses that epoch now), a resolution answered before the sale's copy was replaced.
+//!
+//! A run takes its losses out of the journal but keeps them aside until the run that names
+//! them is stored ([`Journal::forget_taken`]); a run that fails or is dropped before that
+//! leaves them for the next run ([`Journal::restore_taken`]), so a loss is reported at least
+//! once, never dropped with a failed run.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Mutex;
@@ -36,6 +41,15 @@ struct SaleJournal {
     resolutions: BTreeMap<OrderNo, (EventKind, i64)>,
     /// Entries dropped because the journal was full.
     dropped: u64,
+    /// Losses the running reconcile run took out: gone once its report is stored, back in
+    /// the journal when the run fails.
+    taken: Taken,
+}
+
+#[derive(Default)]
+struct Taken {
+    purchases: Vec<((u64, u64), OrderNo)>,
+    resolutions: Vec<(OrderNo, (EventKind, i64))>,
 }
 
 /// What the journal could decide in one run.
@@ -116,10 +130,12 @@ impl Journal {
         };
         let current = |epoch: u64| row(epoch).map_or(stored.epoch, |r| r.epoch);
         let taken_at_ms = |epoch: u64| row(epoch).map_or(stored.epoch_at_ms, |r| r.epoch_at_ms);
-        j.purchases.retain(|&(epoch, _), no| {
+        let taken = &mut j.taken;
+        j.purchases.retain(|&(epoch, seq), no| {
             let lost = !held.contains(no) && epoch < current(epoch);
             if lost {
                 losses.orders.push(*no);
+                taken.purchases.push(((epoch, seq), *no));
             }
             !held.contains(no) && !lost
         });
@@ -129,10 +145,31 @@ impl Journal {
             let lost = !done && taken_at_ms(no.epoch()) > at_ms;
             if lost {
                 losses.resolutions.push((*no, kind));
+                taken.resolutions.push((*no, (kind, at_ms)));
             }
             !done && !lost
         });
         losses
+    }
+
+    /// The losses taken out since the last stored run are reported: forget them.
+    pub fn forget_taken(&self, sku: SkuId) {
+        let mut sales = self.sales.lock().expect("journal lock");
+        if let Some(j) = sales.get_mut(&sku) {
+            j.taken = Taken::default();
+        }
+    }
+
+    /// The run that took losses out did not store its report (it failed, or was dropped
+    /// midway): they go back, for the next run to report.
+    pub fn restore_taken(&self, sku: SkuId) {
+        let mut sales = self.sales.lock().expect("journal lock");
+        let Some(j) = sales.get_mut(&sku) else {
+            return;
+        };
+        let taken = std::mem::take(&mut j.taken);
+        j.purchases.extend(taken.purchases);
+        j.resolutions.extend(taken.resolutions);
     }
 
     /// Entries kept for a sale (for tests and metrics).
@@ -230,6 +267,33 @@ mod tests {
         rebuilt.epoch_at_ms = 2_000;
         let l = j.settle(&sale, &orders, &[row(0, 4), rebuilt]);
         assert_eq!(l.resolutions, vec![(no(3, 1), EventKind::Paid)]);
+    }
+
+    /// A run that failed before storing its report gives its losses back; a stored one
+    /// forgets them.
+    #[test]
+    fn losses_of_a_run_that_was_not_stored_are_reported_again() {
+        let j = Journal::default();
+        let sku = SkuId(7);
+        j.record_purchases(sku, [no(1, 1)].into_iter());
+        j.record_resolution(&no(1, 2), EventKind::Paid, 1_000);
+        let rebuilt = stored(2, 2_000);
+        let first = j.settle(&rebuilt, &[], &[]);
+        assert_eq!(first.orders, vec![no(1, 1)]);
+        assert!(j.settle(&rebuilt, &[], &[]).orders.is_empty(), "taken");
+        j.restore_taken(sku);
+        let again = j.settle(&rebuilt, &[], &[]);
+        assert_eq!(
+            (again.orders, again.resolutions),
+            (first.orders, first.resolutions)
+        );
+        j.forget_taken(sku);
+        j.restore_taken(sku);
+        assert!(
+            j.settle(&rebuilt, &[], &[]).orders.is_empty(),
+            "reported once stored"
+        );
+        assert!(j.is_empty(sku));
     }
 
     #[test]

@@ -118,7 +118,12 @@ impl Reconciler {
         trigger: Trigger,
     ) -> anyhow::Result<SaleReport> {
         let _one = self.journal.running.lock().await;
+        // Losses a run took out and never stored (it was dropped midway) are reported now.
+        self.journal.restore_taken(sku);
         let result = self.run_sale_locked(sku, repair, trigger).await;
+        if result.is_err() {
+            self.journal.restore_taken(sku);
+        }
         let outcome = match &result {
             Ok(r) if r.ok => "ok",
             Ok(_) => "mismatch",
@@ -168,6 +173,8 @@ impl Reconciler {
         }
         self.export(&report);
         report.run_id = self.record(&report).await?;
+        // Forgotten only once a stored run names them, like the fenced events below.
+        self.journal.forget_taken(sku);
         // Marked only once a stored run names them.
         self.store.mark_fenced_reported(sku, &fenced).await?;
         if !report.lost_orders.is_empty() || !report.lost_resolutions.is_empty() {

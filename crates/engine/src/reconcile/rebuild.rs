@@ -109,6 +109,12 @@ pub async fn rebuild(
             "sale {sku}: a bucketed sale's copies are loaded once; rebuilding them is not built"
         ))));
     }
+    // The epoch this rebuild may replace is read before its fence: a rebuild that overtakes
+    // this one (its epoch taken, its copy loaded and opened, selling) moves it, and this
+    // one's compare and set then fails ("raced"). Read after the drain, it would be the
+    // overtaking copy's epoch, and this rebuild would load over a copy it never fenced nor
+    // drained, losing what that copy sold since.
+    let epoch_before = first.epoch;
     ledger.fence(sku).await?;
     let drained = drain(ledger, store, sku).await?;
     let before = stored(store, sku).await?;
@@ -117,7 +123,7 @@ pub async fn rebuild(
         place(ledger, store, &before.sale).await?;
     }
     let epoch = store
-        .take_epoch(sku, before.epoch)
+        .take_epoch(sku, epoch_before)
         .await?
         .ok_or(RebuildError::Raced(sku))?;
     let after = stored(store, sku).await?;
@@ -142,7 +148,7 @@ pub async fn rebuild(
     let state = stored(store, sku).await?.sale.state;
     ledger.open(sku, epoch, state).await.map_err(raced)?;
     let applied_seq = after.counters.seq;
-    if before.epoch == 0 {
+    if epoch_before == 0 {
         tracing::info!(%sku, epoch, "hot copy loaded for the first time");
     } else {
         tracing::warn!(%sku, epoch, drained, restored, applied_seq, "hot copy rebuilt from the database");
@@ -184,10 +190,11 @@ pub async fn rebuild_bucket(
     bucket: u16,
 ) -> Result<Rebuilt, RebuildError> {
     adopt_salts(ledger, store, sku).await?;
+    // The epoch is read before the fence: see `rebuild`.
+    let before = bucket_row(store, sku, bucket).await?;
     ledger.fence_bucket(sku, bucket).await?;
     let drained = drain_bucket(ledger, store, sku, bucket).await?;
     let completed = complete_transfers(ledger, store, sku, bucket).await?;
-    let before = bucket_row(store, sku, bucket).await?;
     let epoch = store
         .take_bucket_epoch(sku, bucket, before.epoch)
         .await?

@@ -5,8 +5,8 @@
 //! (a domain value, or a [`ShopError`]), never an HTTP type.
 //!
 //! - [`purchase`](Shop::purchase): sold-out flag → breaker → risk gate → ledger → journal,
-//!   in that order, in one function (`purchase.rs`); [`RiskGate`] is the risk check the
-//!   caller brings (the server's risk client).
+//!   in that order, in one function (`purchase.rs`, with the [`Batcher`] it sends through);
+//!   [`RiskGate`] is the risk check the caller brings (the server's risk client).
 //! - `orders.rs`: an order's view, pay and cancel; `sales.rs`: create, warm, pause / resume /
 //!   end, a sale's view; `buckets.rs`: a bucketed sale's per-bucket counters and their cache.
 //!
@@ -31,7 +31,6 @@ use flashsale_core::ledger::StoredSale;
 use flashsale_core::{ErrorCode, Ledger, OrderStore, SkuId};
 
 use crate::admission::Admission;
-use crate::batcher::Batcher;
 use crate::breaker::Breaker;
 use crate::cache::{SaleCache, SoldOutFlags};
 use crate::reconcile::{Journal, Nudges, Reconciler};
@@ -46,7 +45,9 @@ pub use buckets::Buckets;
 pub use error::ShopError;
 pub use orders::OrderNow;
 pub use process::Readiness;
-pub use purchase::{PurchaseRefusal, Purchased, RiskDenial, RiskGate, Screen};
+pub use purchase::{
+    Batcher, PurchaseRefusal, Purchased, RiskDenial, RiskGate, Screen, ACCEPTED_KEYS_MAX_DEFAULT,
+};
 pub use readings::SaleReading;
 pub use sales::SaleNow;
 
@@ -73,7 +74,7 @@ impl ShopConfig {
         batch_max: 256,
         queue_cap: 8_192,
         cache_ttl: crate::cache::CACHE_TTL_DEFAULT,
-        accepted_keys_max: crate::batcher::ACCEPTED_KEYS_MAX_DEFAULT,
+        accepted_keys_max: ACCEPTED_KEYS_MAX_DEFAULT,
     };
 }
 

@@ -9,8 +9,8 @@ use std::time::Duration;
 use flashsale_core::{
     BucketTransfers, Counters, ErrorCode, HotCopies, PurchaseOutcome, SaleMode, SaleState,
 };
-use flashsale_engine::batcher::Batcher;
 use flashsale_engine::cache::SoldOutFlags;
+use flashsale_engine::shop::Batcher;
 use flashsale_redis::RedisLedger;
 use flashsale_testkit::bucketed::{bucketed_sale, buyers, Spread};
 use flashsale_testkit::conformance::{req, warm};
@@ -93,7 +93,7 @@ async fn a_retry_after_a_bucket_rebuild_reaches_the_ledger() {
 /// keeps it, and that bucket's holds expire.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_new_instance_expires_a_healthy_buckets_holds_while_bucket_0_is_missing() {
-    use flashsale_core::HotLedger;
+    use flashsale_core::HotPurchases;
     let db = flashsale_testkit::mariadb::TestDatabase::create().await;
     let store = flashsale_engine::backends::open_store(&db.url)
         .await

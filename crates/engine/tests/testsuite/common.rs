@@ -9,8 +9,8 @@ use std::time::Duration;
 
 use flashsale_core::invariants::check_sale;
 use flashsale_core::{
-    HotCopies, HotLedger, OrderStore, PurchaseOutcome, PurchaseRequest, Sale, SaleState, SkuId,
-    StoredSale,
+    HotCopies, HotLedger, HotPurchases, OrderStore, PurchaseOutcome, PurchaseRequest, Sale,
+    SaleState, SkuId, StoredSale,
 };
 use flashsale_engine::persister::{Persister, PersisterConfig};
 use flashsale_redis::{RedisLedger, StreamReader};

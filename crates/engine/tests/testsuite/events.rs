@@ -10,8 +10,8 @@ use std::time::Duration;
 
 use flashsale_core::events::{CloudEvent, EventLog};
 use flashsale_core::{
-    HotLedger, OrderStore, PurchaseOutcome, PurchaseRequest, ReconcileRun, Sale, SaleBook,
-    SaleMode, SaleState, SkuId, UserId,
+    HotLedger, HotPurchases, OrderStore, PurchaseOutcome, PurchaseRequest, ReconcileRun, Sale,
+    SaleBook, SaleMode, SaleState, SkuId, UserId,
 };
 use flashsale_embedded::EmbeddedLedger;
 use flashsale_engine::relay::nats::{NatsSettings, NatsSink};

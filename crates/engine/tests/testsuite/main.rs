@@ -8,7 +8,7 @@ mod bucket_faults;
 mod common;
 mod events;
 mod persister;
-mod rebuild_gap;
+mod rebuild_traps;
 mod reconcile;
 mod shop;
 mod stream_upgrade;

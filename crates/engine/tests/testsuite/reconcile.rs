@@ -6,7 +6,9 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use flashsale_core::{HotLedger, Ledger, OrderNo, OrderStatus, PurchaseOutcome, SaleMode};
+use flashsale_core::{
+    HotLedger, HotPurchases, Ledger, OrderNo, OrderStatus, PurchaseOutcome, SaleMode,
+};
 use flashsale_engine::reconcile::{Journal, Reconciler, SaleReport, Trigger};
 use flashsale_testkit::conformance::{live_sale, req};
 use flashsale_testkit::wait;

@@ -7,7 +7,7 @@
 
 use std::sync::OnceLock;
 
-use flashsale_core::{Event, EventKind, HotLedger, OrderNo, RequestId, SaleMode, SkuId, UserId};
+use flashsale_core::{Event, EventKind, HotPurchases, OrderNo, RequestId, SaleMode, SkuId, UserId};
 use flashsale_testkit::conformance::{live_sale, req};
 use flashsale_testkit::wait;
 use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};

@@ -1,29 +1,19 @@
-//! A purchase on a sale of several buckets (docs/DESIGN.md, "Stock buckets").
-//!
-//! - Purchases go to the buyer's home bucket (`buckets::home_bucket`), so the per-user limit
-//!   and replays are decided by one script. Requests the home answers SOLD_OUT while the
-//!   other buckets hold stock bring it home (`transfers`) and are judged again, for at most
-//!   [`ROUNDS_MAX`] rounds.
-//! - What the buckets hold ([`BucketsView`]) and what this ledger's transfers did
-//!   ([`BucketStats`]).
+//! What a purchase on a sale of several buckets asks of its buckets (docs/DESIGN.md, "Stock
+//! buckets"), below the purchase itself (`purchase`): whether the sale may still serve a
+//! request its home answered SOLD_OUT, the buyers already at their limit, stock brought home
+//! (`transfers`), and the SOLD_OUT answers given while the buckets held stock. Also what the
+//! buckets hold ([`BucketsView`]) and what this ledger's transfers did ([`BucketStats`]).
 
 use std::sync::atomic::Ordering;
 
 use flashsale_core::buckets;
 use flashsale_core::metric_names as names;
-use flashsale_core::{
-    Counters, ErrorCode, LedgerError, OrderNo, PurchaseOutcome, PurchaseRequest, SkuId,
-};
+use flashsale_core::{Counters, ErrorCode, LedgerError, PurchaseOutcome, PurchaseRequest, SkuId};
 
 use super::layout::Layout;
 use super::setup::RedisLedger;
 use crate::conn::{bounded, Timeouts};
 use crate::keys::CopyTag;
-
-/// Most rounds of "bring stock home, judge again" for one batch at one home bucket. Each
-/// round moves the whole shortfall the others can cover, so a second round is needed only
-/// when another caller took the units meanwhile.
-pub const ROUNDS_MAX: usize = 4;
 
 /// What this ledger's transfers did since it was made (also exported as metrics).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -58,117 +48,11 @@ impl BucketsView {
 }
 
 impl RedisLedger {
-    /// Judges a batch of a bucketed sale: each buyer at home, all homes at once, answers in
-    /// the batch's order. When a home fails, what the other homes accepted is still named
-    /// ([`promised`]): the loss journal must hear of every purchase a call wrote.
-    pub(crate) async fn purchase_bucketed(
-        &self,
-        layout: &Layout,
-        reqs: &[PurchaseRequest],
-    ) -> Result<Vec<PurchaseOutcome>, LedgerError> {
-        let mut by_home: Vec<Vec<usize>> = vec![Vec::new(); usize::from(layout.n())];
-        for (i, r) in reqs.iter().enumerate() {
-            by_home[usize::from(buckets::home_bucket(r.user_id, layout.n()))].push(i);
-        }
-        let homes = by_home
-            .iter()
-            .enumerate()
-            .filter(|(_, idx)| !idx.is_empty());
-        let calls = homes.map(|(bucket, idx)| {
-            let group: Vec<PurchaseRequest> = idx.iter().map(|&i| reqs[i].clone()).collect();
-            async move {
-                let home = layout.copy(bucket as u16);
-                (idx, self.purchase_home(layout, home, group).await)
-            }
-        });
-        let mut out: Vec<Option<PurchaseOutcome>> = vec![None; reqs.len()];
-        let mut failed = None;
-        for (idx, answers) in futures::future::join_all(calls).await {
-            match answers {
-                Ok(answers) => {
-                    for (&i, answer) in idx.iter().zip(answers) {
-                        out[i] = Some(answer);
-                    }
-                }
-                // The first failure is the batch's answer; a later one's writes still count.
-                Err(e) => {
-                    failed = Some(match failed {
-                        None => e,
-                        Some(first) => promised(first, &written_by(e)),
-                    })
-                }
-            }
-        }
-        if let Some(e) = failed {
-            let answered: Vec<PurchaseOutcome> = out.into_iter().flatten().collect();
-            return Err(promised(e, &accepted_orders(&answered)));
-        }
-        Ok(out
-            .into_iter()
-            .map(|o| o.expect("every request answered"))
-            .collect())
-    }
-
-    /// One home's requests: judged there; those answered SOLD_OUT while the sale holds stock
-    /// elsewhere are judged again once it is brought home. A failure after the first round
-    /// still names what the earlier rounds accepted.
-    async fn purchase_home(
-        &self,
-        layout: &Layout,
-        home: CopyTag,
-        reqs: Vec<PurchaseRequest>,
-    ) -> Result<Vec<PurchaseOutcome>, LedgerError> {
-        let mut out = self.purchase_copy(home, &reqs).await?;
-        match self.serve_short(layout, home, &reqs, &mut out).await {
-            Ok(()) => Ok(out),
-            Err(e) => Err(promised(e, &accepted_orders(&out))),
-        }
-    }
-
-    /// The rounds after the first at one home: bring stock home for the requests answered
-    /// SOLD_OUT and judge them again, updating `out` as answers come.
-    async fn serve_short(
-        &self,
-        layout: &Layout,
-        home: CopyTag,
-        reqs: &[PurchaseRequest],
-        out: &mut [PurchaseOutcome],
-    ) -> Result<(), LedgerError> {
-        if sold_out(out).next().is_none() || !self.may_serve(layout, reqs, out).await? {
-            return Ok(());
-        }
-        let mover = self.buckets.as_ref().map(|t| t.mover(home));
-        let _turn = match &mover {
-            Some(m) => Some(m.lock().await),
-            None => None,
-        };
-        self.judge_limits(home, reqs, out).await?;
-        for _ in 0..ROUNDS_MAX {
-            let short: Vec<usize> = sold_out(out).collect();
-            if short.is_empty() {
-                break;
-            }
-            let again: Vec<PurchaseRequest> = short.iter().map(|&i| reqs[i].clone()).collect();
-            if !self.bring_home(layout, home, &again).await? {
-                // The sale holds less than any of them: a true sold out, nothing to count.
-                return Ok(());
-            }
-            for (&i, answer) in short.iter().zip(self.purchase_copy(home, &again).await?) {
-                out[i] = answer;
-            }
-        }
-        // A metric only: a failed read must not fail purchases already decided.
-        if let Err(e) = self.count_false_sold_outs(layout, reqs, out).await {
-            tracing::warn!(sku = %layout.sku, error = %e, "could not count false sold-outs");
-        }
-        Ok(())
-    }
-
     /// Answers LIMIT_EXCEEDED, without moving stock, to the requests answered SOLD_OUT whose
     /// buyer already holds the limit (one read of the home's limit and buyers): with the
     /// sale's stock in one copy they would have passed the stock check and failed this one,
     /// and stock moved for them would only churn between buckets.
-    async fn judge_limits(
+    pub(super) async fn judge_limits(
         &self,
         home: CopyTag,
         reqs: &[PurchaseRequest],
@@ -198,7 +82,7 @@ impl RedisLedger {
     /// died, a destination fenced for a moment) are finished. Read before any lock, so a
     /// sale sold out answers at the cost of one read per bucket (the service's local
     /// sold-out flag answers before the ledger is asked at all).
-    async fn may_serve(
+    pub(super) async fn may_serve(
         &self,
         layout: &Layout,
         reqs: &[PurchaseRequest],
@@ -222,7 +106,7 @@ impl RedisLedger {
     /// Moves to `home` the units `short` asks for, or what the other buckets hold when that
     /// is less. False when the whole sale cannot serve the smallest of them (a true sold
     /// out: nothing to judge again).
-    async fn bring_home(
+    pub(super) async fn bring_home(
         &self,
         layout: &Layout,
         home: CopyTag,
@@ -368,7 +252,7 @@ impl RedisLedger {
     /// Counts the SOLD_OUT answers given while the sale's buckets together held the
     /// quantity (read after the answer: an upper bound, since a cancel may also have brought
     /// units back meanwhile).
-    async fn count_false_sold_outs(
+    pub(super) async fn count_false_sold_outs(
         &self,
         layout: &Layout,
         reqs: &[PurchaseRequest],
@@ -401,50 +285,8 @@ fn gauge_available(sku: SkuId, bucket: u16, units: u64) {
         .set(units as f64);
 }
 
-/// The order numbers of the accepted answers (new or replayed: a replay may be the first
-/// answer its buyer hears).
-fn accepted_orders(out: &[PurchaseOutcome]) -> Vec<OrderNo> {
-    out.iter()
-        .filter_map(|o| match o {
-            PurchaseOutcome::Accepted { order, .. } => Some(order.order_no),
-            PurchaseOutcome::Rejected(_) => None,
-        })
-        .collect()
-}
-
-/// What a failed call wrote, as far as its error says.
-fn written_by(e: LedgerError) -> Vec<OrderNo> {
-    match e {
-        LedgerError::Unconfirmed { written, .. } => written,
-        _ => Vec::new(),
-    }
-}
-
-/// A call that failed after `written` were accepted: [`LedgerError::Unconfirmed`] naming
-/// them with what the error wrote itself (answered 503, so each buyer retries and hears the
-/// replay, and the loss journal keeps them), or the error as it was when nothing was
-/// written.
-fn promised(e: LedgerError, written: &[OrderNo]) -> LedgerError {
-    if written.is_empty() {
-        return e;
-    }
-    match e {
-        LedgerError::Unconfirmed {
-            written: mut more,
-            why,
-        } => {
-            more.extend_from_slice(written);
-            LedgerError::Unconfirmed { written: more, why }
-        }
-        e => LedgerError::Unconfirmed {
-            written: written.to_vec(),
-            why: e.to_string(),
-        },
-    }
-}
-
 /// The indices of the answers that are SOLD_OUT.
-fn sold_out(out: &[PurchaseOutcome]) -> impl Iterator<Item = usize> + '_ {
+pub(super) fn sold_out(out: &[PurchaseOutcome]) -> impl Iterator<Item = usize> + '_ {
     out.iter()
         .enumerate()
         .filter(|(_, o)| matches!(o, PurchaseOutcome::Rejected(ErrorCode::SoldOut)))

@@ -1,10 +1,7 @@
-//! One hot copy's scripts (a sale's own copy, or one bucket of a sale of several): purchase,
-//! pay or cancel, hold expiry, load, state, counters.
+//! One hot copy's scripts but the purchase (a sale's own copy, or one bucket of a sale of
+//! several): pay or cancel, hold expiry, load, state, counters.
 
-use flashsale_core::{
-    Counters, ErrorCode, LedgerError, OrderNo, PurchaseOutcome, PurchaseRequest, Resolution, Sale,
-    UserId,
-};
+use flashsale_core::{Counters, ErrorCode, LedgerError, OrderNo, Resolution, Sale, UserId};
 use redis::{ScriptInvocation, Value};
 
 use super::call::evalsha;
@@ -17,56 +14,6 @@ use crate::keys::CopyTag;
 pub const EXPIRE_MAX: usize = 10_000;
 
 impl RedisLedger {
-    /// One purchase script call on one hot copy (a sale's own, or one of its buckets).
-    pub(crate) async fn purchase_copy(
-        &self,
-        copy: CopyTag,
-        reqs: &[PurchaseRequest],
-    ) -> Result<Vec<PurchaseOutcome>, LedgerError> {
-        let keys = [
-            self.keys.sale(copy),
-            self.keys.buyers(copy),
-            self.keys.requests(copy),
-            self.keys.orders(copy),
-            self.keys.holds(copy),
-            self.keys.events(copy),
-        ];
-        let mut cmd = evalsha(&self.scripts.purchase, &keys);
-        cmd.arg(reqs.len());
-        for r in reqs {
-            cmd.arg(r.user_id.0)
-                .arg(r.request_id.as_str())
-                .arg(r.quantity);
-        }
-        let (reply, acked) = self
-            .run_write("purchase", copy, crate::scripts::PURCHASE, &cmd)
-            .await?;
-        // One flat array, three fields per request (see purchase.lua).
-        let flat: Vec<String> = redis::from_redis_value(&reply).map_err(crate::conn::map_err)?;
-        if flat.len() != 3 * reqs.len() {
-            return Err(LedgerError::Internal(format!(
-                "{} result fields for {} requests",
-                flat.len(),
-                reqs.len()
-            )));
-        }
-        let outcomes = flat
-            .chunks_exact(3)
-            .map(outcome_of)
-            .collect::<Result<Vec<_>, _>>()?;
-        let written: Vec<OrderNo> = outcomes
-            .iter()
-            .filter_map(|o| match o {
-                PurchaseOutcome::Accepted { order, .. } => Some(order.order_no),
-                _ => None,
-            })
-            .collect();
-        if !written.is_empty() {
-            self.confirmed(acked, written)?;
-        }
-        Ok(outcomes)
-    }
-
     /// Expires at most `max` due holds of one copy: how many, and whether stock came back.
     pub(super) async fn expire_copy(
         &self,
@@ -231,22 +178,4 @@ fn code_of(v: Option<&Value>) -> Result<ErrorCode, LedgerError> {
     let text = v.and_then(as_string).unwrap_or_default();
     ErrorCode::parse(&text)
         .ok_or_else(|| LedgerError::Internal(format!("script answered unknown code {text:?}")))
-}
-
-/// One request's `[tag, order_no | code, encoded | ""]` of the purchase reply.
-fn outcome_of(entry: &[String]) -> Result<PurchaseOutcome, LedgerError> {
-    let bad = || LedgerError::Internal(format!("unexpected purchase result {entry:?}"));
-    match entry {
-        [tag, order_no, encoded] if tag == "A" || tag == "R" => {
-            let order = decode_order(order_no, encoded).map_err(LedgerError::Internal)?;
-            Ok(PurchaseOutcome::Accepted {
-                order,
-                replayed: tag == "R",
-            })
-        }
-        [tag, code, empty] if tag == "X" && empty.is_empty() => ErrorCode::parse(code)
-            .map(PurchaseOutcome::Rejected)
-            .ok_or_else(bad),
-        _ => Err(bad()),
-    }
 }

@@ -1,10 +1,11 @@
-//! `HotLedger` on Redis: each call goes to the sale's one copy, or to its buckets.
+//! `HotLedger` on Redis: each call goes to the sale's one copy, or to its buckets (the
+//! purchase is `purchase`).
 
 use async_trait::async_trait;
 use flashsale_core::ledger::Changed;
 use flashsale_core::{
-    Counters, Durability, HotBuckets, HotLedger, HotOrder, LedgerError, OrderNo, PurchaseOutcome,
-    PurchaseRequest, Resolution, SaleState, SkuId, UserId,
+    Counters, Durability, HotBuckets, HotLedger, HotOrder, LedgerError, OrderNo, Resolution,
+    SaleState, SkuId, UserId,
 };
 
 use super::setup::RedisLedger;
@@ -54,22 +55,6 @@ impl HotLedger for RedisLedger {
             changed = self.state_answer(&inv).await?;
         }
         Ok(changed)
-    }
-
-    async fn purchase_batch(
-        &self,
-        sku: SkuId,
-        reqs: &[PurchaseRequest],
-    ) -> Result<Vec<PurchaseOutcome>, LedgerError> {
-        if reqs.is_empty() {
-            return Ok(Vec::new());
-        }
-        flashsale_core::ledger::check_batch(sku, reqs)?;
-        let layout = self.layout(sku).await?;
-        if layout.is_single() {
-            return self.purchase_copy(sku.into(), reqs).await;
-        }
-        self.purchase_bucketed(&layout, reqs).await
     }
 
     async fn pay(&self, order_no: &OrderNo, user: UserId) -> Result<Resolution, LedgerError> {
@@ -154,13 +139,6 @@ impl HotLedger for RedisLedger {
         v.map(|encoded| decode_order(&order_no.to_string(), &encoded))
             .transpose()
             .map_err(LedgerError::Internal)
-    }
-
-    fn lane(&self, sku: SkuId, user: UserId) -> u16 {
-        self.buckets
-            .as_ref()
-            .and_then(|table| table.known(sku))
-            .map_or(0, |layout| layout.home(user).bucket)
     }
 
     fn keeps_buckets(&self, _sku: SkuId) -> bool {

@@ -18,7 +18,9 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use flashsale_core::buckets::home_bucket;
-use flashsale_core::{ErrorCode, HotLedger, OrderNo, PurchaseOutcome, SaleMode, UserId};
+use flashsale_core::{
+    ErrorCode, HotLedger, HotPurchases, OrderNo, PurchaseOutcome, SaleMode, UserId,
+};
 use flashsale_redis::{slot, RedisLedger, Replication};
 use flashsale_testkit::bucketed::bucketed_sale;
 use flashsale_testkit::conformance::{buy, req, warm};

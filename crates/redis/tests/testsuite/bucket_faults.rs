@@ -4,8 +4,8 @@
 
 use flashsale_core::buckets::home_bucket;
 use flashsale_core::{
-    BucketTransfers, Counters, HotCopies, HotLedger, LedgerError, OrderNo, SaleMode, SaleState,
-    SoldOutSupport, UserId,
+    BucketTransfers, Counters, HotCopies, HotLedger, HotPurchases, LedgerError, OrderNo, SaleMode,
+    SaleState, SoldOutSupport, UserId,
 };
 use flashsale_testkit::bucketed::{bucketed_sale, buyers, Spread};
 use flashsale_testkit::conformance::{accepted, buy_ok, expire_until, req, warm};

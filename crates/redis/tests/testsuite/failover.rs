@@ -6,7 +6,9 @@
 
 use std::time::Duration;
 
-use flashsale_core::{ErrorCode, HotCopies, HotLedger, LedgerError, PurchaseOutcome, SaleMode};
+use flashsale_core::{
+    ErrorCode, HotCopies, HotLedger, HotPurchases, LedgerError, PurchaseOutcome, SaleMode,
+};
 use flashsale_redis::{RedisLedger, Replication};
 use flashsale_testkit::conformance::{buy, buy_ok, live_sale, req, warm};
 use flashsale_testkit::redis_server::RedisServer;

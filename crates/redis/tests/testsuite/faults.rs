@@ -2,7 +2,7 @@
 
 use std::time::{Duration, Instant};
 
-use flashsale_core::{HotLedger, LedgerError, SaleMode, SkuId};
+use flashsale_core::{HotLedger, HotPurchases, LedgerError, SaleMode, SkuId};
 use flashsale_redis::RedisLedger;
 use flashsale_testkit::conformance::{buy, buy_ok, live_sale, req, stock, warm};
 use flashsale_testkit::redis_server::RedisServer;

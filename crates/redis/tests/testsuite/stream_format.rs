@@ -9,7 +9,8 @@ use std::collections::BTreeSet;
 use crate::common::{raw, TestLedger};
 use flashsale_core::buckets::home_bucket;
 use flashsale_core::{
-    EventKind, HotCopies, HotLedger, OrderNo, PurchaseOutcome, SaleMode, SkuId, UserId,
+    EventKind, HotCopies, HotLedger, HotPurchases, OrderNo, PurchaseOutcome, SaleMode, SkuId,
+    UserId,
 };
 use flashsale_redis::codec::{parse_entries, parse_entries_as};
 use flashsale_redis::{CopyTag, EntryError, Item, StreamReader, FORMAT_BUCKETED, FORMAT_ONE_COPY};

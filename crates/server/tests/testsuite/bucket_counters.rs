@@ -14,8 +14,9 @@ use flashsale_core::ledger::{
     Changed, HotSnapshot, PurchaseRequest, Resolution, RestockFeed, RestockListener,
 };
 use flashsale_core::{
-    Counters, Durability, HotBuckets, HotCopies, HotLedger, HotOrder, Ledger, LedgerError, OrderNo,
-    PurchaseOutcome, RequestKey, Sale, SaleState, SkuId, SoldOutSupport, UserId,
+    Counters, Durability, HotBuckets, HotCopies, HotLedger, HotOrder, HotPurchases, Ledger,
+    LedgerError, OrderNo, PurchaseOutcome, RequestKey, Sale, SaleState, SkuId, SoldOutSupport,
+    UserId,
 };
 use flashsale_server::auth::Auth;
 use flashsale_server::{AppState, Tunables};
@@ -39,6 +40,17 @@ struct Bucketed {
 }
 
 #[async_trait]
+impl HotPurchases for Bucketed {
+    async fn purchase_batch(
+        &self,
+        sku: SkuId,
+        reqs: &[PurchaseRequest],
+    ) -> Result<Vec<PurchaseOutcome>, LedgerError> {
+        self.inner.purchase_batch(sku, reqs).await
+    }
+}
+
+#[async_trait]
 impl HotLedger for Bucketed {
     fn kind(&self) -> &'static str {
         self.inner.kind()
@@ -58,13 +70,6 @@ impl HotLedger for Bucketed {
     }
     async fn set_state_if(&self, sku: SkuId, from: SaleState, to: SaleState) -> Changed {
         self.inner.set_state_if(sku, from, to).await
-    }
-    async fn purchase_batch(
-        &self,
-        sku: SkuId,
-        reqs: &[PurchaseRequest],
-    ) -> Result<Vec<PurchaseOutcome>, LedgerError> {
-        self.inner.purchase_batch(sku, reqs).await
     }
     async fn pay(&self, order_no: &OrderNo, user: UserId) -> Result<Resolution, LedgerError> {
         self.inner.pay(order_no, user).await

@@ -214,3 +214,54 @@ async fn a_replay_answered_after_a_503_is_reported_when_redis_loses_it() {
         order.0
     );
 }
+
+/// Redis loses an order the persister never saved; the reconcile run that rebuilds the copy
+/// and finds the loss cannot store its report (the runs' table is gone for a moment): the
+/// next run still reports the order lost. A failed run must not take the journal's losses
+/// with it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_loss_found_by_a_run_that_could_not_be_stored_is_reported_by_the_next() {
+    let mut redis = RedisServer::spawn().await;
+    let db = TestDatabase::create().await;
+    let mut cfg = common::config(Some(redis.url()), db.url.clone());
+    cfg.engine.persister.run = false;
+    cfg.engine.reconcile.interval = Duration::ZERO;
+    let db_url = db.url.clone();
+    let stack = Stack::start(cfg, Some(db), None).await;
+    stack.live_sale(72, 10, 1).await;
+    let (s, b) = stack.buy(1, 72, "r1", json!(1)).await;
+    assert_eq!(s, StatusCode::ACCEPTED, "{b}");
+    let order_no = b["order_no"].as_str().unwrap().to_owned();
+
+    redis.kill();
+    redis.start().await;
+    let rename = |from: &'static str, to: &'static str| {
+        let url = db_url.clone();
+        async move {
+            let pool = sqlx::MySqlPool::connect(&url).await.unwrap();
+            let sql = format!("RENAME TABLE {from} TO {to}");
+            sqlx::query(&sql).execute(&pool).await.unwrap();
+        }
+    };
+    rename("reconcile_runs", "reconcile_runs_away").await;
+    let reconciler = stack.server.as_ref().unwrap().state.reconciler();
+    let reconciler = &reconciler;
+    let trigger = flashsale_engine::reconcile::Trigger::Cli;
+    // Runs until one gets as far as storing its report (the first may meet the connection
+    // the restart broke): that run rebuilt the copy and found the loss.
+    wait::until(
+        "a run to fail at its record",
+        Duration::from_secs(20),
+        || async move {
+            let e = reconciler.run_sale(SkuId(72), true, trigger).await.err()?;
+            format!("{e:#}").contains("reconcile_runs").then_some(())
+        },
+    )
+    .await;
+    rename("reconcile_runs_away", "reconcile_runs").await;
+    let report = reconciler.run_sale(SkuId(72), true, trigger).await.unwrap();
+    assert!(
+        report.lost_orders.contains(&order_no),
+        "{order_no} is reported lost by the next run: {report:?}"
+    );
+}

@@ -123,6 +123,10 @@ impl Stack for NsStack {
         format!("http://{}:{SERVE_PORT}", self.hosts[instance].addr)
     }
 
+    fn instances(&self) -> usize {
+        self.serves.len()
+    }
+
     fn http(&self) -> &reqwest::Client {
         &self.http
     }

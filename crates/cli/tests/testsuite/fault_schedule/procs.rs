@@ -148,6 +148,8 @@ pub async fn output(mut cmd: tokio::process::Command, args: &[&str]) -> CliRun {
 pub trait Stack {
     /// `http://…` of serve instance `instance`.
     fn base(&self, instance: usize) -> String;
+    /// How many serve instances the stack runs.
+    fn instances(&self) -> usize;
     fn http(&self) -> &reqwest::Client;
     /// One `flashsale <args>` on this run's Redis and MariaDB.
     fn cli(&self, args: &[&str]) -> impl std::future::Future<Output = CliRun> + Send;
@@ -159,6 +161,10 @@ pub trait Stack {
 impl Stack for Cluster {
     fn base(&self, instance: usize) -> String {
         Cluster::base(self, instance)
+    }
+
+    fn instances(&self) -> usize {
+        self.serves.len()
     }
 
     fn http(&self) -> &reqwest::Client {

@@ -254,8 +254,9 @@ pub async fn quiesce(cluster: &impl Stack, plan: &Plan) -> Result<(), String> {
     ))
 }
 
-/// Polls until every sale reconciles drained, as `flashsale reconcile` sees it and as a serving
-/// instance sees it (`GET /admin/reconcile`: its ledger routes hot sales), or says why not.
+/// Polls until every sale reconciles drained, as `flashsale reconcile` sees it and as every
+/// serving instance sees it (`GET /admin/reconcile`: its ledger routes hot sales, and its run
+/// reports what its own journal promised and the database lacks), or says why not.
 async fn settled(cluster: &impl Stack, plan: &Plan, limit: Duration) -> Result<(), String> {
     let last = Mutex::new(String::new());
     let ok = flashsale_testkit::wait::within_every(limit, Duration::from_millis(200), || async {
@@ -287,15 +288,21 @@ async fn cli_reconciled(cluster: &impl Stack, plan: &Plan) -> Result<(), String>
     }
 }
 
+/// Every instance, not only one: each journal names only the losses its own instance
+/// answered, and the run that reports them may be an instance's own pass that has not come
+/// round yet.
 async fn instance_reconciled(cluster: &impl Stack, plan: &Plan) -> Result<(), String> {
-    let url = format!("{}/api/v1/admin/reconcile", cluster.base(0));
-    let resp = cluster.http().get(&url).bearer_auth(ADMIN).send().await;
-    let body = match resp {
-        Ok(r) => r.text().await.unwrap_or_default(),
-        Err(e) => return Err(format!("GET /admin/reconcile on instance 0: {e}")),
-    };
-    drained(&body, plan.sales.len())
-        .map_err(|why| format!("GET /admin/reconcile on instance 0: {why}"))
+    for i in 0..cluster.instances() {
+        let url = format!("{}/api/v1/admin/reconcile", cluster.base(i));
+        let resp = cluster.http().get(&url).bearer_auth(ADMIN).send().await;
+        let body = match resp {
+            Ok(r) => r.text().await.unwrap_or_default(),
+            Err(e) => return Err(format!("GET /admin/reconcile on instance {i}: {e}")),
+        };
+        drained(&body, plan.sales.len())
+            .map_err(|why| format!("GET /admin/reconcile on instance {i}: {why}"))?;
+    }
+    Ok(())
 }
 
 /// Every sale's report ok with nothing in flight; else the reports that are not, clipped.

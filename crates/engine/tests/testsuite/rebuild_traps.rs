@@ -1,15 +1,19 @@
-//! A bucket's rebuild whose drain meets a gap (the database answers that the run does not
-//! continue the row: it moved meanwhile) still stores the bucket's outs before the epoch
-//! moves. An out left unstored is lost with the fenced copy: the new copy holds its units
-//! again, and an in that a carrier still brings to the destination creates them twice.
+//! Rebuilds that meet a trap set in a real store:
+//! - a drain that meets a gap (the database answers that the run does not continue the row:
+//!   it moved meanwhile) still stores the bucket's outs before the epoch moves. An out left
+//!   unstored is lost with the fenced copy: the new copy holds its units again, and an in
+//!   that a carrier still brings to the destination creates them twice.
+//! - a rebuild overtaken by another one (which loads and opens a copy that sells) between its
+//!   drain and its epoch: it must not take the epoch over that copy, whose sale it never
+//!   drained.
 
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
 use flashsale_core::buckets::home_bucket;
 use flashsale_core::{
-    ApplyReport, BucketRow, DeadLetter, Event, HotLedger, HotOrder, OrderNo, OrderStore,
+    ApplyReport, BucketRow, DeadLetter, Event, HotOrder, HotPurchases, OrderNo, OrderStore,
     PurchaseOutcome, ReconcileRun, Sale, SaleAudit, SaleMode, SaleState, SkuId, StoreError,
     StoredSale, TransferApplied, TransferEvent, TransferSide, UserId,
 };
@@ -21,14 +25,28 @@ use flashsale_testkit::conformance::req;
 use flashsale_testkit::mariadb::TestDatabase;
 use flashsale_testkit::redis_server::{shared_url, unique_prefix};
 
-/// A real store whose next `apply_events` answers a gap once armed.
-struct GapOnce {
+type Hook = Box<dyn FnOnce() -> futures::future::BoxFuture<'static, ()> + Send>;
+
+/// A real store with traps: once `gap` is armed, the next `apply_events` answers a gap; a
+/// hook set in `before_audit` runs (once) before the next `audit` reads.
+struct Trapped {
     inner: Arc<dyn OrderStore>,
-    armed: AtomicBool,
+    gap: AtomicBool,
+    before_audit: Mutex<Option<Hook>>,
+}
+
+impl Trapped {
+    fn new(inner: Arc<dyn OrderStore>) -> Trapped {
+        Trapped {
+            inner,
+            gap: AtomicBool::new(false),
+            before_audit: Mutex::new(None),
+        }
+    }
 }
 
 #[async_trait]
-impl OrderStore for GapOnce {
+impl OrderStore for Trapped {
     async fn create_sale(&self, sale: &Sale) -> Result<StoredSale, StoreError> {
         self.inner.create_sale(sale).await
     }
@@ -81,7 +99,7 @@ impl OrderStore for GapOnce {
         self.inner.dead_letters(sku).await
     }
     async fn apply_events(&self, sku: SkuId, events: &[Event]) -> Result<ApplyReport, StoreError> {
-        if self.armed.swap(false, Ordering::SeqCst) {
+        if self.gap.swap(false, Ordering::SeqCst) {
             let first_seq = events.first().map_or(0, |e| e.seq);
             return Err(StoreError::Gap {
                 applied_seq: first_seq.saturating_sub(2),
@@ -120,6 +138,10 @@ impl OrderStore for GapOnce {
         self.inner.ping().await
     }
     async fn audit(&self, sku: SkuId) -> Result<Option<SaleAudit>, StoreError> {
+        let hook = self.before_audit.lock().unwrap().take();
+        if let Some(hook) = hook {
+            hook().await;
+        }
         self.inner.audit(sku).await
     }
     async fn record_reconcile_run(&self, run: &ReconcileRun) -> Result<u64, StoreError> {
@@ -142,10 +164,7 @@ impl OrderStore for GapOnce {
 async fn a_drain_that_meets_a_gap_still_stores_the_buckets_outs() {
     let db = TestDatabase::create().await;
     let inner = flashsale_store::MySqlStore::connect(&db.url).await.unwrap();
-    let store = GapOnce {
-        inner: Arc::new(inner),
-        armed: AtomicBool::new(false),
-    };
+    let store = Trapped::new(Arc::new(inner));
     let prefix = unique_prefix();
     let ledger = RedisLedger::connect(&shared_url(), &prefix).await.unwrap();
     let ledger = ledger.with_buckets();
@@ -179,9 +198,9 @@ async fn a_drain_that_meets_a_gap_still_stores_the_buckets_outs() {
         .unwrap();
     assert_eq!(reply[0], "OK", "{reply:?}");
 
-    store.armed.store(true, Ordering::SeqCst);
+    store.gap.store(true, Ordering::SeqCst);
     rebuild_bucket(&ledger, &store, sku, 0).await.unwrap();
-    assert!(!store.armed.load(Ordering::SeqCst), "the drain met the gap");
+    assert!(!store.gap.load(Ordering::SeqCst), "the drain met the gap");
     let audit = store.audit(sku).await.unwrap().unwrap();
     let outs: Vec<&str> = (audit.transfers.iter())
         .filter(|t| t.side == TransferSide::Out)
@@ -190,4 +209,54 @@ async fn a_drain_that_meets_a_gap_still_stores_the_buckets_outs() {
     assert_eq!(outs, vec![reply[1].as_str()], "{:?}", audit.transfers);
     let row = &audit.buckets[0];
     assert_eq!((row.counters.total, row.counters.sold), (9, 1), "{row:?}");
+}
+
+/// Two buckets of 10, loaded. Bucket 0's rebuild A fences and drains its copy; before it
+/// takes the next epoch, rebuild B of the same bucket runs whole (fence, drain, epoch, load,
+/// open) and its new copy sells one unit. A must then give up (raced): taking the epoch from
+/// B's copy would load a copy over one whose sale nobody drained, and the sale would be lost
+/// (reported as fenced, though no Redis lost anything). A proper rebuild after it stores it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rebuild_overtaken_by_another_does_not_replace_the_copy_that_one_opened() {
+    let db = TestDatabase::create().await;
+    let inner: Arc<dyn OrderStore> =
+        Arc::new(flashsale_store::MySqlStore::connect(&db.url).await.unwrap());
+    let store = Trapped::new(inner.clone());
+    let prefix = unique_prefix();
+    let ledger = RedisLedger::connect(&shared_url(), &prefix).await.unwrap();
+    let ledger = ledger.with_buckets();
+    let sale = bucketed_sale(SaleMode::Direct, 20, 5, 2);
+    let sku = sale.sku_id;
+    store.create_sale(&sale).await.unwrap();
+    store.set_state(sku, SaleState::Live).await.unwrap();
+    rebuild(&ledger, &store, sku).await.unwrap();
+
+    let buyer = (1..).find(|u| home_bucket(UserId(*u), 2) == 0).unwrap();
+    let sold = Arc::new(Mutex::new(None));
+    let (sold_by_b, b_prefix) = (sold.clone(), prefix.clone());
+    let hook: Hook = Box::new(move || {
+        Box::pin(async move {
+            let b = RedisLedger::connect(&shared_url(), &b_prefix)
+                .await
+                .unwrap();
+            let b = b.with_buckets();
+            rebuild_bucket(&b, inner.as_ref(), sku, 0).await.unwrap();
+            let outcome = b.purchase_batch(sku, &[req(sku, buyer, "a", 1)]).await;
+            *sold_by_b.lock().unwrap() = Some(outcome.unwrap());
+        })
+    });
+    *store.before_audit.lock().unwrap() = Some(hook);
+    let a = rebuild_bucket(&ledger, &store, sku, 0).await;
+    let outcome = sold.lock().unwrap().take().expect("B ran inside A");
+    let [PurchaseOutcome::Accepted { ref order, .. }] = outcome[..] else {
+        panic!("B's copy sells one: {outcome:?}");
+    };
+    let order_no = order.order_no;
+    // A rebuild that nobody overtakes drains what B's copy sold.
+    rebuild_bucket(&ledger, &store, sku, 0).await.unwrap();
+    let stored = store.order(&order_no).await.unwrap();
+    assert!(
+        stored.is_some(),
+        "{order_no}, sold by the copy B opened, is stored (A ended {a:?})"
+    );
 }
