@@ -18,6 +18,7 @@ use crate::gateway::BlacklistStore;
 use crate::state::AppState;
 use crate::tunables::Tunables;
 use flashsale_core::admission::AdmissionBook;
+use flashsale_engine::admission::grouped::GroupedBook;
 use flashsale_engine::backends::Background;
 use flashsale_engine::runner::Runner;
 use flashsale_engine::settings::Settings;
@@ -59,7 +60,7 @@ impl Backends {
     pub async fn open(config: &Config) -> anyhow::Result<Backends> {
         let b = flashsale_engine::backends::Backends::open(&config.engine).await?;
         let l = &config.engine.ledger;
-        let (blacklist, book): (Arc<dyn BlacklistStore>, Arc<dyn AdmissionBook>) =
+        let (blacklist, admission): (Arc<dyn BlacklistStore>, Arc<dyn AdmissionBook>) =
             match (&l.redis_url, b.embedded) {
                 (Some(redis_url), _) => {
                     let keys =
@@ -73,11 +74,13 @@ impl Backends {
                         Arc::new(flashsale_redis::admission::RedisAdmission::new(conn, keys)),
                     )
                 }
-                (None, Some(sqlite)) => (Arc::new(SqliteBlacklist::new(sqlite.clone())), sqlite),
+                // Joins of a spike share commits (one synced transaction per group).
+                (None, Some(sqlite)) => (
+                    Arc::new(SqliteBlacklist::new(sqlite.clone())),
+                    Arc::new(GroupedBook::new(sqlite)),
+                ),
                 (None, None) => bail!("the embedded ledger needs its SQLite database"),
             };
-        // Joins of a spike share writes: one synced transaction, or one script call, per group.
-        let admission = Arc::new(flashsale_engine::admission::grouped::GroupedBook::new(book));
         Ok(Backends {
             ledger: b.ledger,
             store: b.store,

@@ -56,7 +56,7 @@ async fn redis() -> Place {
     let ledger = RedisLedger::connect(&shared_url(), &unique_prefix())
         .await
         .unwrap();
-    let book = Arc::new(GroupedBook::new(Arc::new(ledger.admission())));
+    let book = Arc::new(ledger.admission());
     Place {
         ledger: Arc::new(ledger),
         book,
