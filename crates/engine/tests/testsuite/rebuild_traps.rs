@@ -45,6 +45,42 @@ impl Trapped {
     }
 }
 
+/// Two buckets of 10 on the shared Redis and a MariaDB database behind a trapped store,
+/// loaded and live, and a buyer whose home is bucket 0.
+struct Rig {
+    _db: TestDatabase,
+    store: Trapped,
+    prefix: String,
+    ledger: RedisLedger,
+    sku: SkuId,
+    buyer: u64,
+}
+
+impl Rig {
+    async fn loaded() -> Rig {
+        let db = TestDatabase::create().await;
+        let inner = flashsale_store::MySqlStore::connect(&db.url).await.unwrap();
+        let store = Trapped::new(Arc::new(inner));
+        let prefix = unique_prefix();
+        let ledger = RedisLedger::connect(&shared_url(), &prefix).await.unwrap();
+        let ledger = ledger.with_buckets();
+        let sale = bucketed_sale(SaleMode::Direct, 20, 5, 2);
+        let sku = sale.sku_id;
+        store.create_sale(&sale).await.unwrap();
+        store.set_state(sku, SaleState::Live).await.unwrap();
+        rebuild(&ledger, &store, sku).await.unwrap();
+        let buyer = (1..).find(|u| home_bucket(UserId(*u), 2) == 0).unwrap();
+        Rig {
+            _db: db,
+            store,
+            prefix,
+            ledger,
+            sku,
+            buyer,
+        }
+    }
+}
+
 #[async_trait]
 impl OrderStore for Trapped {
     async fn create_sale(&self, sale: &Sale) -> Result<StoredSale, StoreError> {
@@ -162,19 +198,14 @@ impl OrderStore for Trapped {
 /// holds 9 units.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_drain_that_meets_a_gap_still_stores_the_buckets_outs() {
-    let db = TestDatabase::create().await;
-    let inner = flashsale_store::MySqlStore::connect(&db.url).await.unwrap();
-    let store = Trapped::new(Arc::new(inner));
-    let prefix = unique_prefix();
-    let ledger = RedisLedger::connect(&shared_url(), &prefix).await.unwrap();
-    let ledger = ledger.with_buckets();
-    let sale = bucketed_sale(SaleMode::Direct, 20, 5, 2);
-    let sku = sale.sku_id;
-    store.create_sale(&sale).await.unwrap();
-    store.set_state(sku, SaleState::Live).await.unwrap();
-    rebuild(&ledger, &store, sku).await.unwrap();
-
-    let buyer = (1..).find(|u| home_bucket(UserId(*u), 2) == 0).unwrap();
+    let Rig {
+        _db,
+        store,
+        prefix,
+        ledger,
+        sku,
+        buyer,
+    } = Rig::loaded().await;
     let outcome = ledger.purchase_batch(sku, &[req(sku, buyer, "a", 1)]).await;
     let outcome = outcome.unwrap();
     assert!(
@@ -218,20 +249,15 @@ async fn a_drain_that_meets_a_gap_still_stores_the_buckets_outs() {
 /// (reported as fenced, though no Redis lost anything). A proper rebuild after it stores it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_rebuild_overtaken_by_another_does_not_replace_the_copy_that_one_opened() {
-    let db = TestDatabase::create().await;
-    let inner: Arc<dyn OrderStore> =
-        Arc::new(flashsale_store::MySqlStore::connect(&db.url).await.unwrap());
-    let store = Trapped::new(inner.clone());
-    let prefix = unique_prefix();
-    let ledger = RedisLedger::connect(&shared_url(), &prefix).await.unwrap();
-    let ledger = ledger.with_buckets();
-    let sale = bucketed_sale(SaleMode::Direct, 20, 5, 2);
-    let sku = sale.sku_id;
-    store.create_sale(&sale).await.unwrap();
-    store.set_state(sku, SaleState::Live).await.unwrap();
-    rebuild(&ledger, &store, sku).await.unwrap();
-
-    let buyer = (1..).find(|u| home_bucket(UserId(*u), 2) == 0).unwrap();
+    let Rig {
+        _db,
+        store,
+        prefix,
+        ledger,
+        sku,
+        buyer,
+    } = Rig::loaded().await;
+    let inner = store.inner.clone();
     let sold = Arc::new(Mutex::new(None));
     let (sold_by_b, b_prefix) = (sold.clone(), prefix.clone());
     let hook: Hook = Box::new(move || {
