@@ -168,6 +168,18 @@ local function write_common(users)
     'sold', int(sold), 'seq', int(seq), unpack(counted))
 end
 
+-- The fields of hash `key` among the first `m` of `names` that exist, by name: one HMGET.
+local function found_in(key, names, m)
+  local by_name = {}
+  if m > 0 then
+    local got = redis.call('HMGET', key, unpack(names, 1, m))
+    for j = 1, m do
+      if got[j] then by_name[names[j]] = got[j] end
+    end
+  end
+  return by_name
+end
+
 -- Layout 2: one record per buyer (records.lua).
 local function purchase_records()
   -- One look-up of every buyer of the batch (a buyer twice is read twice: no dedup table).
@@ -178,13 +190,7 @@ local function purchase_records()
       users[m] = ARGV[3 * i - 1]
     end
   end
-  local rec_of = {}
-  if m > 0 then
-    local got = redis.call('HMGET', K_REC, unpack(users))
-    for j = 1, m do
-      if got[j] then rec_of[users[j]] = got[j] end
-    end
-  end
+  local rec_of = found_in(K_REC, users, m)
 --@stage records
   local letter = REC_LETTER[status_new]
   -- Per buyer: its stored orders (parsed on first need), units held, and record to write.
@@ -267,13 +273,7 @@ local function purchase_hashes()
       lookup[m] = rkeys[i]
     end
   end
-  local prior_of = {}
-  if m > 0 then
-    local found = redis.call('HMGET', K_REQUESTS, unpack(lookup))
-    for j = 1, m do
-      if found[j] then prior_of[lookup[j]] = found[j] end
-    end
-  end
+  local prior_of = found_in(K_REQUESTS, lookup, m)
   -- Units held per user, read on first need for every user of the batch at once.
   local held_of = nil
   local function held(user)
