@@ -13,6 +13,31 @@ use flashsale_core::{
 const SKU: SkuId = SkuId(16);
 const NOW: i64 = 1_700_000_000_000;
 
+/// `exec` (runs a statement) and `count` (reads one integer) over a backend's pool.
+macro_rules! raw_statements {
+    ($pool:expr) => {{
+        let pool = $pool;
+        let exec_pool = pool.clone();
+        let exec = move |sql: &'static str| {
+            let pool = exec_pool.clone();
+            async move {
+                sqlx::query(sql).execute(&pool).await.expect(sql);
+            }
+        };
+        let count = move |sql: &'static str| {
+            let pool = pool.clone();
+            async move {
+                sqlx::query(sql)
+                    .fetch_one(&pool)
+                    .await
+                    .expect(sql)
+                    .get::<i64, _>(0)
+            }
+        };
+        (exec, count)
+    }};
+}
+
 /// Runs the body against each backend, with its raw statements (`exec`, `count`).
 macro_rules! one_row_backends {
     ($($name:ident),* $(,)?) => {$(
@@ -23,15 +48,7 @@ macro_rules! one_row_backends {
             async fn mysql() {
                 let db = flashsale_testkit::mariadb::TestDatabase::create().await;
                 let store = flashsale_store::MySqlStore::connect(&db.url).await.expect("connect");
-                let pool = store.writer().clone();
-                let exec = |sql: &'static str| {
-                    let pool = pool.clone();
-                    async move { sqlx::query(sql).execute(&pool).await.expect(sql); }
-                };
-                let count = |sql: &'static str| {
-                    let pool = pool.clone();
-                    async move { sqlx::query(sql).fetch_one(&pool).await.expect(sql).get::<i64, _>(0) }
-                };
+                let (exec, count) = raw_statements!(store.writer().clone());
                 super::$name(&store, exec, count, || store.contract_one_row()).await;
             }
 
@@ -39,15 +56,7 @@ macro_rules! one_row_backends {
             async fn postgres() {
                 let db = flashsale_testkit::postgres::TestDatabase::create().await;
                 let store = flashsale_store::PgStore::connect(&db.url).await.expect("connect");
-                let pool = store.writer().clone();
-                let exec = |sql: &'static str| {
-                    let pool = pool.clone();
-                    async move { sqlx::query(sql).execute(&pool).await.expect(sql); }
-                };
-                let count = |sql: &'static str| {
-                    let pool = pool.clone();
-                    async move { sqlx::query(sql).fetch_one(&pool).await.expect(sql).get::<i64, _>(0) }
-                };
+                let (exec, count) = raw_statements!(store.writer().clone());
                 super::$name(&store, exec, count, || store.contract_one_row()).await;
                 store.close().await;
             }
@@ -59,15 +68,7 @@ macro_rules! one_row_backends {
                 let store = flashsale_store::SqliteStore::open(path.to_str().unwrap())
                     .await
                     .expect("open");
-                let pool = store.writer().clone();
-                let exec = |sql: &'static str| {
-                    let pool = pool.clone();
-                    async move { sqlx::query(sql).execute(&pool).await.expect(sql); }
-                };
-                let count = |sql: &'static str| {
-                    let pool = pool.clone();
-                    async move { sqlx::query(sql).fetch_one(&pool).await.expect(sql).get::<i64, _>(0) }
-                };
+                let (exec, count) = raw_statements!(store.writer().clone());
                 super::$name(&store, exec, count, || store.contract_one_row()).await;
             }
         }
