@@ -384,28 +384,20 @@ pub trait AdmissionBook: Send + Sync {
     /// Commits `seed` for the sale unless one is committed; answers the committed one.
     async fn commit_seed(&self, sku: SkuId, seed: &Seed) -> Result<Seed, StoreError>;
     async fn seed(&self, sku: SkuId) -> Result<Option<Seed>, StoreError>;
-    /// Joins the queue once: a second join answers the first ticket. `None`: the queue holds
-    /// `len_max` buyers. The seed must be committed first.
-    async fn join(
-        &self,
-        sku: SkuId,
-        user: UserId,
-        starts_at_ms: i64,
-        len_max: u64,
-    ) -> Result<Option<Ticket>, StoreError>;
-    /// Joins of one sale, in order, each answered as [`AdmissionBook::join`] answers one (a
-    /// user earlier in the group keeps its ticket). A book that can write them at once does:
-    /// one commit, or one script call, for the group.
+    /// Joins of one sale, in order: each joins the queue once (a second join, also later in
+    /// the group, answers the first ticket); `None`: the queue holds `len_max` buyers. The
+    /// seed must be committed first. A book writes the group at once: one commit, or one
+    /// script call.
     async fn join_group(
         &self,
         sku: SkuId,
         joins: &[GroupJoin],
-    ) -> Result<Vec<Option<Ticket>>, StoreError> {
-        let mut answers = Vec::with_capacity(joins.len());
-        for j in joins {
-            answers.push(self.join(sku, j.user, j.starts_at_ms, j.len_max).await?);
-        }
-        Ok(answers)
+    ) -> Result<Vec<Option<Ticket>>, StoreError>;
+    /// One join: a group of one.
+    async fn join(&self, sku: SkuId, join: GroupJoin) -> Result<Option<Ticket>, StoreError> {
+        let answers = self.join_group(sku, &[join]).await?;
+        let why = || StoreError::Internal("a join without an answer".into());
+        answers.into_iter().next().ok_or_else(why)
     }
     async fn ticket(&self, sku: SkuId, user: UserId) -> Result<Option<Ticket>, StoreError>;
     /// Closes the pre-queue once the book's clock reaches `starts_at_ms`; answers its final

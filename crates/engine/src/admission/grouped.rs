@@ -2,8 +2,9 @@
 //!
 //! Each join on its own is one write: a synced commit on the embedded ledger's database, a
 //! script call on Redis. Here the joins that arrive while a group is written queue up, and
-//! the next write takes them all (up to [`GROUP_MAX`]) at once ([`AdmissionBook::join_group`]:
-//! one transaction, one script call), as the ledgers group purchases. No task of its own:
+//! the next write takes them all (up to a bound: [`GROUP_MAX`], [`REDIS_GROUP_MAX`]) at once
+//! ([`AdmissionBook::join_group`]: one transaction, one script call), as the ledgers group
+//! purchases. No task of its own:
 //! the first waiting caller writes the group (in a spawned task, so a caller that goes away
 //! mid-write cancels nobody's join) while the others wait for its answer. Every other call
 //! goes straight to the book.
@@ -17,8 +18,12 @@ use flashsale_core::admission::{
 use flashsale_core::{SkuId, StoreError, UserId};
 use tokio::sync::oneshot;
 
-/// Most joins one write takes (the rest go in the next).
+/// Most joins one write takes on a database (the rest go in the next): one transaction,
+/// whose commit is the group's cost.
 pub const GROUP_MAX: usize = 2_048;
+/// Most joins one script call takes on Redis: a call runs alone on Redis's one thread, so a
+/// group's length is what a purchase may wait behind (256 joins: about a millisecond).
+pub const REDIS_GROUP_MAX: usize = 256;
 
 type Answer = Result<Option<Ticket>, StoreError>;
 
@@ -34,14 +39,19 @@ pub struct GroupedBook {
     pending: Arc<Mutex<Vec<Pending>>>,
     /// Held by the caller writing a group.
     turn: tokio::sync::Mutex<()>,
+    /// Most joins one write takes.
+    group_max: usize,
 }
 
 impl GroupedBook {
-    pub fn new(book: Arc<dyn AdmissionBook>) -> Self {
+    /// Joins of `book` taken up to `group_max` at a time ([`GROUP_MAX`] for a database,
+    /// [`REDIS_GROUP_MAX`] for Redis).
+    pub fn new(book: Arc<dyn AdmissionBook>, group_max: usize) -> Self {
         GroupedBook {
             book,
             pending: Arc::default(),
             turn: tokio::sync::Mutex::new(()),
+            group_max: group_max.max(1),
         }
     }
 
@@ -58,7 +68,7 @@ impl GroupedBook {
             }
             let group: Vec<Pending> = {
                 let mut pending = self.pending.lock().expect("pending joins");
-                let n = pending.len().min(GROUP_MAX);
+                let n = pending.len().min(self.group_max);
                 pending.drain(..n).collect()
             };
             if tokio::spawn(write(self.book.clone(), group)).await.is_err() {
@@ -115,30 +125,26 @@ impl AdmissionBook for GroupedBook {
         self.book.seed(sku).await
     }
 
-    async fn join(
-        &self,
-        sku: SkuId,
-        user: UserId,
-        starts_at_ms: i64,
-        len_max: u64,
-    ) -> Result<Option<Ticket>, StoreError> {
-        let (answer, rx) = oneshot::channel();
-        let join = GroupJoin {
-            user,
-            starts_at_ms,
-            len_max,
-        };
-        let pending = Pending { sku, join, answer };
-        self.pending.lock().expect("pending joins").push(pending);
-        self.wait(rx).await
-    }
-
+    /// Queues the joins for the next group write and waits for their answers.
     async fn join_group(
         &self,
         sku: SkuId,
         joins: &[GroupJoin],
     ) -> Result<Vec<Option<Ticket>>, StoreError> {
-        self.book.join_group(sku, joins).await
+        let waiting: Vec<oneshot::Receiver<Answer>> = {
+            let mut pending = self.pending.lock().expect("pending joins");
+            let queue = |&join: &GroupJoin| {
+                let (answer, rx) = oneshot::channel();
+                pending.push(Pending { sku, join, answer });
+                rx
+            };
+            joins.iter().map(queue).collect()
+        };
+        let mut answers = Vec::with_capacity(waiting.len());
+        for rx in waiting {
+            answers.push(self.wait(rx).await?);
+        }
+        Ok(answers)
     }
 
     async fn ticket(&self, sku: SkuId, user: UserId) -> Result<Option<Ticket>, StoreError> {
