@@ -22,7 +22,7 @@ use rand::Rng;
 use serde_json::{json, Value};
 use tokio::sync::Semaphore;
 
-use crate::demo::DemoArgs;
+use crate::demo::{DemoAdmission, DemoArgs};
 
 /// The time between the queue's (or window's) opening and the start (or draw): 3 s, plus
 /// 3 ms per buyer so that every buyer meant to join before the start gets its join through
@@ -86,8 +86,20 @@ async fn sleep_until_ms(at: i64) {
     }
 }
 
-/// The queue demo: creates the sale, runs every buyer, prints the report.
-pub async fn queue(
+/// The demo's sale on the server, and when its queue or entry window opened.
+struct Demo<'a> {
+    client: Client,
+    admin: &'a str,
+    auth: &'a Auth,
+    args: &'a DemoArgs,
+    opens: i64,
+    /// From the opening to the start (a queue) or the draw.
+    lead: i64,
+}
+
+/// The queue or the draw demo (`args.admission`) on sale `sku`: creates the sale, runs every
+/// buyer, prints the report.
+pub async fn run(
     base: &str,
     admin: &str,
     auth: &Auth,
@@ -96,16 +108,47 @@ pub async fn queue(
 ) -> anyhow::Result<()> {
     let opens = now_ms();
     let lead = lead_ms(args.users);
-    let starts = opens + lead;
-    let body = json!({"sku_id": sku, "name": "demo drop", "total_stock": args.stock,
-        "per_user_limit": 1, "admission": "queue", "admission_opens_at_ms": opens,
-        "starts_at_ms": starts});
+    let queued = args.admission == DemoAdmission::Queue;
+    let body = match queued {
+        true => json!({"sku_id": sku, "name": "demo drop", "total_stock": args.stock,
+            "per_user_limit": 1, "admission": "queue", "admission_opens_at_ms": opens,
+            "starts_at_ms": opens + lead}),
+        false => json!({"sku_id": sku, "name": "demo draw", "total_stock": args.stock,
+            "per_user_limit": 1, "mode": "reserve", "payment_timeout_ms": args.hold_ms,
+            "admission": "draw", "admission_opens_at_ms": opens, "starts_at_ms": opens,
+            "draw_at_ms": opens + lead}),
+    };
     flashsale_bench::harness::setup::create_and_warm(base, admin, &body).await?;
     let client = Client {
         http: reqwest::Client::new(),
         base: base.to_owned(),
         sku,
     };
+    let demo = Demo {
+        client,
+        admin,
+        auth,
+        args,
+        opens,
+        lead,
+    };
+    match queued {
+        true => queue(&demo).await,
+        false => draw(&demo).await,
+    }
+}
+
+/// The queue demo: every buyer joins, polls and buys with its pass; the report.
+async fn queue(demo: &Demo<'_>) -> anyhow::Result<()> {
+    let Demo {
+        client,
+        admin,
+        auth,
+        args,
+        opens,
+        lead,
+    } = demo;
+    let (opens, lead, starts) = (*opens, *lead, opens + lead);
     let gate = Arc::new(Semaphore::new(args.concurrency));
     let started = Instant::now();
     let tasks: Vec<_> = (1..=args.users)
@@ -205,26 +248,16 @@ fn print_queue(fates: &[Fate], args: &DemoArgs, took: Duration) {
 }
 
 /// The draw demo: entries, the draw, its check, payments, cancellations and the waitlist.
-pub async fn draw(
-    base: &str,
-    admin: &str,
-    auth: &Auth,
-    sku: u64,
-    args: &DemoArgs,
-) -> anyhow::Result<()> {
-    let opens = now_ms();
-    let lead = lead_ms(args.users);
-    let draw_at = opens + lead;
-    let body = json!({"sku_id": sku, "name": "demo draw", "total_stock": args.stock,
-        "per_user_limit": 1, "mode": "reserve", "payment_timeout_ms": args.hold_ms,
-        "admission": "draw", "admission_opens_at_ms": opens, "starts_at_ms": opens,
-        "draw_at_ms": draw_at});
-    flashsale_bench::harness::setup::create_and_warm(base, admin, &body).await?;
-    let client = Client {
-        http: reqwest::Client::new(),
-        base: base.to_owned(),
-        sku,
-    };
+async fn draw(demo: &Demo<'_>) -> anyhow::Result<()> {
+    let Demo {
+        client,
+        admin,
+        auth,
+        args,
+        opens,
+        lead,
+    } = demo;
+    let (opens, lead, draw_at) = (*opens, *lead, opens + lead);
     let gate = Arc::new(Semaphore::new(args.concurrency));
     let entries: Vec<_> = (1..=args.users)
         .map(|u| {

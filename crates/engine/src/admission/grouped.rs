@@ -57,14 +57,17 @@ impl GroupedBook {
 
     /// Writes queued groups until `rx` is answered: a join is answered by the group that
     /// took it, and groups take the queue from its front, so each caller's own join is taken
-    /// by it or by a caller ahead of it.
+    /// by it or by a caller ahead of it. A caller waits for its answer and for the turn at
+    /// once, so the callers a group answered return together, not one turn after another.
     async fn wait(&self, mut rx: oneshot::Receiver<Answer>) -> Answer {
         loop {
-            let _turn = self.turn.lock().await;
-            match rx.try_recv() {
-                Ok(answer) => return answer,
-                Err(oneshot::error::TryRecvError::Closed) => return Err(lost()),
-                Err(oneshot::error::TryRecvError::Empty) => {}
+            let _turn = tokio::select! {
+                biased;
+                answer = &mut rx => return answer.unwrap_or_else(|_| Err(lost())),
+                turn = self.turn.lock() => turn,
+            };
+            if let Some(answer) = answered(&mut rx) {
+                return answer;
             }
             let group: Vec<Pending> = {
                 let mut pending = self.pending.lock().expect("pending joins");
@@ -74,7 +77,21 @@ impl GroupedBook {
             if tokio::spawn(write(self.book.clone(), group)).await.is_err() {
                 return Err(lost());
             }
+            // Most often the group just written took this caller's join: answer now rather
+            // than after every caller queued for the turn meanwhile.
+            if let Some(answer) = answered(&mut rx) {
+                return answer;
+            }
         }
+    }
+}
+
+/// The join's answer if it came (an error if its group was dropped unanswered).
+fn answered(rx: &mut oneshot::Receiver<Answer>) -> Option<Answer> {
+    match rx.try_recv() {
+        Ok(answer) => Some(answer),
+        Err(oneshot::error::TryRecvError::Closed) => Some(Err(lost())),
+        Err(oneshot::error::TryRecvError::Empty) => None,
     }
 }
 
