@@ -279,7 +279,7 @@ async fn draw(demo: &Demo<'_>) -> anyhow::Result<()> {
         e.await??;
     }
     sleep_until_ms(draw_at).await;
-    let drawn = published_draw(&client, admin).await?;
+    let drawn = published_draw(client, admin).await?;
     let winners = verify(&drawn)?;
     println!(
         "\ndraw of {} entries for {} units: seed {} (SHA-256 {} published when entries opened)",
@@ -292,14 +292,14 @@ async fn draw(demo: &Demo<'_>) -> anyhow::Result<()> {
         "  {} winners recomputed from the seed: they match the published list",
         winners.len()
     );
-    let (paid, cancelled) = resolve_winners(&client, auth, &winners, args).await?;
+    let (paid, cancelled) = resolve_winners(client, auth, &winners, args).await?;
     // Reading the draw walks the waitlist: the cancelled units go to the next entries. The
     // sale's counters are the instance cache's (up to a second old): read them once that
     // second has passed, until they settle.
     tokio::time::sleep(Duration::from_millis(1_100)).await;
     let deadline = Instant::now() + Duration::from_secs(10);
     let (after, sale) = loop {
-        let after = published_draw(&client, admin).await?;
+        let after = published_draw(client, admin).await?;
         let (_, sale, _) = client.call("GET", "", admin, None).await?;
         let exhausted = after["waitlist_position"].as_u64() == Some(args.users);
         if sale["available"] == 0 || exhausted || Instant::now() > deadline {
