@@ -95,6 +95,8 @@ struct Demo<'a> {
     opens: i64,
     /// From the opening to the start (a queue) or the draw.
     lead: i64,
+    /// Bounds the buyers' requests in flight (`--concurrency`).
+    gate: Arc<Semaphore>,
 }
 
 /// The queue or the draw demo (`args.admission`) on sale `sku`: creates the sale, runs every
@@ -131,6 +133,7 @@ pub async fn run(
         args,
         opens,
         lead,
+        gate: Arc::new(Semaphore::new(args.concurrency)),
     };
     match queued {
         true => queue(&demo).await,
@@ -140,16 +143,8 @@ pub async fn run(
 
 /// The queue demo: every buyer joins, polls and buys with its pass; the report.
 async fn queue(demo: &Demo<'_>) -> anyhow::Result<()> {
-    let Demo {
-        client,
-        admin,
-        auth,
-        args,
-        opens,
-        lead,
-    } = demo;
-    let (opens, lead, starts) = (*opens, *lead, opens + lead);
-    let gate = Arc::new(Semaphore::new(args.concurrency));
+    let (client, admin, auth, args) = (&demo.client, demo.admin, demo.auth, demo.args);
+    let (opens, lead, starts) = (demo.opens, demo.lead, demo.opens + demo.lead);
     let started = Instant::now();
     let tasks: Vec<_> = (1..=args.users)
         .map(|u| {
@@ -159,7 +154,7 @@ async fn queue(demo: &Demo<'_>) -> anyhow::Result<()> {
                 1 => opens + rand::rng().random_range(0..lead / 2),
                 _ => starts + rand::rng().random_range(0..1_000),
             };
-            let (client, gate) = (client.clone(), gate.clone());
+            let (client, gate) = (client.clone(), demo.gate.clone());
             let token = auth.sign(UserId(u), 3_600);
             tokio::spawn(async move { queue_buyer(client, gate, token, group, at).await })
         })
@@ -249,19 +244,11 @@ fn print_queue(fates: &[Fate], args: &DemoArgs, took: Duration) {
 
 /// The draw demo: entries, the draw, its check, payments, cancellations and the waitlist.
 async fn draw(demo: &Demo<'_>) -> anyhow::Result<()> {
-    let Demo {
-        client,
-        admin,
-        auth,
-        args,
-        opens,
-        lead,
-    } = demo;
-    let (opens, lead, draw_at) = (*opens, *lead, opens + lead);
-    let gate = Arc::new(Semaphore::new(args.concurrency));
+    let (client, admin, auth, args) = (&demo.client, demo.admin, demo.auth, demo.args);
+    let (opens, lead, draw_at) = (demo.opens, demo.lead, demo.opens + demo.lead);
     let entries: Vec<_> = (1..=args.users)
         .map(|u| {
-            let (client, gate) = (client.clone(), gate.clone());
+            let (client, gate) = (client.clone(), demo.gate.clone());
             let token = auth.sign(UserId(u), 3_600);
             let at = opens + rand::rng().random_range(0..lead / 2);
             tokio::spawn(async move {

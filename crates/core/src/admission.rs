@@ -376,6 +376,15 @@ pub struct GroupJoin {
     pub len_max: u64,
 }
 
+/// Where a draw takes entries: its window `[opens_at_ms, closes_at_ms)` by the book's clock,
+/// and the most entries it takes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct EntryWindow {
+    pub opens_at_ms: i64,
+    pub closes_at_ms: i64,
+    pub len_max: u64,
+}
+
 /// Where a sale's admission state lives: in the sale's Redis slot (the Redis ledger) or in the
 /// database (the embedded ledger). Every change is atomic; times are the book's own clock
 /// (Redis `TIME`; the embedded ledger's single process), so instances' clocks order nothing.
@@ -413,14 +422,8 @@ pub trait AdmissionBook: Send + Sync {
     async fn admitted_at(&self, sku: SkuId, place: u64) -> Result<(Option<i64>, i64), StoreError>;
     /// Records that the admitted user at `place` bought (once).
     async fn mark_bought(&self, sku: SkuId, user: UserId, place: u64) -> Result<(), StoreError>;
-    /// Takes a draw entry within `[opens_at_ms, closes_at_ms)`, one per user.
-    async fn enter(
-        &self,
-        sku: SkuId,
-        entry: Entry,
-        window: (i64, i64),
-        len_max: u64,
-    ) -> Result<Entered, StoreError>;
+    /// Takes a draw entry within its window, one per user.
+    async fn enter(&self, sku: SkuId, e: Entry, w: EntryWindow) -> Result<Entered, StoreError>;
     async fn entries(&self, sku: SkuId) -> Result<Vec<Entry>, StoreError>;
     async fn entry(&self, sku: SkuId, user: UserId) -> Result<Option<Entry>, StoreError>;
     /// How far down the waitlist the reservations have gone.

@@ -4,7 +4,8 @@
 
 use async_trait::async_trait;
 use flashsale_core::admission::{
-    hex, seed_from_hex, AdmissionBook, Entered, Entry, GroupJoin, QueueCounts, Seed, Ticket,
+    hex, seed_from_hex, AdmissionBook, Entered, Entry, EntryWindow, GroupJoin, QueueCounts, Seed,
+    Ticket,
 };
 use flashsale_core::{LedgerError, SkuId, StoreError, UserId};
 use redis::{FromRedisValue, Script, Value};
@@ -221,23 +222,17 @@ impl AdmissionBook for RedisAdmission {
         Ok(())
     }
 
-    async fn enter(
-        &self,
-        sku: SkuId,
-        entry: Entry,
-        window: (i64, i64),
-        len_max: u64,
-    ) -> Result<Entered, StoreError> {
+    async fn enter(&self, sku: SkuId, e: Entry, w: EntryWindow) -> Result<Entered, StoreError> {
         let args = [
-            entry.user_id.0,
-            u64::from(entry.quantity),
-            window.0.max(0) as u64,
-            window.1.max(0) as u64,
-            len_max,
+            e.user_id.0,
+            u64::from(e.quantity),
+            w.opens_at_ms.max(0) as u64,
+            w.closes_at_ms.max(0) as u64,
+            w.len_max,
         ]
         .map(|v| v.to_string());
         let v: Value = self.call(sku, "enter", &args).await?;
-        entered(entry.user_id, v)
+        entered(e.user_id, v)
     }
 
     async fn entries(&self, sku: SkuId) -> Result<Vec<Entry>, StoreError> {

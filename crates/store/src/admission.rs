@@ -9,7 +9,8 @@
 
 use async_trait::async_trait;
 use flashsale_core::admission::{
-    hex, seed_from_hex, AdmissionBook, Entered, Entry, GroupJoin, QueueCounts, Seed, Ticket,
+    hex, seed_from_hex, AdmissionBook, Entered, Entry, EntryWindow, GroupJoin, QueueCounts, Seed,
+    Ticket,
 };
 use flashsale_core::clock::now_ms;
 use flashsale_core::{SkuId, StoreError, UserId};
@@ -247,8 +248,7 @@ impl<B: Backend> Store<B> {
         tx: &mut Transaction<'_, B>,
         sku: SkuId,
         entry: Entry,
-        window: (i64, i64),
-        len_max: u64,
+        window: EntryWindow,
     ) -> Result<Entered, StoreError> {
         let now = now_ms();
         let state = Self::locked_state(tx, sku).await?;
@@ -258,13 +258,13 @@ impl<B: Backend> Store<B> {
         if let Some(row) = B::fetch(&mut **tx, sql, &args).await?.first() {
             return entry_of(row).map(Entered::Already);
         }
-        if now < window.0 {
+        if now < window.opens_at_ms {
             return Ok(Entered::NotOpen);
         }
-        if now >= window.1 {
+        if now >= window.closes_at_ms {
             return Ok(Entered::Closed);
         }
-        if state.entries >= len_max {
+        if state.entries >= window.len_max {
             return Ok(Entered::Full);
         }
         let n = state.entries + 1;
@@ -399,16 +399,10 @@ impl<B: Backend> AdmissionBook for Store<B> {
         tx.commit().await.map_err(db_error)
     }
 
-    async fn enter(
-        &self,
-        sku: SkuId,
-        entry: Entry,
-        window: (i64, i64),
-        len_max: u64,
-    ) -> Result<Entered, StoreError> {
+    async fn enter(&self, sku: SkuId, e: Entry, w: EntryWindow) -> Result<Entered, StoreError> {
         let mut conn = Unsynced::acquire(&self.writer).await?;
         let mut tx = conn.begin().await?;
-        let entered = Self::enter_in(&mut tx, sku, entry, window, len_max).await?;
+        let entered = Self::enter_in(&mut tx, sku, e, w).await?;
         tx.commit().await.map_err(db_error)?;
         conn.release().await;
         Ok(entered)

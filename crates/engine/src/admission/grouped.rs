@@ -13,7 +13,7 @@ use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
 use flashsale_core::admission::{
-    AdmissionBook, Entered, Entry, GroupJoin, QueueCounts, Seed, Ticket,
+    AdmissionBook, Entered, Entry, EntryWindow, GroupJoin, QueueCounts, Seed, Ticket,
 };
 use flashsale_core::{SkuId, StoreError, UserId};
 use tokio::sync::oneshot;
@@ -192,14 +192,8 @@ impl AdmissionBook for GroupedBook {
         self.book.mark_bought(sku, user, place).await
     }
 
-    async fn enter(
-        &self,
-        sku: SkuId,
-        entry: Entry,
-        window: (i64, i64),
-        len_max: u64,
-    ) -> Result<Entered, StoreError> {
-        self.book.enter(sku, entry, window, len_max).await
+    async fn enter(&self, sku: SkuId, e: Entry, w: EntryWindow) -> Result<Entered, StoreError> {
+        self.book.enter(sku, e, w).await
     }
 
     async fn entries(&self, sku: SkuId) -> Result<Vec<Entry>, StoreError> {
