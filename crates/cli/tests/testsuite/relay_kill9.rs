@@ -133,7 +133,10 @@ async fn two_workers_and_a_kill_9_mid_stream_deliver_every_transition_once() {
         let status = flashsale_engine::relay::status(log.as_ref(), &["nats"])
             .await
             .ok()?;
-        (status.iter().any(|s| s.sink == "nats" && s.lag_events == 0)).then_some(())
+        (status
+            .iter()
+            .any(|s| s.row.sink == "nats" && s.lag_events == 0))
+        .then_some(())
     })
     .await;
     let mut stored = Vec::new();

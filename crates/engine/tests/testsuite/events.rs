@@ -184,7 +184,7 @@ impl Rig {
             LIMIT,
             || async {
                 let status = relay::status(self.log.as_ref(), &[sink]).await.ok()?;
-                let s = status.iter().find(|s| s.sink == sink)?;
+                let s = status.iter().find(|s| s.row.sink == sink)?;
                 (s.lag_events == 0).then_some(())
             },
         )
