@@ -1,6 +1,6 @@
 //! The dashboard's JSON on both ledgers: the public view shows sales and stock only; the admin
 //! view counts this instance's answers per sale and second, and on Redis also shows the
-//! stream lag and the Lua scripts' latency.
+//! stream lag and the Lua scripts' latency. The page itself and the API docs are served.
 
 use std::time::{Duration, Instant};
 
@@ -94,3 +94,23 @@ async fn dashboard_counts_a_small_sale(stack: &Stack) {
 }
 
 both_ledgers!(dashboard_counts_a_small_sale);
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dashboard_and_docs_are_served() {
+    let stack = Stack::embedded_with(|_| {}).await;
+    let resp = stack.raw_get("/").await;
+    assert_eq!(resp.status(), StatusCode::OK);
+    assert!(resp.headers()["content-type"]
+        .to_str()
+        .unwrap()
+        .starts_with("text/html"));
+    assert!(resp.text().await.unwrap().contains("/api/v1/dashboard"));
+    let resp = stack.raw_get("/docs/").await;
+    assert_eq!(resp.status(), StatusCode::OK);
+    assert!(resp
+        .text()
+        .await
+        .unwrap()
+        .to_lowercase()
+        .contains("swagger"));
+}

@@ -1,5 +1,5 @@
 //! Gateway protections over real HTTP: rate limits, blacklist, back-pressure, per-sale
-//! isolation, hot sales on their own Redis, purchase tokens, limits on everything.
+//! isolation, purchase tokens, limits on everything.
 
 use crate::common;
 
@@ -9,7 +9,7 @@ use crate::common::{code, Stack};
 use flashsale_server::gateway::{GatewayConfig, TokenRate};
 use flashsale_server::Config;
 use flashsale_testkit::mariadb::TestDatabase;
-use flashsale_testkit::redis_server::{self, RedisServer};
+use flashsale_testkit::redis_server;
 use futures::StreamExt;
 use reqwest::StatusCode;
 use serde_json::{json, Value};
@@ -498,107 +498,6 @@ async fn limits_answer_in_our_error_shape() {
     assert_eq!(resp.status(), StatusCode::SERVICE_UNAVAILABLE);
     assert!(resp.headers().contains_key("retry-after"));
     assert_eq!(code(&resp.json::<Value>().await.unwrap()), "UNAVAILABLE");
-}
-
-/// Redis `main` for every sale but `hot_sku`, which lives on Redis `hot`.
-fn hot_sale_config(
-    main: &RedisServer,
-    hot: &RedisServer,
-    db: &TestDatabase,
-    hot_sku: u64,
-) -> flashsale_server::Config {
-    let mut config = common::config(Some(main.url()), db.url.clone());
-    config.engine.ledger.hot_sales.redis_url = Some(hot.url());
-    config.engine.ledger.hot_sales.skus = vec![hot_sku];
-    config
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn hot_sales_go_to_their_own_redis() {
-    let (main, hot) = (RedisServer::spawn().await, RedisServer::spawn().await);
-    let db = TestDatabase::create().await;
-    let config = hot_sale_config(&main, &hot, &db, 91);
-    let stack = Stack::start(config.clone(), Some(db), None).await;
-    stack.live_sale(91, 50, 1).await;
-    stack.live_sale(92, 50, 1).await;
-    for user in 1..=20 {
-        stack.buy_ok(user, 91, "a", 1).await;
-        stack.buy_ok(user, 92, "a", 1).await;
-    }
-    let sold = |url: String, sku: u64| {
-        let prefix = config.engine.ledger.redis_prefix.clone();
-        async move {
-            let client = redis::Client::open(url.as_str()).unwrap();
-            let mut conn = client.get_multiplexed_async_connection().await.unwrap();
-            let v: Option<u64> = redis::cmd("HGET")
-                .arg(format!("{prefix}:{{{sku}}}:sale"))
-                .arg("sold")
-                .query_async(&mut conn)
-                .await
-                .unwrap();
-            v
-        }
-    };
-    assert_eq!(sold(hot.url(), 91).await, Some(20));
-    assert_eq!(
-        sold(main.url(), 91).await,
-        None,
-        "the hot sale is not on the main Redis"
-    );
-    assert_eq!(sold(main.url(), 92).await, Some(20));
-    assert_eq!(sold(hot.url(), 92).await, None);
-    // Orders, pay/cancel and the persisters route the same way.
-    let (_, order) = stack.buy(30, 91, "a", json!(1)).await;
-    let no = order["order_no"].as_str().unwrap();
-    let (s, b) = stack.order(30, no).await;
-    assert_eq!(s, StatusCode::OK, "{b}");
-    stack.drain(91).await;
-    stack.drain(92).await;
-    common::assert_invariants(stack.store().as_ref(), 91).await;
-    common::assert_invariants(stack.store().as_ref(), 92).await;
-}
-
-/// `WAIT` applies to the hot-sale Redis as to the main one: with no replica on either, an
-/// accepted purchase of either sale is not confirmed (503), never 202.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_hot_sale_redis_waits_for_replicas_too() {
-    let (main, hot) = (RedisServer::spawn().await, RedisServer::spawn().await);
-    let db = TestDatabase::create().await;
-    let mut config = hot_sale_config(&main, &hot, &db, 94);
-    config.engine.ledger.replication = Some(flashsale_redis::Replication {
-        replicas: 1,
-        timeout: Duration::from_millis(50),
-    });
-    let stack = Stack::start(config, Some(db), None).await;
-    for sku in [93, 94] {
-        stack.live_sale(sku, 10, 1).await;
-        let (s, b) = stack.buy(1, sku, "a", json!(1)).await;
-        assert_eq!(
-            (s, code(&b)),
-            (StatusCode::SERVICE_UNAVAILABLE, "UNAVAILABLE"),
-            "sale {sku}: {b}"
-        );
-    }
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn dashboard_and_docs_are_served() {
-    let stack = embedded_with(|_| {}).await;
-    let resp = stack.raw_get("/").await;
-    assert_eq!(resp.status(), StatusCode::OK);
-    assert!(resp.headers()["content-type"]
-        .to_str()
-        .unwrap()
-        .starts_with("text/html"));
-    assert!(resp.text().await.unwrap().contains("/api/v1/dashboard"));
-    let resp = stack.raw_get("/docs/").await;
-    assert_eq!(resp.status(), StatusCode::OK);
-    assert!(resp
-        .text()
-        .await
-        .unwrap()
-        .to_lowercase()
-        .contains("swagger"));
 }
 
 /// A purchase by `user` whose request carries these `X-Forwarded-For` lines.

@@ -20,6 +20,7 @@ mod first_load;
 mod gateway;
 mod hostile;
 mod hostile_model;
+mod hot_sales;
 mod identity;
 mod lifecycle;
 mod openapi;
