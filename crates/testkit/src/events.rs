@@ -1,7 +1,8 @@
-//! The check of delivered order events against what the database stored: a consumer that
-//! deduplicates by `id` must hold exactly the stored transitions, each once, with the same
-//! content, and per order in the order they happened (created before its resolution; a lost
-//! order and a sold-out sale have no creation to follow).
+//! A sale stored live for a relay test ([`stored_live_sale`]), and the check of delivered order
+//! events against what the database stored: a consumer that deduplicates by `id` must hold
+//! exactly the stored transitions, each once, with the same content, and per order in the
+//! order they happened (created before its resolution; a lost order and a sold-out sale have
+//! no creation to follow).
 
 use std::collections::{HashMap, HashSet};
 
