@@ -61,18 +61,12 @@ pub async fn run(args: RelayArgs) -> anyhow::Result<()> {
         args.nats_url
     );
     let nats = throughput(&args, "nats", args.events).await?;
-    println!(
-        "NATS JetStream: {} events in {:.2}s = {:>8.0} events/s (target >= 20,000)",
-        args.events,
-        nats.as_secs_f64(),
-        args.events as f64 / nats.as_secs_f64()
-    );
+    let nats = rate_line("NATS JetStream:", args.events, nats);
+    println!("{nats} (target >= 20,000)");
     let hook = throughput(&args, "webhook", args.webhook_events).await?;
     println!(
-        "webhook:        {} events in {:.2}s = {:>8.0} events/s",
-        args.webhook_events,
-        hook.as_secs_f64(),
-        args.webhook_events as f64 / hook.as_secs_f64()
+        "{}",
+        rate_line("webhook:       ", args.webhook_events, hook)
     );
     latency(&args).await?;
     println!(
@@ -191,6 +185,13 @@ async fn sink(args: &RelayArgs, name: &str) -> anyhow::Result<(Box<dyn Sink>, Ta
 }
 
 /// Stores `n` transitions, then times one relay delivering them all to `name`.
+/// `sink`'s line of the report: `events` delivered in `took`, and their rate.
+fn rate_line(sink: &str, events: u64, took: Duration) -> String {
+    let secs = took.as_secs_f64();
+    let rate = events as f64 / secs;
+    format!("{sink} {events} events in {secs:.2}s = {rate:>8.0} events/s")
+}
+
 async fn throughput(args: &RelayArgs, name: &str, n: u64) -> anyhow::Result<Duration> {
     let mut shop = Shop::open(args, n, name).await?;
     let mut left = n;
