@@ -53,6 +53,19 @@ pub struct RelayArgs {
     pub mysql_url: String,
     #[arg(long, default_value = "nats://127.0.0.1:4222")]
     pub nats_url: String,
+    /// Events the relay reads and delivers per step (the service's default when not given).
+    #[arg(long)]
+    pub batch_max: Option<usize>,
+}
+
+impl RelayArgs {
+    fn settings(&self) -> RelaySettings {
+        let default = RelaySettings::default();
+        RelaySettings {
+            batch_max: self.batch_max.unwrap_or(default.batch_max).clamp(1, 65_536),
+            ..default
+        }
+    }
 }
 
 pub async fn run(args: RelayArgs) -> anyhow::Result<()> {
@@ -202,7 +215,7 @@ async fn throughput(args: &RelayArgs, name: &str, n: u64) -> anyhow::Result<Dura
     }
     let (sink, target) = sink(args, name).await?;
     let started = Instant::now();
-    let relay = Running::start(sink, &shop.log);
+    let relay = Running::start(sink, &shop.log, args.settings());
     delivered(shop.log.as_ref(), name, n).await?;
     let took = started.elapsed();
     relay.stop().await?;
@@ -234,8 +247,8 @@ struct Running {
 }
 
 impl Running {
-    fn start(sink: Box<dyn Sink>, log: &Arc<dyn EventLog>) -> Running {
-        let relay = Relay::new(sink, log.clone(), "bench", RelaySettings::default());
+    fn start(sink: Box<dyn Sink>, log: &Arc<dyn EventLog>, settings: RelaySettings) -> Running {
+        let relay = Relay::new(sink, log.clone(), "bench", settings);
         let (stop, rx) = tokio::sync::broadcast::channel(1);
         let task = tokio::spawn(flashsale_engine::runner::run(Box::new(relay), rx));
         Running { stop, task }
@@ -287,7 +300,7 @@ async fn latency(args: &RelayArgs) -> anyhow::Result<()> {
         inner,
         acked: acked.clone(),
     };
-    let relay = Running::start(Box::new(timed), &shop.log);
+    let relay = Running::start(Box::new(timed), &shop.log, args.settings());
     let per_tick = (args.rate / 100).max(1);
     let mut committed: HashMap<String, Instant> = HashMap::new();
     let mut tick = tokio::time::interval(Duration::from_millis(10));
