@@ -99,7 +99,11 @@ EOF
 start_server() { # ledger
     local ledger=$1 port data="$WORK/$1"
     port=$(free_port)
+    # Each server starts from nothing: a fresh data dir (the embedded ledger's SQLite) and no
+    # keys under the run's prefix (a Redis sale the previous server of this run warmed).
+    rm -rf "$data"
     mkdir -p "$data"
+    redis-cli -u "$REDIS_URL" --scan --pattern "$TAG:*" | xargs -r redis-cli -u "$REDIS_URL" del >/dev/null 2>&1 || true
     JWT=$(head -c 24 /dev/urandom | base64 | tr -d '/+=')
     ADMIN=$(head -c 24 /dev/urandom | base64 | tr -d '/+=')
     local env=(FLASHSALE_LISTEN="127.0.0.1:$port" FLASHSALE_DATA_DIR="$data"
