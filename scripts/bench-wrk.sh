@@ -21,7 +21,8 @@
 # Environment: FLASHSALE_BIN (default target/release/flashsale, built when missing),
 # WRK_DURATION (5s), WRK_CONNECTIONS (64), WRK_ROUNDS (3), BENCH_REDIS_URL
 # (redis://127.0.0.1:6379), BENCH_MYSQL (the MariaDB server: `-h 127.0.0.1 -P 3306 -u root`),
-# BENCH_RELAY_NATS (unset: no relay run).
+# BENCH_RELAY_NATS (unset: no relay run), WRK_PATHS (unset: every path; else some of `read
+# soldout accepted join pass`; the accepted path is always run with BENCH_RELAY_NATS).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -99,7 +100,11 @@ EOF
 start_server() { # ledger
     local ledger=$1 port data="$WORK/$1"
     port=$(free_port)
+    # Each server starts from nothing: a fresh data dir (the embedded ledger's SQLite) and no
+    # keys under the run's prefix (a Redis sale the previous server of this run warmed).
+    rm -rf "$data"
     mkdir -p "$data"
+    redis-cli -u "$REDIS_URL" --scan --pattern "$TAG:*" | xargs -r redis-cli -u "$REDIS_URL" del >/dev/null 2>&1 || true
     JWT=$(head -c 24 /dev/urandom | base64 | tr -d '/+=')
     ADMIN=$(head -c 24 /dev/urandom | base64 | tr -d '/+=')
     local env=(FLASHSALE_LISTEN="127.0.0.1:$port" FLASHSALE_DATA_DIR="$data"
@@ -166,6 +171,9 @@ wrk_run() { # url [lua]
     total=$(awk '/requests in/ {print $1}' <<<"$out")
     echo "$rps ${non:-0} $total"
 }
+
+# Whether a path is measured: every path, unless WRK_PATHS names some.
+wanted() { [ -z "${WRK_PATHS:-}" ] || [[ " $WRK_PATHS " == *" $1 "* ]]; }
 
 median() { sort -g | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
 
@@ -251,12 +259,22 @@ for LEDGER in "${LEDGERS[@]}"; do
     first=$(head -1 "$WORK/tokens")
     curl -fsS -XPOST "$BASE/api/v1/sales/2/purchases" -H "authorization: Bearer $first" \
         -H 'content-type: application/json' -d '{"request_id":"only","quantity":1}' >/dev/null
-    measure "stock read (GET /api/v1/sales/{sku})" "$BASE/api/v1/sales/1" ok
-    measure "sold out (409)" "$BASE/api/v1/sales/2/purchases" refused "$WORK/purchase.lua"
-    measure "accepted (202)" "$BASE/api/v1/sales/1/purchases" ok "$WORK/purchase.lua"
-    ACCEPTED_RATES=("${LAST_RATES[@]}")
-    measure "queue join (POST …/queue)" "$BASE/api/v1/sales/3/queue" ok "$WORK/join.lua"
-    measure "no admission pass (403)" "$BASE/api/v1/sales/3/purchases" refused "$WORK/purchase.lua"
+    if wanted read; then
+        measure "stock read (GET /api/v1/sales/{sku})" "$BASE/api/v1/sales/1" ok
+    fi
+    if wanted soldout; then
+        measure "sold out (409)" "$BASE/api/v1/sales/2/purchases" refused "$WORK/purchase.lua"
+    fi
+    if wanted accepted || [ -n "${BENCH_RELAY_NATS:-}" ]; then
+        measure "accepted (202)" "$BASE/api/v1/sales/1/purchases" ok "$WORK/purchase.lua"
+        ACCEPTED_RATES=("${LAST_RATES[@]}")
+    fi
+    if wanted join; then
+        measure "queue join (POST …/queue)" "$BASE/api/v1/sales/3/queue" ok "$WORK/join.lua"
+    fi
+    if wanted pass; then
+        measure "no admission pass (403)" "$BASE/api/v1/sales/3/purchases" refused "$WORK/purchase.lua"
+    fi
     if [ -n "${BENCH_RELAY_NATS:-}" ]; then measure_relay; fi
     stop_server
 done

@@ -86,7 +86,7 @@ impl DemoReceiver {
             let status = relay::status(log.as_ref(), &["webhook"]).await?;
             if status
                 .iter()
-                .any(|s| s.sink == "webhook" && s.lag_events == 0)
+                .any(|s| s.row.sink == "webhook" && s.lag_events == 0)
             {
                 break true;
             }

@@ -558,10 +558,7 @@ mod tests {
     use flashsale_core::RequestId;
 
     fn key(user: u64, id: &str) -> RequestKey {
-        RequestKey {
-            user: UserId(user),
-            request_id: RequestId::parse(id).unwrap(),
-        }
+        RequestKey::new(UserId(user), RequestId::parse(id).unwrap())
     }
 
     #[test]

@@ -23,6 +23,17 @@ pub struct Finding {
     pub what: String,
 }
 
+impl Finding {
+    /// A finding at the place of `named` in `file`, `what` said of its path (`a::b`).
+    fn at(file: &str, named: &graph::Named, what: impl FnOnce(&str) -> String) -> Finding {
+        Finding {
+            file: file.into(),
+            line: named.line,
+            what: what(&named.path.join("::")),
+        }
+    }
+}
+
 impl std::fmt::Display for Finding {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "{}:{}: {}", self.file, self.line, self.what)
@@ -169,13 +180,10 @@ pub fn check_server_part(file: &str, module: &[String], scanned: &graph::Scanned
         .paths
         .iter()
         .filter(|n| bad(&n.path))
-        .map(|n| Finding {
-            file: file.into(),
-            line: n.line,
-            what: format!(
-                "part `{top}` names `{}`, which reads the state",
-                n.path.join("::")
-            ),
+        .map(|n| {
+            Finding::at(file, n, |path| {
+                format!("part `{top}` names `{path}`, which reads the state")
+            })
         })
         .collect()
 }
@@ -200,13 +208,10 @@ pub fn check_route(file: &str, module: &[String], scanned: &graph::Scanned) -> V
         .filter(|n| rules::ENGINE_PARTS.contains(&n.path[1].as_str()));
     engine
         .chain(parts)
-        .map(|n| Finding {
-            file: file.into(),
-            line: n.line,
-            what: format!(
-                "a handler names the engine part `{}`: ask the shop for a use case",
-                n.path.join("::")
-            ),
+        .map(|n| {
+            Finding::at(file, n, |path| {
+                format!("a handler names the engine part `{path}`: ask the shop for a use case")
+            })
         })
         .collect()
 }

@@ -163,23 +163,19 @@ impl Keys {
         .map(|what| self.tagged(sku, what))
     }
 
-    /// Every per-sale key, in a fixed order (for tests and tools).
+    /// Every per-sale key, in a fixed order (for tests and tools): the copy's state
+    /// ([`Keys::copy_state`]), then its events, lease, wait mark and transfers.
     pub fn all_of_sale(&self, copy: impl Into<CopyTag>) -> [String; 12] {
         let sku = copy.into();
-        [
-            self.sale(sku),
-            self.buyers(sku),
-            self.requests(sku),
-            self.orders(sku),
-            self.holds(sku),
-            self.records(sku),
-            self.batches(sku),
+        let rest = [
             self.events(sku),
             self.lease(sku),
             self.wait_mark(sku),
             self.transfers_out(sku),
             self.transfers_in(sku),
-        ]
+        ];
+        let mut all = self.copy_state(sku).into_iter().chain(rest);
+        std::array::from_fn(|_| all.next().expect("7 + 5 keys"))
     }
 
     /// The keys that hold a copy's state, in the order `load` and `restore_orders` take them:
@@ -195,6 +191,28 @@ impl Keys {
             self.holds(sku),
             self.records(sku),
             self.batches(sku),
+        ]
+    }
+
+    /// The keys `scripts/transfer_out.lua` takes at a transfer's source, in its order: sale,
+    /// events, transfers out.
+    pub fn transfer_out_side(&self, source: impl Into<CopyTag>) -> [String; 3] {
+        let source = source.into();
+        [
+            self.sale(source),
+            self.events(source),
+            self.transfers_out(source),
+        ]
+    }
+
+    /// The keys `scripts/transfer_in.lua` takes at a transfer's destination, in its order:
+    /// sale, events, transfers in.
+    pub fn transfer_in_side(&self, destination: impl Into<CopyTag>) -> [String; 3] {
+        let destination = destination.into();
+        [
+            self.sale(destination),
+            self.events(destination),
+            self.transfers_in(destination),
         ]
     }
 

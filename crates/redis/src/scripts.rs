@@ -8,6 +8,8 @@
 
 use redis::Script;
 
+use crate::keys::{CopyTag, Keys};
+
 /// A script that writes or stamps a sale's copy: the shebang, the node prelude
 /// (`scripts/node.lua`: which node a copy was opened on, and fencing a copy that moved), then
 /// the script's own file (which therefore has no shebang of its own).
@@ -72,6 +74,45 @@ pub const ALL: [(&str, &str); 15] = [
     ("transfer_in", TRANSFER_IN),
     ("admission", ADMISSION),
 ];
+
+/// The out side of one transfer alone, `units` from `source` to bucket `to` (no in after it,
+/// no write confirmed): what a carrier that dies between the two sides leaves. For tests and
+/// tools that set up such a cut; the ledger moves stock through its own transfers. The
+/// script's reply: `OK` and the transfer's id, or `X` when the source lacks the units.
+pub async fn transfer_out_alone(
+    conn: &mut impl redis::aio::ConnectionLike,
+    keys: &Keys,
+    source: impl Into<CopyTag>,
+    to: u16,
+    units: u64,
+) -> redis::RedisResult<Vec<String>> {
+    Script::new(TRANSFER_OUT)
+        .key(keys.transfer_out_side(source).to_vec())
+        .arg(to)
+        .arg(units)
+        .invoke_async(conn)
+        .await
+}
+
+/// The in side of transfer `id` alone, `units` from bucket `from` into `destination`: what a
+/// carrier does after [`transfer_out_alone`], or an in that no out ever sent. For tests and
+/// tools; the script's reply (`OK` when taken in now).
+pub async fn transfer_in_alone(
+    conn: &mut impl redis::aio::ConnectionLike,
+    keys: &Keys,
+    destination: impl Into<CopyTag>,
+    id: &str,
+    from: u16,
+    units: u64,
+) -> redis::RedisResult<String> {
+    Script::new(TRANSFER_IN)
+        .key(keys.transfer_in_side(destination).to_vec())
+        .arg(id)
+        .arg(from)
+        .arg(units)
+        .invoke_async(conn)
+        .await
+}
 
 /// The scripts of the hot ledger, hashed once.
 pub struct Scripts {

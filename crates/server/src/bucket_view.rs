@@ -111,10 +111,11 @@ impl From<&Buckets> for BucketFields {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
-    fn counters(total: u64, available: u64, reserved: u64, sold: u64) -> Counters {
+    /// A copy's counters after 9 events (the sale views' tests use them too).
+    pub(crate) fn counters(total: u64, available: u64, reserved: u64, sold: u64) -> Counters {
         Counters {
             total,
             available,

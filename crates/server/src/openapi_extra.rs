@@ -125,6 +125,20 @@ type LinkSpec = (&'static str, &'static str, &'static str, &'static str);
 const SKU_FROM_BODY: &str = "$response.body#/sku_id";
 const ORDER_FROM_BODY: &str = "$response.body#/order_no";
 
+/// A link `name` to operation `target` that passes the answer's `sku_id` on.
+const fn by_sku(name: &'static str, target: &'static str) -> LinkSpec {
+    (name, target, "sku_id", SKU_FROM_BODY)
+}
+
+/// A link `name` to operation `target` that passes the answer's `order_no` on.
+const fn by_order(name: &'static str, target: &'static str) -> LinkSpec {
+    (name, target, "order_no", ORDER_FROM_BODY)
+}
+
+/// What an order's answer (a purchase's too) leads to: paying or cancelling it.
+const PAY: LinkSpec = by_order("PayOrder", "pay_order");
+const CANCEL: LinkSpec = by_order("CancelOrder", "cancel_order");
+
 /// Links from each step of a sale's life to the next ones.
 const LINKS: &[(&str, &str, &str, &[LinkSpec])] = &[
     (
@@ -132,8 +146,8 @@ const LINKS: &[(&str, &str, &str, &[LinkSpec])] = &[
         "post",
         "201",
         &[
-            ("WarmSale", "warm_sale", "sku_id", SKU_FROM_BODY),
-            ("GetSale", "get_sale", "sku_id", SKU_FROM_BODY),
+            by_sku("WarmSale", "warm_sale"),
+            by_sku("GetSale", "get_sale"),
         ],
     ),
     (
@@ -141,36 +155,19 @@ const LINKS: &[(&str, &str, &str, &[LinkSpec])] = &[
         "post",
         "200",
         &[
-            ("Purchase", "purchase", "sku_id", SKU_FROM_BODY),
-            (
-                "PurchaseToken",
-                "issue_purchase_token",
-                "sku_id",
-                SKU_FROM_BODY,
-            ),
-            ("PauseSale", "pause_sale", "sku_id", SKU_FROM_BODY),
-            ("EndSale", "end_sale", "sku_id", SKU_FROM_BODY),
+            by_sku("Purchase", "purchase"),
+            by_sku("PurchaseToken", "issue_purchase_token"),
+            by_sku("PauseSale", "pause_sale"),
+            by_sku("EndSale", "end_sale"),
         ],
     ),
     (
         "/api/v1/sales/{sku_id}/purchases",
         "post",
         "202",
-        &[
-            ("GetOrder", "get_order", "order_no", ORDER_FROM_BODY),
-            ("PayOrder", "pay_order", "order_no", ORDER_FROM_BODY),
-            ("CancelOrder", "cancel_order", "order_no", ORDER_FROM_BODY),
-        ],
+        &[by_order("GetOrder", "get_order"), PAY, CANCEL],
     ),
-    (
-        "/api/v1/orders/{order_no}",
-        "get",
-        "200",
-        &[
-            ("PayOrder", "pay_order", "order_no", ORDER_FROM_BODY),
-            ("CancelOrder", "cancel_order", "order_no", ORDER_FROM_BODY),
-        ],
-    ),
+    ("/api/v1/orders/{order_no}", "get", "200", &[PAY, CANCEL]),
 ];
 
 /// Adds [`LINKS`] to the answers they start from.

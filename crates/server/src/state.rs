@@ -58,28 +58,13 @@ impl AppState {
         auth: Auth,
         tunables: Tunables,
     ) -> AppState {
-        AppState::with_blacklist(
-            ledger,
-            store,
-            auth,
-            tunables,
-            Arc::new(MemoryBlacklist::default()),
-        )
-    }
-
-    /// With the blacklist and token-sale flags kept in `blacklist` (Redis or the database).
-    pub fn with_blacklist(
-        ledger: Arc<dyn Ledger>,
-        store: Arc<dyn OrderStore>,
-        auth: Auth,
-        tunables: Tunables,
-        blacklist: Arc<dyn BlacklistStore>,
-    ) -> AppState {
+        let blacklist = Arc::new(MemoryBlacklist::default());
         AppState::with_admission(ledger, store, auth, tunables, blacklist, None)
     }
 
-    /// With the admission state of queue and draw sales kept in a book (the sale's Redis
-    /// slot, or the embedded ledger's database), run by its settings.
+    /// With the blacklist and token-sale flags kept in `blacklist` (Redis or the database),
+    /// and the admission state of queue and draw sales kept in a book (the sale's Redis slot,
+    /// or the embedded ledger's database), run by its settings.
     pub fn with_admission(
         ledger: Arc<dyn Ledger>,
         store: Arc<dyn OrderStore>,

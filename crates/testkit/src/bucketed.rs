@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use flashsale_core::buckets::home_bucket;
 use flashsale_core::{
-    ErrorCode, Ledger, OrderNo, PurchaseOutcome, PurchaseRequest, Sale, SaleMode, UserId,
+    Counters, ErrorCode, Ledger, OrderNo, PurchaseOutcome, PurchaseRequest, Sale, SaleMode, UserId,
 };
 use rand::Rng;
 
@@ -53,6 +53,18 @@ pub fn buyers(n: u16, count: usize, spread: Spread) -> Vec<u64> {
         })
         .take(count)
         .collect()
+}
+
+/// A bucket's counters with nothing reserved (a direct sale's): `total` units, `available` of
+/// them left and `sold`, after `seq` events.
+pub fn direct_counters(total: u64, available: u64, sold: u64, seq: u64) -> Counters {
+    Counters {
+        total,
+        available,
+        reserved: 0,
+        sold,
+        seq,
+    }
 }
 
 /// A live direct sale of `total` units over `n` buckets.

@@ -1,11 +1,27 @@
-//! The check of delivered order events against what the database stored: a consumer that
-//! deduplicates by `id` must hold exactly the stored transitions, each once, with the same
-//! content, and per order in the order they happened (created before its resolution; a lost
-//! order and a sold-out sale have no creation to follow).
+//! A sale stored live for a relay test ([`stored_live_sale`]), and the check of delivered order
+//! events against what the database stored: a consumer that deduplicates by `id` must hold
+//! exactly the stored transitions, each once, with the same content, and per order in the
+//! order they happened (created before its resolution; a lost order and a sold-out sale have
+//! no creation to follow).
 
 use std::collections::{HashMap, HashSet};
 
 use flashsale_core::events::CloudEvent;
+use flashsale_core::{OrderStore, Sale, SaleBook, SaleState};
+
+/// Stores `sale` live with its first epoch taken, as the first load of its hot copy does, and
+/// returns the book that copy runs: the transitions a test stores then come from it.
+pub async fn stored_live_sale(store: &dyn OrderStore, sale: &Sale) -> SaleBook {
+    store.create_sale(sale).await.expect("create the sale");
+    (store.set_state(sale.sku_id, SaleState::Live).await).expect("set it live");
+    let epoch = store.take_epoch(sale.sku_id, 0).await.expect("take epoch");
+    assert_eq!(epoch, Some(1), "the sale's first epoch");
+    let live = Sale {
+        state: SaleState::Live,
+        ..sale.clone()
+    };
+    SaleBook::new(live.clone(), live.fresh_counters(), 1)
+}
 
 /// What a delivery looked like, for the report.
 #[derive(Debug, Clone, PartialEq, Eq)]

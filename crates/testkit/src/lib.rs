@@ -12,16 +12,19 @@
 //! - [`postgres`]: a fresh database of its own on the shared PostgreSQL server.
 //! - [`nats_server`]: a throwaway `nats-server -js` on a free port with its own store dir (for
 //!   tests that kill or restart it), and unique subjects and stream names on the shared one.
-//! - [`events`]: the check of delivered order events against the stored transitions.
+//! - [`events`]: a sale stored live with the book its hot copy runs (what a relay test stores
+//!   transitions from), and the check of delivered order events against the stored
+//!   transitions.
 //! - [`webhook_receiver`]: a real HTTP receiver of webhooks that answers as the test says
 //!   (accept, a status, hang, drop the connection).
 //! - [`bucket_model`]: the reference model of a sale over stock buckets, and its property
 //!   tests.
 //! - [`conformance`]: the one suite both hot ledgers must pass; [`bucketed`]: its checks of
-//!   sales of several buckets, for ledgers that hold them.
+//!   sales of several buckets, for ledgers that hold them, and a bucket's counters.
 //! - [`wait`]: polling with a deadline, the only way tests wait (`until` panics at the
 //!   deadline; `within` gives up with `None`).
-//! - [`process`]: a child process killed with SIGKILL and restarted alike, killed on drop.
+//! - [`process`]: a child process killed with SIGKILL and restarted alike, killed on drop; the
+//!   kill, pause and resume every throwaway server has.
 //!
 //! Depends on flashsale-core and client libraries only; never on a backend crate.
 

@@ -21,7 +21,8 @@ pub fn unique_names() -> (String, String) {
 }
 
 /// A `nats-server` with JetStream of this test's own, killed on drop; its store survives a
-/// restart (same dir), as a server's disk would.
+/// restart (same dir), as a server's disk would: after a SIGKILL JetStream recovers it on the
+/// next start. Its controls (kill, pause, resume) are those of `process::server_controls`.
 pub struct NatsServer {
     pub port: u16,
     /// The address it listens on (127.0.0.1, or a bridge's for processes in namespaces).
@@ -64,33 +65,9 @@ impl NatsServer {
         let addr = format!("{}:{}", self.host, self.port);
         crate::process::spawn_server(&mut self.child, &mut cmd, name, ready, addr, greets).await;
     }
-
-    /// SIGKILL: JetStream recovers its store on the next start.
-    pub fn kill(&mut self) {
-        crate::process::kill(&mut self.child);
-    }
-
-    /// SIGSTOP: the server keeps its connections but reads nothing, so what clients send
-    /// waits in its socket buffers (lost if it is then killed) until [`NatsServer::resume`].
-    pub fn pause(&self) {
-        crate::process::signal(&self.child, "STOP");
-    }
-
-    /// SIGCONT after [`NatsServer::pause`].
-    pub fn resume(&self) {
-        crate::process::signal(&self.child, "CONT");
-    }
-
-    pub fn is_running(&self) -> bool {
-        self.child.is_some()
-    }
 }
 
-impl Drop for NatsServer {
-    fn drop(&mut self) {
-        self.kill();
-    }
-}
+crate::process::server_controls!(NatsServer);
 
 /// Whether the server at `addr` greets a client with an INFO that offers JetStream.
 async fn greets(addr: String) -> bool {

@@ -143,6 +143,42 @@ pub(crate) fn signal(slot: &Option<Child>, name: &str) {
     assert!(status.success(), "kill -{name} {}", child.id());
 }
 
+/// A throwaway server's controls over the child in its `child` field, for a type whose `start`
+/// spawns it: `kill` (SIGKILL and reap), `pause` (SIGSTOP: it keeps its connections and reads
+/// nothing, so what clients send waits in its socket buffers) until `resume` (SIGCONT),
+/// `is_running`; and a kill on drop, also when the test panics.
+macro_rules! server_controls {
+    ($server:ty) => {
+        impl $server {
+            /// SIGKILL and reap: no shutdown of its own runs.
+            pub fn kill(&mut self) {
+                $crate::process::kill(&mut self.child);
+            }
+
+            /// SIGSTOP: connections held, nothing read or answered until `resume`.
+            pub fn pause(&self) {
+                $crate::process::signal(&self.child, "STOP");
+            }
+
+            /// SIGCONT after `pause`.
+            pub fn resume(&self) {
+                $crate::process::signal(&self.child, "CONT");
+            }
+
+            pub fn is_running(&self) -> bool {
+                self.child.is_some()
+            }
+        }
+
+        impl Drop for $server {
+            fn drop(&mut self) {
+                self.kill();
+            }
+        }
+    };
+}
+pub(crate) use server_controls;
+
 /// Spawns a throwaway server's `cmd` (`name` in the panic when it cannot be) with its output
 /// discarded, into `slot` (so that its owner's drop kills it, also when the wait panics), then
 /// polls `up(url)` until it holds, or panics after `limit` naming `waiting_for`.

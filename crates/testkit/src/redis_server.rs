@@ -16,7 +16,9 @@ pub fn unique_prefix() -> String {
     crate::unique_name("fstest")
 }
 
-/// A `redis-server` of this test's own, killed and removed on drop.
+/// A `redis-server` of this test's own, killed and removed on drop. Its controls are
+/// those of `process::server_controls`: a SIGKILL loses whatever was not persisted; a paused
+/// one is a replica that stops acknowledging, a primary frozen by a long pause.
 pub struct RedisServer {
     pub port: u16,
     dir: TempDir,
@@ -113,33 +115,9 @@ impl RedisServer {
         let up = |url: String| async move { ping(&url).await };
         crate::process::spawn_server(&mut self.child, &mut cmd, name, ready, url, up).await;
     }
-
-    /// SIGKILL: whatever was not persisted is gone.
-    pub fn kill(&mut self) {
-        crate::process::kill(&mut self.child);
-    }
-
-    /// SIGSTOP: the server holds its connections but answers nothing (a replica that stops
-    /// acknowledging, a primary frozen by a long pause) until [`RedisServer::resume`].
-    pub fn pause(&self) {
-        crate::process::signal(&self.child, "STOP");
-    }
-
-    /// SIGCONT after [`RedisServer::pause`].
-    pub fn resume(&self) {
-        crate::process::signal(&self.child, "CONT");
-    }
-
-    pub fn is_running(&self) -> bool {
-        self.child.is_some()
-    }
 }
 
-impl Drop for RedisServer {
-    fn drop(&mut self) {
-        self.kill();
-    }
-}
+crate::process::server_controls!(RedisServer);
 
 async fn ping(url: &str) -> bool {
     let Ok(client) = redis::Client::open(url) else {

@@ -169,9 +169,10 @@ async fn sale_run(
     let stats_before = ledger.bucket_stats();
     let before = cpu_us(nodes).await?;
     let started = Instant::now();
+    let buyers = batches(n, args, one_home);
     let (accepted, sold_out) = match args.batcher {
-        true => spike_batched(ledger, sale.sku_id, n, args, one_home).await?,
-        false => spike(ledger, sale.sku_id, n, args, one_home).await?,
+        true => spike_batched(ledger, sale.sku_id, buyers, args).await?,
+        false => spike(ledger, sale.sku_id, buyers, args).await?,
     };
     let wall_s = started.elapsed().as_secs_f64();
     let after = cpu_us(nodes).await?;
@@ -238,16 +239,15 @@ fn batches(n: u16, args: &BucketsArgs, one_home: bool) -> Vec<Vec<UserId>> {
     }
 }
 
-/// Every buyer once, in arrival order, each request alone through a `Batcher` as the
-/// service sends it: (accepted, sold out).
+/// Every buyer of `batches` once, in arrival order, each request alone through a `Batcher` as
+/// the service sends it: (accepted, sold out).
 async fn spike_batched(
     ledger: &Arc<RedisLedger>,
     sku: SkuId,
-    n: u16,
+    batches: Vec<Vec<UserId>>,
     args: &BucketsArgs,
-    one_home: bool,
 ) -> anyhow::Result<(u64, u64)> {
-    let users: Vec<UserId> = batches(n, args, one_home).concat();
+    let users: Vec<UserId> = batches.concat();
     let (users, next) = (Arc::new(users), Arc::new(AtomicUsize::new(0)));
     let ledger: Arc<dyn flashsale_core::Ledger> = ledger.clone();
     let in_flight = args.concurrency * args.batch;
@@ -288,15 +288,15 @@ async fn spike_batched(
     ))
 }
 
-/// Every buyer once, in batches, `args.concurrency` calls at a time: (accepted, sold out).
+/// Every buyer once, `batches` as they come, `args.concurrency` calls at a time: (accepted,
+/// sold out).
 async fn spike(
     ledger: &Arc<RedisLedger>,
     sku: SkuId,
-    n: u16,
+    batches: Vec<Vec<UserId>>,
     args: &BucketsArgs,
-    one_home: bool,
 ) -> anyhow::Result<(u64, u64)> {
-    let batches = Arc::new(batches(n, args, one_home));
+    let batches = Arc::new(batches);
     let next = Arc::new(AtomicUsize::new(0));
     let accepted = Arc::new(AtomicU64::new(0));
     let sold_out = Arc::new(AtomicU64::new(0));

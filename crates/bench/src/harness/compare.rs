@@ -237,11 +237,7 @@ async fn trim_streams(
     conn: &mut redis::aio::MultiplexedConnection,
     prefix: &str,
 ) -> anyhow::Result<()> {
-    let keys: Vec<String> = redis::cmd("KEYS")
-        .arg(format!("{prefix}:*"))
-        .query_async(conn)
-        .await?;
-    for key in keys {
+    for key in super::setup::keys_under(conn, prefix).await? {
         let kind: String = redis::cmd("TYPE").arg(&key).query_async(conn).await?;
         if kind == "stream" {
             let _: i64 = redis::cmd("XTRIM")

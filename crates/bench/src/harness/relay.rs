@@ -53,6 +53,19 @@ pub struct RelayArgs {
     pub mysql_url: String,
     #[arg(long, default_value = "nats://127.0.0.1:4222")]
     pub nats_url: String,
+    /// Events the relay reads and delivers per step (the service's default when not given).
+    #[arg(long)]
+    pub batch_max: Option<usize>,
+}
+
+impl RelayArgs {
+    fn settings(&self) -> RelaySettings {
+        let default = RelaySettings::default();
+        RelaySettings {
+            batch_max: self.batch_max.unwrap_or(default.batch_max).clamp(1, 65_536),
+            ..default
+        }
+    }
 }
 
 pub async fn run(args: RelayArgs) -> anyhow::Result<()> {
@@ -61,18 +74,12 @@ pub async fn run(args: RelayArgs) -> anyhow::Result<()> {
         args.nats_url
     );
     let nats = throughput(&args, "nats", args.events).await?;
-    println!(
-        "NATS JetStream: {} events in {:.2}s = {:>8.0} events/s (target >= 20,000)",
-        args.events,
-        nats.as_secs_f64(),
-        args.events as f64 / nats.as_secs_f64()
-    );
+    let nats = rate_line("NATS JetStream:", args.events, nats);
+    println!("{nats} (target >= 20,000)");
     let hook = throughput(&args, "webhook", args.webhook_events).await?;
     println!(
-        "webhook:        {} events in {:.2}s = {:>8.0} events/s",
-        args.webhook_events,
-        hook.as_secs_f64(),
-        args.webhook_events as f64 / hook.as_secs_f64()
+        "{}",
+        rate_line("webhook:       ", args.webhook_events, hook)
     );
     latency(&args).await?;
     println!(
@@ -191,6 +198,13 @@ async fn sink(args: &RelayArgs, name: &str) -> anyhow::Result<(Box<dyn Sink>, Ta
 }
 
 /// Stores `n` transitions, then times one relay delivering them all to `name`.
+/// `sink`'s line of the report: `events` delivered in `took`, and their rate.
+fn rate_line(sink: &str, events: u64, took: Duration) -> String {
+    let secs = took.as_secs_f64();
+    let rate = events as f64 / secs;
+    format!("{sink} {events} events in {secs:.2}s = {rate:>8.0} events/s")
+}
+
 async fn throughput(args: &RelayArgs, name: &str, n: u64) -> anyhow::Result<Duration> {
     let mut shop = Shop::open(args, n, name).await?;
     let mut left = n;
@@ -201,7 +215,7 @@ async fn throughput(args: &RelayArgs, name: &str, n: u64) -> anyhow::Result<Dura
     }
     let (sink, target) = sink(args, name).await?;
     let started = Instant::now();
-    let relay = Running::start(sink, &shop.log);
+    let relay = Running::start(sink, &shop.log, args.settings());
     delivered(shop.log.as_ref(), name, n).await?;
     let took = started.elapsed();
     relay.stop().await?;
@@ -233,8 +247,8 @@ struct Running {
 }
 
 impl Running {
-    fn start(sink: Box<dyn Sink>, log: &Arc<dyn EventLog>) -> Running {
-        let relay = Relay::new(sink, log.clone(), "bench", RelaySettings::default());
+    fn start(sink: Box<dyn Sink>, log: &Arc<dyn EventLog>, settings: RelaySettings) -> Running {
+        let relay = Relay::new(sink, log.clone(), "bench", settings);
         let (stop, rx) = tokio::sync::broadcast::channel(1);
         let task = tokio::spawn(flashsale_engine::runner::run(Box::new(relay), rx));
         Running { stop, task }
@@ -286,7 +300,7 @@ async fn latency(args: &RelayArgs) -> anyhow::Result<()> {
         inner,
         acked: acked.clone(),
     };
-    let relay = Running::start(Box::new(timed), &shop.log);
+    let relay = Running::start(Box::new(timed), &shop.log, args.settings());
     let per_tick = (args.rate / 100).max(1);
     let mut committed: HashMap<String, Instant> = HashMap::new();
     let mut tick = tokio::time::interval(Duration::from_millis(10));

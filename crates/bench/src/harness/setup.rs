@@ -102,14 +102,22 @@ pub(crate) fn tempfile_dir(data_dir: &std::path::Path) -> anyhow::Result<PathBuf
     Ok(dir)
 }
 
+/// Every key under `prefix` (KEYS: a bench's own Redis, never a shared one in production).
+pub(crate) async fn keys_under(
+    conn: &mut redis::aio::MultiplexedConnection,
+    prefix: &str,
+) -> anyhow::Result<Vec<String>> {
+    Ok(redis::cmd("KEYS")
+        .arg(format!("{prefix}:*"))
+        .query_async(conn)
+        .await?)
+}
+
 pub(crate) async fn cleanup_redis(
     conn: &mut redis::aio::MultiplexedConnection,
     prefix: &str,
 ) -> anyhow::Result<()> {
-    let keys: Vec<String> = redis::cmd("KEYS")
-        .arg(format!("{prefix}:*"))
-        .query_async(conn)
-        .await?;
+    let keys = keys_under(conn, prefix).await?;
     if !keys.is_empty() {
         let _: i64 = redis::cmd("DEL").arg(&keys).query_async(conn).await?;
     }

@@ -7,10 +7,8 @@
 use std::time::Duration;
 
 use flashsale_core::events::CloudEvent;
-use flashsale_core::{
-    OrderStore, PurchaseRequest, RequestId, Sale, SaleBook, SaleMode, SaleState, SkuId, UserId,
-};
-use flashsale_testkit::events::check_exactly_once;
+use flashsale_core::{OrderStore, PurchaseRequest, RequestId, SaleBook, SaleMode, SkuId, UserId};
+use flashsale_testkit::events::{check_exactly_once, stored_live_sale};
 use flashsale_testkit::mariadb::TestDatabase;
 use flashsale_testkit::process::Proc;
 use flashsale_testkit::{free_port, nats_server, redis_server, wait};
@@ -111,14 +109,7 @@ async fn two_workers_and_a_kill_9_mid_stream_deliver_every_transition_once() {
         .unwrap();
     let mut sale = flashsale_testkit::conformance::live_sale(SaleMode::Reserve, 1_000_000, 1);
     sale.payment_timeout_ms = 600_000;
-    store.create_sale(&sale).await.unwrap();
-    store.set_state(sale.sku_id, SaleState::Live).await.unwrap();
-    assert_eq!(store.take_epoch(sale.sku_id, 0).await.unwrap(), Some(1));
-    let live = Sale {
-        state: SaleState::Live,
-        ..sale.clone()
-    };
-    let mut book = SaleBook::new(live.clone(), live.fresh_counters(), 1);
+    let mut book = stored_live_sale(store.as_ref(), &sale).await;
     let sku = sale.sku_id;
     let (subject, stream) = nats_server::unique_names();
     let (mut a, _da) = worker("worker-a", &db, &subject, &stream);
@@ -142,7 +133,10 @@ async fn two_workers_and_a_kill_9_mid_stream_deliver_every_transition_once() {
         let status = flashsale_engine::relay::status(log.as_ref(), &["nats"])
             .await
             .ok()?;
-        (status.iter().any(|s| s.sink == "nats" && s.lag_events == 0)).then_some(())
+        (status
+            .iter()
+            .any(|s| s.row.sink == "nats" && s.lag_events == 0))
+        .then_some(())
     })
     .await;
     let mut stored = Vec::new();

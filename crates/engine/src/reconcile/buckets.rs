@@ -246,32 +246,9 @@ fn undo_all(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use flashsale_core::{OrderNo, RequestId, SaleState, SkuId, UserId};
-
-    fn counters(total: u64, available: u64, sold: u64, seq: u64) -> Counters {
-        Counters {
-            total,
-            available,
-            reserved: 0,
-            sold,
-            seq,
-        }
-    }
-
-    fn deducted(epoch: u64, seq: u64) -> Event {
-        Event {
-            sku_id: SkuId(1),
-            epoch,
-            seq,
-            kind: EventKind::Deducted,
-            order_no: OrderNo::new(SkuId(1), epoch, seq),
-            request_id: RequestId::parse("r").unwrap(),
-            user_id: UserId(seq),
-            quantity: 1,
-            at_ms: 10,
-            deadline_ms: 0,
-        }
-    }
+    use crate::reconcile::fixtures::deducted;
+    use flashsale_core::{SaleState, SkuId};
+    use flashsale_testkit::bucketed::direct_counters as counters;
 
     fn out(units: u64) -> TransferEvent {
         TransferEvent {

@@ -35,6 +35,8 @@
 
 mod buckets;
 pub mod diff;
+#[cfg(test)]
+mod fixtures;
 mod inspect;
 pub mod journal;
 pub mod rebuild;

@@ -554,22 +554,7 @@ pub(crate) fn contiguous_above(events: &[Event], epoch: u64, applied_seq: u64) -
 #[cfg(test)]
 mod tests {
     use super::*;
-    use flashsale_core::{EventKind, OrderNo, RequestId, UserId};
-
-    fn ev(epoch: u64, seq: u64) -> Event {
-        Event {
-            sku_id: SkuId(1),
-            epoch,
-            seq,
-            kind: EventKind::Deducted,
-            order_no: OrderNo::new(SkuId(1), epoch, seq),
-            request_id: RequestId::parse("r").unwrap(),
-            user_id: UserId(1),
-            quantity: 1,
-            at_ms: 0,
-            deadline_ms: 0,
-        }
-    }
+    use crate::reconcile::fixtures::deducted as ev;
 
     fn side(id: &str, side: TransferSide, (from, to): (u16, u16), epoch: u64) -> TransferEvent {
         TransferEvent {

@@ -469,13 +469,9 @@ pub struct StreamStatus {
 /// One sink as the admin API shows it.
 #[derive(Debug, Clone, Serialize)]
 pub struct SinkStatus {
-    pub sink: String,
-    pub holder: String,
-    pub lease_until_ms: i64,
-    pub paused: bool,
-    pub failures: u32,
-    pub last_error: Option<String>,
-    pub last_error_at_ms: i64,
+    /// Its row (name, lease, pause, failures), its fields shown inline.
+    #[serde(flatten)]
+    pub row: SinkRow,
     /// Stored events not yet delivered, over every stream.
     pub lag_events: u64,
     /// Age of the oldest of them (ms; 0 when none).
@@ -519,13 +515,7 @@ pub async fn status(log: &dyn EventLog, sinks: &[&str]) -> anyhow::Result<Vec<Si
             });
         }
         out.push(SinkStatus {
-            sink: name,
-            holder: row.holder,
-            lease_until_ms: row.lease_until_ms,
-            paused: row.paused,
-            failures: row.failures,
-            last_error: row.last_error,
-            last_error_at_ms: row.last_error_at_ms,
+            row: SinkRow { sink: name, ..row },
             lag_events: lag,
             oldest_age_ms: oldest.map_or(0, |o| (now_ms() - o).max(0)),
             streams,

@@ -142,18 +142,10 @@ impl Shop {
             .ok_or(ShopError::Code(ErrorCode::SaleNotFound))
     }
 
-    /// Hot counters when the sale is warm and the ledger answers; else the database's.
+    /// Hot counters when the sale is warm and the ledger answers; else the database's
+    /// ([`Shop::stock_now`]), remembered in the sale cache.
     pub(super) async fn hot_or_stored_counters(&self, stored: &StoredSale) -> Counters {
-        let hot = match stored.sale.state {
-            SaleState::Scheduled => None,
-            _ => self
-                .ledger
-                .counters(stored.sale.sku_id)
-                .await
-                .ok()
-                .flatten(),
-        };
-        let c = hot.unwrap_or(stored.counters);
+        let c = self.stock_now(stored).await;
         self.sales.put_counters(stored.sale.sku_id, c);
         c
     }

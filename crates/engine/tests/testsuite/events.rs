@@ -11,7 +11,7 @@ use std::time::Duration;
 use flashsale_core::events::{CloudEvent, EventLog};
 use flashsale_core::{
     HotLedger, HotPurchases, OrderStore, PurchaseOutcome, PurchaseRequest, ReconcileRun, Sale,
-    SaleBook, SaleMode, SaleState, SkuId, UserId,
+    SaleBook, SaleMode, SkuId, UserId,
 };
 use flashsale_embedded::EmbeddedLedger;
 use flashsale_engine::relay::nats::{NatsSettings, NatsSink};
@@ -19,7 +19,7 @@ use flashsale_engine::relay::webhook::{self, WebhookSettings, WebhookSink};
 use flashsale_engine::relay::{self, Relay, RelaySettings, Sink};
 use flashsale_store::SqliteStore;
 use flashsale_testkit::conformance::{live_sale, req, warm};
-use flashsale_testkit::events::check_exactly_once;
+use flashsale_testkit::events::{check_exactly_once, stored_live_sale};
 use flashsale_testkit::nats_server::{self, NatsServer};
 use flashsale_testkit::webhook_receiver::{Answer, WebhookReceiver};
 use flashsale_testkit::{mariadb, wait};
@@ -89,14 +89,7 @@ async fn mariadb_with(sale: Sale) -> Rig {
     let store = flashsale_engine::backends::open_store(&db.url)
         .await
         .unwrap();
-    store.create_sale(&sale).await.unwrap();
-    store.set_state(sale.sku_id, SaleState::Live).await.unwrap();
-    assert_eq!(store.take_epoch(sale.sku_id, 0).await.unwrap(), Some(1));
-    let live = Sale {
-        state: SaleState::Live,
-        ..sale.clone()
-    };
-    let book = SaleBook::new(live.clone(), live.fresh_counters(), 1);
+    let book = stored_live_sale(store.as_ref(), &sale).await;
     Rig {
         log: store.event_log().unwrap(),
         store,
@@ -191,7 +184,7 @@ impl Rig {
             LIMIT,
             || async {
                 let status = relay::status(self.log.as_ref(), &[sink]).await.ok()?;
-                let s = status.iter().find(|s| s.sink == sink)?;
+                let s = status.iter().find(|s| s.row.sink == sink)?;
                 (s.lag_events == 0).then_some(())
             },
         )

@@ -19,6 +19,7 @@ use flashsale_core::{
 };
 use flashsale_engine::reconcile::rebuild::{rebuild, rebuild_bucket};
 use flashsale_redis::keys::Keys;
+use flashsale_redis::scripts::transfer_out_alone;
 use flashsale_redis::RedisLedger;
 use flashsale_testkit::bucketed::bucketed_sale;
 use flashsale_testkit::conformance::req;
@@ -198,39 +199,27 @@ impl OrderStore for Trapped {
 /// holds 9 units.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_drain_that_meets_a_gap_still_stores_the_buckets_outs() {
-    let Rig {
-        _db,
-        store,
-        prefix,
-        ledger,
-        sku,
-        buyer,
-    } = Rig::loaded().await;
+    let rig = Rig::loaded().await;
+    let (store, ledger, sku, buyer) = (&rig.store, &rig.ledger, rig.sku, rig.buyer);
     let outcome = ledger.purchase_batch(sku, &[req(sku, buyer, "a", 1)]).await;
     let outcome = outcome.unwrap();
     assert!(
         matches!(outcome[..], [PurchaseOutcome::Accepted { .. }]),
         "bucket 0 sells one: {outcome:?}"
     );
-    let keys = Keys::new(&prefix).unwrap();
     let mut conn = redis::Client::open(shared_url())
         .unwrap()
         .get_multiplexed_async_connection()
         .await
         .unwrap();
-    let reply: Vec<String> = redis::Script::new(flashsale_redis::scripts::TRANSFER_OUT)
-        .key(keys.sale(sku))
-        .key(keys.events(sku))
-        .key(keys.transfers_out(sku))
-        .arg(1)
-        .arg(1)
-        .invoke_async(&mut conn)
+    let keys = Keys::new(&rig.prefix).unwrap();
+    let reply = transfer_out_alone(&mut conn, &keys, sku, 1, 1)
         .await
         .unwrap();
     assert_eq!(reply[0], "OK", "{reply:?}");
 
     store.gap.store(true, Ordering::SeqCst);
-    rebuild_bucket(&ledger, &store, sku, 0).await.unwrap();
+    rebuild_bucket(ledger, store, sku, 0).await.unwrap();
     assert!(!store.gap.load(Ordering::SeqCst), "the drain met the gap");
     let audit = store.audit(sku).await.unwrap().unwrap();
     let outs: Vec<&str> = (audit.transfers.iter())
@@ -249,17 +238,11 @@ async fn a_drain_that_meets_a_gap_still_stores_the_buckets_outs() {
 /// (reported as fenced, though no Redis lost anything). A proper rebuild after it stores it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_rebuild_overtaken_by_another_does_not_replace_the_copy_that_one_opened() {
-    let Rig {
-        _db,
-        store,
-        prefix,
-        ledger,
-        sku,
-        buyer,
-    } = Rig::loaded().await;
+    let rig = Rig::loaded().await;
+    let (store, ledger, sku, buyer) = (&rig.store, &rig.ledger, rig.sku, rig.buyer);
     let inner = store.inner.clone();
     let sold = Arc::new(Mutex::new(None));
-    let (sold_by_b, b_prefix) = (sold.clone(), prefix.clone());
+    let (sold_by_b, b_prefix) = (sold.clone(), rig.prefix.clone());
     let hook: Hook = Box::new(move || {
         Box::pin(async move {
             let b = RedisLedger::connect(&shared_url(), &b_prefix)
@@ -272,14 +255,14 @@ async fn a_rebuild_overtaken_by_another_does_not_replace_the_copy_that_one_opene
         })
     });
     *store.before_audit.lock().unwrap() = Some(hook);
-    let a = rebuild_bucket(&ledger, &store, sku, 0).await;
+    let a = rebuild_bucket(ledger, store, sku, 0).await;
     let outcome = sold.lock().unwrap().take().expect("B ran inside A");
     let [PurchaseOutcome::Accepted { ref order, .. }] = outcome[..] else {
         panic!("B's copy sells one: {outcome:?}");
     };
     let order_no = order.order_no;
     // A rebuild that nobody overtakes drains what B's copy sold.
-    rebuild_bucket(&ledger, &store, sku, 0).await.unwrap();
+    rebuild_bucket(ledger, store, sku, 0).await.unwrap();
     let stored = store.order(&order_no).await.unwrap();
     assert!(
         stored.is_some(),

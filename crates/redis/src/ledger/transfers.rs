@@ -43,11 +43,7 @@ impl RedisLedger {
     /// could not be done now.
     pub(super) async fn transfer(&self, layout: &Layout, t: Transfer) -> Result<u64, LedgerError> {
         let src = layout.copy(t.from);
-        let keys = [
-            self.keys().sale(src),
-            self.keys().events(src),
-            self.keys().transfers_out(src),
-        ];
+        let keys = self.keys().transfer_out_side(src);
         let mut cmd = evalsha(&self.scripts.transfer_out, &keys);
         cmd.arg(t.to).arg(t.units);
         let (reply, acked) = self
@@ -84,11 +80,7 @@ impl RedisLedger {
     async fn transfer_in(&self, layout: &Layout, pending: Pending) -> Result<Arrival, LedgerError> {
         let (src, id, to, units) = pending;
         let dst = layout.copy(to);
-        let keys = [
-            self.keys().sale(dst),
-            self.keys().events(dst),
-            self.keys().transfers_in(dst),
-        ];
+        let keys = self.keys().transfer_in_side(dst);
         let mut cmd = evalsha(&self.scripts.transfer_in, &keys);
         cmd.arg(&id).arg(src.bucket).arg(units);
         let (reply, acked) = self

@@ -5,7 +5,7 @@
 
 use flashsale_core::buckets::home_bucket;
 use flashsale_core::{ErrorCode, HotLedger, SaleMode, UserId};
-use flashsale_redis::scripts::{TRANSFER_IN, TRANSFER_OUT};
+use flashsale_redis::scripts::{transfer_in_alone, transfer_out_alone};
 use flashsale_redis::CopyTag;
 use flashsale_testkit::bucketed::{bucketed_sale, buyers, Spread};
 use flashsale_testkit::conformance::{buy_ok, buy_refused, live_sale, warm};
@@ -19,15 +19,7 @@ async fn out_only(
     to: u16,
     units: u64,
 ) -> redis::RedisResult<Vec<String>> {
-    let keys = t.ledger.keys();
-    redis::Script::new(TRANSFER_OUT)
-        .key(keys.sale(from))
-        .key(keys.events(from))
-        .key(keys.transfers_out(from))
-        .arg(to)
-        .arg(units)
-        .invoke_async(&mut raw().await)
-        .await
+    transfer_out_alone(&mut raw().await, t.ledger.keys(), from, to, units).await
 }
 
 async fn in_only(
@@ -37,16 +29,7 @@ async fn in_only(
     from: u16,
     units: u64,
 ) -> redis::RedisResult<String> {
-    let keys = t.ledger.keys();
-    redis::Script::new(TRANSFER_IN)
-        .key(keys.sale(to))
-        .key(keys.events(to))
-        .key(keys.transfers_in(to))
-        .arg(id)
-        .arg(from)
-        .arg(units)
-        .invoke_async(&mut raw().await)
-        .await
+    transfer_in_alone(&mut raw().await, t.ledger.keys(), to, id, from, units).await
 }
 
 #[tokio::test]

@@ -16,15 +16,16 @@ use flashsale_testkit::redis_server::shared_url;
 async fn sizes(keys: &Keys, sku: flashsale_core::SkuId) -> [i64; 5] {
     let mut conn = raw().await;
     let mut pipe = redis::pipe();
-    for key in [
-        keys.requests(sku),
-        keys.orders(sku),
-        keys.buyers(sku),
-        keys.records(sku),
-    ] {
-        pipe.cmd("HLEN").arg(key);
+    let sized = [
+        ("HLEN", keys.requests(sku)),
+        ("HLEN", keys.orders(sku)),
+        ("HLEN", keys.buyers(sku)),
+        ("HLEN", keys.records(sku)),
+        ("ZCARD", keys.batches(sku)),
+    ];
+    for (size, key) in sized {
+        pipe.cmd(size).arg(key);
     }
-    pipe.cmd("ZCARD").arg(keys.batches(sku));
     let got: (i64, i64, i64, i64, i64) = pipe.query_async(&mut conn).await.unwrap();
     [got.0, got.1, got.2, got.3, got.4]
 }

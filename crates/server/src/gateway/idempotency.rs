@@ -61,10 +61,7 @@ mod tests {
     use flashsale_core::{RequestId, UserId};
 
     fn key(user: u64, id: &str) -> RequestKey {
-        RequestKey {
-            user: UserId(user),
-            request_id: RequestId::parse(id).unwrap(),
-        }
+        RequestKey::new(UserId(user), RequestId::parse(id).unwrap())
     }
 
     #[tokio::test]

@@ -38,7 +38,7 @@ use flashsale_core::{ErrorCode, SkuId, UserId};
 
 pub use blacklist::Blacklist;
 pub use config::{GatewayConfig, TokenRate};
-pub use flashsale_engine::gateway_store::{BlacklistStore, MemoryBlacklist};
+pub use flashsale_engine::gateway_store::{BlacklistSnapshot, BlacklistStore, MemoryBlacklist};
 use pressure::SaleGates;
 use ratelimit::RateLimits;
 use scalping::PurchaseTokens;

@@ -126,6 +126,13 @@ pub fn gateway_store_error(e: String) -> AppError {
     AppError::new(ErrorCode::Unavailable, format!("gateway store: {e}"))
 }
 
+/// The gateway's lists as its store holds them now (not this instance's copy, which lags a
+/// change another instance made until its next refresh).
+pub async fn gateway_stored(st: &AppState) -> Result<crate::gateway::BlacklistSnapshot, AppError> {
+    let load = st.gateway.blacklist.store.load();
+    load.await.map_err(gateway_store_error)
+}
+
 /// Writes through the gateway's store, then reloads this instance's copy, so the change
 /// holds here at once (other instances see it within their refresh).
 pub async fn gateway_write(

@@ -277,16 +277,7 @@ mod tests {
     use serde_json::Value;
 
     use super::*;
-
-    fn counters(total: u64, available: u64, reserved: u64, sold: u64) -> Counters {
-        Counters {
-            total,
-            available,
-            reserved,
-            sold,
-            seq: 4,
-        }
-    }
+    use crate::bucket_view::tests::counters;
 
     /// A sale of 100 units over three buckets, 10 of them in flight: its counters are the
     /// sum over its buckets (units in flight are in none), and the view's JSON.

@@ -7,7 +7,9 @@ use std::time::Duration;
 
 use flashsale_core::buckets::home_bucket;
 use flashsale_core::{SkuId, TransferSide, UserId};
+use flashsale_redis::keys::Keys;
 use flashsale_redis::placement::place;
+use flashsale_redis::scripts::{transfer_in_alone, transfer_out_alone};
 use flashsale_redis::CopyTag;
 use reqwest::StatusCode;
 use serde_json::{json, Value};
@@ -19,6 +21,11 @@ const UNITS: u64 = 10;
 fn sale_body(sku: u64) -> Value {
     json!({"sku_id": sku, "name": "two buckets", "total_stock": UNITS, "per_user_limit": 6,
            "buckets": 2})
+}
+
+/// The stack's Redis key names.
+fn keys(stack: &Stack) -> Keys {
+    Keys::new(&stack.config.engine.ledger.redis_prefix).unwrap()
 }
 
 async fn redis_conn(stack: &Stack) -> redis::aio::MultiplexedConnection {
@@ -35,9 +42,8 @@ fn copy(sku: u64, bucket: u16) -> CopyTag {
 
 /// Some other owner holds bucket `bucket`'s persister lease: its stream is not persisted.
 async fn hold_lease(stack: &Stack, sku: u64, bucket: u16) {
-    let keys = flashsale_redis::keys::Keys::new(&stack.config.engine.ledger.redis_prefix).unwrap();
     let _: () = redis::cmd("SET")
-        .arg(keys.lease(copy(sku, bucket)))
+        .arg(keys(stack).lease(copy(sku, bucket)))
         .arg("someone-else")
         .arg("PX")
         .arg(600_000)
@@ -48,9 +54,8 @@ async fn hold_lease(stack: &Stack, sku: u64, bucket: u16) {
 
 /// Bucket `bucket`'s persister lease let go (after [`hold_lease`]): its stream is persisted.
 async fn let_go_lease(stack: &Stack, sku: u64, bucket: u16) {
-    let keys = flashsale_redis::keys::Keys::new(&stack.config.engine.ledger.redis_prefix).unwrap();
     let _: i64 = redis::cmd("DEL")
-        .arg(keys.lease(copy(sku, bucket)))
+        .arg(keys(stack).lease(copy(sku, bucket)))
         .query_async(&mut redis_conn(stack).await)
         .await
         .unwrap();
@@ -136,8 +141,31 @@ async fn one_unit_moved(stack: &Stack, sku: u64, held: &[u16], home: u16) {
     assert_eq!(status.as_u16(), 202, "six units, one of them moved: {body}");
 }
 
+/// The repair of a sale whose bucket lost its keys reports the one order lost with them, and
+/// new buyers get every unit again (that order's too).
+async fn repaired_with_one_lost_order(stack: &Stack, sku: u64) {
+    let report = stack.repair(sku).await;
+    assert_eq!(
+        report["lost_orders"].as_array().map(Vec::len),
+        Some(1),
+        "{report:#}"
+    );
+    assert_eq!(
+        sell_out(stack, sku, 1_000).await,
+        UNITS,
+        "every unit sells again"
+    );
+}
+
 async fn stack() -> Stack {
     Stack::redis_mysql_with(|cfg| cfg.engine.reconcile.interval = Duration::ZERO).await
+}
+
+/// A [`stack`] with the two-bucket sale `sku` created, warmed and live.
+async fn stack_with_live_sale(sku: u64) -> Stack {
+    let stack = stack().await;
+    stack.live_sale_with(sale_body(sku)).await;
+    stack
 }
 
 /// The reproduction: 2 buckets of 5, a buyer homed at bucket 1 takes 6, so a unit moves
@@ -153,17 +181,7 @@ async fn a_destination_that_loses_an_in_strands_no_unit() {
     stored_side(&stack, SKU, TransferSide::Out).await;
     lose_bucket(&stack, SKU, 1).await;
 
-    let report = stack.repair(SKU).await;
-    assert_eq!(
-        report["lost_orders"].as_array().map(Vec::len),
-        Some(1),
-        "{report:#}"
-    );
-    assert_eq!(
-        sell_out(&stack, SKU, 1_000).await,
-        UNITS,
-        "every unit sells again"
-    );
+    repaired_with_one_lost_order(&stack, SKU).await;
     settles_and_reconciles(&stack, SKU).await;
 }
 
@@ -178,17 +196,7 @@ async fn a_destination_that_loses_an_in_gets_it_again_from_the_pending_record() 
     one_unit_moved(&stack, SKU, &[0, 1], 1).await;
     lose_bucket(&stack, SKU, 1).await;
 
-    let report = stack.repair(SKU).await;
-    assert_eq!(
-        report["lost_orders"].as_array().map(Vec::len),
-        Some(1),
-        "{report:#}"
-    );
-    assert_eq!(
-        sell_out(&stack, SKU, 1_000).await,
-        UNITS,
-        "every unit sells again"
-    );
+    repaired_with_one_lost_order(&stack, SKU).await;
     let_go_lease(&stack, SKU, 0).await;
     settles_and_reconciles(&stack, SKU).await;
 }
@@ -221,18 +229,10 @@ async fn a_source_that_loses_an_out_creates_no_unit() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_unit_no_record_holds_is_reported_by_transfer_id_and_repaired() {
     const SKU: u64 = 313;
-    let stack = stack().await;
-    stack.live_sale_with(sale_body(SKU)).await;
-    let keys = flashsale_redis::keys::Keys::new(&stack.config.engine.ledger.redis_prefix).unwrap();
-    let source = copy(SKU, 0);
+    let stack = stack_with_live_sale(SKU).await;
+    let (keys, source) = (keys(&stack), copy(SKU, 0));
     let mut conn = redis_conn(&stack).await;
-    let reply: Vec<String> = redis::Script::new(flashsale_redis::scripts::TRANSFER_OUT)
-        .key(keys.sale(source))
-        .key(keys.events(source))
-        .key(keys.transfers_out(source))
-        .arg(1)
-        .arg(1)
-        .invoke_async(&mut conn)
+    let reply = transfer_out_alone(&mut conn, &keys, source, 1, 1)
         .await
         .unwrap();
     assert_eq!(reply[0], "OK", "{reply:?}");
@@ -314,22 +314,11 @@ async fn a_cancelled_hold_whose_unit_went_out_folds_back() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_created_units_sale_is_stored_reported_and_stops_no_persister() {
     const SKU: u64 = 316;
-    let stack = stack().await;
-    stack.live_sale_with(sale_body(SKU)).await;
-    let keys = flashsale_redis::keys::Keys::new(&stack.config.engine.ledger.redis_prefix).unwrap();
-    let dst = copy(SKU, 1);
+    let stack = stack_with_live_sale(SKU).await;
     // Bucket 0's epoch is 2 (sale epoch 1 of two buckets): the id names it the source.
-    let reply: String = redis::Script::new(flashsale_redis::scripts::TRANSFER_IN)
-        .key(keys.sale(dst))
-        .key(keys.events(dst))
-        .key(keys.transfers_in(dst))
-        .arg("2.99")
-        .arg(0)
-        .arg(1)
-        .invoke_async(&mut redis_conn(&stack).await)
-        .await
-        .unwrap();
-    assert_eq!(reply, "OK");
+    let mut conn = redis_conn(&stack).await;
+    let reply = transfer_in_alone(&mut conn, &keys(&stack), copy(SKU, 1), "2.99", 0, 1).await;
+    assert_eq!(reply.unwrap(), "OK");
     assert_eq!(sell_out(&stack, SKU, 1_000).await, UNITS + 1);
 
     let store = stack.store();

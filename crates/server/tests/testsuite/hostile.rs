@@ -265,13 +265,8 @@ fn purchase_parsing_never_500s_and_refusals_change_nothing() {
     runner
         .run(&strategy, |(body, sku, user, json_ct, extra_header)| {
             rt.block_on(async {
-                let before = state
-                    .shop
-                    .ledger()
-                    .counters(SkuId(41))
-                    .await
-                    .unwrap()
-                    .unwrap();
+                let counters = || async { state.shop.ledger().counters(SkuId(41)).await };
+                let before = counters().await.unwrap().unwrap();
                 let mut req = Request::builder()
                     .method("POST")
                     .uri(format!("/api/v1/sales/{sku}/purchases"))
@@ -287,13 +282,7 @@ fn purchase_parsing_never_500s_and_refusals_change_nothing() {
                 }
                 let req = req.body(Body::from(body.clone())).unwrap();
                 let (status, bytes) = send(&app, req).await;
-                let after = state
-                    .shop
-                    .ledger()
-                    .counters(SkuId(41))
-                    .await
-                    .unwrap()
-                    .unwrap();
+                let after = counters().await.unwrap().unwrap();
                 prop_assert!(
                     status.as_u16() < 500,
                     "{status} for {:?}",

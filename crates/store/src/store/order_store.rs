@@ -197,15 +197,7 @@ impl<B: Backend> OrderStore for Store<B> {
     }
 
     async fn orders(&self, sku: SkuId) -> Result<Vec<HotOrder>, StoreError> {
-        let by = if self.one_row_now().await? {
-            "bucket, seq"
-        } else {
-            "id"
-        };
-        let sql = format!(
-            "SELECT {} FROM orders WHERE sku_id = ? ORDER BY {by}",
-            sql::ORDER_COLUMNS
-        );
+        let sql = sale_orders_sql(self.one_row_now().await?);
         let rows = self.read(&sql, &[Arg::Id(sku.0)]).await?;
         rows.iter().map(rows::order).collect()
     }
@@ -367,15 +359,7 @@ impl<B: Backend> OrderStore for Store<B> {
             return Ok(None);
         };
         let sale = SaleRow::read(row)?.into_stored()?;
-        let by = if shape::<B>(&mut *tx).await? {
-            "bucket, seq"
-        } else {
-            "id"
-        };
-        let sql = format!(
-            "SELECT {} FROM orders WHERE sku_id = ? ORDER BY {by}",
-            sql::ORDER_COLUMNS
-        );
+        let sql = sale_orders_sql(shape::<B>(&mut *tx).await?);
         let orders = B::fetch(&mut *tx, &sql, &[Arg::Id(sku.0)])
             .await?
             .iter()
@@ -451,4 +435,14 @@ impl<B: Backend> OrderStore for Store<B> {
     async fn ping(&self) -> Result<(), StoreError> {
         self.read("SELECT 1", &[]).await.map(|_| ())
     }
+}
+
+/// A sale's orders (bound: its sku) in the order they were taken: by bucket and seq once the
+/// database is contracted to one row per purchase (`one_row`), else by id.
+fn sale_orders_sql(one_row: bool) -> String {
+    let by = if one_row { "bucket, seq" } else { "id" };
+    format!(
+        "SELECT {} FROM orders WHERE sku_id = ? ORDER BY {by}",
+        sql::ORDER_COLUMNS
+    )
 }

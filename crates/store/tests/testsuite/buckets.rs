@@ -6,13 +6,15 @@
 
 use flashsale_core::buckets::bucket_epoch;
 use flashsale_core::{
-    BucketRow, Counters, Event, OrderStore, PurchaseRequest, RequestId, Sale, SaleBook, SaleMode,
-    SaleState, SkuId, StoreError, TransferApplied, TransferEvent, TransferSide, UserId,
+    BucketRow, Counters, Event, OrderStore, Sale, SaleBook, SaleMode, SaleState, SkuId, StoreError,
+    TransferApplied, TransferEvent, TransferSide,
 };
 use flashsale_store::SqliteStore;
+use flashsale_testkit::bucketed::direct_counters as counters;
+
+use crate::common::{request, NOW};
 
 const SKU: SkuId = SkuId(44);
-const NOW: i64 = 1_700_000_000_000;
 /// Buckets of the sale, and its stock: 10 a bucket.
 const BUCKETS: u16 = 3;
 const TOTAL: u64 = 30;
@@ -29,17 +31,8 @@ backends!(
 
 fn sale(sku: SkuId, buckets: u16) -> Sale {
     Sale {
-        sku_id: sku,
-        name: "buckets".into(),
-        total_stock: TOTAL,
-        per_user_limit: 5,
-        mode: SaleMode::Direct,
-        payment_timeout_ms: 60_000,
-        starts_at_ms: 0,
-        ends_at_ms: NOW * 2,
-        state: SaleState::Scheduled,
         buckets,
-        admission: Default::default(),
+        ..crate::common::sale(sku, TOTAL, 5, SaleMode::Direct)
     }
 }
 
@@ -70,24 +63,9 @@ fn book_of(bucket: u16, stock: u64) -> SaleBook {
 /// The events of purchases of `quantity` by `users` in `book`.
 fn buy(book: &mut SaleBook, users: std::ops::Range<u64>, quantity: u32) -> Vec<Event> {
     users
-        .map(|u| PurchaseRequest {
-            sku_id: SKU,
-            user_id: UserId(u),
-            request_id: RequestId::parse(&format!("r{u}")).unwrap(),
-            quantity,
-        })
+        .map(|u| request(SKU, u, &format!("r{u}"), quantity))
         .filter_map(|r| book.purchase(&r, NOW).1)
         .collect()
-}
-
-fn counters(total: u64, available: u64, sold: u64, seq: u64) -> Counters {
-    Counters {
-        total,
-        available,
-        reserved: 0,
-        sold,
-        seq,
-    }
 }
 
 /// The sale's bucket rows, each with the time of its epoch when it has one, then shown with

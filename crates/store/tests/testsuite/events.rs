@@ -5,13 +5,11 @@
 //! once per transition.
 
 use flashsale_core::events::{CloudEvent, EventLog, NoticeKind, StreamKey};
-use flashsale_core::{
-    Event, OrderStore, PurchaseRequest, ReconcileRun, RequestId, Sale, SaleBook, SaleMode,
-    SaleState, SkuId, UserId,
-};
+use flashsale_core::{Event, OrderStore, ReconcileRun, SaleBook, SaleMode, SkuId, UserId};
+
+use crate::common::{live_sale, request, NOW};
 
 const SKU: SkuId = SkuId(77);
-const NOW: i64 = 1_700_000_000_000;
 
 backends!(
     the_log_reads_a_stream_in_seq_order_after_a_position,
@@ -24,31 +22,10 @@ backends!(
 
 /// A live reserve sale with `n` orders bought and the first paid, applied.
 async fn stored<S: OrderStore + EventLog>(store: &S, n: u64) {
-    let sale = Sale {
-        sku_id: SKU,
-        name: "events".into(),
-        total_stock: 100,
-        per_user_limit: 1,
-        mode: SaleMode::Reserve,
-        payment_timeout_ms: 60_000,
-        starts_at_ms: 0,
-        ends_at_ms: NOW * 2,
-        state: SaleState::Live,
-        buckets: 1,
-        admission: Default::default(),
-    };
-    store.create_sale(&sale).await.unwrap();
-    assert_eq!(store.take_epoch(SKU, 0).await.unwrap(), Some(1));
-    let mut book = SaleBook::new(sale.clone(), sale.fresh_counters(), 1);
+    let mut book = live_book(store, 100, SaleMode::Reserve).await;
     let mut events = Vec::new();
     for u in 1..=n {
-        let r = PurchaseRequest {
-            sku_id: SKU,
-            user_id: UserId(u),
-            request_id: RequestId::parse(&format!("r{u}")).unwrap(),
-            quantity: 1,
-        };
-        events.extend(book.purchase(&r, NOW).1);
+        events.extend(book.purchase(&request(SKU, u, &format!("r{u}"), 1), NOW).1);
     }
     let first = events[0].order_no;
     events.extend(book.pay(&first, UserId(1), NOW).unwrap().1);
@@ -59,6 +36,23 @@ const STREAM: StreamKey = StreamKey {
     sku: SKU,
     bucket: 0,
 };
+
+/// Moves the nats sink's position on `stream` from `from` to `to` (compare and set): whether it
+/// moved.
+async fn advance<S: EventLog>(store: &S, stream: StreamKey, from: u64, to: u64) -> bool {
+    store
+        .advance_position("nats", stream, from, to, NOW)
+        .await
+        .unwrap()
+}
+
+/// `holder` takes (or renews) `sink`'s lease for a second at `now_ms`: whether it holds it.
+async fn lease<S: EventLog>(store: &S, sink: &str, holder: &str, now_ms: i64) -> bool {
+    store
+        .take_sink_lease(sink, holder, now_ms, 1_000)
+        .await
+        .unwrap()
+}
 
 async fn the_log_reads_a_stream_in_seq_order_after_a_position<S: OrderStore + EventLog>(store: &S) {
     assert!(store.event_streams().await.unwrap().is_empty());
@@ -79,79 +73,34 @@ async fn the_log_reads_a_stream_in_seq_order_after_a_position<S: OrderStore + Ev
 async fn positions_move_only_from_what_was_read<S: OrderStore + EventLog>(store: &S) {
     stored(store, 5).await;
     assert!(store.positions("nats").await.unwrap().is_empty());
-    assert!(store
-        .advance_position("nats", STREAM, 0, 3, NOW)
-        .await
-        .unwrap());
+    assert!(advance(store, STREAM, 0, 3).await);
     // A relay that read 0 too (a lapsed lease) cannot move it back.
-    assert!(!store
-        .advance_position("nats", STREAM, 0, 2, NOW)
-        .await
-        .unwrap());
-    assert!(store
-        .advance_position("nats", STREAM, 3, 6, NOW)
-        .await
-        .unwrap());
+    assert!(!advance(store, STREAM, 0, 2).await);
+    assert!(advance(store, STREAM, 3, 6).await);
     assert_eq!(store.positions("nats").await.unwrap(), vec![(STREAM, 6)]);
     // Per sink: the webhook's position is its own.
     assert!(store.positions("webhook").await.unwrap().is_empty());
     // An operator sets it back: the next compare and set starts from there.
     store.set_position("nats", STREAM, 2, NOW).await.unwrap();
-    assert!(!store
-        .advance_position("nats", STREAM, 6, 6, NOW)
-        .await
-        .unwrap());
+    assert!(!advance(store, STREAM, 6, 6).await);
     assert_eq!(store.positions("nats").await.unwrap(), vec![(STREAM, 2)]);
 }
 
 async fn one_holder_has_a_sink_lease_until_it_lapses<S: OrderStore + EventLog>(store: &S) {
-    assert!(store
-        .take_sink_lease("nats", "a", NOW, 1_000)
-        .await
-        .unwrap());
-    assert!(!store
-        .take_sink_lease("nats", "b", NOW + 500, 1_000)
-        .await
-        .unwrap());
-    assert!(
-        store
-            .take_sink_lease("nats", "a", NOW + 900, 1_000)
-            .await
-            .unwrap(),
-        "renewed"
-    );
-    assert!(!store
-        .take_sink_lease("nats", "b", NOW + 1_500, 1_000)
-        .await
-        .unwrap());
-    assert!(
-        store
-            .take_sink_lease("nats", "b", NOW + 2_000, 1_000)
-            .await
-            .unwrap(),
-        "lapsed"
-    );
+    assert!(lease(store, "nats", "a", NOW).await);
+    assert!(!lease(store, "nats", "b", NOW + 500).await);
+    assert!(lease(store, "nats", "a", NOW + 900).await, "renewed");
+    assert!(!lease(store, "nats", "b", NOW + 1_500).await);
+    assert!(lease(store, "nats", "b", NOW + 2_000).await, "lapsed");
     // Per sink: another sink's lease is free.
-    assert!(store
-        .take_sink_lease("webhook", "a", NOW, 1_000)
-        .await
-        .unwrap());
+    assert!(lease(store, "webhook", "a", NOW).await);
     store.release_sink_lease("nats", "a").await.unwrap();
     assert!(
-        !store
-            .take_sink_lease("nats", "a", NOW + 2_100, 1_000)
-            .await
-            .unwrap(),
+        !lease(store, "nats", "a", NOW + 2_100).await,
         "not a's to give up"
     );
     store.release_sink_lease("nats", "b").await.unwrap();
-    assert!(
-        store
-            .take_sink_lease("nats", "a", NOW + 2_100, 1_000)
-            .await
-            .unwrap(),
-        "given up"
-    );
+    assert!(lease(store, "nats", "a", NOW + 2_100).await, "given up");
     let rows = store.sinks().await.unwrap();
     let nats = rows.iter().find(|r| r.sink == "nats").unwrap();
     assert_eq!(
@@ -199,32 +148,15 @@ async fn failures_count_until_a_success_and_pause_holds<S: OrderStore + EventLog
 }
 
 /// A live sale of `total` units in `mode`, its epoch taken, and its book.
-async fn live_sale<S: OrderStore>(store: &S, total: u64, mode: SaleMode) -> SaleBook {
-    let sale = Sale {
-        sku_id: SKU,
-        name: "notices".into(),
-        total_stock: total,
-        per_user_limit: 1,
-        mode,
-        payment_timeout_ms: 60_000,
-        starts_at_ms: 0,
-        ends_at_ms: NOW * 2,
-        state: SaleState::Live,
-        buckets: 1,
-        admission: Default::default(),
-    };
+async fn live_book<S: OrderStore>(store: &S, total: u64, mode: SaleMode) -> SaleBook {
+    let sale = live_sale(SKU, total, 1, mode);
     store.create_sale(&sale).await.unwrap();
     assert_eq!(store.take_epoch(SKU, 0).await.unwrap(), Some(1));
     SaleBook::new(sale.clone(), sale.fresh_counters(), 1)
 }
 
 fn buy(book: &mut SaleBook, user: u64) -> Vec<Event> {
-    let r = PurchaseRequest {
-        sku_id: SKU,
-        user_id: UserId(user),
-        request_id: RequestId::parse(&format!("r{user}")).unwrap(),
-        quantity: 1,
-    };
+    let r = request(SKU, user, &format!("r{user}"), 1);
     book.purchase(&r, NOW + user as i64).1.into_iter().collect()
 }
 
@@ -236,7 +168,7 @@ async fn notices_of<S: EventLog>(store: &S) -> Vec<CloudEvent> {
 async fn the_batch_that_sells_the_last_unit_stores_one_sold_out_notice<S: OrderStore + EventLog>(
     store: &S,
 ) {
-    let mut book = live_sale(store, 3, SaleMode::Reserve).await;
+    let mut book = live_book(store, 3, SaleMode::Reserve).await;
     let mut holds = Vec::new();
     for u in 1..=3 {
         holds.extend(buy(&mut book, u));
@@ -291,7 +223,7 @@ fn run(id_hint: &str, lost: &[&str]) -> ReconcileRun {
 async fn a_loss_reported_twice_is_one_notice_with_its_own_position<S: OrderStore + EventLog>(
     store: &S,
 ) {
-    let mut book = live_sale(store, 10, SaleMode::Direct).await;
+    let mut book = live_book(store, 10, SaleMode::Direct).await;
     store.apply_events(SKU, &buy(&mut book, 1)).await.unwrap();
     let a = format!("{}-1-90", SKU.0);
     let b = format!("{}-1-91", SKU.0);
@@ -324,18 +256,9 @@ async fn a_loss_reported_twice_is_one_notice_with_its_own_position<S: OrderStore
     assert_eq!(store.logged_notices(SKU, 1, 100).await.unwrap().len(), 1);
     // The notice stream's position is per sink, beside the order stream's.
     let notices_stream = StreamKey::notices(SKU);
-    assert!(store
-        .advance_position("nats", notices_stream, 0, 1, NOW)
-        .await
-        .unwrap());
-    assert!(!store
-        .advance_position("nats", notices_stream, 0, 2, NOW)
-        .await
-        .unwrap());
-    assert!(store
-        .advance_position("nats", STREAM, 0, 1, NOW)
-        .await
-        .unwrap());
+    assert!(advance(store, notices_stream, 0, 1).await);
+    assert!(!advance(store, notices_stream, 0, 2).await);
+    assert!(advance(store, STREAM, 0, 1).await);
     let mut positions = store.positions("nats").await.unwrap();
     positions.sort();
     assert_eq!(positions, vec![(STREAM, 1), (notices_stream, 1)]);

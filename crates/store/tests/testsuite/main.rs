@@ -10,26 +10,20 @@ macro_rules! backends {
         mod $name {
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
             async fn mysql() {
-                let db = flashsale_testkit::mariadb::TestDatabase::create().await;
-                let store = flashsale_store::MySqlStore::connect(&db.url).await.expect("connect");
+                let (_db, store) = crate::common::mysql().await;
                 super::$name(&store).await;
             }
 
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
             async fn postgres() {
-                let db = flashsale_testkit::postgres::TestDatabase::create().await;
-                let store = flashsale_store::PgStore::connect(&db.url).await.expect("connect");
+                let (_db, store) = crate::common::postgres().await;
                 super::$name(&store).await;
                 store.close().await;
             }
 
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
             async fn sqlite() {
-                let dir = tempfile::tempdir().expect("temp dir");
-                let path = dir.path().join("nested/dir/flashsale.db");
-                let store = flashsale_store::SqliteStore::open(path.to_str().unwrap())
-                    .await
-                    .expect("open");
+                let (_dir, store) = crate::common::sqlite("nested/dir/flashsale.db").await;
                 super::$name(&store).await;
             }
 
@@ -37,16 +31,14 @@ macro_rules! backends {
             mod one_row {
                 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
                 async fn mysql() {
-                    let db = flashsale_testkit::mariadb::TestDatabase::create().await;
-                    let store = flashsale_store::MySqlStore::connect(&db.url).await.expect("connect");
+                    let (_db, store) = crate::common::mysql().await;
                     store.contract_one_row().await.expect("contract");
                     super::super::$name(&store).await;
                 }
 
                 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
                 async fn postgres() {
-                    let db = flashsale_testkit::postgres::TestDatabase::create().await;
-                    let store = flashsale_store::PgStore::connect(&db.url).await.expect("connect");
+                    let (_db, store) = crate::common::postgres().await;
                     store.contract_one_row().await.expect("contract");
                     super::super::$name(&store).await;
                     store.close().await;
@@ -54,11 +46,7 @@ macro_rules! backends {
 
                 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
                 async fn sqlite() {
-                    let dir = tempfile::tempdir().expect("temp dir");
-                    let path = dir.path().join("flashsale.db");
-                    let store = flashsale_store::SqliteStore::open(path.to_str().unwrap())
-                        .await
-                        .expect("open");
+                    let (_dir, store) = crate::common::sqlite("flashsale.db").await;
                     store.contract_one_row().await.expect("contract");
                     super::super::$name(&store).await;
                 }
@@ -68,6 +56,7 @@ macro_rules! backends {
 }
 
 mod buckets;
+mod common;
 mod events;
 mod one_row;
 mod schema_compat;

@@ -5,13 +5,11 @@
 //! is still a duplicate, and an order is found by its number.
 
 use flashsale_core::events::{EventLog, StreamKey};
-use flashsale_core::{
-    Event, OrderStore, PurchaseRequest, RequestId, Sale, SaleBook, SaleMode, SaleState, SkuId,
-    UserId,
-};
+use flashsale_core::{Event, OrderStore, SaleBook, SaleMode, SkuId};
+
+use crate::common::{live_sale, request, NOW};
 
 const SKU: SkuId = SkuId(16);
-const NOW: i64 = 1_700_000_000_000;
 
 /// `exec` (runs a statement) and `count` (reads one integer) over a backend's pool.
 macro_rules! raw_statements {
@@ -46,16 +44,14 @@ macro_rules! one_row_backends {
 
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
             async fn mysql() {
-                let db = flashsale_testkit::mariadb::TestDatabase::create().await;
-                let store = flashsale_store::MySqlStore::connect(&db.url).await.expect("connect");
+                let (_db, store) = crate::common::mysql().await;
                 let (exec, count) = raw_statements!(store.writer().clone());
                 super::$name(&store, exec, count, || store.contract_one_row()).await;
             }
 
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
             async fn postgres() {
-                let db = flashsale_testkit::postgres::TestDatabase::create().await;
-                let store = flashsale_store::PgStore::connect(&db.url).await.expect("connect");
+                let (_db, store) = crate::common::postgres().await;
                 let (exec, count) = raw_statements!(store.writer().clone());
                 super::$name(&store, exec, count, || store.contract_one_row()).await;
                 store.close().await;
@@ -63,11 +59,7 @@ macro_rules! one_row_backends {
 
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
             async fn sqlite() {
-                let dir = tempfile::tempdir().expect("temp dir");
-                let path = dir.path().join("flashsale.db");
-                let store = flashsale_store::SqliteStore::open(path.to_str().unwrap())
-                    .await
-                    .expect("open");
+                let (_dir, store) = crate::common::sqlite("flashsale.db").await;
                 let (exec, count) = raw_statements!(store.writer().clone());
                 super::$name(&store, exec, count, || store.contract_one_row()).await;
             }
@@ -77,32 +69,11 @@ macro_rules! one_row_backends {
 
 one_row_backends!(the_contract_keeps_the_log_and_a_purchase_writes_one_row);
 
-fn sale() -> Sale {
-    Sale {
-        sku_id: SKU,
-        name: "one row".into(),
-        total_stock: 100,
-        per_user_limit: 1,
-        mode: SaleMode::Reserve,
-        payment_timeout_ms: 60_000,
-        starts_at_ms: 0,
-        ends_at_ms: NOW * 2,
-        state: SaleState::Live,
-        buckets: 1,
-        admission: Default::default(),
-    }
-}
-
 /// Purchases of users `users` on the book (and the first one paid when `pay`).
 fn purchases(book: &mut SaleBook, users: std::ops::Range<u64>, pay: bool) -> Vec<Event> {
     let mut events = Vec::new();
     for u in users {
-        let r = PurchaseRequest {
-            sku_id: SKU,
-            user_id: UserId(u),
-            request_id: RequestId::parse(&format!("r{u}")).unwrap(),
-            quantity: 1,
-        };
+        let r = request(SKU, u, &format!("r{u}"), 1);
         events.extend(book.purchase(&r, NOW + u as i64).1);
     }
     if pay {
@@ -132,7 +103,7 @@ async fn the_contract_keeps_the_log_and_a_purchase_writes_one_row<S, E, EF, C, C
         Output = Result<flashsale_store::ContractReport, flashsale_core::StoreError>,
     >,
 {
-    let sale = sale();
+    let sale = live_sale(SKU, 100, 1, SaleMode::Reserve);
     store.create_sale(&sale).await.unwrap();
     assert_eq!(store.take_epoch(SKU, 0).await.unwrap(), Some(1));
     let mut book = SaleBook::new(sale.clone(), sale.fresh_counters(), 1);

@@ -4,37 +4,19 @@
 //! second order), as it always did.
 
 use flashsale_core::{
-    Event, OrderStatus, OrderStore, PurchaseRequest, RequestId, Sale, SaleBook, SaleMode,
-    SaleState, SkuId, UserId,
+    Event, OrderStatus, OrderStore, PurchaseRequest, Sale, SaleBook, SaleMode, SkuId,
 };
-use flashsale_store::{MySqlStore, PgStore};
+
+use crate::common::{live_sale, request, NOW};
 
 const SKU: SkuId = SkuId(43);
-const NOW: i64 = 1_700_000_000_000;
 
 fn sale() -> Sale {
-    Sale {
-        sku_id: SKU,
-        name: "short".into(),
-        total_stock: 10,
-        per_user_limit: 5,
-        mode: SaleMode::Direct,
-        payment_timeout_ms: 60_000,
-        starts_at_ms: 0,
-        ends_at_ms: NOW * 2,
-        state: SaleState::Live,
-        buckets: 1,
-        admission: Default::default(),
-    }
+    live_sale(SKU, 10, 5, SaleMode::Direct)
 }
 
 fn req(user: u64, rid: &str) -> PurchaseRequest {
-    PurchaseRequest {
-        sku_id: SKU,
-        user_id: UserId(user),
-        request_id: RequestId::parse(rid).unwrap(),
-        quantity: 1,
-    }
+    request(SKU, user, rid, 1)
 }
 
 fn buy(book: &mut SaleBook, reqs: &[PurchaseRequest]) -> Vec<Event> {
@@ -45,15 +27,13 @@ fn buy(book: &mut SaleBook, reqs: &[PurchaseRequest]) -> Vec<Event> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn mysql_a_repeated_request_key_falls_back_to_the_guard() {
-    let db = flashsale_testkit::mariadb::TestDatabase::create().await;
-    let store = MySqlStore::connect(&db.url).await.expect("connect");
+    let (_db, store) = crate::common::mysql().await;
     a_repeated_request_key_falls_back_to_the_guard(&store).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn postgres_a_repeated_request_key_falls_back_to_the_guard() {
-    let db = flashsale_testkit::postgres::TestDatabase::create().await;
-    let store = PgStore::connect(&db.url).await.expect("connect");
+    let (_db, store) = crate::common::postgres().await;
     a_repeated_request_key_falls_back_to_the_guard(&store).await;
     store.close().await;
 }

@@ -6,14 +6,14 @@
 use flashsale_core::invariants::check_sale;
 use flashsale_core::{
     DeadLetter, Event, HotOrder, OrderNo, OrderStatus, OrderStore, PurchaseOutcome,
-    PurchaseRequest, RequestId, Sale, SaleBook, SaleMode, SaleState, SkuId, StoreError, StoredSale,
-    UserId,
+    PurchaseRequest, Sale, SaleBook, SaleMode, SaleState, SkuId, StoreError, StoredSale, UserId,
 };
 use flashsale_store::{MySqlStore, PgStore, SqliteStore, Store};
 use flashsale_testkit::mariadb::TestDatabase;
 
+use crate::common::{request, NOW};
+
 const SKU: SkuId = SkuId(42);
-const NOW: i64 = 1_700_000_000_000;
 
 backends!(
     sale_lifecycle,
@@ -30,21 +30,12 @@ backends!(
     the_epoch_fence_keeps_refused_events_apart,
 );
 
+/// One bucket: these bodies run one book over the sale's row (a bucketed sale's events are
+/// its buckets', see the buckets module).
 fn sale(total: u64, limit: u32, mode: SaleMode) -> Sale {
     Sale {
-        sku_id: SKU,
         name: "Flash ✓".into(),
-        total_stock: total,
-        per_user_limit: limit,
-        mode,
-        payment_timeout_ms: 60_000,
-        starts_at_ms: 0,
-        ends_at_ms: NOW * 2,
-        state: SaleState::Scheduled,
-        // One bucket: these bodies run one book over the sale's row (a bucketed sale's
-        // events are its buckets', see the buckets module).
-        buckets: 1,
-        admission: Default::default(),
+        ..crate::common::sale(SKU, total, limit, mode)
     }
 }
 
@@ -65,12 +56,7 @@ fn book(sale: &Sale) -> SaleBook {
 }
 
 fn req(user: u64, rid: &str, q: u32) -> PurchaseRequest {
-    PurchaseRequest {
-        sku_id: SKU,
-        user_id: UserId(user),
-        request_id: RequestId::parse(rid).unwrap(),
-        quantity: q,
-    }
+    request(SKU, user, rid, q)
 }
 
 /// Runs purchases through the book; returns the events of the accepted ones.

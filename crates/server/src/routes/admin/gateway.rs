@@ -5,16 +5,14 @@ use std::net::IpAddr;
 
 use axum::extract::State;
 use axum::Json;
-use flashsale_core::{ErrorCode, SaleState, SkuId, UserId};
+use flashsale_core::{ErrorCode, SaleState, SkuId};
 use serde::Serialize;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
 use crate::auth::Admin;
 use crate::error::AppError;
-use crate::routes::{
-    gateway_store_error, gateway_write, stored_sale, user_id, AdminOn, Answer, UserOn,
-};
+use crate::routes::{gateway_stored, gateway_write, stored_sale, user_id, AdminOn, Answer, UserOn};
 use crate::state::AppState;
 
 /// Routes to nest under `/api/v1`, with their OpenAPI.
@@ -57,13 +55,7 @@ pub struct PurchaseTokenView {
 #[utoipa::path(get, path = "/admin/blacklist", tag = "admin", operation_id = "list_blacklist", security(("bearer" = [])),
     responses((status = 200, description = "blocked users and addresses", body = BlacklistView)))]
 pub async fn list(State(st): State<AppState>, _: Admin) -> Result<Json<BlacklistView>, AppError> {
-    let s = st
-        .gateway
-        .blacklist
-        .store
-        .load()
-        .await
-        .map_err(gateway_store_error)?;
+    let s = gateway_stored(&st).await?;
     let mut users: Vec<u64> = s.users.into_iter().collect();
     users.sort_unstable();
     let mut ips: Vec<String> = s.ips.into_iter().map(|i| i.to_string()).collect();
@@ -80,7 +72,14 @@ fn ip(p: String) -> Result<IpAddr, AppError> {
         .map_err(|_| AppError::invalid("not an IP address"))
 }
 
-async fn set_user(st: &AppState, user: UserId, on: bool) -> Result<Json<BlacklistEntry>, AppError> {
+flag_routes!(
+    "/admin/blacklist/users/{user_id}", ("user_id" = u64, Path, minimum = 1), u64 => BlacklistEntry, set_user,
+    put block_user = "block_user" ("blocked"),
+    delete unblock_user = "unblock_user" ("unblocked"),
+);
+
+async fn set_user(st: &AppState, p: u64, on: bool) -> Result<Json<BlacklistEntry>, AppError> {
+    let user = user_id(p)?;
     gateway_write(st, st.gateway.blacklist.store.set_user(user, on)).await?;
     Ok(Json(BlacklistEntry {
         kind: "user".into(),
@@ -89,7 +88,14 @@ async fn set_user(st: &AppState, user: UserId, on: bool) -> Result<Json<Blacklis
     }))
 }
 
-async fn set_ip(st: &AppState, ip: IpAddr, on: bool) -> Result<Json<BlacklistEntry>, AppError> {
+flag_routes!(
+    "/admin/blacklist/ips/{ip}", ("ip" = String, Path), String => BlacklistEntry, set_ip,
+    put block_ip = "block_ip" ("blocked"),
+    delete unblock_ip = "unblock_ip" ("unblocked"),
+);
+
+async fn set_ip(st: &AppState, p: String, on: bool) -> Result<Json<BlacklistEntry>, AppError> {
+    let ip = ip(p)?;
     gateway_write(st, st.gateway.blacklist.store.set_ip(ip, on)).await?;
     Ok(Json(BlacklistEntry {
         kind: "ip".into(),
@@ -98,29 +104,11 @@ async fn set_ip(st: &AppState, ip: IpAddr, on: bool) -> Result<Json<BlacklistEnt
     }))
 }
 
-#[utoipa::path(put, path = "/admin/blacklist/users/{user_id}", tag = "admin", operation_id = "block_user", security(("bearer" = [])),
-    params(("user_id" = u64, Path, minimum = 1)), responses((status = 200, description = "blocked", body = BlacklistEntry)))]
-pub async fn block_user(AdminOn { st, p, .. }: AdminOn<u64>) -> Answer<BlacklistEntry> {
-    set_user(&st, user_id(p)?, true).await
-}
-
-#[utoipa::path(delete, path = "/admin/blacklist/users/{user_id}", tag = "admin", operation_id = "unblock_user", security(("bearer" = [])),
-    params(("user_id" = u64, Path, minimum = 1)), responses((status = 200, description = "unblocked", body = BlacklistEntry)))]
-pub async fn unblock_user(AdminOn { st, p, .. }: AdminOn<u64>) -> Answer<BlacklistEntry> {
-    set_user(&st, user_id(p)?, false).await
-}
-
-#[utoipa::path(put, path = "/admin/blacklist/ips/{ip}", tag = "admin", operation_id = "block_ip", security(("bearer" = [])),
-    params(("ip" = String, Path)), responses((status = 200, description = "blocked", body = BlacklistEntry)))]
-pub async fn block_ip(AdminOn { st, p, .. }: AdminOn<String>) -> Answer<BlacklistEntry> {
-    set_ip(&st, ip(p)?, true).await
-}
-
-#[utoipa::path(delete, path = "/admin/blacklist/ips/{ip}", tag = "admin", operation_id = "unblock_ip", security(("bearer" = [])),
-    params(("ip" = String, Path)), responses((status = 200, description = "unblocked", body = BlacklistEntry)))]
-pub async fn unblock_ip(AdminOn { st, p, .. }: AdminOn<String>) -> Answer<BlacklistEntry> {
-    set_ip(&st, ip(p)?, false).await
-}
+flag_routes!(
+    "/admin/sales/{sku_id}/purchase-token", ("sku_id" = u64, Path, minimum = 0), u64 => TokenSaleView, set_token_sale,
+    put require_token = "require_token" ("purchases now need a token"),
+    delete drop_token = "drop_token" ("purchases need no token"),
+);
 
 async fn set_token_sale(st: &AppState, p: u64, on: bool) -> Result<Json<TokenSaleView>, AppError> {
     let sku = SkuId(p);
@@ -130,18 +118,6 @@ async fn set_token_sale(st: &AppState, p: u64, on: bool) -> Result<Json<TokenSal
         sku_id: sku.0,
         purchase_token: on,
     }))
-}
-
-#[utoipa::path(put, path = "/admin/sales/{sku_id}/purchase-token", tag = "admin", operation_id = "require_token", security(("bearer" = [])),
-    params(("sku_id" = u64, Path, minimum = 0)), responses((status = 200, description = "purchases now need a token", body = TokenSaleView)))]
-pub async fn require_token(AdminOn { st, p, .. }: AdminOn<u64>) -> Answer<TokenSaleView> {
-    set_token_sale(&st, p, true).await
-}
-
-#[utoipa::path(delete, path = "/admin/sales/{sku_id}/purchase-token", tag = "admin", operation_id = "drop_token", security(("bearer" = [])),
-    params(("sku_id" = u64, Path, minimum = 0)), responses((status = 200, description = "purchases need no token", body = TokenSaleView)))]
-pub async fn drop_token(AdminOn { st, p, .. }: AdminOn<u64>) -> Answer<TokenSaleView> {
-    set_token_sale(&st, p, false).await
 }
 
 // A purchase token, only while the sale is live (state and window).

@@ -14,7 +14,7 @@ use crate::error::AppError;
 use crate::gateway::blacklist;
 use crate::risk::Fallback;
 use crate::routes::{
-    gateway_store_error, gateway_write, stored_sale, user_id, AdminOn, Answer, ApiJson, ApiPath,
+    gateway_stored, gateway_write, stored_sale, user_id, AdminOn, Answer, ApiJson, ApiPath,
 };
 use crate::state::AppState;
 
@@ -66,13 +66,7 @@ pub struct SaleFallbackBody {
 #[utoipa::path(get, path = "/admin/risk", tag = "admin", operation_id = "risk_view", security(("bearer" = [])),
     responses((status = 200, description = "the risk check of this instance, the allowlist and the sales' own fallback rules", body = RiskView)))]
 pub async fn view(State(st): State<AppState>, _: Admin) -> Result<Json<RiskView>, AppError> {
-    let s = st
-        .gateway
-        .blacklist
-        .store
-        .load()
-        .await
-        .map_err(gateway_store_error)?;
+    let s = gateway_stored(&st).await?;
     let mut allowlist: Vec<u64> = s.risk_allow.into_iter().collect();
     allowlist.sort_unstable();
     let mut sales: Vec<SaleFallbackView> = blacklist::risk_fallbacks(&s.risk_fallback)
@@ -96,6 +90,12 @@ pub async fn view(State(st): State<AppState>, _: Admin) -> Result<Json<RiskView>
     }))
 }
 
+flag_routes!(
+    "/admin/risk/allowlist/users/{user_id}", ("user_id" = u64, Path, minimum = 1), u64 => AllowlistEntry, set_allowed,
+    put allow_user = "risk_allow_user" ("on the allowlist"),
+    delete disallow_user = "risk_disallow_user" ("off the allowlist"),
+);
+
 async fn set_allowed(st: &AppState, p: u64, on: bool) -> Result<Json<AllowlistEntry>, AppError> {
     let user = user_id(p)?;
     gateway_write(st, st.gateway.blacklist.store.set_risk_allowed(user, on)).await?;
@@ -103,18 +103,6 @@ async fn set_allowed(st: &AppState, p: u64, on: bool) -> Result<Json<AllowlistEn
         user_id: user.0,
         allowlisted: on,
     }))
-}
-
-#[utoipa::path(put, path = "/admin/risk/allowlist/users/{user_id}", tag = "admin", operation_id = "risk_allow_user", security(("bearer" = [])),
-    params(("user_id" = u64, Path, minimum = 1)), responses((status = 200, description = "on the allowlist", body = AllowlistEntry)))]
-pub async fn allow_user(AdminOn { st, p, .. }: AdminOn<u64>) -> Answer<AllowlistEntry> {
-    set_allowed(&st, p, true).await
-}
-
-#[utoipa::path(delete, path = "/admin/risk/allowlist/users/{user_id}", tag = "admin", operation_id = "risk_disallow_user", security(("bearer" = [])),
-    params(("user_id" = u64, Path, minimum = 1)), responses((status = 200, description = "off the allowlist", body = AllowlistEntry)))]
-pub async fn disallow_user(AdminOn { st, p, .. }: AdminOn<u64>) -> Answer<AllowlistEntry> {
-    set_allowed(&st, p, false).await
 }
 
 async fn set_fallback(
