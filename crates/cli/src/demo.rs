@@ -132,12 +132,7 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<()> {
     );
     if args.admission != DemoAdmission::Open {
         let admin = &config.admin_token;
-        let run = match args.admission {
-            DemoAdmission::Queue => {
-                crate::demo_admission::queue(&base, admin, &auth, sku, &args).await
-            }
-            _ => crate::demo_admission::draw(&base, admin, &auth, sku, &args).await,
-        };
+        let run = crate::demo_admission::run(&base, admin, &auth, sku, &args).await;
         server.shutdown().await?;
         return run;
     }

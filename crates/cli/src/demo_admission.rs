@@ -22,7 +22,7 @@ use rand::Rng;
 use serde_json::{json, Value};
 use tokio::sync::Semaphore;
 
-use crate::demo::DemoArgs;
+use crate::demo::{DemoAdmission, DemoArgs};
 
 /// The time between the queue's (or window's) opening and the start (or draw): 3 s, plus
 /// 3 ms per buyer so that every buyer meant to join before the start gets its join through
@@ -86,8 +86,22 @@ async fn sleep_until_ms(at: i64) {
     }
 }
 
-/// The queue demo: creates the sale, runs every buyer, prints the report.
-pub async fn queue(
+/// The demo's sale on the server, and when its queue or entry window opened.
+struct Demo<'a> {
+    client: Client,
+    admin: &'a str,
+    auth: &'a Auth,
+    args: &'a DemoArgs,
+    opens: i64,
+    /// From the opening to the start (a queue) or the draw.
+    lead: i64,
+    /// Bounds the buyers' requests in flight (`--concurrency`).
+    gate: Arc<Semaphore>,
+}
+
+/// The queue or the draw demo (`args.admission`) on sale `sku`: creates the sale, runs every
+/// buyer, prints the report.
+pub async fn run(
     base: &str,
     admin: &str,
     auth: &Auth,
@@ -96,17 +110,41 @@ pub async fn queue(
 ) -> anyhow::Result<()> {
     let opens = now_ms();
     let lead = lead_ms(args.users);
-    let starts = opens + lead;
-    let body = json!({"sku_id": sku, "name": "demo drop", "total_stock": args.stock,
-        "per_user_limit": 1, "admission": "queue", "admission_opens_at_ms": opens,
-        "starts_at_ms": starts});
+    let queued = args.admission == DemoAdmission::Queue;
+    let body = match queued {
+        true => json!({"sku_id": sku, "name": "demo drop", "total_stock": args.stock,
+            "per_user_limit": 1, "admission": "queue", "admission_opens_at_ms": opens,
+            "starts_at_ms": opens + lead}),
+        false => json!({"sku_id": sku, "name": "demo draw", "total_stock": args.stock,
+            "per_user_limit": 1, "mode": "reserve", "payment_timeout_ms": args.hold_ms,
+            "admission": "draw", "admission_opens_at_ms": opens, "starts_at_ms": opens,
+            "draw_at_ms": opens + lead}),
+    };
     flashsale_bench::harness::setup::create_and_warm(base, admin, &body).await?;
     let client = Client {
         http: reqwest::Client::new(),
         base: base.to_owned(),
         sku,
     };
-    let gate = Arc::new(Semaphore::new(args.concurrency));
+    let demo = Demo {
+        client,
+        admin,
+        auth,
+        args,
+        opens,
+        lead,
+        gate: Arc::new(Semaphore::new(args.concurrency)),
+    };
+    match queued {
+        true => queue(&demo).await,
+        false => draw(&demo).await,
+    }
+}
+
+/// The queue demo: every buyer joins, polls and buys with its pass; the report.
+async fn queue(demo: &Demo<'_>) -> anyhow::Result<()> {
+    let (client, admin, auth, args) = (&demo.client, demo.admin, demo.auth, demo.args);
+    let (opens, lead, starts) = (demo.opens, demo.lead, demo.opens + demo.lead);
     let started = Instant::now();
     let tasks: Vec<_> = (1..=args.users)
         .map(|u| {
@@ -116,7 +154,7 @@ pub async fn queue(
                 1 => opens + rand::rng().random_range(0..lead / 2),
                 _ => starts + rand::rng().random_range(0..1_000),
             };
-            let (client, gate) = (client.clone(), gate.clone());
+            let (client, gate) = (client.clone(), demo.gate.clone());
             let token = auth.sign(UserId(u), 3_600);
             tokio::spawn(async move { queue_buyer(client, gate, token, group, at).await })
         })
@@ -205,30 +243,12 @@ fn print_queue(fates: &[Fate], args: &DemoArgs, took: Duration) {
 }
 
 /// The draw demo: entries, the draw, its check, payments, cancellations and the waitlist.
-pub async fn draw(
-    base: &str,
-    admin: &str,
-    auth: &Auth,
-    sku: u64,
-    args: &DemoArgs,
-) -> anyhow::Result<()> {
-    let opens = now_ms();
-    let lead = lead_ms(args.users);
-    let draw_at = opens + lead;
-    let body = json!({"sku_id": sku, "name": "demo draw", "total_stock": args.stock,
-        "per_user_limit": 1, "mode": "reserve", "payment_timeout_ms": args.hold_ms,
-        "admission": "draw", "admission_opens_at_ms": opens, "starts_at_ms": opens,
-        "draw_at_ms": draw_at});
-    flashsale_bench::harness::setup::create_and_warm(base, admin, &body).await?;
-    let client = Client {
-        http: reqwest::Client::new(),
-        base: base.to_owned(),
-        sku,
-    };
-    let gate = Arc::new(Semaphore::new(args.concurrency));
+async fn draw(demo: &Demo<'_>) -> anyhow::Result<()> {
+    let (client, admin, auth, args) = (&demo.client, demo.admin, demo.auth, demo.args);
+    let (opens, lead, draw_at) = (demo.opens, demo.lead, demo.opens + demo.lead);
     let entries: Vec<_> = (1..=args.users)
         .map(|u| {
-            let (client, gate) = (client.clone(), gate.clone());
+            let (client, gate) = (client.clone(), demo.gate.clone());
             let token = auth.sign(UserId(u), 3_600);
             let at = opens + rand::rng().random_range(0..lead / 2);
             tokio::spawn(async move {
@@ -246,7 +266,7 @@ pub async fn draw(
         e.await??;
     }
     sleep_until_ms(draw_at).await;
-    let drawn = published_draw(&client, admin).await?;
+    let drawn = published_draw(client, admin).await?;
     let winners = verify(&drawn)?;
     println!(
         "\ndraw of {} entries for {} units: seed {} (SHA-256 {} published when entries opened)",
@@ -259,14 +279,14 @@ pub async fn draw(
         "  {} winners recomputed from the seed: they match the published list",
         winners.len()
     );
-    let (paid, cancelled) = resolve_winners(&client, auth, &winners, args).await?;
+    let (paid, cancelled) = resolve_winners(client, auth, &winners, args).await?;
     // Reading the draw walks the waitlist: the cancelled units go to the next entries. The
     // sale's counters are the instance cache's (up to a second old): read them once that
     // second has passed, until they settle.
     tokio::time::sleep(Duration::from_millis(1_100)).await;
     let deadline = Instant::now() + Duration::from_secs(10);
     let (after, sale) = loop {
-        let after = published_draw(&client, admin).await?;
+        let after = published_draw(client, admin).await?;
         let (_, sale, _) = client.call("GET", "", admin, None).await?;
         let exhausted = after["waitlist_position"].as_u64() == Some(args.users);
         if sale["available"] == 0 || exhausted || Instant::now() > deadline {

@@ -376,6 +376,15 @@ pub struct GroupJoin {
     pub len_max: u64,
 }
 
+/// Where a draw takes entries: its window `[opens_at_ms, closes_at_ms)` by the book's clock,
+/// and the most entries it takes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct EntryWindow {
+    pub opens_at_ms: i64,
+    pub closes_at_ms: i64,
+    pub len_max: u64,
+}
+
 /// Where a sale's admission state lives: in the sale's Redis slot (the Redis ledger) or in the
 /// database (the embedded ledger). Every change is atomic; times are the book's own clock
 /// (Redis `TIME`; the embedded ledger's single process), so instances' clocks order nothing.
@@ -384,28 +393,20 @@ pub trait AdmissionBook: Send + Sync {
     /// Commits `seed` for the sale unless one is committed; answers the committed one.
     async fn commit_seed(&self, sku: SkuId, seed: &Seed) -> Result<Seed, StoreError>;
     async fn seed(&self, sku: SkuId) -> Result<Option<Seed>, StoreError>;
-    /// Joins the queue once: a second join answers the first ticket. `None`: the queue holds
-    /// `len_max` buyers. The seed must be committed first.
-    async fn join(
-        &self,
-        sku: SkuId,
-        user: UserId,
-        starts_at_ms: i64,
-        len_max: u64,
-    ) -> Result<Option<Ticket>, StoreError>;
-    /// Joins of one sale, in order, each answered as [`AdmissionBook::join`] answers one (a
-    /// user earlier in the group keeps its ticket). A book that can write them at once does:
-    /// one commit, or one script call, for the group.
+    /// Joins of one sale, in order: each joins the queue once (a second join, also later in
+    /// the group, answers the first ticket); `None`: the queue holds `len_max` buyers. The
+    /// seed must be committed first. A book writes the group at once: one commit, or one
+    /// script call.
     async fn join_group(
         &self,
         sku: SkuId,
         joins: &[GroupJoin],
-    ) -> Result<Vec<Option<Ticket>>, StoreError> {
-        let mut answers = Vec::with_capacity(joins.len());
-        for j in joins {
-            answers.push(self.join(sku, j.user, j.starts_at_ms, j.len_max).await?);
-        }
-        Ok(answers)
+    ) -> Result<Vec<Option<Ticket>>, StoreError>;
+    /// One join: a group of one.
+    async fn join(&self, sku: SkuId, join: GroupJoin) -> Result<Option<Ticket>, StoreError> {
+        let answers = self.join_group(sku, &[join]).await?;
+        let why = || StoreError::Internal("a join without an answer".into());
+        answers.into_iter().next().ok_or_else(why)
     }
     async fn ticket(&self, sku: SkuId, user: UserId) -> Result<Option<Ticket>, StoreError>;
     /// Closes the pre-queue once the book's clock reaches `starts_at_ms`; answers its final
@@ -421,14 +422,8 @@ pub trait AdmissionBook: Send + Sync {
     async fn admitted_at(&self, sku: SkuId, place: u64) -> Result<(Option<i64>, i64), StoreError>;
     /// Records that the admitted user at `place` bought (once).
     async fn mark_bought(&self, sku: SkuId, user: UserId, place: u64) -> Result<(), StoreError>;
-    /// Takes a draw entry within `[opens_at_ms, closes_at_ms)`, one per user.
-    async fn enter(
-        &self,
-        sku: SkuId,
-        entry: Entry,
-        window: (i64, i64),
-        len_max: u64,
-    ) -> Result<Entered, StoreError>;
+    /// Takes a draw entry within its window, one per user.
+    async fn enter(&self, sku: SkuId, e: Entry, w: EntryWindow) -> Result<Entered, StoreError>;
     async fn entries(&self, sku: SkuId) -> Result<Vec<Entry>, StoreError>;
     async fn entry(&self, sku: SkuId, user: UserId) -> Result<Option<Entry>, StoreError>;
     /// How far down the waitlist the reservations have gone.

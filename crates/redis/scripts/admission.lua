@@ -40,37 +40,56 @@ if not redis.call('HGET', KEYS[1], 'seed') then
   return redis.error_reply('NO_SEED no admission seed committed')
 end
 
--- One join of `user` (its decimal text): the first join's ticket, or a new one, or 'FULL'.
-local function join(user, starts, len_max, now)
-  local had = redis.call('HGET', KEYS[2], user)
-  if had then return had end
-  if field('prequeue') + field('after') >= len_max then return 'FULL' end
-  local pre = field('sealed') ~= 1 and now < starts
-  local t
-  if pre then
-    t = 'p:' .. redis.call('HINCRBY', KEYS[1], 'prequeue', 1)
-    redis.call('RPUSH', KEYS[3], user)
-  else
-    t = 'a:' .. redis.call('HINCRBY', KEYS[1], 'after', 1)
+-- Calls `cmd key` with the list's items from `from` on as its further arguments, at most
+-- `step` at a time (Lua's stack bounds one call's arguments). Answers the calls' answers.
+local function each_slice(cmd, key, list, from, step)
+  local answers = {}
+  for i = from, #list, step do
+    answers[#answers + 1] = redis.call(cmd, key, unpack(list, i, math.min(i + step - 1, #list)))
   end
-  redis.call('HSET', KEYS[2], user, t)
-  return t
+  return answers
 end
 
--- join <user> <starts_at_ms> <len_max>: answers 'p:<n>' | 'a:<n>' (the first join's), or 'FULL'.
-if op == 'join' then
-  int(2)
-  return join(ARGV[2], int(3), int(4), now_ms())
-end
-
--- join_many <starts_at_ms> <len_max> <user>...: each user's answer as `join` gives it, in
--- order (a user twice in the list keeps the first ticket); one clock reading for the group.
+-- join_many <starts_at_ms> <len_max> <user>...: each user's answer, in order: its first
+-- join's ticket ('p:<n>' | 'a:<n>'), also for a user twice in the list, a new one, or 'FULL'.
+-- One clock reading, one read of the tickets and one write per key for the group.
 if op == 'join_many' then
   local starts, len_max, now = int(2), int(3), now_ms()
-  local out = {}
+  local had = {}
+  for i = 4, #ARGV do int(i) end
+  local k = 4
+  for _, got in ipairs(each_slice('HMGET', KEYS[2], ARGV, 4, 1000)) do
+    for _, t in ipairs(got) do
+      had[ARGV[k]] = had[ARGV[k]] or t
+      k = k + 1
+    end
+  end
+  local prequeue, after = field('prequeue'), field('after')
+  local pre = field('sealed') ~= 1 and now < starts
+  local out, fresh, pushed = {}, {}, {}
   for i = 4, #ARGV do
-    int(i)
-    out[#out + 1] = join(ARGV[i], starts, len_max, now)
+    local user, t = ARGV[i], had[ARGV[i]]
+    if not t and prequeue + after >= len_max then
+      t = 'FULL'
+    elseif not t then
+      if pre then
+        prequeue = prequeue + 1
+        t = 'p:' .. prequeue
+        pushed[#pushed + 1] = user
+      else
+        after = after + 1
+        t = 'a:' .. after
+      end
+      had[user] = t
+      fresh[#fresh + 1] = user
+      fresh[#fresh + 1] = t
+    end
+    out[#out + 1] = t
+  end
+  if #fresh > 0 then
+    each_slice('HSET', KEYS[2], fresh, 1, 2000)
+    each_slice('RPUSH', KEYS[3], pushed, 1, 1000)
+    redis.call('HSET', KEYS[1], 'prequeue', prequeue, 'after', after)
   end
   return out
 end

@@ -4,7 +4,8 @@
 
 use async_trait::async_trait;
 use flashsale_core::admission::{
-    hex, seed_from_hex, AdmissionBook, Entered, Entry, GroupJoin, QueueCounts, Seed, Ticket,
+    hex, seed_from_hex, AdmissionBook, Entered, Entry, EntryWindow, GroupJoin, QueueCounts, Seed,
+    Ticket,
 };
 use flashsale_core::{LedgerError, SkuId, StoreError, UserId};
 use redis::{FromRedisValue, Script, Value};
@@ -19,6 +20,8 @@ use crate::scripts::ADMISSION;
 const BOOK_CALL: std::time::Duration = std::time::Duration::from_secs(5);
 /// Bound on reading a whole pre-queue or entry list.
 const BULK_CALL: std::time::Duration = std::time::Duration::from_secs(30);
+/// Items per read of a whole list.
+const PAGE: usize = 10_000;
 
 /// The admission book of the sales a Redis ledger holds.
 #[derive(Clone)]
@@ -84,12 +87,6 @@ impl RedisAdmission {
         self.cmd_within(BOOK_CALL, cmd).await
     }
 
-    /// A read of a whole list (the pre-queue, the entries): up to a million items, read once
-    /// per sale and instance, so it gets more time than a hot-path call.
-    async fn bulk<T: FromRedisValue>(&self, cmd: redis::Cmd) -> Result<T, StoreError> {
-        self.cmd_within(BULK_CALL, cmd).await
-    }
-
     async fn cmd_within<T: FromRedisValue>(
         &self,
         limit: std::time::Duration,
@@ -99,6 +96,33 @@ impl RedisAdmission {
         bounded(limit, cmd.query_async(&mut conn))
             .await
             .map_err(store_error)
+    }
+
+    /// A whole list of user ids (the pre-queue, the entries; up to a million, read once per
+    /// sale and instance, when it no longer grows) in pages: one answer of a million items
+    /// would outlast the connection's response timeout, and hold Redis's one thread while
+    /// it is written.
+    async fn whole_list(&self, key: String) -> Result<Vec<u64>, StoreError> {
+        let read = async {
+            let mut all: Vec<u64> = Vec::new();
+            loop {
+                let from = all.len();
+                let cmd = redis::cmd("LRANGE")
+                    .arg(&key)
+                    .arg(from)
+                    .arg(from + PAGE - 1)
+                    .clone();
+                let page: Vec<u64> = self.cmd(cmd).await?;
+                let last = page.len() < PAGE;
+                all.extend(page);
+                if last {
+                    return Ok(all);
+                }
+            }
+        };
+        tokio::time::timeout(BULK_CALL, read).await.map_err(|_| {
+            StoreError::Unavailable(format!("reading {key} took over {BULK_CALL:?}"))
+        })?
     }
 
     fn key(&self, sku: SkuId, i: usize) -> String {
@@ -119,42 +143,28 @@ impl AdmissionBook for RedisAdmission {
         Ok(text.as_deref().and_then(seed_from_hex))
     }
 
-    async fn join(
-        &self,
-        sku: SkuId,
-        user: UserId,
-        starts_at_ms: i64,
-        len_max: u64,
-    ) -> Result<Option<Ticket>, StoreError> {
-        let args = [user.0, starts_at_ms.max(0) as u64, len_max].map(|v| v.to_string());
-        let text: String = self.call(sku, "join", &args).await?;
-        joined(&text)
-    }
-
-    /// One script call for the group (the joins of one sale share its start and bound).
+    /// One script call per run of joins that share a start and a bound (all of a group, but
+    /// for a sale changed while its joins queued).
     async fn join_group(
         &self,
         sku: SkuId,
         joins: &[GroupJoin],
     ) -> Result<Vec<Option<Ticket>>, StoreError> {
-        let Some(first) = joins.first() else {
-            return Ok(Vec::new());
+        let alike = |a: &GroupJoin, b: &GroupJoin| {
+            (a.starts_at_ms, a.len_max) == (b.starts_at_ms, b.len_max)
         };
-        let alike =
-            |j: &GroupJoin| (j.starts_at_ms, j.len_max) == (first.starts_at_ms, first.len_max);
-        if !joins.iter().all(alike) {
-            let mut answers = Vec::with_capacity(joins.len());
-            for j in joins {
-                answers.push(self.join(sku, j.user, j.starts_at_ms, j.len_max).await?);
+        let mut answers = Vec::with_capacity(joins.len());
+        for run in joins.chunk_by(alike) {
+            let mut args = Vec::with_capacity(run.len() + 2);
+            args.push(run[0].starts_at_ms.max(0).to_string());
+            args.push(run[0].len_max.to_string());
+            args.extend(run.iter().map(|j| j.user.0.to_string()));
+            let texts: Vec<String> = self.call(sku, "join_many", &args).await?;
+            for t in &texts {
+                answers.push(joined(t)?);
             }
-            return Ok(answers);
         }
-        let mut args = Vec::with_capacity(joins.len() + 2);
-        args.push(first.starts_at_ms.max(0).to_string());
-        args.push(first.len_max.to_string());
-        args.extend(joins.iter().map(|j| j.user.0.to_string()));
-        let texts: Vec<String> = self.call(sku, "join_many", &args).await?;
-        texts.iter().map(|t| joined(t)).collect()
+        Ok(answers)
     }
 
     async fn ticket(&self, sku: SkuId, user: UserId) -> Result<Option<Ticket>, StoreError> {
@@ -170,12 +180,7 @@ impl AdmissionBook for RedisAdmission {
     }
 
     async fn prequeue(&self, sku: SkuId) -> Result<Vec<UserId>, StoreError> {
-        let cmd = redis::cmd("LRANGE")
-            .arg(self.key(sku, 2))
-            .arg(0)
-            .arg(-1)
-            .clone();
-        let users: Vec<u64> = self.bulk(cmd).await?;
+        let users = self.whole_list(self.key(sku, 2)).await?;
         Ok(users.into_iter().map(UserId).collect())
     }
 
@@ -217,46 +222,34 @@ impl AdmissionBook for RedisAdmission {
         Ok(())
     }
 
-    async fn enter(
-        &self,
-        sku: SkuId,
-        entry: Entry,
-        window: (i64, i64),
-        len_max: u64,
-    ) -> Result<Entered, StoreError> {
+    async fn enter(&self, sku: SkuId, e: Entry, w: EntryWindow) -> Result<Entered, StoreError> {
         let args = [
-            entry.user_id.0,
-            u64::from(entry.quantity),
-            window.0.max(0) as u64,
-            window.1.max(0) as u64,
-            len_max,
+            e.user_id.0,
+            u64::from(e.quantity),
+            w.opens_at_ms.max(0) as u64,
+            w.closes_at_ms.max(0) as u64,
+            w.len_max,
         ]
         .map(|v| v.to_string());
         let v: Value = self.call(sku, "enter", &args).await?;
-        entered(entry.user_id, v)
+        entered(e.user_id, v)
     }
 
     async fn entries(&self, sku: SkuId) -> Result<Vec<Entry>, StoreError> {
-        let cmd = redis::cmd("LRANGE")
-            .arg(self.key(sku, 7))
-            .arg(0)
-            .arg(-1)
-            .clone();
-        let users: Vec<u64> = self.bulk(cmd).await?;
-        let cmd = redis::cmd("HGETALL").arg(self.key(sku, 6)).clone();
-        let quantities: std::collections::HashMap<u64, u32> = self.bulk(cmd).await?;
-        users
-            .into_iter()
-            .map(|u| {
-                let quantity = *quantities
-                    .get(&u)
-                    .ok_or_else(|| StoreError::Internal(format!("entry of user {u}")))?;
-                Ok(Entry {
+        let users = self.whole_list(self.key(sku, 7)).await?;
+        let mut entries = Vec::with_capacity(users.len());
+        for page in users.chunks(PAGE) {
+            let cmd = redis::cmd("HMGET").arg(self.key(sku, 6)).arg(page).clone();
+            let quantities: Vec<Option<u32>> = self.cmd(cmd).await?;
+            for (&u, q) in page.iter().zip(quantities) {
+                let q = q.ok_or_else(|| StoreError::Internal(format!("entry of user {u}")))?;
+                entries.push(Entry {
                     user_id: UserId(u),
-                    quantity,
-                })
-            })
-            .collect()
+                    quantity: q,
+                });
+            }
+        }
+        Ok(entries)
     }
 
     async fn entry(&self, sku: SkuId, user: UserId) -> Result<Option<Entry>, StoreError> {

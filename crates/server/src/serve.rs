@@ -18,7 +18,7 @@ use crate::gateway::BlacklistStore;
 use crate::state::AppState;
 use crate::tunables::Tunables;
 use flashsale_core::admission::AdmissionBook;
-use flashsale_engine::admission::grouped::GroupedBook;
+use flashsale_engine::admission::grouped::{GroupedBook, GROUP_MAX, REDIS_GROUP_MAX};
 use flashsale_engine::backends::Background;
 use flashsale_engine::runner::Runner;
 use flashsale_engine::settings::Settings;
@@ -69,15 +69,16 @@ impl Backends {
                         redis_url,
                         flashsale_redis::conn::Timeouts::HOT,
                     );
+                    let book = flashsale_redis::admission::RedisAdmission::new(conn, keys);
                     (
                         Arc::new(RedisBlacklist::connect(redis_url, &l.redis_prefix)),
-                        Arc::new(flashsale_redis::admission::RedisAdmission::new(conn, keys)),
+                        Arc::new(GroupedBook::new(Arc::new(book), REDIS_GROUP_MAX)),
                     )
                 }
-                // Joins of a spike share commits (one synced transaction per group).
+                // Joins of a spike share writes: one transaction, or one script call, per group.
                 (None, Some(sqlite)) => (
                     Arc::new(SqliteBlacklist::new(sqlite.clone())),
-                    Arc::new(GroupedBook::new(sqlite)),
+                    Arc::new(GroupedBook::new(sqlite, GROUP_MAX)),
                 ),
                 (None, None) => bail!("the embedded ledger needs its SQLite database"),
             };

@@ -1,13 +1,22 @@
 //! A sale's admission state in the database (`admission_*` tables): the book of a sale whose
 //! hot ledger is the embedded one. Each change is one write transaction; the clock is this
 //! process's (the embedded ledger runs in one process, so one clock orders every join).
+//!
+//! Joins and draw entries (one per buyer: a spike's writes) commit unsynced
+//! ([`Backend::UNSYNCED`]): a crash of the process keeps them, a power loss may drop the last
+//! ones until the next synced commit. Everything computed from them is: sealing a pre-queue
+//! or a draw's entries, a wave, a seed are synced commits, and so is every purchase.
 
 use async_trait::async_trait;
 use flashsale_core::admission::{
-    hex, seed_from_hex, AdmissionBook, Entered, Entry, GroupJoin, QueueCounts, Seed, Ticket,
+    hex, seed_from_hex, AdmissionBook, Entered, Entry, EntryWindow, GroupJoin, QueueCounts, Seed,
+    Ticket,
 };
 use flashsale_core::clock::now_ms;
 use flashsale_core::{SkuId, StoreError, UserId};
+
+use sqlx::pool::PoolConnection;
+use sqlx::{Connection as _, Pool, Transaction};
 
 use crate::backend::{Arg, Backend, Columns as _};
 use crate::rows::db_error;
@@ -61,10 +70,7 @@ fn entry_of<R: crate::backend::Columns>(row: &R) -> Result<Entry, StoreError> {
 
 impl<B: Backend> Store<B> {
     /// The sale's state row, locked in `tx` where the database locks rows.
-    async fn locked_state(
-        tx: &mut sqlx::Transaction<'static, B>,
-        sku: SkuId,
-    ) -> Result<State, StoreError> {
+    async fn locked_state(tx: &mut Transaction<'_, B>, sku: SkuId) -> Result<State, StoreError> {
         let sql = format!(
             "SELECT {STATE_COLUMNS} FROM admission_state WHERE sku_id = ?{}",
             B::DIALECT.lock_row
@@ -88,6 +94,55 @@ impl<B: Backend> Store<B> {
     }
 }
 
+/// The writer connection with its commits unsynced ([`Backend::UNSYNCED`]), for the writes
+/// each buyer makes (joins, entries). Synced again before it goes back to the pool; closed
+/// instead (the pool opens a synced one) when that fails or the caller went away first, so
+/// no other write ever commits unsynced.
+struct Unsynced<B: Backend> {
+    conn: PoolConnection<B>,
+    synced: bool,
+}
+
+impl<B: Backend> Unsynced<B> {
+    async fn acquire(pool: &Pool<B>) -> Result<Unsynced<B>, StoreError> {
+        let conn = pool.acquire().await.map_err(db_error)?;
+        let mut this = Unsynced { conn, synced: true };
+        if let Some((unsync, _)) = B::UNSYNCED {
+            this.synced = false;
+            B::run(&mut this.conn, unsync, &[]).await?;
+        }
+        Ok(this)
+    }
+
+    async fn begin(&mut self) -> Result<Transaction<'_, B>, StoreError> {
+        match B::BEGIN_WRITE {
+            Some(statement) => self.conn.begin_with(statement).await,
+            None => self.conn.begin().await,
+        }
+        .map_err(db_error)
+    }
+
+    /// Syncs the connection's commits again (its last commit is already taken: a failure
+    /// here only closes the connection).
+    async fn release(mut self) {
+        let Some((_, sync)) = B::UNSYNCED else {
+            return;
+        };
+        match B::run(&mut self.conn, sync, &[]).await {
+            Ok(_) => self.synced = true,
+            Err(e) => tracing::warn!(error = %e, "admission writer not synced again: closed"),
+        }
+    }
+}
+
+impl<B: Backend> Drop for Unsynced<B> {
+    fn drop(&mut self) {
+        if !self.synced {
+            self.conn.close_on_drop();
+        }
+    }
+}
+
 /// Users per `IN (…)` list and rows per multi-row insert: well inside every database's
 /// bound on bound parameters.
 const IN_LIST_MAX: usize = 500;
@@ -104,7 +159,8 @@ impl<B: Backend> Store<B> {
         joins: &[GroupJoin],
     ) -> Result<Vec<Option<Ticket>>, StoreError> {
         let now = now_ms();
-        let mut tx = self.begin_write().await?;
+        let mut conn = Unsynced::acquire(&self.writer).await?;
+        let mut tx = conn.begin().await?;
         let mut state = Self::locked_state(&mut tx, sku).await?;
         let users: Vec<UserId> = joins.iter().map(|j| j.user).collect();
         let mut known = Self::tickets_in(&mut tx, sku, &users).await?;
@@ -141,12 +197,13 @@ impl<B: Backend> Store<B> {
             B::run(&mut *tx, sql, &args).await?;
         }
         tx.commit().await.map_err(db_error)?;
+        conn.release().await;
         Ok(answers)
     }
 
     /// The tickets of those of `users` already in the queue.
     async fn tickets_in(
-        tx: &mut sqlx::Transaction<'static, B>,
+        tx: &mut Transaction<'_, B>,
         sku: SkuId,
         users: &[UserId],
     ) -> Result<std::collections::HashMap<UserId, Ticket>, StoreError> {
@@ -166,7 +223,7 @@ impl<B: Backend> Store<B> {
     }
 
     async fn insert_joins(
-        tx: &mut sqlx::Transaction<'static, B>,
+        tx: &mut Transaction<'_, B>,
         sku: SkuId,
         fresh: &[(UserId, Ticket)],
     ) -> Result<(), StoreError> {
@@ -181,6 +238,48 @@ impl<B: Backend> Store<B> {
             B::run(&mut **tx, &sql, &args).await?;
         }
         Ok(())
+    }
+}
+
+impl<B: Backend> Store<B> {
+    /// One draw entry in `tx` (once per user: a second answers the first), by this
+    /// process's clock.
+    async fn enter_in(
+        tx: &mut Transaction<'_, B>,
+        sku: SkuId,
+        entry: Entry,
+        window: EntryWindow,
+    ) -> Result<Entered, StoreError> {
+        let now = now_ms();
+        let state = Self::locked_state(tx, sku).await?;
+        let sql = "SELECT user_id, quantity FROM admission_entries \
+                   WHERE sku_id = ? AND user_id = ?";
+        let args = [Arg::Id(sku.0), Arg::Id(entry.user_id.0)];
+        if let Some(row) = B::fetch(&mut **tx, sql, &args).await?.first() {
+            return entry_of(row).map(Entered::Already);
+        }
+        if now < window.opens_at_ms {
+            return Ok(Entered::NotOpen);
+        }
+        if now >= window.closes_at_ms {
+            return Ok(Entered::Closed);
+        }
+        if state.entries >= window.len_max {
+            return Ok(Entered::Full);
+        }
+        let n = state.entries + 1;
+        let sql = "INSERT INTO admission_entries (sku_id, user_id, quantity, n) \
+                   VALUES (?, ?, ?, ?)";
+        let args = [
+            Arg::Id(sku.0),
+            Arg::Id(entry.user_id.0),
+            Arg::Small(entry.quantity),
+            Arg::Id(n),
+        ];
+        B::run(&mut **tx, sql, &args).await?;
+        let sql = "UPDATE admission_state SET entries = ? WHERE sku_id = ?";
+        B::run(&mut **tx, sql, &[Arg::Id(n), Arg::Id(sku.0)]).await?;
+        Ok(Entered::New(n))
     }
 }
 
@@ -204,37 +303,6 @@ impl<B: Backend> AdmissionBook for Store<B> {
         let text = row.text("seed")?;
         let seed = seed_from_hex(text.trim()).ok_or_else(|| no_seed(sku))?;
         Ok(Some(seed))
-    }
-
-    async fn join(
-        &self,
-        sku: SkuId,
-        user: UserId,
-        starts_at_ms: i64,
-        len_max: u64,
-    ) -> Result<Option<Ticket>, StoreError> {
-        let mut tx = self.begin_write().await?;
-        let state = Self::locked_state(&mut tx, sku).await?;
-        let sql = "SELECT pre, n FROM admission_joins WHERE sku_id = ? AND user_id = ?";
-        let rows = B::fetch(&mut *tx, sql, &[Arg::Id(sku.0), Arg::Id(user.0)]).await?;
-        if let Some(row) = rows.first() {
-            return ticket_of(row).map(Some);
-        }
-        if state.prequeue + state.joined_after >= len_max {
-            return Ok(None);
-        }
-        let pre = !state.sealed && now_ms() < starts_at_ms;
-        let (n, column) = match pre {
-            true => (state.prequeue + 1, "prequeue"),
-            false => (state.joined_after + 1, "joined_after"),
-        };
-        let sql = "INSERT INTO admission_joins (sku_id, user_id, pre, n) VALUES (?, ?, ?, ?)";
-        let args = [Arg::Id(sku.0), Arg::Id(user.0), Arg::Flag(pre), Arg::Id(n)];
-        B::run(&mut *tx, sql, &args).await?;
-        let sql = format!("UPDATE admission_state SET {column} = ? WHERE sku_id = ?");
-        B::run(&mut *tx, &sql, &[Arg::Id(n), Arg::Id(sku.0)]).await?;
-        tx.commit().await.map_err(db_error)?;
-        Ok(Some(Ticket { pre, n }))
     }
 
     async fn join_group(
@@ -331,45 +399,13 @@ impl<B: Backend> AdmissionBook for Store<B> {
         tx.commit().await.map_err(db_error)
     }
 
-    async fn enter(
-        &self,
-        sku: SkuId,
-        entry: Entry,
-        window: (i64, i64),
-        len_max: u64,
-    ) -> Result<Entered, StoreError> {
-        let now = now_ms();
-        let mut tx = self.begin_write().await?;
-        let state = Self::locked_state(&mut tx, sku).await?;
-        let sql = "SELECT user_id, quantity FROM admission_entries \
-                   WHERE sku_id = ? AND user_id = ?";
-        let args = [Arg::Id(sku.0), Arg::Id(entry.user_id.0)];
-        if let Some(row) = B::fetch(&mut *tx, sql, &args).await?.first() {
-            return entry_of(row).map(Entered::Already);
-        }
-        if now < window.0 {
-            return Ok(Entered::NotOpen);
-        }
-        if now >= window.1 {
-            return Ok(Entered::Closed);
-        }
-        if state.entries >= len_max {
-            return Ok(Entered::Full);
-        }
-        let n = state.entries + 1;
-        let sql = "INSERT INTO admission_entries (sku_id, user_id, quantity, n) \
-                   VALUES (?, ?, ?, ?)";
-        let args = [
-            Arg::Id(sku.0),
-            Arg::Id(entry.user_id.0),
-            Arg::Small(entry.quantity),
-            Arg::Id(n),
-        ];
-        B::run(&mut *tx, sql, &args).await?;
-        let sql = "UPDATE admission_state SET entries = ? WHERE sku_id = ?";
-        B::run(&mut *tx, sql, &[Arg::Id(n), Arg::Id(sku.0)]).await?;
+    async fn enter(&self, sku: SkuId, e: Entry, w: EntryWindow) -> Result<Entered, StoreError> {
+        let mut conn = Unsynced::acquire(&self.writer).await?;
+        let mut tx = conn.begin().await?;
+        let entered = Self::enter_in(&mut tx, sku, e, w).await?;
         tx.commit().await.map_err(db_error)?;
-        Ok(Entered::New(n))
+        conn.release().await;
+        Ok(entered)
     }
 
     async fn entries(&self, sku: SkuId) -> Result<Vec<Entry>, StoreError> {

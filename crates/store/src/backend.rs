@@ -56,6 +56,10 @@ pub trait Backend: sqlx::Database {
     const DIALECT: &'static Dialect;
     /// What begins a write transaction (`None`: the driver's `BEGIN`).
     const BEGIN_WRITE: Option<&'static str> = None;
+    /// The statements that leave a write connection's commits unsynced (written to the
+    /// operating system, not yet forced to the disk) and that sync them again; `None` where
+    /// the database has no such setting of its own per connection.
+    const UNSYNCED: Option<(&'static str, &'static str)> = None;
     /// What begins a read transaction that sees one snapshot (`None`: the driver's `BEGIN`).
     const BEGIN_SNAPSHOT: Option<&'static str> = None;
     /// Whether `apply_events` first tries the short way for a spike's batch (a row-locking

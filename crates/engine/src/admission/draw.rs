@@ -7,7 +7,7 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use flashsale_core::admission::{self, commitment, Entered, Entry, Seed};
+use flashsale_core::admission::{self, commitment, Entered, Entry, EntryWindow, Seed};
 use flashsale_core::limits::BATCH_LEN_MAX;
 use flashsale_core::{
     AdmissionMode, ErrorCode, HotOrder, Ledger, LedgerError, OrderStatus, PurchaseOutcome,
@@ -98,16 +98,13 @@ impl Admission {
             user_id: user,
             quantity,
         };
-        let window = (
-            sale.admission.admission_opens_at_ms,
-            sale.admission.draw_at_ms,
-        );
+        let window = EntryWindow {
+            opens_at_ms: sale.admission.admission_opens_at_ms,
+            closes_at_ms: sale.admission.draw_at_ms,
+            len_max: self.config.entries_max,
+        };
         let refuse = |code, why: &str| Err(AdmissionError::refused(code, why));
-        match self
-            .book
-            .enter(sale.sku_id, entry, window, self.config.entries_max)
-            .await?
-        {
+        match self.book.enter(sale.sku_id, entry, window).await? {
             Entered::New(_) => Ok((entry, true)),
             Entered::Already(first) => Ok((first, false)),
             Entered::NotOpen => refuse(ErrorCode::NotStarted, "entries are not open yet"),

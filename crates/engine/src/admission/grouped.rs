@@ -2,8 +2,9 @@
 //!
 //! Each join on its own is one write: a synced commit on the embedded ledger's database, a
 //! script call on Redis. Here the joins that arrive while a group is written queue up, and
-//! the next write takes them all (up to [`GROUP_MAX`]) at once ([`AdmissionBook::join_group`]:
-//! one transaction, one script call), as the ledgers group purchases. No task of its own:
+//! the next write takes them all (up to a bound: [`GROUP_MAX`], [`REDIS_GROUP_MAX`]) at once
+//! ([`AdmissionBook::join_group`]: one transaction, one script call), as the ledgers group
+//! purchases. No task of its own:
 //! the first waiting caller writes the group (in a spawned task, so a caller that goes away
 //! mid-write cancels nobody's join) while the others wait for its answer. Every other call
 //! goes straight to the book.
@@ -12,13 +13,17 @@ use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
 use flashsale_core::admission::{
-    AdmissionBook, Entered, Entry, GroupJoin, QueueCounts, Seed, Ticket,
+    AdmissionBook, Entered, Entry, EntryWindow, GroupJoin, QueueCounts, Seed, Ticket,
 };
 use flashsale_core::{SkuId, StoreError, UserId};
 use tokio::sync::oneshot;
 
-/// Most joins one write takes (the rest go in the next).
+/// Most joins one write takes on a database (the rest go in the next): one transaction,
+/// whose commit is the group's cost.
 pub const GROUP_MAX: usize = 2_048;
+/// Most joins one script call takes on Redis: a call runs alone on Redis's one thread, so a
+/// group's length is what a purchase may wait behind (256 joins: about a millisecond).
+pub const REDIS_GROUP_MAX: usize = 256;
 
 type Answer = Result<Option<Ticket>, StoreError>;
 
@@ -34,37 +39,59 @@ pub struct GroupedBook {
     pending: Arc<Mutex<Vec<Pending>>>,
     /// Held by the caller writing a group.
     turn: tokio::sync::Mutex<()>,
+    /// Most joins one write takes.
+    group_max: usize,
 }
 
 impl GroupedBook {
-    pub fn new(book: Arc<dyn AdmissionBook>) -> Self {
+    /// Joins of `book` taken up to `group_max` at a time ([`GROUP_MAX`] for a database,
+    /// [`REDIS_GROUP_MAX`] for Redis).
+    pub fn new(book: Arc<dyn AdmissionBook>, group_max: usize) -> Self {
         GroupedBook {
             book,
             pending: Arc::default(),
             turn: tokio::sync::Mutex::new(()),
+            group_max: group_max.max(1),
         }
     }
 
     /// Writes queued groups until `rx` is answered: a join is answered by the group that
     /// took it, and groups take the queue from its front, so each caller's own join is taken
-    /// by it or by a caller ahead of it.
+    /// by it or by a caller ahead of it. A caller waits for its answer and for the turn at
+    /// once, so the callers a group answered return together, not one turn after another.
     async fn wait(&self, mut rx: oneshot::Receiver<Answer>) -> Answer {
         loop {
-            let _turn = self.turn.lock().await;
-            match rx.try_recv() {
-                Ok(answer) => return answer,
-                Err(oneshot::error::TryRecvError::Closed) => return Err(lost()),
-                Err(oneshot::error::TryRecvError::Empty) => {}
+            let _turn = tokio::select! {
+                biased;
+                answer = &mut rx => return answer.unwrap_or_else(|_| Err(lost())),
+                turn = self.turn.lock() => turn,
+            };
+            if let Some(answer) = answered(&mut rx) {
+                return answer;
             }
             let group: Vec<Pending> = {
                 let mut pending = self.pending.lock().expect("pending joins");
-                let n = pending.len().min(GROUP_MAX);
+                let n = pending.len().min(self.group_max);
                 pending.drain(..n).collect()
             };
             if tokio::spawn(write(self.book.clone(), group)).await.is_err() {
                 return Err(lost());
             }
+            // Most often the group just written took this caller's join: answer now rather
+            // than after every caller queued for the turn meanwhile.
+            if let Some(answer) = answered(&mut rx) {
+                return answer;
+            }
         }
+    }
+}
+
+/// The join's answer if it came (an error if its group was dropped unanswered).
+fn answered(rx: &mut oneshot::Receiver<Answer>) -> Option<Answer> {
+    match rx.try_recv() {
+        Ok(answer) => Some(answer),
+        Err(oneshot::error::TryRecvError::Closed) => Some(Err(lost())),
+        Err(oneshot::error::TryRecvError::Empty) => None,
     }
 }
 
@@ -115,30 +142,26 @@ impl AdmissionBook for GroupedBook {
         self.book.seed(sku).await
     }
 
-    async fn join(
-        &self,
-        sku: SkuId,
-        user: UserId,
-        starts_at_ms: i64,
-        len_max: u64,
-    ) -> Result<Option<Ticket>, StoreError> {
-        let (answer, rx) = oneshot::channel();
-        let join = GroupJoin {
-            user,
-            starts_at_ms,
-            len_max,
-        };
-        let pending = Pending { sku, join, answer };
-        self.pending.lock().expect("pending joins").push(pending);
-        self.wait(rx).await
-    }
-
+    /// Queues the joins for the next group write and waits for their answers.
     async fn join_group(
         &self,
         sku: SkuId,
         joins: &[GroupJoin],
     ) -> Result<Vec<Option<Ticket>>, StoreError> {
-        self.book.join_group(sku, joins).await
+        let waiting: Vec<oneshot::Receiver<Answer>> = {
+            let mut pending = self.pending.lock().expect("pending joins");
+            let queue = |&join: &GroupJoin| {
+                let (answer, rx) = oneshot::channel();
+                pending.push(Pending { sku, join, answer });
+                rx
+            };
+            joins.iter().map(queue).collect()
+        };
+        let mut answers = Vec::with_capacity(waiting.len());
+        for rx in waiting {
+            answers.push(self.wait(rx).await?);
+        }
+        Ok(answers)
     }
 
     async fn ticket(&self, sku: SkuId, user: UserId) -> Result<Option<Ticket>, StoreError> {
@@ -169,14 +192,8 @@ impl AdmissionBook for GroupedBook {
         self.book.mark_bought(sku, user, place).await
     }
 
-    async fn enter(
-        &self,
-        sku: SkuId,
-        entry: Entry,
-        window: (i64, i64),
-        len_max: u64,
-    ) -> Result<Entered, StoreError> {
-        self.book.enter(sku, entry, window, len_max).await
+    async fn enter(&self, sku: SkuId, e: Entry, w: EntryWindow) -> Result<Entered, StoreError> {
+        self.book.enter(sku, e, w).await
     }
 
     async fn entries(&self, sku: SkuId) -> Result<Vec<Entry>, StoreError> {

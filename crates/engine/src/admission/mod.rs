@@ -23,7 +23,7 @@ use std::time::{Duration, Instant};
 
 use flashsale_core::admission::{
     self, commitment, next_cursor, pass, place_after_start, shuffle, wave_window, AdmissionBook,
-    QueueCounts, Seed, Ticket,
+    GroupJoin, QueueCounts, Seed, Ticket,
 };
 use flashsale_core::{AdmissionMode, Counters, ErrorCode, Sale, SkuId, StoreError, UserId};
 use serde::Serialize;
@@ -284,10 +284,12 @@ impl Admission {
             ));
         }
         self.seed(sale.sku_id).await?;
-        let joined = self
-            .book
-            .join(sale.sku_id, user, sale.starts_at_ms, self.config.queue_max)
-            .await?;
+        let join = GroupJoin {
+            user,
+            starts_at_ms: sale.starts_at_ms,
+            len_max: self.config.queue_max,
+        };
+        let joined = self.book.join(sale.sku_id, join).await?;
         joined.ok_or_else(|| AdmissionError::refused(ErrorCode::Busy, "the queue is full"))
     }
 

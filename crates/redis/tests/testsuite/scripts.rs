@@ -275,7 +275,7 @@ async fn the_admission_script_validates_its_calls() {
         inv.arg(argv);
         inv
     };
-    let r: RedisResult<Value> = call(vec!["join", "7", "0", "10"])
+    let r: RedisResult<Value> = call(vec!["join_many", "0", "10", "7"])
         .invoke_async(&mut conn)
         .await;
     assert_eq!(r.expect_err("no seed").code(), Some("NO_SEED"));
@@ -294,8 +294,8 @@ async fn the_admission_script_validates_its_calls() {
     for argv in [
         vec!["commit_seed", "short"],
         vec!["bogus"],
-        vec!["join", "-1", "0", "10"],
-        vec!["join", "7", "x", "10"],
+        vec!["join_many", "0", "10", "-1"],
+        vec!["join_many", "x", "10", "7"],
         vec!["enter", "7", "0", "0", "10", "10"],
         vec!["advance", "0", "1.5"],
     ] {

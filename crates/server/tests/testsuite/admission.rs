@@ -71,14 +71,20 @@ async fn bad_admission_settings_are_400(stack: &Stack) {
     }
 }
 
-both_ledgers!(a_queue_sale_admits_then_sells_with_passes);
-async fn a_queue_sale_admits_then_sells_with_passes(stack: &Stack) {
-    let sku = 910;
-    let starts = now_ms() + 2_000;
+/// A live queue sale of two units starting `in_ms` from now; answers its start.
+async fn live_queue_sale(stack: &Stack, sku: u64, in_ms: i64) -> i64 {
+    let starts = now_ms() + in_ms;
     stack
         .live_sale_with(json!({"sku_id": sku, "name": "queue", "total_stock": 2,
             "admission": "queue", "starts_at_ms": starts}))
         .await;
+    starts
+}
+
+both_ledgers!(a_queue_sale_admits_then_sells_with_passes);
+async fn a_queue_sale_admits_then_sells_with_passes(stack: &Stack) {
+    let sku = 910;
+    live_queue_sale(stack, sku, 2_000).await;
     let (_, sale) = stack
         .call("GET", &format!("/api/v1/sales/{sku}"), None, None)
         .await;
@@ -299,11 +305,7 @@ async fn settle(stack: &Stack, sku: u64, users: &[u64]) -> Vec<u64> {
 both_ledgers!(the_dashboard_history_shows_a_queue_sale_from_its_start);
 async fn the_dashboard_history_shows_a_queue_sale_from_its_start(stack: &Stack) {
     let sku = 930;
-    let starts = now_ms() + 1_500;
-    stack
-        .live_sale_with(json!({"sku_id": sku, "name": "history", "total_stock": 2,
-            "admission": "queue", "starts_at_ms": starts}))
-        .await;
+    let starts = live_queue_sale(stack, sku, 1_500).await;
     let users = [1, 2, 3, 4, 5];
     for &user in &users {
         let path = format!("/api/v1/sales/{sku}/queue");
