@@ -131,16 +131,23 @@ pub(crate) fn order<R: Columns>(row: &R) -> Result<HotOrder, StoreError> {
 
 /// An event row (`stock_events`, `fenced_events`).
 pub(crate) fn event<R: Columns>(row: &R) -> Result<Event, StoreError> {
+    let kind = parse("kind", &row.text("kind")?, EventKind::parse)?;
+    event_as(row, kind, row.int("at_ms")?)
+}
+
+/// The event a row holds, of `kind` at `at_ms` (what an event row stores and an order row
+/// implies), its other columns named as in `stock_events`.
+fn event_as<R: Columns>(row: &R, kind: EventKind, at_ms: i64) -> Result<Event, StoreError> {
     Ok(Event {
         sku_id: SkuId(row.uint("sku_id")?),
         epoch: row.uint("epoch")?,
         seq: row.uint("seq")?,
-        kind: parse("kind", &row.text("kind")?, EventKind::parse)?,
+        kind,
         order_no: order_no(&row.text("order_no")?)?,
         request_id: parse("request_id", &row.text("request_id")?, RequestId::parse)?,
         user_id: UserId(row.uint("user_id")?),
         quantity: row.small("quantity")?,
-        at_ms: row.int("at_ms")?,
+        at_ms,
         deadline_ms: row.int("deadline_ms")?,
     })
 }
@@ -152,18 +159,7 @@ pub(crate) fn order_event<R: Columns>(row: &R) -> Result<LoggedEvent, StoreError
     Ok(LoggedEvent {
         bucket: bucket_number("bucket", row.small("bucket")?)?,
         rejected: status == OrderStatus::Rejected,
-        event: Event {
-            sku_id: SkuId(row.uint("sku_id")?),
-            epoch: row.uint("epoch")?,
-            seq: row.uint("seq")?,
-            kind: EventKind::Deducted,
-            order_no: order_no(&row.text("order_no")?)?,
-            request_id: parse("request_id", &row.text("request_id")?, RequestId::parse)?,
-            user_id: UserId(row.uint("user_id")?),
-            quantity: row.small("quantity")?,
-            at_ms: row.int("created_at_ms")?,
-            deadline_ms: row.int("deadline_ms")?,
-        },
+        event: event_as(row, EventKind::Deducted, row.int("created_at_ms")?)?,
     })
 }
 
