@@ -13,8 +13,8 @@ use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 
 use crate::error::StoreError;
-use crate::ids::SkuId;
-use crate::order::{Event, EventKind, OrderStatus};
+use crate::ids::{OrderNo, RequestId, SkuId, UserId};
+use crate::order::{Event, EventKind, HotOrder, OrderStatus};
 
 /// The CloudEvents version every event declares.
 pub const SPEC_VERSION: &str = "1.0";
@@ -245,9 +245,10 @@ impl OrderEventType {
     }
 }
 
-/// The order as the API shows it, after the transition.
+/// An order as the API answers it and its events carry it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct OrderData {
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct OrderFields {
     pub order_no: String,
     pub sku_id: u64,
     pub user_id: u64,
@@ -257,6 +258,48 @@ pub struct OrderData {
     /// Reserve mode: the payment deadline of the hold (ms).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub deadline_ms: Option<i64>,
+}
+
+impl OrderFields {
+    /// An order's fields in `status`, with its payment deadline where it has one (`> 0`).
+    pub fn new(
+        no: &OrderNo,
+        user: UserId,
+        request: &RequestId,
+        quantity: u32,
+        status: OrderStatus,
+        deadline_ms: i64,
+    ) -> OrderFields {
+        OrderFields {
+            order_no: no.to_string(),
+            sku_id: no.sku().0,
+            user_id: user.0,
+            request_id: request.to_string(),
+            quantity,
+            status,
+            deadline_ms: (deadline_ms > 0).then_some(deadline_ms),
+        }
+    }
+
+    /// A hot order's fields in `status`.
+    pub fn of(o: &HotOrder, status: OrderStatus) -> OrderFields {
+        let deadline_ms = o.deadline_ms;
+        OrderFields::new(
+            &o.order_no,
+            o.user_id,
+            &o.request_id,
+            o.quantity,
+            status,
+            deadline_ms,
+        )
+    }
+}
+
+/// The order as the API shows it, after the transition.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OrderData {
+    #[serde(flatten)]
+    pub order: OrderFields,
     /// When the transition happened (ms, the hot ledger's clock).
     pub at_ms: i64,
 }
@@ -359,13 +402,18 @@ impl CloudEvent {
             sequence: format!("{:02}.{:020}", logged.bucket, e.seq),
             partitionkey: e.sku_id.to_string(),
             data: EventData::Order(OrderData {
-                order_no: e.order_no.to_string(),
-                sku_id: e.sku_id.0,
-                user_id: e.user_id.0,
-                request_id: e.request_id.to_string(),
-                quantity: e.quantity,
-                status,
-                deadline_ms: (e.kind == EventKind::Deducted && reserve).then_some(e.deadline_ms),
+                order: OrderFields::new(
+                    &e.order_no,
+                    e.user_id,
+                    &e.request_id,
+                    e.quantity,
+                    status,
+                    if e.kind == EventKind::Deducted {
+                        e.deadline_ms
+                    } else {
+                        0
+                    },
+                ),
                 at_ms: e.at_ms,
             }),
         })
@@ -463,7 +511,6 @@ fn civil_from_days(z: i64) -> (i64, i64, i64) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ids::{OrderNo, RequestId, UserId};
 
     fn logged(kind: EventKind, deadline_ms: i64, rejected: bool) -> LoggedEvent {
         LoggedEvent {
@@ -501,8 +548,8 @@ mod tests {
         assert_eq!(a.id, format!("{no}.created"));
         assert_eq!(a.ty, "dev.flashsale.order.created");
         assert_eq!(a.subject, no);
-        assert_eq!(a.data.order().unwrap().status, OrderStatus::Created);
-        assert_eq!(a.data.order().unwrap().deadline_ms, None);
+        assert_eq!(a.data.order().unwrap().order.status, OrderStatus::Created);
+        assert_eq!(a.data.order().unwrap().order.deadline_ms, None);
         let json: serde_json::Value = serde_json::from_slice(&a.to_json()).unwrap();
         assert_eq!(json["specversion"], "1.0");
         assert_eq!(json["type"], "dev.flashsale.order.created");
@@ -513,7 +560,7 @@ mod tests {
     #[test]
     fn each_kind_has_its_type_and_status_and_rejected_rows_announce_nothing() {
         let held = CloudEvent::of(&logged(EventKind::Deducted, 99, false)).unwrap();
-        let data = held.data.order().unwrap();
+        let data = &held.data.order().unwrap().order;
         assert_eq!(data.status, OrderStatus::Reserved);
         assert_eq!(data.deadline_ms, Some(99));
         for (kind, ty, status) in [
@@ -527,8 +574,8 @@ mod tests {
         ] {
             let e = CloudEvent::of(&logged(kind, 99, false)).unwrap();
             assert_eq!(e.suffix(), ty);
-            assert_eq!(e.data.order().unwrap().status, status);
-            assert_eq!(e.data.order().unwrap().deadline_ms, None);
+            assert_eq!(e.data.order().unwrap().order.status, status);
+            assert_eq!(e.data.order().unwrap().order.deadline_ms, None);
             assert!(e.id.ends_with(&ty["order".len()..]));
         }
         assert!(CloudEvent::of(&logged(EventKind::Deducted, 0, true)).is_none());

@@ -183,6 +183,24 @@ pub struct BucketTransfers {
     pub pending: Vec<(String, u16, u64)>,
 }
 
+/// A sale's hot copy as loaded at `epoch` (of a bucketed sale: the bucket whose epoch it is).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CopyAt {
+    pub sku: SkuId,
+    pub epoch: u64,
+}
+
+/// One bucket's copy to load ([`HotCopies::load_bucket`]): the sale, the bucket, its row's
+/// counters at `epoch`, and the transfers it is part of as the database holds them.
+#[derive(Debug, Clone, Copy)]
+pub struct BucketLoad<'a> {
+    pub sale: &'a Sale,
+    pub bucket: u16,
+    pub counters: &'a Counters,
+    pub epoch: u64,
+    pub transfers: &'a BucketTransfers,
+}
+
 impl BucketTransfers {
     /// `bucket`'s part of a sale's stored, unfenced transfer sides.
     pub fn of(bucket: u16, sides: &[TransferEvent]) -> BucketTransfers {
@@ -283,28 +301,15 @@ pub trait HotCopies: Send + Sync + 'static {
     /// counters at `epoch`, with the transfers it is part of as the database holds them:
     /// the ids it took in (`ins`, so none is taken in twice) and its outs whose in is not
     /// stored (`pending`, finished like any out left in flight).
-    async fn load_bucket(
-        &self,
-        sale: &Sale,
-        bucket: u16,
-        counters: &Counters,
-        epoch: u64,
-        transfers: &BucketTransfers,
-    ) -> Result<(), LedgerError> {
-        let _ = (sale, bucket, counters, epoch, transfers);
+    async fn load_bucket(&self, load: BucketLoad<'_>) -> Result<(), LedgerError> {
+        let _ = load;
         Err(LedgerError::Internal("this ledger keeps no buckets".into()))
     }
 
-    /// Opens one bucket's copy loaded at `epoch` in `state`; `AlreadyWarm` when the copy is
-    /// no longer the one of `epoch`.
-    async fn open_bucket(
-        &self,
-        sku: SkuId,
-        bucket: u16,
-        epoch: u64,
-        state: SaleState,
-    ) -> Result<(), LedgerError> {
-        let _ = (sku, bucket, epoch, state);
+    /// Opens the bucket's copy that `load` loaded, in `state`; `AlreadyWarm` when the copy is
+    /// no longer the one of the load's epoch.
+    async fn open_bucket(&self, load: BucketLoad<'_>, state: SaleState) -> Result<(), LedgerError> {
+        let _ = (load, state);
         Err(LedgerError::Internal("this ledger keeps no buckets".into()))
     }
 
@@ -323,12 +328,7 @@ pub trait HotCopies: Send + Sync + 'static {
     /// Rebuild: puts orders read back from the system of record into the loaded (fenced)
     /// copy of `epoch`. Idempotent: orders already present are skipped. Returns how many
     /// orders were added; `AlreadyWarm` when the copy is no longer the one of `epoch`.
-    async fn restore_orders(
-        &self,
-        sku: SkuId,
-        epoch: u64,
-        orders: &[HotOrder],
-    ) -> Result<usize, LedgerError>;
+    async fn restore_orders(&self, at: CopyAt, orders: &[HotOrder]) -> Result<usize, LedgerError>;
 }
 
 /// What an instance's local sold-out flag needs from the ledger.

@@ -42,9 +42,10 @@ pub use admission::{Admission, AdmissionMode};
 pub use error::{ErrorCode, LedgerError, StoreError};
 pub use ids::{OrderNo, RequestId, RequestKey, SkuId, UserId};
 pub use ledger::{
-    ApplyReport, BucketRow, BucketTransfers, DeadLetter, Durability, HotBuckets, HotCopies,
-    HotLedger, HotPurchases, HotSnapshot, Ledger, OrderStore, PurchaseRequest, ReconcileRun,
-    Resolution, SaleAudit, SoldOutSupport, StoredSale, TransferApplied,
+    ApplyReport, BucketLoad, BucketRow, BucketTransfers, CopyAt, DeadLetter, Durability,
+    HotBuckets, HotCopies, HotLedger, HotPurchases, HotSnapshot, Ledger, OrderStore,
+    PurchaseRequest, ReconcileRun, Resolution, SaleAudit, SoldOutSupport, StoredSale,
+    TransferApplied,
 };
 pub use order::{
     Event, EventKind, HotOrder, OrderStatus, PurchaseOutcome, TransferEvent, TransferSide,

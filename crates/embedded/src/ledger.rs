@@ -6,9 +6,9 @@ use tokio::sync::oneshot;
 
 use flashsale_core::ledger::{Changed, RestockListener};
 use flashsale_core::{
-    Counters, ErrorCode, EventKind, HotCopies, HotLedger, HotOrder, HotPurchases, LedgerError,
-    OrderNo, OrderStore, PurchaseOutcome, PurchaseRequest, RequestKey, Resolution, Sale, SaleState,
-    SkuId, SoldOutSupport, StoreError, UserId,
+    CopyAt, Counters, ErrorCode, EventKind, HotCopies, HotLedger, HotOrder, HotPurchases,
+    LedgerError, OrderNo, OrderStore, PurchaseOutcome, PurchaseRequest, RequestKey, Resolution,
+    Sale, SaleState, SkuId, SoldOutSupport, StoreError, UserId,
 };
 
 use crate::job::{unavailable, Job};
@@ -209,12 +209,8 @@ impl HotCopies for EmbeddedLedger {
 
     /// Nothing to restore: the embedded book is loaded from SQLite, the system of record
     /// itself, orders included. Only checks that the book is still the one of `epoch`.
-    async fn restore_orders(
-        &self,
-        sku: SkuId,
-        epoch: u64,
-        _orders: &[HotOrder],
-    ) -> Result<usize, LedgerError> {
+    async fn restore_orders(&self, at: CopyAt, _orders: &[HotOrder]) -> Result<usize, LedgerError> {
+        let CopyAt { sku, epoch } = at;
         let slot = self.inner.slot(sku).ok_or(LedgerError::AlreadyWarm)?;
         self.with_book(slot, move |_, loaded| {
             Box::pin(async move {

@@ -37,7 +37,8 @@ pub struct BlacklistSnapshot {
     pub risk_fallback: HashMap<u64, String>,
 }
 
-/// Where the blacklist and the token-sale flags live, and who remembers used purchase tokens.
+/// Where the blacklist, the token-sale flags and the risk lists live, and where used purchase
+/// tokens are remembered ([`BlacklistStore::once`]).
 #[async_trait]
 pub trait BlacklistStore: Send + Sync + 'static {
     async fn load(&self) -> Result<BlacklistSnapshot, String>;
@@ -48,18 +49,49 @@ pub trait BlacklistStore: Send + Sync + 'static {
     async fn set_risk_allowed(&self, user: UserId, on: bool) -> Result<(), String>;
     /// Sets a sale's own risk fallback rule, or drops it (`None`: the instance's rule).
     async fn set_risk_fallback(&self, sku: SkuId, rule: Option<&str>) -> Result<(), String>;
+    /// Where used purchase tokens and `Idempotency-Key` bindings are remembered: with the
+    /// lists for a store every instance shares (Redis), in this process otherwise.
+    fn once(&self) -> &dyn OnceStore;
+}
+
+/// What must be remembered once for every instance that answers a sale: used purchase
+/// tokens and `Idempotency-Key` bindings.
+#[async_trait]
+pub trait OnceStore: Send + Sync {
     /// Marks a purchase token used by request `key`; true when it was unused, or used by
     /// this same request (a retry). Remembered for `ttl` (the token's remaining life).
     async fn consume_token(&self, jti: &str, key: &str, ttl: Duration) -> Result<bool, String>;
-    /// Binds an `Idempotency-Key` to the sale it is first used on, for `ttl`, unless its user
-    /// holds `per_user` live bindings already (the server answers what it gets).
-    async fn bind_key(
-        &self,
-        key: &RequestKey,
-        sku: SkuId,
-        ttl: Duration,
-        per_user: usize,
-    ) -> Result<Binding, String>;
+    /// Binds an `Idempotency-Key` to the sale it is first used on (`to.sku`), for `to.ttl`,
+    /// unless its user holds `to.per_user` live bindings already (the server answers what it
+    /// gets).
+    async fn bind_key(&self, key: &RequestKey, to: KeyBind) -> Result<Binding, String>;
+}
+
+/// Where an `Idempotency-Key` is bound: its sale, for how long, and how many live bindings
+/// one user may hold.
+#[derive(Debug, Clone, Copy)]
+pub struct KeyBind {
+    pub sku: SkuId,
+    pub ttl: Duration,
+    pub per_user: usize,
+}
+
+/// Used tokens and key bindings in this process's memory: where one instance answers every
+/// request (the embedded deployment, tests).
+#[derive(Default)]
+pub struct LocalOnce {
+    tokens: UsedTokens,
+    keys: MemoryBindings,
+}
+
+#[async_trait]
+impl OnceStore for LocalOnce {
+    async fn consume_token(&self, jti: &str, key: &str, ttl: Duration) -> Result<bool, String> {
+        Ok(self.tokens.consume(jti, key, ttl))
+    }
+    async fn bind_key(&self, key: &RequestKey, to: KeyBind) -> Result<Binding, String> {
+        Ok(self.keys.bind(key, to.sku, to.ttl, to.per_user))
+    }
 }
 
 /// Used purchase tokens held in memory (one instance owns them all: embedded, tests).
@@ -95,8 +127,7 @@ impl UsedTokens {
 #[derive(Default)]
 pub struct MemoryBlacklist {
     snapshot: Mutex<BlacklistSnapshot>,
-    tokens: UsedTokens,
-    keys: MemoryBindings,
+    once: LocalOnce,
 }
 
 impl MemoryBlacklist {
@@ -130,17 +161,8 @@ impl BlacklistStore for MemoryBlacklist {
             None => _ = s.risk_fallback.remove(&sku.0),
         })
     }
-    async fn consume_token(&self, jti: &str, key: &str, ttl: Duration) -> Result<bool, String> {
-        Ok(self.tokens.consume(jti, key, ttl))
-    }
-    async fn bind_key(
-        &self,
-        key: &RequestKey,
-        sku: SkuId,
-        ttl: Duration,
-        per_user: usize,
-    ) -> Result<Binding, String> {
-        Ok(self.keys.bind(key, sku, ttl, per_user))
+    fn once(&self) -> &dyn OnceStore {
+        &self.once
     }
 }
 
@@ -155,16 +177,14 @@ fn toggle<T: std::hash::Hash + Eq>(set: &mut HashSet<T>, v: T, on: bool) {
 /// The embedded deployment: the SQLite system of record.
 pub struct SqliteBlacklist {
     pub store: Arc<SqliteStore>,
-    tokens: UsedTokens,
-    keys: MemoryBindings,
+    once: LocalOnce,
 }
 
 impl SqliteBlacklist {
     pub fn new(store: Arc<SqliteStore>) -> SqliteBlacklist {
         SqliteBlacklist {
             store,
-            tokens: UsedTokens::default(),
-            keys: MemoryBindings::default(),
+            once: LocalOnce::default(),
         }
     }
 }
@@ -238,17 +258,8 @@ impl BlacklistStore for SqliteBlacklist {
             .await
             .map_err(|e| e.to_string())
     }
-    async fn consume_token(&self, jti: &str, key: &str, ttl: Duration) -> Result<bool, String> {
-        Ok(self.tokens.consume(jti, key, ttl))
-    }
-    async fn bind_key(
-        &self,
-        key: &RequestKey,
-        sku: SkuId,
-        ttl: Duration,
-        per_user: usize,
-    ) -> Result<Binding, String> {
-        Ok(self.keys.bind(key, sku, ttl, per_user))
+    fn once(&self) -> &dyn OnceStore {
+        &self.once
     }
 }
 
@@ -386,6 +397,13 @@ impl BlacklistStore for RedisBlacklist {
             .map_err(|e| e.to_string())?;
         Ok(())
     }
+    fn once(&self) -> &dyn OnceStore {
+        self
+    }
+}
+
+#[async_trait]
+impl OnceStore for RedisBlacklist {
     async fn consume_token(&self, jti: &str, key: &str, ttl: Duration) -> Result<bool, String> {
         let token_key = format!("{}:ptok:{jti}", self.prefix);
         let mut conn = self.conn.clone();
@@ -412,20 +430,14 @@ impl BlacklistStore for RedisBlacklist {
     /// A place among the user's live keys first (a sorted set per user, scored by expiry,
     /// bounded by `per_user`: [`CLAIM_KEY`]), then the key's binding as a used token (`SET
     /// NX PX`), so a user past its bound writes nothing.
-    async fn bind_key(
-        &self,
-        key: &RequestKey,
-        sku: SkuId,
-        ttl: Duration,
-        per_user: usize,
-    ) -> Result<Binding, String> {
-        let ms = ttl.as_millis().clamp(1, u64::MAX as u128) as u64;
+    async fn bind_key(&self, key: &RequestKey, to: KeyBind) -> Result<Binding, String> {
+        let ms = to.ttl.as_millis().clamp(1, u64::MAX as u128) as u64;
         let mut conn = self.conn.clone();
         let claimed: i64 = redis::Script::new(CLAIM_KEY)
             .key(format!("{}:ptok:idemkeys:{}", self.prefix, key.user.0))
             .arg(key.request_id.as_str())
             .arg(ms)
-            .arg(per_user)
+            .arg(to.per_user)
             .invoke_async(&mut conn)
             .await
             .map_err(|e| e.to_string())?;
@@ -433,7 +445,7 @@ impl BlacklistStore for RedisBlacklist {
             return Ok(Binding::Full);
         }
         let bound = self
-            .consume_token(&format!("idem:{key}"), &sku.0.to_string(), ttl)
+            .consume_token(&format!("idem:{key}"), &to.sku.0.to_string(), to.ttl)
             .await?;
         Ok(if bound {
             Binding::Bound

@@ -108,6 +108,20 @@ for i = 1, n do
   end
 end
 
+-- The well-formed requests in batch order, each as `pick(i)` names it, and how many.
+local function keyed(pick)
+  local list, m = {}, 0
+  for i = 1, n do
+    if rkeys[i] then
+      m = m + 1
+      list[m] = pick(i)
+    end
+  end
+  return list, m
+end
+local function user_at(i) return ARGV[3 * i - 1] end
+local function rkey_at(i) return rkeys[i] end
+
 local status_new = (mode == 'reserve') and 'RESERVED' or 'CREATED'
 local deadline = (mode == 'reserve') and now + timeout_ms or 0
 local now_s, deadline_s = int(now), int(deadline)
@@ -143,6 +157,30 @@ local function judge(i, held)
   if available < q then return 'SOLD_OUT' end
   if held(user) + q > limit then return 'LIMIT_EXCEEDED' end
   return nil, q
+end
+
+-- Answers every request in batch order into `out`: a repeat of a request accepted earlier in
+-- this call, the answer of its prior order (`prior_answer(user, rid, rkey)`, nil when there is
+-- none), a refusal, or an acceptance (`accept(i, user, rid, rkey, q)` takes it and returns
+-- the answer).
+local function answer_all(held, prior_answer, accept)
+  for i = 1, n do
+    local rkey, answer = rkeys[i], 'INVALID_REQUEST'
+    if rkey then
+      local user, rid = ARGV[3 * i - 1], ARGV[3 * i]
+      local j = accepted_at[rkey]
+      local p = not j and prior_answer(user, rid, rkey)
+      if j then
+        answer = -j
+      elseif p then
+        answer = p
+      else
+        local code, q = judge(i, held)
+        answer = code or accept(i, user, rid, rkey, q)
+      end
+    end
+    out[HEAD + i] = answer
+  end
 end
 
 -- The writes every accepted batch makes, whatever the layout: the stream entry (its users
@@ -183,13 +221,7 @@ end
 -- Layout 2: one record per buyer (records.lua).
 local function purchase_records()
   -- One look-up of every buyer of the batch (a buyer twice is read twice: no dedup table).
-  local users, m = {}, 0
-  for i = 1, n do
-    if rkeys[i] then
-      m = m + 1
-      users[m] = ARGV[3 * i - 1]
-    end
-  end
+  local users, m = keyed(user_at)
   local rec_of = found_in(K_REC, users, m)
 --@stage records
   local letter = REC_LETTER[status_new]
@@ -217,39 +249,27 @@ local function purchase_records()
     end
     return nil
   end
-  for i = 1, n do
-    local rkey, answer = rkeys[i], 'INVALID_REQUEST'
-    if rkey then
-      local user, rid = ARGV[3 * i - 1], ARGV[3 * i]
-      local j = accepted_at[rkey]
-      -- A buyer without a record (the first purchase: most of a spike) has no prior order.
-      local o = not j and rec_of[user] and prior(user, rid)
-      if j then
-        answer = -j
-      elseif o then
-        local _, at = rec_batch_of(K_SEQS, o.seq)
-        answer = { sku .. '-' .. o.epoch .. '-' .. o.seq,
-          rec_encode(user, o, at or '0', mode, timeout_ms) }
-      else
-        local code, q = judge(i, held)
-        if code then
-          answer = code
-        else
-          local qs = ARGV[3 * i + 1]
-          answer = take(user, rid, rkey, qs, q)
-          held_of[user] = held(user) + q
-          local entry = rid .. ',' .. epoch .. ',' .. int(answer) .. ',' .. qs .. ',' .. letter
-          local cur = new_rec[user]
-          if not cur then
-            cur = rec_of[user]
-            changed[#changed + 1] = user
-          end
-          new_rec[user] = cur and (cur .. ';' .. entry) or entry
-        end
-      end
-    end
-    out[HEAD + i] = answer
+  -- A buyer without a record (the first purchase: most of a spike) has no prior order.
+  local function prior_answer(user, rid)
+    local o = rec_of[user] and prior(user, rid)
+    if not o then return nil end
+    local _, at = rec_batch_of(K_SEQS, o.seq)
+    return { sku .. '-' .. o.epoch .. '-' .. o.seq, rec_encode(user, o, at or '0', mode, timeout_ms) }
   end
+  local function accept(i, user, rid, rkey, q)
+    local qs = ARGV[3 * i + 1]
+    local seq = take(user, rid, rkey, qs, q)
+    held_of[user] = held(user) + q
+    local entry = rid .. ',' .. epoch .. ',' .. int(seq) .. ',' .. qs .. ',' .. letter
+    local cur = new_rec[user]
+    if not cur then
+      cur = rec_of[user]
+      changed[#changed + 1] = user
+    end
+    new_rec[user] = cur and (cur .. ';' .. entry) or entry
+    return seq
+  end
+  answer_all(held, prior_answer, accept)
 --@stage judged
   if ev_n == 0 then return end
   local recs = {}
@@ -266,23 +286,14 @@ end
 -- Layout 1: the requests, orders and buyers hashes (a copy loaded by an older release, or
 -- while layout 2 is off).
 local function purchase_hashes()
-  local lookup, m = {}, 0
-  for i = 1, n do
-    if rkeys[i] then
-      m = m + 1
-      lookup[m] = rkeys[i]
-    end
-  end
+  local lookup, m = keyed(rkey_at)
   local prior_of = found_in(K_REQUESTS, lookup, m)
   -- Units held per user, read on first need for every user of the batch at once.
   local held_of = nil
   local function held(user)
     if held_of == nil then
       held_of = {}
-      local users = {}
-      for i = 1, n do
-        if rkeys[i] then users[#users + 1] = ARGV[3 * i - 1] end
-      end
+      local users = keyed(user_at)
       local got = redis.call('HMGET', K_BUYERS, unpack(users))
       for j = 1, #users do
         held_of[users[j]] = tonumber(got[j] or '0') or 0
@@ -290,28 +301,16 @@ local function purchase_hashes()
     end
     return held_of[user]
   end
-  for i = 1, n do
-    local rkey, answer = rkeys[i], 'INVALID_REQUEST'
-    if rkey then
-      local user, rid = ARGV[3 * i - 1], ARGV[3 * i]
-      local j = accepted_at[rkey]
-      local prior = prior_of[rkey]
-      if j then
-        answer = -j
-      elseif prior then
-        answer = { prior, redis.call('HGET', K_ORDERS, prior) or '' }
-      else
-        local code, q = judge(i, held)
-        if code then
-          answer = code
-        else
-          answer = take(user, rid, rkey, ARGV[3 * i + 1], q)
-          held_of[user] = held_of[user] + q
-        end
-      end
-    end
-    out[HEAD + i] = answer
+  local function prior_answer(_, _, rkey)
+    local prior = prior_of[rkey]
+    return prior and { prior, redis.call('HGET', K_ORDERS, prior) or '' }
   end
+  local function accept(i, user, rid, rkey, q)
+    local seq = take(user, rid, rkey, ARGV[3 * i + 1], q)
+    held_of[user] = held_of[user] + q
+    return seq
+  end
+  answer_all(held, prior_answer, accept)
   if ev_n == 0 then return end
   -- One command per key. A user accepted twice is written twice with the same final units.
   local w = 0

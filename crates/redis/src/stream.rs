@@ -132,8 +132,7 @@ impl StreamReader {
         copy: impl Into<CopyTag>,
         count: usize,
     ) -> Result<Vec<Entry>, LedgerError> {
-        let copy: CopyTag = copy.into();
-        self.read_group(copy, count, None, "0").await
+        self.read_group(copy.into(), count, None, "0").await
     }
 
     /// New entries for this consumer; waits up to `block_ms` (capped at `BLOCK_MAX_MS`, 0 =
@@ -144,19 +143,17 @@ impl StreamReader {
         count: usize,
         block_ms: u64,
     ) -> Result<Vec<Entry>, LedgerError> {
-        let copy: CopyTag = copy.into();
         let block = (block_ms > 0).then(|| block_ms.min(BLOCK_MAX_MS));
-        self.read_group(copy, count, block, ">").await
+        self.read_group(copy.into(), count, block, ">").await
     }
 
     async fn read_group(
         &self,
-        copy: impl Into<CopyTag>,
+        copy: CopyTag,
         count: usize,
         block_ms: Option<u64>,
         from: &str,
     ) -> Result<Vec<Entry>, LedgerError> {
-        let copy: CopyTag = copy.into();
         let mut cmd = redis::cmd("XREADGROUP");
         cmd.arg("GROUP").arg(GROUP).arg(&self.consumer);
         cmd.arg("COUNT").arg(count.clamp(1, COUNT_MAX));
@@ -197,24 +194,12 @@ impl StreamReader {
         count: usize,
     ) -> Result<AutoClaimed, LedgerError> {
         let copy: CopyTag = copy.into();
-        self.autoclaim_from(copy, min_idle_ms, count, "0-0").await
-    }
-
-    /// XAUTOCLAIM from a cursor (the `next` of a previous call).
-    pub async fn autoclaim_from(
-        &self,
-        copy: impl Into<CopyTag>,
-        min_idle_ms: u64,
-        count: usize,
-        start: &str,
-    ) -> Result<AutoClaimed, LedgerError> {
-        let copy: CopyTag = copy.into();
         let mut cmd = redis::cmd("XAUTOCLAIM");
         cmd.arg(self.keys.events(copy))
             .arg(GROUP)
             .arg(&self.consumer)
             .arg(min_idle_ms)
-            .arg(start)
+            .arg("0-0")
             .arg("COUNT")
             .arg(count.clamp(1, COUNT_MAX));
         let reply: Vec<Value> = self.query(&cmd, TIMEOUTS.call).await?;
@@ -425,11 +410,10 @@ impl StreamReader {
     /// True when `owner` holds the lease afterwards.
     pub async fn acquire_lease(
         &self,
-        copy: impl Into<CopyTag>,
+        copy: CopyTag,
         owner: &str,
         ttl_ms: u64,
     ) -> Result<bool, LedgerError> {
-        let copy: CopyTag = copy.into();
         let mut inv = self.lease_acquire.prepare_invoke();
         inv.key(self.keys.lease(copy)).arg(owner).arg(ttl_ms);
         let mut conn = self.conn.clone();
@@ -438,12 +422,7 @@ impl StreamReader {
     }
 
     /// Gives the lease up when `owner` holds it; true when it did.
-    pub async fn release_lease(
-        &self,
-        copy: impl Into<CopyTag>,
-        owner: &str,
-    ) -> Result<bool, LedgerError> {
-        let copy: CopyTag = copy.into();
+    pub async fn release_lease(&self, copy: CopyTag, owner: &str) -> Result<bool, LedgerError> {
         let mut inv = self.lease_release.prepare_invoke();
         inv.key(self.keys.lease(copy)).arg(owner);
         let mut conn = self.conn.clone();

@@ -9,7 +9,8 @@ use std::sync::Arc;
 
 use flashsale_core::buckets::home_bucket;
 use flashsale_core::{
-    Counters, ErrorCode, Ledger, OrderNo, PurchaseOutcome, PurchaseRequest, Sale, SaleMode, UserId,
+    BucketLoad, BucketTransfers, Counters, ErrorCode, HotCopies, Ledger, OrderNo, PurchaseOutcome,
+    PurchaseRequest, Sale, SaleMode, SaleState, UserId,
 };
 use rand::Rng;
 
@@ -73,6 +74,23 @@ pub fn bucketed_sale(mode: SaleMode, total: u64, limit: u32, n: u16) -> Sale {
         buckets: n,
         ..live_sale(mode, total, limit)
     }
+}
+
+/// Rebuilds `bucket` of a live `sale` by hand, as the reconciler would from a row of one unit
+/// that never stored what the bucket sold: fenced, loaded at `epoch` with no transfers, opened.
+pub async fn rebuild_with_one_unit(ledger: &dyn HotCopies, sale: &Sale, bucket: u16, epoch: u64) {
+    let sku = sale.sku_id;
+    assert!(ledger.fence_bucket(sku, bucket).await.unwrap(), "fenced");
+    let load = BucketLoad {
+        sale,
+        bucket,
+        counters: &direct_counters(1, 1, 0, 0),
+        epoch,
+        transfers: &BucketTransfers::default(),
+    };
+    ledger.load_bucket(load).await.unwrap();
+    let opened = ledger.open_bucket(load, SaleState::Live);
+    opened.await.unwrap();
 }
 
 /// Runs every check of this module that `ledger` can hold.

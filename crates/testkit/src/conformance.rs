@@ -15,8 +15,8 @@ use std::time::Duration;
 use flashsale_core::buckets::BUCKETS_MAX;
 use flashsale_core::limits::BATCH_LEN_MAX;
 use flashsale_core::{
-    Counters, ErrorCode, HotOrder, Ledger, LedgerError, OrderNo, OrderStatus, PurchaseOutcome,
-    PurchaseRequest, RequestId, Sale, SaleMode, SaleState, SkuId, UserId,
+    CopyAt, Counters, ErrorCode, HotOrder, Ledger, LedgerError, OrderNo, OrderStatus,
+    PurchaseOutcome, PurchaseRequest, RequestId, Sale, SaleMode, SaleState, SkuId, UserId,
 };
 use rand::Rng;
 
@@ -405,7 +405,10 @@ pub async fn load_replaces_only_older_copies_and_fences_until_open(ledger: &dyn 
         .expect("a newer epoch");
     buy_refused(ledger, sku, 2, "g", 1, ErrorCode::Unavailable).await;
     assert_eq!(
-        ledger.restore_orders(sku, 2, &[]).await.expect("restore"),
+        ledger
+            .restore_orders(CopyAt { sku, epoch: 2 }, &[])
+            .await
+            .expect("restore"),
         0
     );
     let stale = ledger.open(sku, 1, SaleState::Live).await;

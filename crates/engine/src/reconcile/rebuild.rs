@@ -24,9 +24,9 @@ use std::collections::HashSet;
 
 use flashsale_core::buckets::bucket_of_epoch;
 use flashsale_core::{
-    BucketRow, BucketTransfers, Event, EventKind, HotSnapshot, Ledger, LedgerError, OrderStatus,
-    OrderStore, SaleMode, SaleState, SkuId, StoreError, StoredSale, TransferApplied, TransferEvent,
-    TransferSide,
+    BucketLoad, BucketRow, BucketTransfers, CopyAt, Event, EventKind, HotSnapshot, Ledger,
+    LedgerError, OrderStatus, OrderStore, SaleMode, SaleState, SkuId, StoreError, StoredSale,
+    TransferApplied, TransferEvent, TransferSide,
 };
 
 /// A copy fenced this long is taken for a rebuild that died midway and rebuilt again.
@@ -141,7 +141,7 @@ pub async fn rebuild(
     }
     let orders = store.orders(sku).await?;
     let restored = ledger
-        .restore_orders(sku, epoch, &orders)
+        .restore_orders(CopyAt { sku, epoch }, &orders)
         .await
         .map_err(raced)?;
     // The operator's word as it is now (it may have changed during the rebuild).
@@ -207,13 +207,20 @@ pub async fn rebuild_bucket(
     let raced = raced(sku);
     let transfers = BucketTransfers::of(bucket, &audit.transfers);
     let sale = &audit.sale.sale;
-    (ledger
-        .load_bucket(sale, bucket, &row.counters, epoch, &transfers)
+    let load = BucketLoad {
+        sale,
+        bucket,
+        counters: &row.counters,
+        epoch,
+        transfers: &transfers,
+    };
+    (ledger.load_bucket(load).await).map_err(raced)?;
+    let restored = (ledger
+        .restore_orders(CopyAt { sku, epoch }, &audit.orders)
         .await)
         .map_err(raced)?;
-    let restored = (ledger.restore_orders(sku, epoch, &audit.orders).await).map_err(raced)?;
     let state = stored(store, sku).await?.sale.state;
-    (ledger.open_bucket(sku, bucket, epoch, state).await).map_err(raced)?;
+    (ledger.open_bucket(load, state).await).map_err(raced)?;
     tracing::warn!(%sku, bucket, epoch, drained, restored, applied_seq = row.counters.seq,
         completed_transfers = completed, pending_transfers = transfers.pending.len(), "bucket's hot copy rebuilt from the database");
     Ok(Rebuilt {

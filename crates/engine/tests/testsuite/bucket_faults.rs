@@ -6,13 +6,11 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use flashsale_core::{
-    BucketTransfers, Counters, ErrorCode, HotCopies, PurchaseOutcome, SaleMode, SaleState,
-};
+use flashsale_core::{ErrorCode, PurchaseOutcome, SaleMode, SaleState};
 use flashsale_engine::cache::SoldOutFlags;
 use flashsale_engine::shop::Batcher;
 use flashsale_redis::RedisLedger;
-use flashsale_testkit::bucketed::{bucketed_sale, buyers, Spread};
+use flashsale_testkit::bucketed::{bucketed_sale, buyers, rebuild_with_one_unit, Spread};
 use flashsale_testkit::conformance::{req, warm};
 use flashsale_testkit::redis_server::{shared_url, unique_prefix};
 use flashsale_testkit::wait;
@@ -53,21 +51,7 @@ async fn a_retry_after_a_bucket_rebuild_reaches_the_ledger() {
 
     // Bucket 1 rebuilt from a row that never stored its purchase (epoch 3 → 5): its unit is
     // back, and once the flag lapses a new buyer there takes it.
-    let share = Counters {
-        total: 1,
-        available: 1,
-        ..Counters::default()
-    };
-    assert!(ledger.fence_bucket(sku, 1).await.unwrap());
-    let none = BucketTransfers::default();
-    ledger
-        .load_bucket(&sale, 1, &share, 5, &none)
-        .await
-        .unwrap();
-    ledger
-        .open_bucket(sku, 1, 5, SaleState::Live)
-        .await
-        .unwrap();
+    rebuild_with_one_unit(ledger.as_ref(), &sale, 1, 5).await;
     let lapsed = || async { (!batcher.sold_out_here(&newcomer)).then_some(()) };
     wait::until("the flag to lapse", Duration::from_secs(5), lapsed).await;
     assert!(accepted(&buy(at1[1], "b").await.unwrap()), "the unit back");

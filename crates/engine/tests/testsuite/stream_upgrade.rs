@@ -127,7 +127,7 @@ async fn a_newer_format_stops_the_sale_until_a_newer_reader_handles_it() {
     let newer = rig.reader("newer").await;
     wait::until("the old persister gives the lease up", LIMIT, || async {
         newer
-            .acquire_lease(sku, "newer", 10_000)
+            .acquire_lease(sku.into(), "newer", 10_000)
             .await
             .unwrap()
             .then_some(())
@@ -147,7 +147,7 @@ async fn a_newer_format_stops_the_sale_until_a_newer_reader_handles_it() {
     assert!(claimed.entries.iter().any(|(id, _)| *id == future_id));
     rig.store.apply_events(sku, &[event(sku, 7)]).await.unwrap();
     newer.ack(sku, &[future_id]).await.unwrap();
-    assert!(newer.release_lease(sku, "newer").await.unwrap());
+    assert!(newer.release_lease(sku.into(), "newer").await.unwrap());
     rig.wait_applied(8).await;
     wait::until("the alarm cleared", LIMIT, || async {
         (alarm(sku) == Some(0.0)).then_some(())

@@ -5,7 +5,8 @@ use async_trait::async_trait;
 use flashsale_core::buckets;
 use flashsale_core::ledger::HotSnapshot;
 use flashsale_core::{
-    BucketTransfers, Counters, HotCopies, HotLedger, HotOrder, LedgerError, Sale, SaleState, SkuId,
+    BucketLoad, CopyAt, Counters, HotCopies, HotLedger, HotOrder, LedgerError, Sale, SaleState,
+    SkuId,
 };
 
 use super::layout::Layout;
@@ -80,31 +81,20 @@ impl HotCopies for RedisLedger {
         Ok(self.run::<i64>("fence", copy, &inv).await? == 1)
     }
 
-    async fn load_bucket(
-        &self,
-        sale: &Sale,
-        bucket: u16,
-        counters: &Counters,
-        epoch: u64,
-        transfers: &BucketTransfers,
-    ) -> Result<(), LedgerError> {
-        let (layout, copy) = self.bucket_copy(sale.sku_id, bucket).await?;
+    async fn load_bucket(&self, load: BucketLoad<'_>) -> Result<(), LedgerError> {
+        let (layout, copy) = self.bucket_copy(load.sale.sku_id, load.bucket).await?;
         let text = layout.salts_text();
-        self.load_copy(copy, sale, counters, epoch, Some((layout.n(), &text)))
-            .await?;
-        self.restore_transfers(copy, transfers).await
+        let buckets = Some((layout.n(), text.as_str()));
+        (self.load_copy(copy, load.sale, load.counters, load.epoch, buckets)).await?;
+        self.restore_transfers(copy, load.transfers).await
     }
 
-    async fn open_bucket(
-        &self,
-        sku: SkuId,
-        bucket: u16,
-        epoch: u64,
-        state: SaleState,
-    ) -> Result<(), LedgerError> {
-        let (_, copy) = self.bucket_copy(sku, bucket).await?;
+    async fn open_bucket(&self, load: BucketLoad<'_>, state: SaleState) -> Result<(), LedgerError> {
+        let (_, copy) = self.bucket_copy(load.sale.sku_id, load.bucket).await?;
         let mut inv = self.scripts.open.prepare_invoke();
-        inv.key(self.keys.sale(copy)).arg(epoch).arg(state.as_str());
+        inv.key(self.keys.sale(copy))
+            .arg(load.epoch)
+            .arg(state.as_str());
         match self.run::<String>("open", copy, &inv).await?.as_str() {
             "OK" => Ok(()),
             _ => Err(LedgerError::AlreadyWarm),
@@ -127,13 +117,8 @@ impl HotCopies for RedisLedger {
         }
     }
 
-    async fn restore_orders(
-        &self,
-        sku: SkuId,
-        epoch: u64,
-        orders: &[HotOrder],
-    ) -> Result<usize, LedgerError> {
-        RedisLedger::restore_orders(self, sku, epoch, orders).await
+    async fn restore_orders(&self, at: CopyAt, orders: &[HotOrder]) -> Result<usize, LedgerError> {
+        self.restore_copy_orders(at, orders).await
     }
 }
 

@@ -5,7 +5,7 @@ use std::collections::HashMap;
 
 use flashsale_core::ledger::HotSnapshot;
 use flashsale_core::limits::BATCH_LEN_MAX;
-use flashsale_core::{Counters, HotOrder, LedgerError, SaleState, SkuId};
+use flashsale_core::{CopyAt, Counters, HotOrder, LedgerError, SaleState};
 use redis::Value;
 
 use super::setup::RedisLedger;
@@ -107,12 +107,12 @@ impl RedisLedger {
     /// copy of `epoch` (its order, request, buyer units and hold), in chunks of
     /// `BATCH_LEN_MAX`; orders already present are skipped, so it can be repeated. Counters
     /// are not touched. Returns how many orders were added.
-    pub async fn restore_orders(
+    pub(crate) async fn restore_copy_orders(
         &self,
-        sku: SkuId,
-        epoch: u64,
+        at: CopyAt,
         orders: &[HotOrder],
     ) -> Result<usize, LedgerError> {
+        let CopyAt { sku, epoch } = at;
         if let Some(other) = orders
             .iter()
             .find(|o| o.sku_id != sku || o.order_no.sku() != sku)

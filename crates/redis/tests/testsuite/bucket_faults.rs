@@ -4,10 +4,9 @@
 
 use flashsale_core::buckets::home_bucket;
 use flashsale_core::{
-    BucketTransfers, Counters, HotCopies, HotLedger, HotPurchases, LedgerError, OrderNo, SaleMode,
-    SaleState, SoldOutSupport, UserId,
+    HotLedger, HotPurchases, LedgerError, OrderNo, SaleMode, SoldOutSupport, UserId,
 };
-use flashsale_testkit::bucketed::{bucketed_sale, buyers, Spread};
+use flashsale_testkit::bucketed::{bucketed_sale, buyers, rebuild_with_one_unit, Spread};
 use flashsale_testkit::conformance::{accepted, buy_ok, expire_until, req, warm};
 
 use crate::common::{raw, TestLedger};
@@ -123,21 +122,7 @@ async fn a_rebuilt_bucket_moves_the_accepted_keys_version() {
     let before = t.ledger.accepted_count(sku).await.unwrap().unwrap();
 
     // A rebuild of bucket 1 from a row that never stored the purchase (epoch 3 → 5).
-    let share = Counters {
-        total: 1,
-        available: 1,
-        ..Counters::default()
-    };
-    assert!(t.ledger.fence_bucket(sku, 1).await.unwrap());
-    let none = BucketTransfers::default();
-    t.ledger
-        .load_bucket(&sale, 1, &share, 5, &none)
-        .await
-        .unwrap();
-    t.ledger
-        .open_bucket(sku, 1, 5, SaleState::Live)
-        .await
-        .unwrap();
+    rebuild_with_one_unit(t.ledger.as_ref(), &sale, 1, 5).await;
     assert_eq!(t.ledger.order(&lost.order_no).await.unwrap(), None);
 
     buy_ok(t.ledger.as_ref(), sku, users[1], "a", 1).await;

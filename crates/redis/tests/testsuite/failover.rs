@@ -7,7 +7,7 @@
 use std::time::Duration;
 
 use flashsale_core::{
-    ErrorCode, HotCopies, HotLedger, HotPurchases, LedgerError, PurchaseOutcome, SaleMode,
+    CopyAt, ErrorCode, HotCopies, HotLedger, HotPurchases, LedgerError, PurchaseOutcome, SaleMode,
 };
 use flashsale_redis::{RedisLedger, Replication};
 use flashsale_testkit::conformance::{buy, buy_ok, live_sale, req, warm};
@@ -317,7 +317,9 @@ async fn a_failover_midway_through_a_rebuild_makes_it_start_over() {
         deadline_ms: 0,
         created_at_ms: 1,
     };
-    let restored = promoted.restore_orders(sku, 1, &[order]).await;
+    let restored = promoted
+        .restore_orders(CopyAt { sku, epoch: 1 }, &[order])
+        .await;
     assert!(restored.is_err(), "{restored:?}");
     let opened = promoted.open(sku, 1, sale.state).await;
     assert!(opened.is_err(), "{opened:?}");

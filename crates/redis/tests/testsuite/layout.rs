@@ -4,8 +4,8 @@
 
 use crate::common::{raw, TestLedger};
 use flashsale_core::{
-    Counters, HotCopies, HotLedger, HotPurchases, OrderNo, OrderStatus, PurchaseOutcome, SaleMode,
-    SaleState, SoldOutSupport, UserId,
+    CopyAt, Counters, HotCopies, HotLedger, HotPurchases, OrderNo, OrderStatus, PurchaseOutcome,
+    SaleMode, SaleState, SoldOutSupport, UserId,
 };
 use flashsale_redis::{Keys, RedisLedger};
 use flashsale_testkit::conformance::{buy, buy_ok, live_sale, req, stock, warm};
@@ -112,7 +112,7 @@ async fn a_copy_of_layout_1_is_served_as_it_is_until_its_next_load() {
     let counters: Counters = new.counters(sku).await.unwrap().unwrap();
     new.load(&sale, &counters, 2).await.unwrap();
     assert_eq!(
-        new.restore_orders(sku, 2, &[a.clone(), b.clone()])
+        new.restore_orders(CopyAt { sku, epoch: 2 }, &[a.clone(), b.clone()])
             .await
             .unwrap(),
         2

@@ -4,8 +4,8 @@
 
 use crate::common::TestLedger;
 use flashsale_core::{
-    Counters, ErrorCode, HotCopies, HotLedger, OrderStatus, PurchaseOutcome, SaleMode, SaleState,
-    UserId,
+    CopyAt, Counters, ErrorCode, HotCopies, HotLedger, OrderStatus, PurchaseOutcome, SaleMode,
+    SaleState, UserId,
 };
 use flashsale_testkit::conformance::{
     buy, buy_ok, buy_refused, expire_until, live_sale, stock, warm,
@@ -40,12 +40,23 @@ async fn restore_keeps_replays_limits_and_holds(t: TestLedger) {
     l.load(&sale, &counters, 2).await.unwrap();
     buy_refused(l, sku, 9, "fenced", 1, ErrorCode::Unavailable).await;
     assert!(matches!(
-        t.ledger.restore_orders(sku, 1, &orders).await,
+        t.ledger
+            .restore_orders(CopyAt { sku, epoch: 1 }, &orders)
+            .await,
         Err(flashsale_core::LedgerError::AlreadyWarm)
     ));
-    assert_eq!(t.ledger.restore_orders(sku, 2, &orders).await.unwrap(), 3);
     assert_eq!(
-        t.ledger.restore_orders(sku, 2, &orders).await.unwrap(),
+        t.ledger
+            .restore_orders(CopyAt { sku, epoch: 2 }, &orders)
+            .await
+            .unwrap(),
+        3
+    );
+    assert_eq!(
+        t.ledger
+            .restore_orders(CopyAt { sku, epoch: 2 }, &orders)
+            .await
+            .unwrap(),
         0,
         "idempotent"
     );

@@ -149,19 +149,22 @@ async fn the_lease_has_one_owner_at_a_time() {
     let t = TestLedger::new().await;
     let sku = SkuId(5);
     let r = reader(&t, "p").await;
-    assert!(r.acquire_lease(sku, "a", 60_000).await.unwrap());
-    assert!(!r.acquire_lease(sku, "b", 60_000).await.unwrap());
-    assert!(r.acquire_lease(sku, "a", 60_000).await.unwrap(), "renewal");
-    assert!(!r.release_lease(sku, "b").await.unwrap());
-    assert!(r.release_lease(sku, "a").await.unwrap());
-    assert!(r.acquire_lease(sku, "b", 100).await.unwrap());
+    assert!(r.acquire_lease(sku.into(), "a", 60_000).await.unwrap());
+    assert!(!r.acquire_lease(sku.into(), "b", 60_000).await.unwrap());
+    assert!(
+        r.acquire_lease(sku.into(), "a", 60_000).await.unwrap(),
+        "renewal"
+    );
+    assert!(!r.release_lease(sku.into(), "b").await.unwrap());
+    assert!(r.release_lease(sku.into(), "a").await.unwrap());
+    assert!(r.acquire_lease(sku.into(), "b", 100).await.unwrap());
     wait::until("the lease to lapse", Duration::from_secs(5), || async {
-        r.acquire_lease(sku, "a", 60_000)
+        r.acquire_lease(sku.into(), "a", 60_000)
             .await
             .unwrap()
             .then_some(())
     })
     .await;
-    assert!(!r.acquire_lease(sku, "b", 100).await.unwrap());
+    assert!(!r.acquire_lease(sku.into(), "b", 100).await.unwrap());
     t.cleanup().await;
 }

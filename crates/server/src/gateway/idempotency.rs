@@ -17,7 +17,7 @@ use std::time::Duration;
 
 use flashsale_core::{ErrorCode, RequestKey, SkuId};
 
-use flashsale_engine::gateway_store::Binding;
+use flashsale_engine::gateway_store::{Binding, KeyBind};
 
 use super::BlacklistStore;
 use crate::error::AppError;
@@ -35,7 +35,15 @@ pub async fn bind(
     per_user: usize,
 ) -> Result<(), AppError> {
     let bound = store
-        .bind_key(key, sku, KEY_BINDING_TTL, per_user)
+        .once()
+        .bind_key(
+            key,
+            KeyBind {
+                sku,
+                ttl: KEY_BINDING_TTL,
+                per_user,
+            },
+        )
         .await
         .map_err(|e| AppError::new(ErrorCode::Unavailable, e))?;
     match bound {

@@ -121,6 +121,7 @@ impl Gateway {
             let fresh = self
                 .blacklist
                 .store
+                .once()
                 .consume_token(&verified.jti, &request_key.to_string(), verified.remaining)
                 .await
                 .map_err(|e| AppError::new(ErrorCode::Unavailable, e))?;

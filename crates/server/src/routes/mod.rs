@@ -18,6 +18,7 @@ use axum::extract::{FromRequest, FromRequestParts, Request};
 use axum::http::header;
 use axum::http::request::Parts;
 use axum::Json;
+use flashsale_core::events::OrderFields;
 use flashsale_core::ledger::StoredSale;
 use flashsale_core::{ErrorCode, HotOrder, OrderStatus, SkuId, UserId};
 use serde::de::DeserializeOwned;
@@ -156,14 +157,8 @@ pub async fn sale(st: &AppState, sku: SkuId) -> Result<Arc<StoredSale>, AppError
 /// An order.
 #[derive(Debug, Serialize, utoipa::ToSchema)]
 pub struct OrderView {
-    pub order_no: String,
-    pub sku_id: u64,
-    pub user_id: u64,
-    pub request_id: String,
-    pub quantity: u32,
-    pub status: OrderStatus,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub deadline_ms: Option<i64>,
+    #[serde(flatten)]
+    pub order: OrderFields,
     pub created_at_ms: i64,
     /// True when this answer repeats the first outcome of the request.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -173,13 +168,7 @@ pub struct OrderView {
 impl OrderView {
     pub fn new(order: &HotOrder, status: OrderStatus) -> OrderView {
         OrderView {
-            order_no: order.order_no.to_string(),
-            sku_id: order.sku_id.0,
-            user_id: order.user_id.0,
-            request_id: order.request_id.to_string(),
-            quantity: order.quantity,
-            status,
-            deadline_ms: (order.deadline_ms > 0).then_some(order.deadline_ms),
+            order: OrderFields::of(order, status),
             created_at_ms: order.created_at_ms,
             replayed: None,
         }

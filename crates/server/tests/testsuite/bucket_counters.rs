@@ -14,7 +14,7 @@ use flashsale_core::ledger::{
     Changed, HotSnapshot, PurchaseRequest, Resolution, RestockFeed, RestockListener,
 };
 use flashsale_core::{
-    Counters, Durability, HotBuckets, HotCopies, HotLedger, HotOrder, HotPurchases, Ledger,
+    CopyAt, Counters, Durability, HotBuckets, HotCopies, HotLedger, HotOrder, HotPurchases, Ledger,
     LedgerError, OrderNo, PurchaseOutcome, RequestKey, Sale, SaleState, SkuId, SoldOutSupport,
     UserId,
 };
@@ -112,13 +112,8 @@ impl HotCopies for Bucketed {
     async fn hot_snapshot(&self, sku: SkuId) -> Result<Option<HotSnapshot>, LedgerError> {
         self.inner.hot_snapshot(sku).await
     }
-    async fn restore_orders(
-        &self,
-        sku: SkuId,
-        epoch: u64,
-        orders: &[HotOrder],
-    ) -> Result<usize, LedgerError> {
-        self.inner.restore_orders(sku, epoch, orders).await
+    async fn restore_orders(&self, at: CopyAt, orders: &[HotOrder]) -> Result<usize, LedgerError> {
+        self.inner.restore_orders(at, orders).await
     }
 }
 

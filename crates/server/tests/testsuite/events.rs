@@ -85,7 +85,7 @@ async fn serve_relays_orders_to_a_signed_webhook_and_shows_its_position() {
     assert!(delivered.iter().all(|e| e
         .data
         .order()
-        .is_some_and(|o| o.status.as_str() == "CREATED")));
+        .is_some_and(|o| o.order.status.as_str() == "CREATED")));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
