@@ -65,6 +65,8 @@ use utoipa::OpenApi;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
+use routes::v1;
+
 pub use error::AppError;
 pub use serve::{Config, Server};
 pub use state::AppState;
@@ -75,7 +77,7 @@ pub use tunables::Tunables;
 pub fn app(state: AppState) -> Router {
     use routes::health;
     let (router, doc) = OpenApiRouter::with_openapi(openapi::ApiDoc::openapi())
-        .nest("/api/v1", api())
+        .merge(api())
         .routes(routes!(routes::dashboard::page))
         .routes(routes!(health::healthz))
         .routes(routes!(health::readyz))
@@ -100,33 +102,33 @@ pub fn app(state: AppState) -> Router {
         .with_state(state)
 }
 
-/// The routes under `/api/v1`.
+/// The routes under `/api/v1` (each with the prefix written in: [`routes::v1`]).
 fn api() -> OpenApiRouter<AppState> {
     use routes::admin::reconcile as reconcile_routes;
     use routes::{admission, orders, purchases, sales};
     OpenApiRouter::new()
-        .routes(routes!(sales::create))
-        .routes(routes!(sales::get))
-        .routes(routes!(sales::warm))
-        .routes(routes!(sales::pause))
-        .routes(routes!(sales::resume))
-        .routes(routes!(sales::end))
-        .routes(routes!(purchases::purchase))
-        .routes(routes!(admission::join))
-        .routes(routes!(admission::me))
-        .routes(routes!(admission::events))
-        .routes(routes!(admission::enter))
-        .routes(routes!(admission::my_entry))
-        .routes(routes!(admission::draw))
-        .routes(routes!(orders::get))
-        .routes(routes!(orders::pay))
-        .routes(routes!(orders::cancel))
-        .routes(routes!(routes::dashboard::public_route))
-        .routes(routes!(routes::dashboard::admin_route))
-        .routes(routes!(routes::dashboard::history_route))
-        .routes(routes!(routes::dashboard::admin_history_route))
-        .routes(routes!(reconcile_routes::report_route))
-        .routes(routes!(reconcile_routes::repair_route))
+        .routes(v1(routes!(sales::create)))
+        .routes(v1(routes!(sales::get)))
+        .routes(v1(routes!(sales::warm)))
+        .routes(v1(routes!(sales::pause)))
+        .routes(v1(routes!(sales::resume)))
+        .routes(v1(routes!(sales::end)))
+        .routes(v1(routes!(purchases::purchase)))
+        .routes(v1(routes!(admission::join)))
+        .routes(v1(routes!(admission::me)))
+        .routes(v1(routes!(admission::events)))
+        .routes(v1(routes!(admission::enter)))
+        .routes(v1(routes!(admission::my_entry)))
+        .routes(v1(routes!(admission::draw)))
+        .routes(v1(routes!(orders::get)))
+        .routes(v1(routes!(orders::pay)))
+        .routes(v1(routes!(orders::cancel)))
+        .routes(v1(routes!(routes::dashboard::public_route)))
+        .routes(v1(routes!(routes::dashboard::admin_route)))
+        .routes(v1(routes!(routes::dashboard::history_route)))
+        .routes(v1(routes!(routes::dashboard::admin_history_route)))
+        .routes(v1(routes!(reconcile_routes::report_route)))
+        .routes(v1(routes!(reconcile_routes::repair_route)))
         .merge(routes::admin::gateway::router())
         .merge(routes::admin::risk::router())
         .merge(routes::admin::events::router())

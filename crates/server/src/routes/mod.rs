@@ -23,10 +23,28 @@ use flashsale_core::ledger::StoredSale;
 use flashsale_core::{ErrorCode, HotOrder, OrderStatus, SkuId, UserId};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
+use utoipa::openapi::path::Paths;
+use utoipa_axum::router::UtoipaMethodRouter;
 
 use crate::auth::{bearer, Admin, User};
 use crate::error::AppError;
 use crate::state::AppState;
+
+/// The API's version prefix.
+pub const V1: &str = "/api/v1";
+
+/// A route declared by its handler's `#[utoipa::path]`, moved under [`V1`] (in the router and
+/// in the OpenAPI document alike). The prefix is written into each route rather than nested:
+/// a nested router strips its prefix from every request's URI (a new `Uri`, parsed, and a
+/// `NestedPath` extension) before the handler runs, a cost every API answer paid.
+pub fn v1<S>((schemas, paths, method): UtoipaMethodRouter<S>) -> UtoipaMethodRouter<S> {
+    let mut prefixed = Paths::new();
+    prefixed.extensions = paths.extensions;
+    for (path, item) in paths.paths {
+        prefixed.paths.insert(format!("{V1}{path}"), item);
+    }
+    (schemas, prefixed, method)
+}
 
 /// `Path` whose rejection is the API's own error (400 `INVALID_REQUEST`, our JSON shape).
 #[derive(axum::extract::FromRequestParts)]

@@ -200,9 +200,10 @@ pub async fn purchase(
         Ok(_) => "accepted",
         Err(e) => e.code.as_str(),
     };
-    crate::hot_metrics::purchase(label, started.elapsed().as_secs_f64());
+    let took = started.elapsed();
+    crate::hot_metrics::purchase(label, took.as_secs_f64());
     let answer = crate::dashboard::live::Answer::from_label(label);
-    st.dashboard.live.record(sku, answer, started.elapsed());
+    st.dashboard.live.record(sku, answer, took);
     result.map(|view| (StatusCode::ACCEPTED, Json(view)))
 }
 

@@ -2,8 +2,9 @@
 
 use axum::body::Bytes;
 use axum::extract::rejection::QueryRejection;
-use axum::extract::{Query, State};
-use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
+use axum::extract::{FromRequestParts, Query, State};
+use axum::http::request::Parts;
+use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use flashsale_core::{Admission, AdmissionMode, Counters, Sale, SaleMode, SaleState, SkuId};
@@ -166,11 +167,24 @@ pub async fn create(
 pub async fn get(
     State(st): State<AppState>,
     ApiPath(p): ApiPath<u64>,
-    headers: HeaderMap,
+    IfNoneMatch(tags): IfNoneMatch,
 ) -> Result<Response, AppError> {
     let now = st.shop.sale_now(SkuId(p)).await?;
     let view = st.views.get_or_render(now, render)?;
-    Ok(cacheable(&headers, &view))
+    Ok(cacheable(&tags, &view))
+}
+
+/// The request's `If-None-Match` lines and no other header: the read looks at nothing else,
+/// and a `HeaderMap` argument copies every header, an allocation per read.
+pub struct IfNoneMatch(pub Vec<HeaderValue>);
+
+impl<S: Send + Sync> FromRequestParts<S> for IfNoneMatch {
+    type Rejection = std::convert::Infallible;
+
+    async fn from_request_parts(parts: &mut Parts, _: &S) -> Result<Self, Self::Rejection> {
+        let lines = parts.headers.get_all(header::IF_NONE_MATCH);
+        Ok(IfNoneMatch(lines.iter().cloned().collect()))
+    }
 }
 
 /// How long a browser or a shared cache (a CDN in front of the service) may keep a sale's view
@@ -190,12 +204,12 @@ fn render(now: &SaleNow) -> Result<(Bytes, HeaderValue), AppError> {
 
 /// A rendered view with `ETag` and `Cache-Control: public, max-age=1`; a request whose
 /// `If-None-Match` names the current tag is answered `304 Not Modified` without the body.
-fn cacheable(request: &HeaderMap, view: &Rendered) -> Response {
+fn cacheable(if_none_match: &[HeaderValue], view: &Rendered) -> Response {
     let headers = [
         (header::ETAG, view.etag.clone()),
         (header::CACHE_CONTROL, SALE_VIEW_CACHE_CONTROL),
     ];
-    if none_match(request, view.etag.as_bytes()) {
+    if none_match(if_none_match, view.etag.as_bytes()) {
         return (StatusCode::NOT_MODIFIED, headers).into_response();
     }
     let json = [(
@@ -206,9 +220,9 @@ fn cacheable(request: &HeaderMap, view: &Rendered) -> Response {
 }
 
 /// Whether `If-None-Match` names `tag` (or is `*`): the client's copy is current.
-fn none_match(request: &HeaderMap, tag: &[u8]) -> bool {
-    let given = request.get_all(header::IF_NONE_MATCH).iter();
-    let mut tags = given
+fn none_match(if_none_match: &[HeaderValue], tag: &[u8]) -> bool {
+    let mut tags = if_none_match
+        .iter()
         .filter_map(|v| v.to_str().ok())
         .flat_map(|v| v.split(','));
     tags.any(|t| {

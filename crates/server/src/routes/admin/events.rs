@@ -11,14 +11,14 @@ use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
 use crate::auth::Admin;
-use crate::routes::{AdminOn, Answer, ApiJson, ApiPath};
+use crate::routes::{v1, AdminOn, Answer, ApiJson, ApiPath};
 use crate::state::AppState;
 
 pub fn router() -> OpenApiRouter<AppState> {
     OpenApiRouter::new()
-        .routes(routes!(view))
-        .routes(routes!(redeliver))
-        .routes(routes!(resume))
+        .routes(v1(routes!(view)))
+        .routes(v1(routes!(redeliver)))
+        .routes(v1(routes!(resume)))
 }
 
 /// Every sink (`nats`, `webhook`) with its per-stream positions.

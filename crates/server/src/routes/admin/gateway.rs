@@ -12,17 +12,19 @@ use utoipa_axum::routes;
 
 use crate::auth::Admin;
 use crate::error::AppError;
-use crate::routes::{gateway_stored, gateway_write, stored_sale, user_id, AdminOn, Answer, UserOn};
+use crate::routes::{
+    gateway_stored, gateway_write, stored_sale, user_id, v1, AdminOn, Answer, UserOn,
+};
 use crate::state::AppState;
 
-/// Routes to nest under `/api/v1`, with their OpenAPI.
+/// Routes under `/api/v1`, with their OpenAPI.
 pub fn router() -> OpenApiRouter<AppState> {
     OpenApiRouter::new()
-        .routes(routes!(list))
-        .routes(routes!(block_user, unblock_user))
-        .routes(routes!(block_ip, unblock_ip))
-        .routes(routes!(require_token, drop_token))
-        .routes(routes!(issue_token))
+        .routes(v1(routes!(list)))
+        .routes(v1(routes!(block_user, unblock_user)))
+        .routes(v1(routes!(block_ip, unblock_ip)))
+        .routes(v1(routes!(require_token, drop_token)))
+        .routes(v1(routes!(issue_token)))
 }
 
 #[derive(Debug, Serialize, utoipa::ToSchema)]

@@ -14,16 +14,16 @@ use crate::error::AppError;
 use crate::gateway::blacklist;
 use crate::risk::Fallback;
 use crate::routes::{
-    gateway_stored, gateway_write, stored_sale, user_id, AdminOn, Answer, ApiJson, ApiPath,
+    gateway_stored, gateway_write, stored_sale, user_id, v1, AdminOn, Answer, ApiJson, ApiPath,
 };
 use crate::state::AppState;
 
-/// Routes to nest under `/api/v1`, with their OpenAPI.
+/// Routes under `/api/v1`, with their OpenAPI.
 pub fn router() -> OpenApiRouter<AppState> {
     OpenApiRouter::new()
-        .routes(routes!(view))
-        .routes(routes!(allow_user, disallow_user))
-        .routes(routes!(set_sale_fallback, drop_sale_fallback))
+        .routes(v1(routes!(view)))
+        .routes(v1(routes!(allow_user, disallow_user)))
+        .routes(v1(routes!(set_sale_fallback, drop_sale_fallback)))
 }
 
 #[derive(Debug, Serialize, utoipa::ToSchema)]
