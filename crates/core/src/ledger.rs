@@ -5,6 +5,8 @@
 //! [`Ledger`] is all four, what the service holds. [`OrderStore`] is the
 //! system of record.
 
+use std::ops::RangeInclusive;
+
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 
@@ -484,12 +486,11 @@ pub trait OrderStore: Send + Sync + 'static {
     /// Events of a sale in `seq` order (the audit log), for checks and reconciliation.
     async fn events(&self, sku: SkuId) -> Result<Vec<Event>, StoreError>;
 
-    /// Events of a sale with `from_seq <= seq <= to_seq`, in `seq` order.
+    /// Events of a sale with a `seq` in `seqs`, in `seq` order.
     async fn events_between(
         &self,
         sku: SkuId,
-        from_seq: u64,
-        to_seq: u64,
+        seqs: RangeInclusive<u64>,
     ) -> Result<Vec<Event>, StoreError>;
 
     /// Parks an entry that keeps failing, and pauses the sale's stream (it is never skipped).
@@ -526,16 +527,15 @@ pub trait OrderStore: Send + Sync + 'static {
     /// never changed), so that a bucket lost with its Redis is rebuilt under the same tag.
     async fn keep_bucket_salts(&self, sku: SkuId, salts: &[u32]) -> Result<(), StoreError>;
 
-    /// A rebuild of one bucket of a bucketed sale kept per bucket: moves that bucket's epoch
-    /// from `current` to the next of its own (`buckets::next_epoch`: `current + n`, so it
-    /// stays `≡ bucket (mod n)` and apart from every other bucket's), the fence of its events
-    /// and transfer sides. `None` when its epoch is no longer `current` (another rebuild took
-    /// one meanwhile).
+    /// A rebuild of one bucket of a bucketed sale kept per bucket: moves the epoch of the
+    /// bucket of `row` (its row as the rebuild read it) from the row's epoch to the next of
+    /// its own (`buckets::next_epoch`: `epoch + n`, so it stays `≡ bucket (mod n)` and apart
+    /// from every other bucket's), the fence of its events and transfer sides. `None` when its
+    /// epoch is no longer the row's (another rebuild took one meanwhile).
     async fn take_bucket_epoch(
         &self,
         sku: SkuId,
-        bucket: u16,
-        current: u64,
+        row: &BucketRow,
     ) -> Result<Option<u64>, StoreError>;
 
     async fn ping(&self) -> Result<(), StoreError>;

@@ -196,7 +196,7 @@ pub async fn rebuild_bucket(
     let drained = drain_bucket(ledger, store, sku, bucket).await?;
     let completed = complete_transfers(ledger, store, sku, bucket).await?;
     let epoch = store
-        .take_bucket_epoch(sku, bucket, before.epoch)
+        .take_bucket_epoch(sku, &before)
         .await?
         .ok_or(RebuildError::Raced(sku))?;
     // One snapshot: the row at its new epoch (nothing of the old one applies any more), the

@@ -184,6 +184,8 @@ pub async fn stored_events(
 pub struct Relay {
     sink: Box<dyn Sink>,
     log: Arc<dyn EventLog>,
+    /// The instance's id, its name in the sink's lease (another instance's relay of the same
+    /// sink waits for the lease to lapse).
     holder: String,
     settings: RelaySettings,
     /// Until when this relay knows it holds the lease (its own clock; renewed at half).

@@ -7,6 +7,7 @@
 //!   drain and its epoch: it must not take the epoch over that copy, whose sale it never
 //!   drained.
 
+use std::ops::RangeInclusive;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
@@ -124,10 +125,9 @@ impl OrderStore for Trapped {
     async fn events_between(
         &self,
         sku: SkuId,
-        from_seq: u64,
-        to_seq: u64,
+        seqs: RangeInclusive<u64>,
     ) -> Result<Vec<Event>, StoreError> {
-        self.inner.events_between(sku, from_seq, to_seq).await
+        self.inner.events_between(sku, seqs).await
     }
     async fn record_dead_letter(&self, letter: &DeadLetter) -> Result<(), StoreError> {
         self.inner.record_dead_letter(letter).await
@@ -166,10 +166,9 @@ impl OrderStore for Trapped {
     async fn take_bucket_epoch(
         &self,
         sku: SkuId,
-        bucket: u16,
-        current: u64,
+        row: &BucketRow,
     ) -> Result<Option<u64>, StoreError> {
-        self.inner.take_bucket_epoch(sku, bucket, current).await
+        self.inner.take_bucket_epoch(sku, row).await
     }
     async fn ping(&self) -> Result<(), StoreError> {
         self.inner.ping().await

@@ -1,6 +1,8 @@
 //! `OrderStore` on [`Store`]: each method once over the backend. A batch's apply and a
 //! transfer side are in `apply` and `transfers`; a bucketed sale's rows in `buckets`.
 
+use std::ops::RangeInclusive;
+
 use async_trait::async_trait;
 
 use flashsale_core::buckets::split_stock;
@@ -214,10 +216,9 @@ impl<B: Backend> OrderStore for Store<B> {
     async fn events_between(
         &self,
         sku: SkuId,
-        from_seq: u64,
-        to_seq: u64,
+        seqs: RangeInclusive<u64>,
     ) -> Result<Vec<Event>, StoreError> {
-        self.bucket_events_between(sku, 0, from_seq, to_seq).await
+        (self.bucket_events_between(sku, 0, *seqs.start(), *seqs.end())).await
     }
 
     async fn record_dead_letter(&self, letter: &DeadLetter) -> Result<(), StoreError> {
@@ -325,9 +326,9 @@ impl<B: Backend> OrderStore for Store<B> {
     async fn take_bucket_epoch(
         &self,
         sku: SkuId,
-        bucket: u16,
-        current: u64,
+        row: &BucketRow,
     ) -> Result<Option<u64>, StoreError> {
+        let (bucket, current) = (row.bucket, row.epoch);
         let n = match self.bucket_count(sku).await? {
             Some(n) if n > 1 && bucket < n => n,
             _ => {

@@ -294,7 +294,12 @@ async fn a_fenced_side_applied_again_by_the_new_copy_counts_once(store: &dyn Ord
         store.apply_transfer(&out).await.unwrap(),
         TransferApplied::Applied
     );
-    assert_eq!(store.take_bucket_epoch(SKU, 2, 5).await.unwrap(), Some(8));
+    let rows = bucket_rows(store).await;
+    assert_eq!(rows[2].epoch, 5);
+    assert_eq!(
+        store.take_bucket_epoch(SKU, &rows[2]).await.unwrap(),
+        Some(8)
+    );
     let old_in = side(5, "3.1", TransferSide::In, (0, 2), 4);
     assert_eq!(
         store.apply_transfer(&old_in).await.unwrap(),
@@ -341,12 +346,21 @@ async fn salts_are_kept_once_and_a_bucket_takes_its_own_next_epoch(store: &dyn O
     store.keep_bucket_salts(SKU, &[0, 1, 2]).await.unwrap();
     assert_eq!(store.bucket_salts(SKU).await.unwrap(), Some(vec![0, 7, 9]));
 
+    let rows = bucket_rows(store).await;
+    let stale = BucketRow {
+        epoch: 3,
+        ..rows[1]
+    };
     assert_eq!(
-        store.take_bucket_epoch(SKU, 1, 3).await.unwrap(),
+        store.take_bucket_epoch(SKU, &stale).await.unwrap(),
         None,
         "not its epoch"
     );
-    assert_eq!(store.take_bucket_epoch(SKU, 1, 4).await.unwrap(), Some(7));
+    assert_eq!(rows[1].epoch, 4);
+    assert_eq!(
+        store.take_bucket_epoch(SKU, &rows[1]).await.unwrap(),
+        Some(7)
+    );
     let epochs: Vec<u64> = store
         .buckets(SKU)
         .await
@@ -356,7 +370,16 @@ async fn salts_are_kept_once_and_a_bucket_takes_its_own_next_epoch(store: &dyn O
         .collect();
     assert_eq!(epochs, [3, 7, 5]);
     assert!(
-        store.take_bucket_epoch(SKU, 3, 5).await.is_err(),
+        (store
+            .take_bucket_epoch(
+                SKU,
+                &BucketRow {
+                    bucket: 3,
+                    ..rows[2]
+                }
+            )
+            .await)
+            .is_err(),
         "no bucket 3"
     );
 }
@@ -408,7 +431,7 @@ async fn a_bucketed_sale_put_as_one_book_applies_to_its_sale_row() {
     assert_eq!(apply(&store, &events).await, (3, 0));
     let stored = store.sale(SKU).await.unwrap().unwrap();
     assert_eq!(stored.counters, counters(TOTAL, 24, 6, 3));
-    assert_eq!(store.events_between(SKU, 1, 3).await.unwrap(), events);
+    assert_eq!(store.events_between(SKU, 1..=3).await.unwrap(), events);
 }
 
 /// A created unit: bucket 1 stored an in whose out is never stored, so its copy holds 11 of

@@ -220,7 +220,7 @@ async fn batch_applies_orders_events_and_counters(store: &dyn OrderStore) {
     );
     assert_eq!(store.events(SKU).await.unwrap(), events);
     assert_eq!(
-        store.events_between(SKU, 2, 3).await.unwrap(),
+        store.events_between(SKU, 2..=3).await.unwrap(),
         events[1..3].to_vec()
     );
     let no = &events[0].order_no;
@@ -452,7 +452,7 @@ async fn reserve_mode_pay_cancel_expire(store: &dyn OrderStore) {
     ] {
         assert!(statuses.contains(&st), "{st:?} in {statuses:?}");
     }
-    let deducted = store.events_between(SKU, 1, 1).await.unwrap();
+    let deducted = store.events_between(SKU, 1..=1).await.unwrap();
     assert_eq!(deducted[0].deadline_ms, NOW + 60_000);
 }
 
