@@ -6,7 +6,8 @@
 # Method: the `flashsale serve` binary alone (release build), rate limits off, one wrk thread and
 # 64 connections; tokens of 2,000 users signed with the server's secret, cycled by a Lua script;
 # each path and /healthz are run in turn three times and the median of the three ratios
-# path / /healthz is reported. A non-2xx answer on a path that must succeed (accepted purchase,
+# path / /healthz is reported; each path starts once the server is idle (no work left over
+# from the path before). A non-2xx answer on a path that must succeed (accepted purchase,
 # stock read, queue join) fails the run; on the sold-out path every answer must be the 409, and
 # on a queue sale's purchase without an admission pass every answer must be the 403.
 # The join path joins a queue sale's pre-queue with the tokens of JOIN_USERS users, a new user
@@ -179,8 +180,25 @@ median() { sort -g | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
 
 # One row: the path and /healthz in turn ROUNDS times; the median ratio. $3: what a run must
 # answer (ok: 2xx only; refused: no 2xx at all).
+# The server's CPU time so far, in clock ticks (user + system).
+cpu_ticks() { awk '{print $14 + $15}' "/proc/$SERVER_PID/stat"; }
+
+# Polls until the server is idle (at most one 10 ms tick of CPU in 300 ms), for at most 30 s:
+# a path's rounds must not carry work an earlier path left behind (the persister writing the
+# accepted path's orders, the embedded writer's joins).
+settle() {
+    local deadline=$((SECONDS + 30)) before
+    while [ $SECONDS -lt $deadline ]; do
+        before=$(cpu_ticks)
+        sleep 0.3
+        [ $(($(cpu_ticks) - before)) -le 1 ] && return
+    done
+    echo "bench-wrk: the server was still busy after 30 s" >&2
+}
+
 measure() { # label url expect [lua]
     local label=$1 url=$2 expect=$3 lua=${4:-} ratios=() rates=() r h non total
+    settle
     for _ in $(seq 1 "$ROUNDS"); do
         read -r r non total < <(wrk_run "$url" "$lua")
         if [ "$expect" = ok ] && [ "$non" != 0 ]; then
@@ -272,7 +290,7 @@ for LEDGER in "${LEDGERS[@]}"; do
         measure "no admission pass (403)" "$BASE/api/v1/sales/3/purchases" refused "$WORK/purchase.lua"
     fi
     # The accepted path last: its orders are still being written (the persister into MariaDB,
-    # the embedded writer) after its rounds end, work that would land in the next path's rounds.
+    # the embedded writer) after its rounds end; `settle` waits for that between paths too.
     if wanted accepted || [ -n "${BENCH_RELAY_NATS:-}" ]; then
         measure "accepted (202)" "$BASE/api/v1/sales/1/purchases" ok "$WORK/purchase.lua"
         ACCEPTED_RATES=("${LAST_RATES[@]}")
