@@ -45,10 +45,12 @@ WORK=$(mktemp -d)
 SERVER_PID=""
 DB=""
 TAG="fswrk$$"
+# Deletes every key under the run's prefix.
+drop_keys() { redis-cli -u "$REDIS_URL" --scan --pattern "$TAG:*" | xargs -r redis-cli -u "$REDIS_URL" del >/dev/null 2>&1; }
 cleanup() {
     [ -n "$SERVER_PID" ] && kill "$SERVER_PID" 2>/dev/null && wait "$SERVER_PID" 2>/dev/null
     [ -n "$DB" ] && mariadb $MYSQL_ARGS -e "DROP DATABASE IF EXISTS \`$DB\`" 2>/dev/null
-    redis-cli -u "$REDIS_URL" --scan --pattern "$TAG:*" | xargs -r redis-cli -u "$REDIS_URL" del >/dev/null 2>&1
+    drop_keys
     rm -rf "$WORK"
 }
 trap cleanup EXIT
@@ -105,7 +107,7 @@ start_server() { # ledger
     # keys under the run's prefix (a Redis sale the previous server of this run warmed).
     rm -rf "$data"
     mkdir -p "$data"
-    redis-cli -u "$REDIS_URL" --scan --pattern "$TAG:*" | xargs -r redis-cli -u "$REDIS_URL" del >/dev/null 2>&1 || true
+    drop_keys || true
     JWT=$(head -c 24 /dev/urandom | base64 | tr -d '/+=')
     ADMIN=$(head -c 24 /dev/urandom | base64 | tr -d '/+=')
     local env=(FLASHSALE_LISTEN="127.0.0.1:$port" FLASHSALE_DATA_DIR="$data"
@@ -178,8 +180,6 @@ wanted() { [ -z "${WRK_PATHS:-}" ] || [[ " $WRK_PATHS " == *" $1 "* ]]; }
 
 median() { sort -g | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
 
-# One row: the path and /healthz in turn ROUNDS times; the median ratio. $3: what a run must
-# answer (ok: 2xx only; refused: no 2xx at all).
 # The server's CPU time so far, in clock ticks (user + system).
 cpu_ticks() { awk '{print $14 + $15}' "/proc/$SERVER_PID/stat"; }
 
@@ -196,6 +196,8 @@ settle() {
     echo "bench-wrk: the server was still busy after 30 s" >&2
 }
 
+# One row: the path and /healthz in turn ROUNDS times; the median ratio. $3: what a run must
+# answer (ok: 2xx only; refused: no 2xx at all).
 measure() { # label url expect [lua]
     local label=$1 url=$2 expect=$3 lua=${4:-} ratios=() rates=() r h non total
     settle

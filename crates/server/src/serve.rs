@@ -60,6 +60,8 @@ impl Backends {
     pub async fn open(config: &Config) -> anyhow::Result<Backends> {
         let b = flashsale_engine::backends::Backends::open(&config.engine).await?;
         let l = &config.engine.ledger;
+        // Joins of a spike share writes (`GroupedBook`): one script call per group on Redis,
+        // one transaction on the database.
         let (blacklist, admission): (Arc<dyn BlacklistStore>, Arc<dyn AdmissionBook>) =
             match (&l.redis_url, b.embedded) {
                 (Some(redis_url), _) => {
@@ -75,7 +77,6 @@ impl Backends {
                         Arc::new(GroupedBook::new(Arc::new(book), REDIS_GROUP_MAX)),
                     )
                 }
-                // Joins of a spike share writes: one transaction, or one script call, per group.
                 (None, Some(sqlite)) => (
                     Arc::new(SqliteBlacklist::new(sqlite.clone())),
                     Arc::new(GroupedBook::new(sqlite, GROUP_MAX)),
