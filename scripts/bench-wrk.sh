@@ -6,8 +6,8 @@
 # Method: the `flashsale serve` binary alone (release build), rate limits off, one wrk thread and
 # 64 connections; tokens of 2,000 users signed with the server's secret, cycled by a Lua script;
 # each path and /healthz are run in turn three times and the median of the three ratios
-# path / /healthz is reported; each path starts once the server is idle (no work left over
-# from the path before). A non-2xx answer on a path that must succeed (accepted purchase,
+# path / /healthz is reported; each round starts once the server is idle (no work left over
+# from the round before). A non-2xx answer on a path that must succeed (accepted purchase,
 # stock read, queue join) fails the run; on the sold-out path every answer must be the 409, and
 # on a queue sale's purchase without an admission pass every answer must be the 403.
 # The join path joins a queue sale's pre-queue with the tokens of WRK_JOIN_USERS users (default:
@@ -209,8 +209,8 @@ median() { sort -g | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
 cpu_ticks() { awk '{print $14 + $15}' "/proc/$SERVER_PID/stat"; }
 
 # Polls until the server is idle (at most one 10 ms tick of CPU in 300 ms), for at most 30 s:
-# a path's rounds must not carry work an earlier path left behind (the persister writing the
-# accepted path's orders, the embedded writer's joins).
+# no round, of a path or of /healthz, may carry work the round before it left behind (the
+# persister writing the accepted path's orders, the embedded writer's joins).
 settle() {
     local deadline=$((SECONDS + 30)) before
     while [ $SECONDS -lt $deadline ]; do
@@ -225,8 +225,8 @@ settle() {
 # answer (ok: 2xx only; refused: no 2xx at all).
 measure() { # label url expect [lua]
     local label=$1 url=$2 expect=$3 lua=${4:-} ratios=() rates=() r h non total used=0
-    settle
     for _ in $(seq 1 "$ROUNDS"); do
+        settle
         read -r r non total < <(wrk_run "$url" "$lua" "$used")
         # Every request the round made: those answered, and at most one unanswered per connection.
         used=$((used + total + CONNECTIONS))
@@ -238,6 +238,9 @@ measure() { # label url expect [lua]
             echo "bench-wrk: $label: $((total - non)) of $total answers were 2xx, not refused" >&2
             FAILED=1
         fi
+        # The path's work done first (the persister storing a round's orders), so /healthz
+        # is not measured beside it.
+        settle
         read -r h _ _ < <(wrk_run "$BASE/healthz")
         ratios+=("$(python3 -c "print(f'{$r / $h:.3f}')")")
         rates+=("$r")
