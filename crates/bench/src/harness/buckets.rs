@@ -70,6 +70,8 @@ struct Run {
     wall_s: f64,
     /// Main-thread CPU µs per node, in the order of the nodes.
     cpu_us: Vec<f64>,
+    /// Script calls the primaries ran (purchases and transfers alike).
+    script_calls: u64,
     transfers: u64,
     false_sold_outs: u64,
 }
@@ -155,6 +157,24 @@ async fn cpu_us(nodes: &mut [Node]) -> anyhow::Result<Vec<f64>> {
     Ok(out)
 }
 
+/// Script calls the primaries have run so far (`INFO commandstats`: EVALSHA, EVAL, FCALL).
+async fn script_calls(nodes: &mut [Node]) -> anyhow::Result<u64> {
+    let mut calls = 0;
+    for node in nodes.iter_mut().filter(|n| n.primary) {
+        let info: String = redis::cmd("INFO")
+            .arg("commandstats")
+            .query_async(&mut node.conn)
+            .await?;
+        calls += info
+            .lines()
+            .filter_map(|l| l.split_once(":calls="))
+            .filter(|(cmd, _)| matches!(*cmd, "cmdstat_evalsha" | "cmdstat_eval" | "cmdstat_fcall"))
+            .filter_map(|(_, rest)| rest.split(',').next()?.parse::<u64>().ok())
+            .sum::<u64>();
+    }
+    Ok(calls)
+}
+
 /// A sale of `units` over `n` buckets, bought by `args.buyers` buyers of one unit each.
 async fn sale_run(
     ledger: &Arc<RedisLedger>,
@@ -168,6 +188,7 @@ async fn sale_run(
     ledger.warm(&sale, &sale.fresh_counters(), 1).await?;
     let stats_before = ledger.bucket_stats();
     let before = cpu_us(nodes).await?;
+    let calls_before = script_calls(nodes).await?;
     let started = Instant::now();
     let buyers = batches(n, args, one_home);
     let (accepted, sold_out) = match args.batcher {
@@ -176,6 +197,7 @@ async fn sale_run(
     };
     let wall_s = started.elapsed().as_secs_f64();
     let after = cpu_us(nodes).await?;
+    let calls = script_calls(nodes).await? - calls_before;
     let stats = ledger.bucket_stats();
     let counters = ledger.counters(sale.sku_id).await?.expect("warm");
     anyhow::ensure!(
@@ -189,6 +211,7 @@ async fn sale_run(
         sold_out,
         wall_s,
         cpu_us: after.iter().zip(&before).map(|(a, b)| a - b).collect(),
+        script_calls: calls,
         transfers: stats.transfers - stats_before.transfers,
         false_sold_outs: stats.false_sold_outs - stats_before.false_sold_outs,
     })
@@ -346,15 +369,16 @@ async fn spike(
 
 fn print_runs(nodes: &[Node], runs: &[Run], buckets: u16) {
     println!();
-    println!("| buckets | accepted | purchases/s | busiest primary µs/purchase | all primaries µs/purchase | all nodes µs/purchase | transfers |");
-    println!("|---|---|---|---|---|---|---|");
+    println!("| buckets | accepted | purchases/s | busiest primary µs/purchase | all primaries µs/purchase | all nodes µs/purchase | purchases per script call | transfers |");
+    println!("|---|---|---|---|---|---|---|---|");
     for r in runs {
         let (busiest, primaries, all) = per_purchase(nodes, r);
         println!(
-            "| {} | {} | {:.0} | {busiest:.2} | {primaries:.2} | {all:.2} | {} |",
+            "| {} | {} | {:.0} | {busiest:.2} | {primaries:.2} | {all:.2} | {:.1} | {} |",
             r.buckets,
             r.accepted,
             r.accepted as f64 / r.wall_s,
+            r.accepted as f64 / r.script_calls.max(1) as f64,
             r.transfers
         );
     }
