@@ -38,6 +38,8 @@ MYSQL_ARGS=${BENCH_MYSQL:--h 127.0.0.1 -P 3306 -u root}
 LEDGERS=("$@")
 [ ${#LEDGERS[@]} -gt 0 ] || LEDGERS=(embedded redis)
 USERS=2000
+# A round's seconds, for sizing the join's users (a duration not in seconds counts as 10 s; a
+# run that runs out of users says so).
 DURATION_S=${DURATION%s}
 [[ "$DURATION_S" =~ ^[0-9]+$ ]] || DURATION_S=10
 JOIN_USERS=${WRK_JOIN_USERS:-$((50000 * ROUNDS * DURATION_S))}
