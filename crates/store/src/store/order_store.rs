@@ -218,7 +218,8 @@ impl<B: Backend> OrderStore for Store<B> {
         sku: SkuId,
         seqs: RangeInclusive<u64>,
     ) -> Result<Vec<Event>, StoreError> {
-        (self.bucket_events_between(sku, 0, *seqs.start(), *seqs.end())).await
+        self.bucket_events_between(sku, 0, *seqs.start(), *seqs.end())
+            .await
     }
 
     async fn record_dead_letter(&self, letter: &DeadLetter) -> Result<(), StoreError> {

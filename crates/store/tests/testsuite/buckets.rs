@@ -369,17 +369,12 @@ async fn salts_are_kept_once_and_a_bucket_takes_its_own_next_epoch(store: &dyn O
         .map(|r| r.epoch)
         .collect();
     assert_eq!(epochs, [3, 7, 5]);
+    let missing = BucketRow {
+        bucket: 3,
+        ..rows[2]
+    };
     assert!(
-        (store
-            .take_bucket_epoch(
-                SKU,
-                &BucketRow {
-                    bucket: 3,
-                    ..rows[2]
-                }
-            )
-            .await)
-            .is_err(),
+        store.take_bucket_epoch(SKU, &missing).await.is_err(),
         "no bucket 3"
     );
 }
