@@ -96,6 +96,7 @@ enum Command {
 }
 
 fn main() -> anyhow::Result<()> {
+    no_transparent_huge_pages();
     let pre = Cli::try_parse();
     if let Ok(cli) = &pre {
         settings::load_config_file(cli.config.as_deref())?;
@@ -107,6 +108,22 @@ fn main() -> anyhow::Result<()> {
         .enable_all()
         .build()?;
     runtime.block_on(run(cli.command))
+}
+
+/// The kernel's transparent huge pages off for this process. mimalloc reserves its memory in
+/// 2 MiB-aligned ranges, so under THP `always` (this machine's and many distributions' setting)
+/// a first touch faults in and zeroes a whole 2 MiB page, and the allocator's purges split them
+/// again: a fifth of `bench ledger`'s time was the kernel zeroing pages, and with THP off it
+/// commits 1.4× the purchases per second; the HTTP paths measured the same either way
+/// (BENCHMARKS.md, "Transparent huge pages off"). This is what mimalloc's own `allow_thp=0`
+/// does, but mimalloc reads its options before `main`, where only the environment reaches.
+fn no_transparent_huge_pages() {
+    #[cfg(target_os = "linux")]
+    // SAFETY: PR_SET_THP_DISABLE takes integers only and touches no memory of this process;
+    // a kernel without it answers EINVAL, and the process runs as before.
+    unsafe {
+        libc::prctl(libc::PR_SET_THP_DISABLE, 1, 0, 0, 0);
+    }
 }
 
 fn init_tracing() {
