@@ -1,6 +1,7 @@
 //! One sale's book and queue, and the group commit: the task that gets the book's lock takes
-//! every queued job, runs them through the book with one clock reading, commits their events
-//! in one transaction (the writer thread, or the store), and only then answers them.
+//! every queued job, runs them through the book with one clock reading, hands their events to
+//! the writer thread as one transaction and lets the lock go (or, without the thread, commits
+//! them through the store holding it), and answers them once committed.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -11,10 +12,13 @@ use tokio::sync::{Mutex as AsyncMutex, OwnedMutexGuard};
 use flashsale_core::clock::now_ms;
 use flashsale_core::ledger::RestockListener;
 use flashsale_core::limits::BATCH_LEN_MAX;
-use flashsale_core::{Event, EventKind, LedgerError, OrderStore, RequestKey, SaleBook, SkuId};
+use flashsale_core::{
+    Counters, Event, EventKind, LedgerError, OrderStore, RequestKey, SaleBook, SkuId,
+};
 use flashsale_store::SqliteStore;
 
 use crate::job::{unavailable, Answer, Job};
+use crate::pipeline::Pipeline;
 use crate::writer::{Group, NotWritten, Writer};
 
 /// Most requests one group commit takes from the queue (the rest wait for the next one).
@@ -39,6 +43,8 @@ pub(crate) struct Slot {
     pub(crate) queue: Mutex<VecDeque<Job>>,
     /// Requests (purchase requests, one per other job) queued and not yet answered.
     pub(crate) depth: AtomicUsize,
+    /// The group commits in flight.
+    pub(crate) pipeline: Pipeline,
 }
 
 /// A book as committed to SQLite (`stale` when a failure may have left it ahead).
@@ -66,6 +72,7 @@ impl Inner {
             book: Arc::new(AsyncMutex::new(loaded)),
             queue: Mutex::new(VecDeque::new()),
             depth: AtomicUsize::new(0),
+            pipeline: Pipeline::new(),
         });
         self.sales
             .write()
@@ -119,7 +126,8 @@ impl Inner {
     }
 
     /// Takes the queued jobs of a sale (up to a bound), applies them to the book, commits
-    /// their events in one transaction, then answers them.
+    /// their events in one transaction, then answers them. With the writer thread, the book's
+    /// lock is let go once the group is handed to it ([`crate::pipeline`]).
     pub(crate) async fn drain(self: Arc<Self>, slot: Arc<Slot>) {
         let mut guard: OwnedMutexGuard<Loaded> = slot.book.clone().lock_owned().await;
         let jobs = {
@@ -142,12 +150,101 @@ impl Inner {
         // its answer never sees its own job still counted).
         let weight: usize = jobs.iter().map(Job::weight).sum();
         slot.depth.fetch_sub(weight, Ordering::Relaxed);
-        self.run_group(slot.sku, &mut guard, jobs).await;
+        match &self.writer {
+            Some(writer) => self.run_pipelined(&slot, writer, guard, jobs).await,
+            None => self.run_group(slot.sku, &mut guard, jobs).await,
+        }
     }
 
-    pub(crate) async fn run_group(&self, sku: SkuId, loaded: &mut Loaded, jobs: Vec<Job>) {
+    /// A group through the writer thread: applied under the lock, handed to the writer, the
+    /// lock let go; answered when committed and every group before it has ended.
+    async fn run_pipelined(
+        &self,
+        slot: &Slot,
+        writer: &Writer,
+        mut guard: OwnedMutexGuard<Loaded>,
+        jobs: Vec<Job>,
+    ) {
+        let Some(jobs) = self.ready(slot, &mut guard, jobs).await else {
+            return;
+        };
+        let mut applied = apply(&mut guard, jobs);
+        let turn = slot.pipeline.take();
+        let written = match applied.events.is_empty() {
+            true => None,
+            false => Some(writer.send(applied.group(&guard))),
+        };
+        // Ahead of SQLite by the groups in flight: readers settle the pipeline first, and a
+        // failure marks it (the book is reloaded by the next holder of the lock).
+        guard.accepted.extend(applied.keys.iter().cloned());
+        guard.stale = false;
+        drop(guard);
+        let written = match written {
+            Some(w) => Some(w.await),
+            None => None,
+        };
+        turn.wait().await;
+        let result = match written {
+            // An event-less group's answers (replays, refusals) read a book that a failed
+            // group before it had changed.
+            None if turn.failed() => Err(LedgerError::Unavailable(
+                "an earlier group commit failed; retry".into(),
+            )),
+            None | Some((_, Ok(()))) => Ok(()),
+            Some((_, Err(NotWritten(why)))) if turn.failed() => Err(LedgerError::Unavailable(
+                format!("an earlier group commit failed: {why}"),
+            )),
+            Some((group, Err(NotWritten(why)))) => self.write_refused(group, why).await,
+        };
+        if let Err(err) = &result {
+            tracing::warn!(sku = %slot.sku, error = %err, "group commit failed");
+        }
+        turn.end(result.is_ok());
+        applied.answer(self, slot.sku, result);
+    }
+
+    /// The jobs to run, or None when they were answered already (a fenced book, or one that
+    /// could not be reloaded); settles the pipeline and reloads the book when it may be ahead.
+    async fn ready(&self, slot: &Slot, loaded: &mut Loaded, jobs: Vec<Job>) -> Option<Vec<Job>> {
         if loaded.fenced_at.is_some() {
             // As the Redis scripts answer a fenced copy: nothing changes, the client retries.
+            for job in jobs {
+                job.fenced();
+            }
+            return None;
+        }
+        if loaded.stale || slot.pipeline.failed() {
+            loaded.stale |= slot.pipeline.settle().await;
+        }
+        if let Err(e) = self.refresh(slot.sku, loaded).await {
+            let msg = e.to_string();
+            for job in jobs {
+                job.fail(|| LedgerError::Unavailable(msg.clone()));
+            }
+            return None;
+        }
+        // Until the group is handed on: a panic halfway leaves the book to be reloaded.
+        loaded.stale = true;
+        Some(jobs)
+    }
+
+    /// A group the writer refused (rolled back: the book and SQLite disagree, or SQLite
+    /// failed) goes through the store's general apply, which keeps what its fence and guard
+    /// refuse; anything but a clean apply is a failure (the book is reloaded).
+    async fn write_refused(&self, group: Group, why: String) -> Result<(), LedgerError> {
+        let sku = group.sku;
+        self.refused_groups.fetch_add(1, Ordering::Relaxed);
+        tracing::warn!(%sku, %why, "the group writer refused a group: the store applies it");
+        if group.events.is_empty() {
+            return Err(LedgerError::Internal("the group writer stopped".into()));
+        }
+        self.apply_with_store(sku, &group.events).await
+    }
+
+    /// A group without the writer thread (an in-memory store): committed by the store while
+    /// the lock is held.
+    pub(crate) async fn run_group(&self, sku: SkuId, loaded: &mut Loaded, jobs: Vec<Job>) {
+        if loaded.fenced_at.is_some() {
             for job in jobs {
                 job.fenced();
             }
@@ -160,112 +257,25 @@ impl Inner {
             }
             return;
         }
-        // Until the commit: a panic halfway leaves the book to be reloaded, not trusted.
         loaded.stale = true;
-        let now = now_ms();
-        let before = loaded.book.counters;
-        let mut events: Vec<Event> = Vec::new();
-        let mut answers = Vec::with_capacity(jobs.len());
-        let mut keys = Vec::new();
-        let mut requests = 0usize;
-        let mut gave_back = false;
-        for job in jobs {
-            match job {
-                Job::Purchase { reqs, reply } => {
-                    requests += reqs.len();
-                    let mut outcomes = Vec::with_capacity(reqs.len());
-                    for r in &reqs {
-                        let (outcome, event) = loaded.book.purchase(r, now);
-                        if let Some(e) = event {
-                            keys.push(RequestKey::new(e.user_id, e.request_id.clone()));
-                            events.push(e);
-                        }
-                        outcomes.push(outcome);
-                    }
-                    answers.push(Answer::Purchase(reply, outcomes));
-                }
-                Job::Resolve {
-                    order_no,
-                    user,
-                    kind,
-                    reply,
-                } => {
-                    let result = match kind {
-                        EventKind::Paid => loaded.book.pay(&order_no, user, now),
-                        _ => loaded.book.cancel(&order_no, user, now),
-                    };
-                    let resolution = result.map(|(order, event)| {
-                        if let Some(event) = event {
-                            gave_back |= kind == EventKind::Cancelled;
-                            events.push(event);
-                        }
-                        order
-                    });
-                    answers.push(Answer::Resolve(reply, resolution));
-                }
-                Job::Expire { max, reply } => {
-                    let expired = loaded.book.expire_due(now, max);
-                    gave_back |= !expired.is_empty();
-                    answers.push(Answer::Expire(reply, expired.len()));
-                    events.extend(expired);
-                }
+        let applied = apply(loaded, jobs);
+        let result = match applied.events.is_empty() {
+            true => Ok(()),
+            false => self.apply_with_store(sku, &applied.events).await,
+        };
+        match &result {
+            Ok(()) => {
+                loaded.stale = false;
+                loaded.accepted.extend(applied.keys.iter().cloned());
             }
-        }
-        if requests > 0 {
-            metrics::histogram!(flashsale_core::metric_names::BATCH_SIZE, "ledger" => "embedded")
-                .record(requests as f64);
-        }
-        if !events.is_empty() {
-            let group = Group {
-                sku,
-                epoch: loaded.book.epoch,
-                mode: loaded.book.sale.mode,
-                before,
-                events,
-            };
-            if let Err(err) = self.commit(group).await {
+            Err(err) => {
                 tracing::warn!(%sku, error = %err, "group commit failed");
-                loaded.stale = true;
                 if let Ok(fresh) = self.load(sku).await {
                     *loaded = fresh;
                 }
-                for answer in answers {
-                    answer.fail(&err);
-                }
-                return;
             }
         }
-        loaded.stale = false;
-        loaded.accepted.extend(keys);
-        for answer in answers {
-            answer.send();
-        }
-        if gave_back && before.available == 0 && loaded.book.counters.available > 0 {
-            self.announce_restock(sku);
-        }
-    }
-
-    /// Commits a group's events: through the writer thread, or when it refuses the group
-    /// (rolled back: the book and SQLite disagree, or SQLite failed) through the store's
-    /// general apply, which keeps what its fence and guard refuse. Anything but a clean
-    /// apply means the book and SQLite disagree: the caller reloads the book.
-    pub(crate) async fn commit(&self, group: Group) -> Result<(), LedgerError> {
-        let sku = group.sku;
-        let group = match &self.writer {
-            Some(writer) => match writer.commit(group).await {
-                (_, Ok(())) => return Ok(()),
-                (group, Err(NotWritten(why))) => {
-                    self.refused_groups.fetch_add(1, Ordering::Relaxed);
-                    tracing::warn!(%sku, %why, "the group writer refused a group: the store applies it");
-                    group
-                }
-            },
-            None => group,
-        };
-        if group.events.is_empty() {
-            return Err(LedgerError::Internal("the group writer stopped".into()));
-        }
-        self.apply_with_store(sku, &group.events).await
+        applied.answer(self, sku, result);
     }
 
     /// The store's general apply of a group's events.
@@ -290,5 +300,115 @@ impl Inner {
             )));
         }
         Ok(())
+    }
+}
+
+/// A group run through the book: its events, its held answers, what to announce.
+struct Applied {
+    sku: SkuId,
+    before: Counters,
+    events: Vec<Event>,
+    answers: Vec<Answer>,
+    /// The accepted requests (for `Loaded::accepted`).
+    keys: Vec<RequestKey>,
+    /// Units came back to a sale that had none.
+    restocked: bool,
+}
+
+/// Runs the jobs through the book with one clock reading.
+fn apply(loaded: &mut Loaded, jobs: Vec<Job>) -> Applied {
+    let now = now_ms();
+    let before = loaded.book.counters;
+    let mut applied = Applied {
+        sku: loaded.book.sale.sku_id,
+        before,
+        events: Vec::new(),
+        answers: Vec::with_capacity(jobs.len()),
+        keys: Vec::new(),
+        restocked: false,
+    };
+    let mut requests = 0usize;
+    let mut gave_back = false;
+    for job in jobs {
+        match job {
+            Job::Purchase { reqs, reply } => {
+                requests += reqs.len();
+                let mut outcomes = Vec::with_capacity(reqs.len());
+                for r in &reqs {
+                    let (outcome, event) = loaded.book.purchase(r, now);
+                    if let Some(e) = event {
+                        applied
+                            .keys
+                            .push(RequestKey::new(e.user_id, e.request_id.clone()));
+                        applied.events.push(e);
+                    }
+                    outcomes.push(outcome);
+                }
+                applied.answers.push(Answer::Purchase(reply, outcomes));
+            }
+            Job::Resolve {
+                order_no,
+                user,
+                kind,
+                reply,
+            } => {
+                let result = match kind {
+                    EventKind::Paid => loaded.book.pay(&order_no, user, now),
+                    _ => loaded.book.cancel(&order_no, user, now),
+                };
+                let resolution = result.map(|(order, event)| {
+                    if let Some(event) = event {
+                        gave_back |= kind == EventKind::Cancelled;
+                        applied.events.push(event);
+                    }
+                    order
+                });
+                applied.answers.push(Answer::Resolve(reply, resolution));
+            }
+            Job::Expire { max, reply } => {
+                let expired = loaded.book.expire_due(now, max);
+                gave_back |= !expired.is_empty();
+                applied.answers.push(Answer::Expire(reply, expired.len()));
+                applied.events.extend(expired);
+            }
+        }
+    }
+    if requests > 0 {
+        metrics::histogram!(flashsale_core::metric_names::BATCH_SIZE, "ledger" => "embedded")
+            .record(requests as f64);
+    }
+    applied.restocked = gave_back && before.available == 0 && loaded.book.counters.available > 0;
+    applied
+}
+
+impl Applied {
+    /// The group the writer commits (its events moved out).
+    fn group(&mut self, loaded: &Loaded) -> Group {
+        Group {
+            sku: self.sku,
+            epoch: loaded.book.epoch,
+            mode: loaded.book.sale.mode,
+            before: self.before,
+            events: std::mem::take(&mut self.events),
+        }
+    }
+
+    /// Answers every job: their outcomes when the group is committed, else the failure.
+    fn answer(self, inner: &Inner, sku: SkuId, result: Result<(), LedgerError>) {
+        match result {
+            Ok(()) => {
+                for answer in self.answers {
+                    answer.send();
+                }
+                if self.restocked {
+                    inner.announce_restock(sku);
+                }
+            }
+            Err(err) => {
+                for answer in self.answers {
+                    answer.fail(&err);
+                }
+            }
+        }
     }
 }

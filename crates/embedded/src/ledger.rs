@@ -121,7 +121,11 @@ impl HotCopies for EmbeddedLedger {
             let _serial = inner.warm_lock.lock().await;
             let slot = inner.slot(sku);
             let mut guard = match &slot {
-                Some(slot) => Some(slot.book.clone().lock_owned().await),
+                Some(slot) => {
+                    let guard = slot.book.clone().lock_owned().await;
+                    slot.pipeline.settle().await; // replaced below in any case
+                    Some(guard)
+                }
                 None => None,
             };
             if guard.as_ref().is_some_and(|g| g.book.epoch >= epoch) {
@@ -182,8 +186,9 @@ impl HotCopies for EmbeddedLedger {
         .await
     }
 
-    /// No stream: every group is committed to SQLite before it is answered, so there are
-    /// never events in flight (read under the book's lock, so never mid-commit).
+    /// No stream: every group is committed to SQLite before it is answered, and the book is
+    /// read under its lock once every group in flight has ended, so there are never events in
+    /// flight.
     async fn hot_snapshot(
         &self,
         sku: SkuId,

@@ -4,17 +4,22 @@
 //! Per sale, a [`SaleBook`] (core's reference rules) sits behind an async mutex. Callers
 //! never touch it directly: each call queues a job on the sale and spawns a drain task; the
 //! task that gets the lock takes every queued job (flat combining), runs them through the
-//! book with one clock reading, commits all their events in ONE transaction
-//! (synchronous=FULL) through the [`writer`] thread (a purpose-built `rusqlite` writer; a
-//! group it cannot write cleanly, and every group of an in-memory store, goes through
-//! `SqliteStore::apply_events`), and only then answers every job. Nothing is answered before its commit, so an accepted purchase survives
-//! kill -9. The drain runs in its own task, so a caller that gives up (timeout, closed
-//! connection) cannot leave the book ahead of the database. If a commit fails, the book is
-//! reloaded from SQLite and every job of the group gets `Unavailable`.
+//! book with one clock reading, and hands all their events, as ONE transaction
+//! (synchronous=FULL), to the [`writer`] thread (a purpose-built `rusqlite` writer; a group it
+//! cannot write cleanly, and every group of an in-memory store, goes through
+//! `SqliteStore::apply_events`). The lock is let go once the group is handed on, so the next
+//! group runs through the book while this one commits ([`pipeline`]); a group is answered
+//! only after its own commit and the end of every group sent before it. Nothing is answered
+//! before its commit, so an accepted purchase survives kill -9. The drain runs in its own
+//! task, so a caller that gives up (timeout, closed connection) cannot leave the book ahead of
+//! the database. If a commit fails, every job of its group and of the groups sent behind it
+//! (their book was ahead) gets `Unavailable`, and the book is reloaded from SQLite. Whatever
+//! reads the book waits, under its lock, for every group in flight: it reads it as committed.
 //!
 //! Files, each using only those listed before it: `writer` (the group writer thread), `job`
-//! (a queued job and its held answer), `group` (a sale's book and queue, the group commit),
-//! this file (`EmbeddedLedger`: opening, submitting a job), `ledger` (the core traits).
+//! (a queued job and its held answer), `pipeline` (the groups in flight, their order),
+//! `group` (a sale's book and queue, the group commit), this file (`EmbeddedLedger`: opening,
+//! submitting a job), `ledger` (the core traits).
 //!
 //! May depend on flashsale-core and flashsale-store (its `SqliteStore`); never on Redis or
 //! the server.
@@ -31,6 +36,7 @@ use flashsale_store::SqliteStore;
 mod group;
 mod job;
 mod ledger;
+mod pipeline;
 mod writer;
 
 use group::{Inner, Loaded, Slot};
@@ -169,6 +175,8 @@ impl EmbeddedLedger {
         let inner = self.inner.clone();
         let task = tokio::spawn(async move {
             let mut guard = slot.book.clone().lock_owned().await;
+            // The book as committed: every group in flight ended (a failed one: reloaded).
+            guard.stale |= slot.pipeline.settle().await;
             inner.refresh(slot.sku, &mut guard).await?;
             f(&inner, &mut guard).await
         });

@@ -22,6 +22,7 @@
 //! case, and nothing is answered before its group is durable.
 
 use std::fmt::Write as _;
+use std::future::Future;
 use std::path::{Path, PathBuf};
 use std::sync::mpsc;
 use std::time::Duration;
@@ -52,7 +53,10 @@ pub(crate) struct Group {
 #[derive(Debug)]
 pub(crate) struct NotWritten(pub String);
 
-type Reply = oneshot::Sender<(Group, Result<(), NotWritten>)>;
+/// A group as the writer gives it back, and whether it is committed.
+pub(crate) type Written = (Group, Result<(), NotWritten>);
+
+type Reply = oneshot::Sender<Written>;
 
 /// The writer thread's handle. Dropping it ends the thread after the groups it holds.
 pub(crate) struct Writer {
@@ -81,6 +85,8 @@ impl Writer {
                 };
                 let sql = Sql::new(one_row);
                 let mut buf = Buffers::default();
+                // Dropped when this loop ends: the checkpointer stops with the writer.
+                let _checkpointer = Checkpointer::start(path.clone());
                 while let Ok((group, reply)) = rx.recv() {
                     let result = write(&mut conn, &sql, &mut buf, &group).map_err(NotWritten);
                     let _ = reply.send((group, result));
@@ -93,27 +99,31 @@ impl Writer {
         Ok(Writer { jobs })
     }
 
-    /// Commits a group (durable when `Ok`); gives the group back either way.
-    pub(crate) async fn commit(&self, group: Group) -> (Group, Result<(), NotWritten>) {
+    /// Hands a group to the thread (groups are written in the order they are sent) and gives
+    /// back what finishes when it is committed (durable when `Ok`), with the group either way.
+    pub(crate) fn send(&self, group: Group) -> impl Future<Output = Written> + Send + 'static {
         let (tx, rx) = oneshot::channel();
         let sku = group.sku;
-        if let Err(mpsc::SendError((group, _))) = self.jobs.send((group, tx)) {
-            return (group, Err(NotWritten("the writer thread stopped".into())));
-        }
-        match rx.await {
-            Ok(done) => done,
-            // The thread died holding the group (a panic): nothing is known to be written,
-            // and the group is gone; the caller reloads the book from the database.
-            Err(_) => (
-                Group {
-                    sku,
-                    epoch: 0,
-                    mode: SaleMode::Direct,
-                    before: Counters::default(),
-                    events: Vec::new(),
-                },
-                Err(NotWritten("the writer thread stopped".into())),
-            ),
+        let unsent = self.jobs.send((group, tx)).err().map(|e| e.0 .0);
+        async move {
+            if let Some(group) = unsent {
+                return (group, Err(NotWritten("the writer thread stopped".into())));
+            }
+            match rx.await {
+                Ok(done) => done,
+                // The thread died holding the group (a panic): nothing is known to be
+                // written, and the group is gone; the book is reloaded from the database.
+                Err(_) => (
+                    Group {
+                        sku,
+                        epoch: 0,
+                        mode: SaleMode::Direct,
+                        before: Counters::default(),
+                        events: Vec::new(),
+                    },
+                    Err(NotWritten("the writer thread stopped".into())),
+                ),
+            }
         }
     }
 }
@@ -128,7 +138,46 @@ fn open(path: &Path) -> rusqlite::Result<Connection> {
     conn.pragma_update(None, "journal_mode", "WAL")?;
     conn.pragma_update(None, "synchronous", "FULL")?;
     conn.set_prepared_statement_cache_capacity(32);
+    // The checkpointer thread copies the log into the database beside the writer; the writer
+    // checkpoints itself only when the log outgrows this bound (it fell behind, or it never
+    // started), which also restarts the log from its beginning.
+    conn.pragma_update(None, "wal_autocheckpoint", WAL_PAGES_MAX)?;
     Ok(conn)
+}
+
+/// Pages the write-ahead log may hold before the writer checkpoints it itself.
+const WAL_PAGES_MAX: i64 = 8_192;
+/// How often the checkpointer copies the log into the database.
+const CHECKPOINT_EVERY: Duration = Duration::from_millis(50);
+
+/// A thread with its own connection that checkpoints the log (PASSIVE: it never waits for, nor
+/// blocks, the writer) every [`CHECKPOINT_EVERY`], so that the copying of pages into the
+/// database and its fsync are off the group commit's path: with SQLite's default the writer
+/// checkpoints every 1,000 pages, inside the commit its callers wait for. Dropping it stops it.
+struct Checkpointer {
+    _stop: mpsc::Sender<()>,
+}
+
+impl Checkpointer {
+    fn start(path: PathBuf) -> Option<Checkpointer> {
+        let (stop, stopped) = mpsc::channel::<()>();
+        let spawned = std::thread::Builder::new()
+            .name("sqlite-checkpoint".into())
+            .spawn(move || {
+                let Ok(conn) = Connection::open_with_flags(
+                    &path,
+                    OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX,
+                ) else {
+                    return; // the writer's own checkpoints bound the log
+                };
+                while let Err(mpsc::RecvTimeoutError::Timeout) =
+                    stopped.recv_timeout(CHECKPOINT_EVERY)
+                {
+                    let _ = conn.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |_| Ok(()));
+                }
+            });
+        spawned.ok().map(|_| Checkpointer { _stop: stop })
+    }
 }
 
 /// The statements' text, made once.

@@ -307,3 +307,74 @@ async fn a_guard_rejection_rebuilds_the_book_from_sqlite() {
     }
     buy_refused(&ledger, sku, 3, "c", 1, ErrorCode::SoldOut).await;
 }
+
+/// While the writer commits a group, the next groups run through the book (eight callers of
+/// 1,000 requests are more than one group takes), so when a group fails (SQLite refuses user
+/// 666) the groups sent after it rest on a book ahead of SQLite. None of them is answered as
+/// accepted unless SQLite holds it; the book ends equal to SQLite (I1–I7 from SQLite); and
+/// every refused request, retried, is sold exactly once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn groups_sent_behind_a_failed_group_answer_only_what_sqlite_holds() {
+    const CALLERS: u64 = 8;
+    const ROUNDS: u64 = 3;
+    const BATCH: u64 = 1_000;
+    let (_dir, store, ledger) = open_fresh().await;
+    let ledger = Arc::new(ledger);
+    let sku = warm(ledger.as_ref(), &live_sale(SaleMode::Direct, 100_000, 1)).await;
+    sqlx::query(
+        "CREATE TRIGGER inject_fault BEFORE INSERT ON stock_events WHEN NEW.user_id = 666 \
+         BEGIN SELECT RAISE(ABORT, 'injected fault'); END",
+    )
+    .execute(store.writer())
+    .await
+    .unwrap();
+    let mut tasks = Vec::new();
+    for t in 0..CALLERS {
+        let ledger = ledger.clone();
+        tasks.push(tokio::spawn(async move {
+            let (mut sold, mut refused) = (Vec::new(), Vec::new());
+            for round in 0..ROUNDS {
+                let first = 10_000 + (t * ROUNDS + round) * BATCH;
+                let mut reqs: Vec<_> = (first..first + BATCH)
+                    .map(|u| req(sku, u, "r", 1))
+                    .collect();
+                if (t, round) == (5, 1) {
+                    reqs[0] = req(sku, 666, "r", 1);
+                }
+                match ledger.purchase_batch(sku, &reqs).await {
+                    Ok(out) => sold.extend(out.iter().map(|o| accepted(o).order_no)),
+                    Err(LedgerError::Unavailable(_)) => refused.push(reqs),
+                    Err(e) => panic!("{e}"),
+                }
+            }
+            (sold, refused)
+        }));
+    }
+    let (mut sold, mut refused) = (Vec::new(), Vec::new());
+    for t in tasks {
+        let (s, r) = t.await.unwrap();
+        sold.extend(s);
+        refused.extend(r);
+    }
+    for no in &sold {
+        let stored = store.order(no).await.unwrap();
+        assert!(stored.is_some(), "{no} answered as accepted, not in SQLite");
+    }
+    assert!(refused.iter().flatten().any(|r| r.user_id == UserId(666)));
+    let c = check(&store, ledger.as_ref(), sku).await;
+    assert_eq!(
+        c.sold,
+        sold.len() as u64,
+        "SQLite holds a purchase answered as refused"
+    );
+    sqlx::query("DROP TRIGGER inject_fault")
+        .execute(store.writer())
+        .await
+        .unwrap();
+    for reqs in &refused {
+        let out = ledger.purchase_batch(sku, reqs).await.unwrap();
+        out.iter().for_each(|o| drop(accepted(o)));
+    }
+    let c = check(&store, ledger.as_ref(), sku).await;
+    assert_eq!(c.sold, CALLERS * ROUNDS * BATCH);
+}
