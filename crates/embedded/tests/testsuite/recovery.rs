@@ -194,19 +194,24 @@ async fn warm_takes_a_sale_created_in_the_store() {
     check(&store, &ledger, sku).await;
 }
 
+/// On: SQLite refuses any event of user 666 (the whole transaction rolls back). Off: no more.
+async fn fault_for_user_666(store: &SqliteStore, on: bool) {
+    let sql = match on {
+        true => {
+            "CREATE TRIGGER inject_fault BEFORE INSERT ON stock_events WHEN NEW.user_id = 666 \
+             BEGIN SELECT RAISE(ABORT, 'injected fault'); END"
+        }
+        false => "DROP TRIGGER inject_fault",
+    };
+    sqlx::query(sql).execute(store.writer()).await.unwrap();
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_failed_commit_answers_unavailable_and_keeps_the_book_equal_to_sqlite() {
     let (_dir, store, ledger) = open_fresh().await;
     let sku = one_sold(&ledger, 10).await;
 
-    // Inject a fault: SQLite refuses any event of user 666 (the whole group rolls back).
-    sqlx::query(
-        "CREATE TRIGGER inject_fault BEFORE INSERT ON stock_events WHEN NEW.user_id = 666 \
-         BEGIN SELECT RAISE(ABORT, 'injected fault'); END",
-    )
-    .execute(store.writer())
-    .await
-    .unwrap();
+    fault_for_user_666(&store, true).await;
     let batch = [
         req(sku, 2, "a", 1),
         req(sku, 666, "a", 1),
@@ -225,10 +230,7 @@ async fn a_failed_commit_answers_unavailable_and_keeps_the_book_equal_to_sqlite(
     let o = buy_ok(&ledger, sku, 2, "a", 1).await;
     assert_eq!(o.order_no.to_string(), format!("{sku}-1-2"));
 
-    sqlx::query("DROP TRIGGER inject_fault")
-        .execute(store.writer())
-        .await
-        .unwrap();
+    fault_for_user_666(&store, false).await;
     // The refused buyer retries with the same request id: a fresh, accepted purchase.
     buy_ok(&ledger, sku, 666, "a", 1).await;
     let c = check(&store, &ledger, sku).await;
@@ -321,13 +323,7 @@ async fn groups_sent_behind_a_failed_group_answer_only_what_sqlite_holds() {
     let (_dir, store, ledger) = open_fresh().await;
     let ledger = Arc::new(ledger);
     let sku = warm(ledger.as_ref(), &live_sale(SaleMode::Direct, 100_000, 1)).await;
-    sqlx::query(
-        "CREATE TRIGGER inject_fault BEFORE INSERT ON stock_events WHEN NEW.user_id = 666 \
-         BEGIN SELECT RAISE(ABORT, 'injected fault'); END",
-    )
-    .execute(store.writer())
-    .await
-    .unwrap();
+    fault_for_user_666(&store, true).await;
     let mut tasks = Vec::new();
     for t in 0..CALLERS {
         let ledger = ledger.clone();
@@ -367,10 +363,7 @@ async fn groups_sent_behind_a_failed_group_answer_only_what_sqlite_holds() {
         sold.len() as u64,
         "SQLite holds a purchase answered as refused"
     );
-    sqlx::query("DROP TRIGGER inject_fault")
-        .execute(store.writer())
-        .await
-        .unwrap();
+    fault_for_user_666(&store, false).await;
     for reqs in &refused {
         let out = ledger.purchase_batch(sku, reqs).await.unwrap();
         out.iter().for_each(|o| drop(accepted(o)));
