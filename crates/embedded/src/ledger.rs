@@ -122,8 +122,10 @@ impl HotCopies for EmbeddedLedger {
             let slot = inner.slot(sku);
             let mut guard = match &slot {
                 Some(slot) => {
-                    let guard = slot.book.clone().lock_owned().await;
-                    slot.pipeline.settle().await; // replaced below in any case
+                    let mut guard = slot.book.clone().lock_owned().await;
+                    // Every group in flight ended; after a failed one the book is reloaded
+                    // (here, or by the next holder of the lock when this load goes no further).
+                    guard.stale |= slot.pipeline.settle().await;
                     Some(guard)
                 }
                 None => None,
