@@ -152,7 +152,7 @@ impl Inner {
         slot.depth.fetch_sub(weight, Ordering::Relaxed);
         match &self.writer {
             Some(writer) => self.run_pipelined(&slot, writer, guard, jobs).await,
-            None => self.run_group(slot.sku, &mut guard, jobs).await,
+            None => self.run_group(&slot, &mut guard, jobs).await,
         }
     }
 
@@ -176,7 +176,7 @@ impl Inner {
         };
         // Ahead of SQLite by the groups in flight: readers settle the pipeline first, and a
         // failure marks it (the book is reloaded by the next holder of the lock).
-        guard.accepted.extend(applied.keys.iter().cloned());
+        guard.accepted.append(&mut applied.keys);
         guard.stale = false;
         drop(guard);
         let written = match written {
@@ -185,22 +185,20 @@ impl Inner {
         };
         turn.wait().await;
         let result = match written {
-            // An event-less group's answers (replays, refusals) read a book that a failed
-            // group before it had changed.
-            None if turn.failed() => Err(LedgerError::Unavailable(
+            Some((_, Ok(()))) => Ok(()),
+            // Judged on a book that a failed group before it had changed: refused by the
+            // writer for that, or with nothing to write (replays, refusals).
+            _ if turn.failed() => Err(LedgerError::Unavailable(
                 "an earlier group commit failed; retry".into(),
             )),
-            None | Some((_, Ok(()))) => Ok(()),
-            Some((_, Err(NotWritten(why)))) if turn.failed() => Err(LedgerError::Unavailable(
-                format!("an earlier group commit failed: {why}"),
-            )),
+            None => Ok(()),
             Some((group, Err(NotWritten(why)))) => self.write_refused(group, why).await,
         };
         if let Err(err) = &result {
             tracing::warn!(sku = %slot.sku, error = %err, "group commit failed");
         }
         turn.end(result.is_ok());
-        applied.answer(self, slot.sku, result);
+        applied.answer(self, result);
     }
 
     /// The jobs to run, or None when they were answered already (a fenced book, or one that
@@ -243,22 +241,12 @@ impl Inner {
 
     /// A group without the writer thread (an in-memory store): committed by the store while
     /// the lock is held.
-    pub(crate) async fn run_group(&self, sku: SkuId, loaded: &mut Loaded, jobs: Vec<Job>) {
-        if loaded.fenced_at.is_some() {
-            for job in jobs {
-                job.fenced();
-            }
+    async fn run_group(&self, slot: &Slot, loaded: &mut Loaded, jobs: Vec<Job>) {
+        let Some(jobs) = self.ready(slot, loaded, jobs).await else {
             return;
-        }
-        if let Err(e) = self.refresh(sku, loaded).await {
-            let msg = e.to_string();
-            for job in jobs {
-                job.fail(|| LedgerError::Unavailable(msg.clone()));
-            }
-            return;
-        }
-        loaded.stale = true;
-        let applied = apply(loaded, jobs);
+        };
+        let sku = slot.sku;
+        let mut applied = apply(loaded, jobs);
         let result = match applied.events.is_empty() {
             true => Ok(()),
             false => self.apply_with_store(sku, &applied.events).await,
@@ -266,7 +254,7 @@ impl Inner {
         match &result {
             Ok(()) => {
                 loaded.stale = false;
-                loaded.accepted.extend(applied.keys.iter().cloned());
+                loaded.accepted.append(&mut applied.keys);
             }
             Err(err) => {
                 tracing::warn!(%sku, error = %err, "group commit failed");
@@ -275,7 +263,7 @@ impl Inner {
                 }
             }
         }
-        applied.answer(self, sku, result);
+        applied.answer(self, result);
     }
 
     /// The store's general apply of a group's events.
@@ -394,14 +382,14 @@ impl Applied {
     }
 
     /// Answers every job: their outcomes when the group is committed, else the failure.
-    fn answer(self, inner: &Inner, sku: SkuId, result: Result<(), LedgerError>) {
+    fn answer(self, inner: &Inner, result: Result<(), LedgerError>) {
         match result {
             Ok(()) => {
                 for answer in self.answers {
                     answer.send();
                 }
                 if self.restocked {
-                    inner.announce_restock(sku);
+                    inner.announce_restock(self.sku);
                 }
             }
             Err(err) => {
