@@ -113,10 +113,11 @@ fn main() -> anyhow::Result<()> {
 /// The kernel's transparent huge pages off for this process. mimalloc reserves its memory in
 /// 2 MiB-aligned ranges, so under THP `always` (this machine's and many distributions' setting)
 /// a first touch faults in and zeroes a whole 2 MiB page, and the allocator's purges split them
-/// again: a fifth of `bench ledger`'s time was the kernel zeroing pages, and with THP off it
-/// commits 1.4× the purchases per second; the HTTP paths measured the same either way
-/// (BENCHMARKS.md, "Transparent huge pages off"). This is what mimalloc's own `allow_thp=0`
-/// does, but mimalloc reads its options before `main`, where only the environment reaches.
+/// again: a fifth of `bench ledger`'s time was the kernel zeroing pages; with THP off here it
+/// committed 182,000–213,000 purchases/s against 149,000–165,000, and the HTTP paths measured
+/// the same either way (BENCHMARKS.md, "Group commits pipelined…"). This is what mimalloc's
+/// own `allow_thp=0` does, but mimalloc reads its options before `main`, where only the
+/// environment reaches (set there, it also covers the arenas mapped before `main`).
 fn no_transparent_huge_pages() {
     #[cfg(target_os = "linux")]
     // SAFETY: PR_SET_THP_DISABLE takes integers only and touches no memory of this process;
