@@ -114,9 +114,11 @@ impl Journal {
                 ..Losses::default()
             };
         };
-        let held: HashSet<&OrderNo> = orders.iter().map(|o| &o.order_no).collect();
-        let status: HashMap<&OrderNo, OrderStatus> =
+        // Every stored order, once per run: aHash (std's SipHash over the order numbers was a
+        // visible part of a pass over a large sale), and one map for both questions.
+        let status: HashMap<&OrderNo, OrderStatus, ahash::RandomState> =
             orders.iter().map(|o| (&o.order_no, o.status)).collect();
+        let held = |no: &OrderNo| status.contains_key(no);
         let mut losses = Losses {
             complete: j.dropped == 0,
             ..Losses::default()
@@ -132,12 +134,12 @@ impl Journal {
         let taken_at_ms = |epoch: u64| row(epoch).map_or(stored.epoch_at_ms, |r| r.epoch_at_ms);
         let taken = &mut j.taken;
         j.purchases.retain(|&(epoch, seq), no| {
-            let lost = !held.contains(no) && epoch < current(epoch);
+            let lost = !held(no) && epoch < current(epoch);
             if lost {
                 losses.orders.push(*no);
                 taken.purchases.push(((epoch, seq), *no));
             }
-            !held.contains(no) && !lost
+            !held(no) && !lost
         });
         j.resolutions.retain(|no, &mut (kind, at_ms)| {
             // Resolutions exist in reserve mode only.

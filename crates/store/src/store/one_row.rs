@@ -13,7 +13,7 @@ use std::sync::atomic::Ordering;
 
 use flashsale_core::buckets::bucket_of_epoch;
 use flashsale_core::events::LoggedEvent;
-use flashsale_core::{OrderNo, SkuId, StoreError};
+use flashsale_core::{Event, EventKind, HotOrder, OrderNo, OrderStatus, SkuId, StoreError};
 
 use super::base::{begin, Store, Tx};
 use crate::backend::{Arg, Backend, Columns as _};
@@ -53,6 +53,27 @@ pub(crate) async fn log_rows<B: Backend>(
     limit: Option<usize>,
 ) -> Result<Vec<LoggedEvent>, StoreError> {
     let tail = limit.map_or(String::new(), |n| format!(" LIMIT {}", n.max(1)));
+    let from_events = event_rows::<B>(&mut *conn, cond, args, &tail).await?;
+    let orders = format!(
+        "SELECT {} FROM orders o WHERE {cond} AND seq IS NOT NULL AND NOT EXISTS \
+         (SELECT 1 FROM stock_events x WHERE x.sku_id = o.sku_id AND x.bucket = o.bucket \
+         AND x.seq = o.seq) ORDER BY bucket, seq{tail}",
+        sql::ORDER_EVENT_COLUMNS
+    );
+    let mut from_orders = Vec::new();
+    for r in B::fetch(conn, &orders, args).await? {
+        from_orders.push(rows::order_event(&r)?);
+    }
+    Ok(merge(from_events, from_orders, limit))
+}
+
+/// The rows of `stock_events` that `cond` selects, by bucket then seq (`tail`: a LIMIT or none).
+async fn event_rows<B: Backend>(
+    conn: &mut B::Connection,
+    cond: &str,
+    args: &[Arg<'_>],
+    tail: &str,
+) -> Result<Vec<LoggedEvent>, StoreError> {
     let events = format!(
         "SELECT bucket, rejected, {} FROM stock_events WHERE {cond} ORDER BY bucket, seq{tail}",
         sql::EVENT_COLUMNS
@@ -65,17 +86,63 @@ pub(crate) async fn log_rows<B: Backend>(
             event: rows::event(&r)?,
         });
     }
-    let orders = format!(
-        "SELECT {} FROM orders o WHERE {cond} AND seq IS NOT NULL AND NOT EXISTS \
-         (SELECT 1 FROM stock_events x WHERE x.sku_id = o.sku_id AND x.bucket = o.bucket \
-         AND x.seq = o.seq) ORDER BY bucket, seq{tail}",
-        sql::ORDER_EVENT_COLUMNS
+    Ok(from_events)
+}
+
+/// A whole sale's orders and its event log (what [`log_rows`] reads for the sale) from one
+/// read of its order rows: each is an order and, when it carries a seq, the deduction that
+/// created it unless an event row holds that seq (the merge keeps the event row, as
+/// `log_rows`' `NOT EXISTS` does). The reconciler reads a whole sale every pass; reading its
+/// orders once for the orders and once more for the log made the database side of a pass
+/// twice the rows. Run it in one snapshot, as `log_rows`.
+pub(crate) async fn orders_and_log<B: Backend>(
+    conn: &mut B::Connection,
+    sku: SkuId,
+) -> Result<(Vec<HotOrder>, Vec<Event>), StoreError> {
+    let one_row = shape::<B>(&mut *conn).await?;
+    let by = if one_row { "bucket, seq" } else { "id" };
+    let sql = format!(
+        "SELECT bucket, seq, epoch, {} FROM orders WHERE sku_id = ? ORDER BY {by}",
+        sql::ORDER_COLUMNS
     );
-    let mut from_orders = Vec::new();
-    for r in B::fetch(conn, &orders, args).await? {
-        from_orders.push(rows::order_event(&r)?);
+    let args = [Arg::Id(sku.0)];
+    let mut orders = Vec::new();
+    let mut deductions = Vec::new();
+    for r in B::fetch(&mut *conn, &sql, &args).await? {
+        let order = rows::order(&r)?;
+        if let Some(seq) = r.opt_uint("seq")? {
+            let bucket = rows::bucket_number("bucket", r.small("bucket")?)?;
+            deductions.push(deduction(&order, bucket, seq, r.uint("epoch")?));
+        }
+        orders.push(order);
     }
-    Ok(merge(from_events, from_orders, limit))
+    // Before the contract the rows come in insertion order; the merge wants (bucket, seq).
+    if !one_row {
+        deductions.sort_by_key(|e| (e.bucket, e.event.seq));
+    }
+    let from_events = event_rows::<B>(conn, "sku_id = ?", &args, "").await?;
+    let log = merge(from_events, deductions, None);
+    Ok((orders, log.into_iter().map(|e| e.event).collect()))
+}
+
+/// The `deducted` event an order row implies (`rows::order_event` of the same row).
+fn deduction(order: &HotOrder, bucket: u16, seq: u64, epoch: u64) -> LoggedEvent {
+    LoggedEvent {
+        bucket,
+        rejected: order.status == OrderStatus::Rejected,
+        event: Event {
+            sku_id: order.sku_id,
+            epoch,
+            seq,
+            kind: EventKind::Deducted,
+            order_no: order.order_no,
+            request_id: order.request_id.clone(),
+            user_id: order.user_id,
+            quantity: order.quantity,
+            at_ms: order.created_at_ms,
+            deadline_ms: order.deadline_ms,
+        },
+    }
 }
 
 /// Two logs sorted by (bucket, seq) as one, the first's row kept where both hold a seq.

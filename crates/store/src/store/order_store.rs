@@ -13,7 +13,7 @@ use flashsale_core::{
 
 use super::base::{begin, events_of, of_pairs, Store};
 use super::buckets::audit_buckets;
-use super::one_row::{log_rows, shape};
+use super::one_row::orders_and_log;
 use super::transfers::{check_transfer, insert_transfer, locked_transfer_bucket, move_stock};
 use crate::backend::{signed, Arg, Backend, Columns as _};
 use crate::batch::CHUNK_ROWS;
@@ -361,17 +361,7 @@ impl<B: Backend> OrderStore for Store<B> {
             return Ok(None);
         };
         let sale = SaleRow::read(row)?.into_stored()?;
-        let sql = sale_orders_sql(shape::<B>(&mut *tx).await?);
-        let orders = B::fetch(&mut *tx, &sql, &[Arg::Id(sku.0)])
-            .await?
-            .iter()
-            .map(rows::order)
-            .collect::<Result<Vec<_>, _>>()?;
-        let events = log_rows::<B>(&mut tx, "sku_id = ?", &[Arg::Id(sku.0)], None)
-            .await?
-            .into_iter()
-            .map(|r| r.event)
-            .collect();
+        let (orders, events) = orders_and_log::<B>(&mut tx, sku).await?;
         let (buckets, transfers) = audit_buckets::<B>(&mut tx, sku).await?;
         tx.rollback().await.map_err(db_error)?;
         Ok(Some(SaleAudit {
