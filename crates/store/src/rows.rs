@@ -155,12 +155,33 @@ fn event_as<R: Columns>(row: &R, kind: EventKind, at_ms: i64) -> Result<Event, S
 /// An order row read as the `deducted` event that created it (`sql::ORDER_EVENT_COLUMNS`):
 /// the event at its seq, at the order's creation, rejected when the guard made it REJECTED.
 pub(crate) fn order_event<R: Columns>(row: &R) -> Result<LoggedEvent, StoreError> {
-    let status = parse("status", &row.text("status")?, OrderStatus::parse)?;
-    Ok(LoggedEvent {
-        bucket: bucket_number("bucket", row.small("bucket")?)?,
-        rejected: status == OrderStatus::Rejected,
-        event: event_as(row, EventKind::Deducted, row.int("created_at_ms")?)?,
-    })
+    let bucket = bucket_number("bucket", row.small("bucket")?)?;
+    Ok(deduction(
+        &order(row)?,
+        bucket,
+        row.uint("seq")?,
+        row.uint("epoch")?,
+    ))
+}
+
+/// The `deducted` event of an order stored with its deduction's bucket, seq and epoch.
+pub(crate) fn deduction(order: &HotOrder, bucket: u16, seq: u64, epoch: u64) -> LoggedEvent {
+    LoggedEvent {
+        bucket,
+        rejected: order.status == OrderStatus::Rejected,
+        event: Event {
+            sku_id: order.sku_id,
+            epoch,
+            seq,
+            kind: EventKind::Deducted,
+            order_no: order.order_no,
+            request_id: order.request_id.clone(),
+            user_id: order.user_id,
+            quantity: order.quantity,
+            at_ms: order.created_at_ms,
+            deadline_ms: order.deadline_ms,
+        },
+    }
 }
 
 /// A bucket number or count as stored (below 65: the CHECKs).

@@ -13,7 +13,7 @@ use std::sync::atomic::Ordering;
 
 use flashsale_core::buckets::bucket_of_epoch;
 use flashsale_core::events::LoggedEvent;
-use flashsale_core::{Event, EventKind, HotOrder, OrderNo, OrderStatus, SkuId, StoreError};
+use flashsale_core::{Event, HotOrder, OrderNo, SkuId, StoreError};
 
 use super::base::{begin, Store, Tx};
 use crate::backend::{Arg, Backend, Columns as _};
@@ -100,11 +100,7 @@ pub(crate) async fn orders_and_log<B: Backend>(
     sku: SkuId,
 ) -> Result<(Vec<HotOrder>, Vec<Event>), StoreError> {
     let one_row = shape::<B>(&mut *conn).await?;
-    let by = if one_row { "bucket, seq" } else { "id" };
-    let sql = format!(
-        "SELECT bucket, seq, epoch, {} FROM orders WHERE sku_id = ? ORDER BY {by}",
-        sql::ORDER_COLUMNS
-    );
+    let sql = sale_orders_sql(one_row);
     let args = [Arg::Id(sku.0)];
     let mut orders = Vec::new();
     let mut deductions = Vec::new();
@@ -112,7 +108,7 @@ pub(crate) async fn orders_and_log<B: Backend>(
         let order = rows::order(&r)?;
         if let Some(seq) = r.opt_uint("seq")? {
             let bucket = rows::bucket_number("bucket", r.small("bucket")?)?;
-            deductions.push(deduction(&order, bucket, seq, r.uint("epoch")?));
+            deductions.push(rows::deduction(&order, bucket, seq, r.uint("epoch")?));
         }
         orders.push(order);
     }
@@ -125,24 +121,15 @@ pub(crate) async fn orders_and_log<B: Backend>(
     Ok((orders, log.into_iter().map(|e| e.event).collect()))
 }
 
-/// The `deducted` event an order row implies (`rows::order_event` of the same row).
-fn deduction(order: &HotOrder, bucket: u16, seq: u64, epoch: u64) -> LoggedEvent {
-    LoggedEvent {
-        bucket,
-        rejected: order.status == OrderStatus::Rejected,
-        event: Event {
-            sku_id: order.sku_id,
-            epoch,
-            seq,
-            kind: EventKind::Deducted,
-            order_no: order.order_no,
-            request_id: order.request_id.clone(),
-            user_id: order.user_id,
-            quantity: order.quantity,
-            at_ms: order.created_at_ms,
-            deadline_ms: order.deadline_ms,
-        },
-    }
+/// A sale's orders (bound: its sku) in the order they were taken, with the bucket, seq and
+/// epoch of the deduction each carries: by bucket and seq once the database is contracted to
+/// one row per purchase (`one_row`), else by id.
+pub(crate) fn sale_orders_sql(one_row: bool) -> String {
+    let by = if one_row { "bucket, seq" } else { "id" };
+    format!(
+        "SELECT bucket, seq, epoch, {} FROM orders WHERE sku_id = ? ORDER BY {by}",
+        sql::ORDER_COLUMNS
+    )
 }
 
 /// Two logs sorted by (bucket, seq) as one, the first's row kept where both hold a seq.

@@ -13,7 +13,7 @@ use flashsale_core::{
 
 use super::base::{begin, events_of, of_pairs, Store};
 use super::buckets::audit_buckets;
-use super::one_row::orders_and_log;
+use super::one_row::{orders_and_log, sale_orders_sql};
 use super::transfers::{check_transfer, insert_transfer, locked_transfer_bucket, move_stock};
 use crate::backend::{signed, Arg, Backend, Columns as _};
 use crate::batch::CHUNK_ROWS;
@@ -427,14 +427,4 @@ impl<B: Backend> OrderStore for Store<B> {
     async fn ping(&self) -> Result<(), StoreError> {
         self.read("SELECT 1", &[]).await.map(|_| ())
     }
-}
-
-/// A sale's orders (bound: its sku) in the order they were taken: by bucket and seq once the
-/// database is contracted to one row per purchase (`one_row`), else by id.
-fn sale_orders_sql(one_row: bool) -> String {
-    let by = if one_row { "bucket, seq" } else { "id" };
-    format!(
-        "SELECT {} FROM orders WHERE sku_id = ? ORDER BY {by}",
-        sql::ORDER_COLUMNS
-    )
 }
