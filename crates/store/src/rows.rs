@@ -155,24 +155,19 @@ fn event_as<R: Columns>(row: &R, kind: EventKind, at_ms: i64) -> Result<Event, S
 /// An order row read as the `deducted` event that created it (`sql::ORDER_EVENT_COLUMNS`):
 /// the event at its seq, at the order's creation, rejected when the guard made it REJECTED.
 pub(crate) fn order_event<R: Columns>(row: &R) -> Result<LoggedEvent, StoreError> {
-    let bucket = bucket_number("bucket", row.small("bucket")?)?;
-    Ok(deduction(
-        &order(row)?,
-        bucket,
-        row.uint("seq")?,
-        row.uint("epoch")?,
-    ))
+    deduction(row, &order(row)?)
 }
 
-/// The `deducted` event of an order stored with its deduction's bucket, seq and epoch.
-pub(crate) fn deduction(order: &HotOrder, bucket: u16, seq: u64, epoch: u64) -> LoggedEvent {
-    LoggedEvent {
-        bucket,
+/// The `deducted` event of `order`, read from its row already: the row's bucket, seq and
+/// epoch are the deduction's.
+pub(crate) fn deduction<R: Columns>(row: &R, order: &HotOrder) -> Result<LoggedEvent, StoreError> {
+    Ok(LoggedEvent {
+        bucket: bucket_number("bucket", row.small("bucket")?)?,
         rejected: order.status == OrderStatus::Rejected,
         event: Event {
             sku_id: order.sku_id,
-            epoch,
-            seq,
+            epoch: row.uint("epoch")?,
+            seq: row.uint("seq")?,
             kind: EventKind::Deducted,
             order_no: order.order_no,
             request_id: order.request_id.clone(),
@@ -181,7 +176,7 @@ pub(crate) fn deduction(order: &HotOrder, bucket: u16, seq: u64, epoch: u64) -> 
             at_ms: order.created_at_ms,
             deadline_ms: order.deadline_ms,
         },
-    }
+    })
 }
 
 /// A bucket number or count as stored (below 65: the CHECKs).

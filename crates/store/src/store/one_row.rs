@@ -100,15 +100,14 @@ pub(crate) async fn orders_and_log<B: Backend>(
     sku: SkuId,
 ) -> Result<(Vec<HotOrder>, Vec<Event>), StoreError> {
     let one_row = shape::<B>(&mut *conn).await?;
-    let sql = sale_orders_sql(one_row);
+    let sql = sale_orders_sql(one_row, true);
     let args = [Arg::Id(sku.0)];
     let mut orders = Vec::new();
     let mut deductions = Vec::new();
     for r in B::fetch(&mut *conn, &sql, &args).await? {
         let order = rows::order(&r)?;
-        if let Some(seq) = r.opt_uint("seq")? {
-            let bucket = rows::bucket_number("bucket", r.small("bucket")?)?;
-            deductions.push(rows::deduction(&order, bucket, seq, r.uint("epoch")?));
+        if r.opt_uint("seq")?.is_some() {
+            deductions.push(rows::deduction(&r, &order)?);
         }
         orders.push(order);
     }
@@ -121,13 +120,19 @@ pub(crate) async fn orders_and_log<B: Backend>(
     Ok((orders, log.into_iter().map(|e| e.event).collect()))
 }
 
-/// A sale's orders (bound: its sku) in the order they were taken, with the bucket, seq and
-/// epoch of the deduction each carries: by bucket and seq once the database is contracted to
-/// one row per purchase (`one_row`), else by id.
-pub(crate) fn sale_orders_sql(one_row: bool) -> String {
+/// A sale's orders (bound: its sku) in the order they were taken: by bucket and seq once the
+/// database is contracted to one row per purchase (`one_row`), else by id; with the bucket,
+/// seq and epoch of the deduction each carries when `deductions` (else not read at all: a
+/// sale's orders are read whole at every load of its book).
+pub(crate) fn sale_orders_sql(one_row: bool, deductions: bool) -> String {
     let by = if one_row { "bucket, seq" } else { "id" };
+    let carried = if deductions {
+        "bucket, seq, epoch, "
+    } else {
+        ""
+    };
     format!(
-        "SELECT bucket, seq, epoch, {} FROM orders WHERE sku_id = ? ORDER BY {by}",
+        "SELECT {carried}{} FROM orders WHERE sku_id = ? ORDER BY {by}",
         sql::ORDER_COLUMNS
     )
 }

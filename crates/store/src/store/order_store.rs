@@ -199,7 +199,7 @@ impl<B: Backend> OrderStore for Store<B> {
     }
 
     async fn orders(&self, sku: SkuId) -> Result<Vec<HotOrder>, StoreError> {
-        let sql = sale_orders_sql(self.one_row_now().await?);
+        let sql = sale_orders_sql(self.one_row_now().await?, false);
         let rows = self.read(&sql, &[Arg::Id(sku.0)]).await?;
         rows.iter().map(rows::order).collect()
     }
