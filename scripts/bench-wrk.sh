@@ -12,7 +12,9 @@
 # on a queue sale's purchase without an admission pass every answer must be the 403.
 # The join path joins a queue sale's pre-queue with the tokens of WRK_JOIN_USERS users (default:
 # 50,000 per second of the path's rounds), a new user per request, the rounds one after another
-# through the list; a run that used them up (second joins measured) says so.
+# through the list; a run that used them up (second joins measured) says so. After the join
+# rounds the server's /metrics gives how many joins one write of the admission book took and
+# how long a write took (a second table).
 #
 # With BENCH_RELAY_NATS set to a NATS URL (e.g. nats://127.0.0.1:4222), each ledger's accepted
 # path is measured a second time on a server started with the order-event relay publishing to
@@ -276,6 +278,28 @@ measure_relay() {
     nats_delete_stream
 }
 
+# The join rounds' groups, from the server's /metrics: how many joins one write of the
+# admission book took, and how long a write took, on average.
+join_groups() {
+    local row
+    row=$(curl -fsS "$BASE/metrics" | python3 -c '
+import sys
+v = {}
+for line in sys.stdin:
+    name, _, value = line.partition(" ")
+    if name.startswith("flashsale_admission_join_group_"):
+        v[name] = float(value)
+n = v.get("flashsale_admission_join_group_joins_count", 0)
+if n:
+    joins = v["flashsale_admission_join_group_joins_sum"]
+    write_us = v["flashsale_admission_join_group_seconds_sum"] / n * 1e6
+    print(f"{int(n)} | {joins / n:.1f} | {write_us:.0f}")
+else:
+    print("0 | – | –")
+')
+    JOIN_ROWS+=("| $LEDGER_NAME | $row |")
+}
+
 # Deletes the run's JetStream stream through the JetStream API on a plain NATS connection
 # (no `nats` CLI needed).
 nats_delete_stream() {
@@ -295,6 +319,7 @@ EOF
 FAILED=0
 ROWS=()
 RELAY_ROWS=()
+JOIN_ROWS=()
 LAST_RATES=()
 ACCEPTED_RATES=()
 RATES=()
@@ -322,6 +347,7 @@ for LEDGER in "${LEDGERS[@]}"; do
     fi
     if wanted join; then
         measure "queue join (POST …/queue)" "$BASE/api/v1/sales/3/queue" ok "$WORK/join.lua"
+        join_groups
     fi
     if wanted pass; then
         measure "no admission pass (403)" "$BASE/api/v1/sales/3/purchases" refused "$WORK/purchase.lua"
@@ -343,6 +369,12 @@ echo
 echo "| path | ledger | ratio to /healthz (median) | rounds |"
 echo "|---|---|---|---|"
 printf '%s\n' "${ROWS[@]}"
+if [ ${#JOIN_ROWS[@]} -gt 0 ]; then
+    echo
+    echo "| ledger | join groups written | joins per group (mean) | µs per group write (mean) |"
+    echo "|---|---|---|---|"
+    printf '%s\n' "${JOIN_ROWS[@]}"
+fi
 if [ ${#RELAY_ROWS[@]} -gt 0 ]; then
     echo
     echo "| ledger | accepted/s, relay off (median) | accepted/s, relay to NATS on (median) | on / off | NATS lag at the end |"

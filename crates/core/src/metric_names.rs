@@ -34,6 +34,13 @@ pub const BUCKET_TRANSFER_UNITS: &str = "flashsale_bucket_transfer_units_total";
 /// units in flight.
 pub const FALSE_SOLD_OUT: &str = "flashsale_false_sold_out_total";
 
+/// Histogram: queue joins written by one write of the admission book (joins that arrive while
+/// a group is written wait and go in the next: one commit, one script call per group).
+pub const ADMISSION_JOIN_GROUP: &str = "flashsale_admission_join_group_joins";
+/// Histogram: one group of queue joins written (a transaction on the database, a script
+/// call on Redis); a join waits for the group ahead of its own and then its own.
+pub const ADMISSION_JOIN_GROUP_SECONDS: &str = "flashsale_admission_join_group_seconds";
+
 /// Gauge `{sku}`: events in a sale's stream not yet persisted.
 pub const STREAM_LAG: &str = "flashsale_stream_lag_events";
 /// Counter `{sku}`: events the persister applied.

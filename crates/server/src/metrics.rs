@@ -4,6 +4,7 @@
 
 use std::sync::OnceLock;
 
+use flashsale_core::metric_names::ADMISSION_JOIN_GROUP;
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 
 static HANDLE: OnceLock<PrometheusHandle> = OnceLock::new();
@@ -25,6 +26,8 @@ pub fn handle() -> PrometheusHandle {
                 .set_buckets_for_metric(Matcher::Suffix("_seconds".into()), &LATENCY_BUCKETS_S)
                 .expect("non-empty buckets")
                 .set_buckets_for_metric(Matcher::Full(BATCH_SIZE.into()), &BATCH_BUCKETS)
+                .expect("non-empty buckets")
+                .set_buckets_for_metric(Matcher::Full(ADMISSION_JOIN_GROUP.into()), &BATCH_BUCKETS)
                 .expect("non-empty buckets");
             match builder.install_recorder() {
                 Ok(handle) => {

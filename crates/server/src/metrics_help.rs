@@ -113,6 +113,16 @@ fn describe_requests() {
         Unit::Count,
         "Purchase requests per ledger call (natural batching), by ledger."
     );
+    describe_histogram!(
+        names::ADMISSION_JOIN_GROUP,
+        Unit::Count,
+        "Queue joins per write of the admission book (one commit or script call per group)."
+    );
+    describe_histogram!(
+        names::ADMISSION_JOIN_GROUP_SECONDS,
+        Unit::Seconds,
+        "One group of queue joins written to the admission book."
+    );
 }
 
 fn describe_ledger() {

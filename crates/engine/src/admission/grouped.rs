@@ -4,10 +4,10 @@
 //! script call on Redis. Here the joins that arrive while a group is written queue up, and
 //! the next write takes them all (up to a bound: [`GROUP_MAX`], [`REDIS_GROUP_MAX`]) at once
 //! ([`AdmissionBook::join_group`]: one transaction, one script call), as the ledgers group
-//! purchases. No task of its own:
-//! the first waiting caller writes the group (in a spawned task, so a caller that goes away
-//! mid-write cancels nobody's join) while the others wait for its answer. Every other call
-//! goes straight to the book.
+//! purchases. No task of its own: the first waiting caller writes the group (in a spawned
+//! task, so a caller that goes away mid-write cancels nobody's join) while the others wait for
+//! its answer. Every other call goes straight to the book. Each group's joins and write time
+//! go to `/metrics` (`flashsale_admission_join_group_joins`, `…_seconds`).
 
 use std::sync::{Arc, Mutex};
 
@@ -15,7 +15,7 @@ use async_trait::async_trait;
 use flashsale_core::admission::{
     AdmissionBook, Entered, Entry, EntryWindow, GroupJoin, QueueCounts, Seed, Ticket,
 };
-use flashsale_core::{SkuId, StoreError, UserId};
+use flashsale_core::{metric_names, SkuId, StoreError, UserId};
 use tokio::sync::oneshot;
 
 /// Most joins one write takes on a database (the rest go in the next): one transaction,
@@ -110,7 +110,12 @@ async fn write(book: Arc<dyn AdmissionBook>, group: Vec<Pending>) {
     }
     for (sku, list) in by_sale {
         let joins: Vec<GroupJoin> = list.iter().map(|p| p.join).collect();
-        match book.join_group(sku, &joins).await {
+        let started = std::time::Instant::now();
+        let written = book.join_group(sku, &joins).await;
+        metrics::histogram!(metric_names::ADMISSION_JOIN_GROUP).record(joins.len() as f64);
+        metrics::histogram!(metric_names::ADMISSION_JOIN_GROUP_SECONDS)
+            .record(started.elapsed().as_secs_f64());
+        match written {
             Ok(answers) if answers.len() == list.len() => {
                 for (p, a) in list.into_iter().zip(answers) {
                     let _ = p.answer.send(Ok(a));

@@ -2,7 +2,8 @@
 //! sale's purchase without a valid pass is 403 ADMISSION_REQUIRED; joins keep their place,
 //! the queue admits after the start, an admitted buyer buys with its pass and the rest hear
 //! SOLD_OUT (JSON and SSE); a draw publishes its commitment, then the seed and winners, which
-//! the independent script recomputes, and each winner reads its reservation.
+//! the independent script recomputes, and each winner reads its reservation; concurrent joins
+//! are written in groups, counted and timed in `/metrics`.
 
 use std::time::{Duration, Instant};
 
@@ -300,6 +301,58 @@ async fn settle(stack: &Stack, sku: u64, users: &[u64]) -> Vec<u64> {
         tokio::time::sleep(POLL).await;
     }
     bought
+}
+
+both_ledgers!(concurrent_joins_are_written_in_groups_that_metrics_count);
+async fn concurrent_joins_are_written_in_groups_that_metrics_count(stack: &Stack) {
+    const JOINS: &str = "flashsale_admission_join_group_joins";
+    const SECONDS: &str = "flashsale_admission_join_group_seconds";
+    let sku = 930;
+    live_queue_sale(stack, sku, 3_600_000).await;
+    let read = || async {
+        let text = stack.metrics_text().await;
+        let value = |sample: &str| flashsale_testkit::prometheus::value(&text, sample);
+        let [joins, groups, writes] = [
+            format!("{JOINS}_sum"),
+            format!("{JOINS}_count"),
+            format!("{SECONDS}_count"),
+        ]
+        .map(|sample| value(&sample).unwrap_or(0.0));
+        (joins, groups, writes)
+    };
+    let before = read().await;
+    let users = 1..=40u64;
+    let path = format!("/api/v1/sales/{sku}/queue");
+    let joins = users.clone().map(|user| {
+        let path = path.clone();
+        async move {
+            let token = stack.token(user);
+            stack.call("POST", &path, Some(&token), None).await
+        }
+    });
+    for (s, b) in futures::future::join_all(joins).await {
+        assert_eq!(
+            (s, b["state"].as_str()),
+            (StatusCode::OK, Some("pre_queue")),
+            "{b}"
+        );
+    }
+    let after = read().await;
+    // Other tests of this process join queues too: the counts can only have grown by more.
+    let joined = users.count() as f64;
+    assert!(after.0 - before.0 >= joined, "joins {before:?} → {after:?}");
+    assert!(after.1 - before.1 >= 1.0, "groups {before:?} → {after:?}");
+    assert!(
+        after.2 - before.2 >= 1.0,
+        "writes timed {before:?} → {after:?}"
+    );
+    let text = stack.metrics_text().await;
+    for name in [JOINS, SECONDS] {
+        assert!(
+            text.contains(&format!("# TYPE {name} histogram")),
+            "{name}: {text}"
+        );
+    }
 }
 
 both_ledgers!(the_dashboard_history_shows_a_queue_sale_from_its_start);
