@@ -307,7 +307,7 @@ both_ledgers!(concurrent_joins_are_written_in_groups_that_metrics_count);
 async fn concurrent_joins_are_written_in_groups_that_metrics_count(stack: &Stack) {
     const JOINS: &str = "flashsale_admission_join_group_joins";
     const SECONDS: &str = "flashsale_admission_join_group_seconds";
-    let sku = 930;
+    let sku = 932;
     live_queue_sale(stack, sku, 3_600_000).await;
     let read = || async {
         let text = stack.metrics_text().await;
