@@ -309,6 +309,7 @@ async fn concurrent_joins_are_written_in_groups_that_metrics_count(stack: &Stack
     const SECONDS: &str = "flashsale_admission_join_group_seconds";
     let sku = 932;
     live_queue_sale(stack, sku, 3_600_000).await;
+    // The joins, groups and timed writes so far, and the text they were read from.
     let read = || async {
         let text = stack.metrics_text().await;
         let value = |sample: &str| flashsale_testkit::prometheus::value(&text, sample);
@@ -318,9 +319,9 @@ async fn concurrent_joins_are_written_in_groups_that_metrics_count(stack: &Stack
             format!("{SECONDS}_count"),
         ]
         .map(|sample| value(&sample).unwrap_or(0.0));
-        (joins, groups, writes)
+        ((joins, groups, writes), text)
     };
-    let before = read().await;
+    let (before, _) = read().await;
     let users = 1..=40u64;
     let path = format!("/api/v1/sales/{sku}/queue");
     let joins = users.clone().map(|user| {
@@ -337,7 +338,7 @@ async fn concurrent_joins_are_written_in_groups_that_metrics_count(stack: &Stack
             "{b}"
         );
     }
-    let after = read().await;
+    let (after, text) = read().await;
     // Other tests of this process join queues too: the counts can only have grown by more.
     let joined = users.count() as f64;
     assert!(after.0 - before.0 >= joined, "joins {before:?} → {after:?}");
@@ -346,7 +347,6 @@ async fn concurrent_joins_are_written_in_groups_that_metrics_count(stack: &Stack
         after.2 - before.2 >= 1.0,
         "writes timed {before:?} → {after:?}"
     );
-    let text = stack.metrics_text().await;
     for name in [JOINS, SECONDS] {
         assert!(
             text.contains(&format!("# TYPE {name} histogram")),
