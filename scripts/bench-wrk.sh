@@ -14,7 +14,13 @@
 # 50,000 per second of the path's rounds), a new user per request, the rounds one after another
 # through the list; a run that used them up (second joins measured) says so. After the join
 # rounds the server's /metrics gives how many joins one write of the admission book took and
-# how long a write took (a second table).
+# how long a write took (a table of its own).
+#
+# Beside the ratios of rates, each round's CPU per answer (from /proc, user + system, the round's
+# deferred work included: it is read once the server is idle again): the server's, on the path
+# and on /healthz, and their ratio, which does not move with the rate a busy machine lets a round
+# reach; on the Redis ledger also redis-server's and mariadbd's (the servers at BENCH_REDIS_URL
+# and BENCH_MYSQL, on this machine) per answer of the path.
 #
 # With BENCH_RELAY_NATS set to a NATS URL (e.g. nats://127.0.0.1:4222), each ledger's accepted
 # path is measured a second time on a server started with the order-event relay publishing to
@@ -209,8 +215,38 @@ wanted() { [ -z "${WRK_PATHS:-}" ] || [[ " $WRK_PATHS " == *" $1 "* ]]; }
 
 median() { sort -g | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
 
-# The server's CPU time so far, in clock ticks (user + system).
-cpu_ticks() { awk '{print $14 + $15}' "/proc/$SERVER_PID/stat"; }
+# A process's CPU time so far, in clock ticks (user + system); the server's by default.
+cpu_ticks() { awk '{print $14 + $15}' "/proc/${1:-$SERVER_PID}/stat"; }
+TICK_US=$((1000000 / $(getconf CLK_TCK)))
+
+# The processes whose CPU a round is charged with: the server, and on the Redis ledger the
+# Redis server and MariaDB server it talks to (both on this machine), as "name pid" lines.
+charged_pids() {
+    echo "server $SERVER_PID"
+    [ "$LEDGER" = redis ] || return 0
+    local redis_pid maria_pid
+    redis_pid=$(redis-cli -u "$REDIS_URL" info server | awk -F: '/^process_id:/ {print $2}' | tr -d '\r')
+    maria_pid=$(cat "$(mariadb $MYSQL_ARGS -N -e 'SELECT @@pid_file')" 2>/dev/null || true)
+    [ -n "$redis_pid" ] && echo "redis-server $redis_pid"
+    [ -n "$maria_pid" ] && echo "mariadbd $maria_pid"
+    return 0
+}
+
+# Each charged process's CPU ticks, in the order of `charged_pids`, on one line.
+charged_ticks() {
+    local name pid line=""
+    while read -r name pid; do line+="$(cpu_ticks "$pid") "; done < <(charged_pids)
+    echo "$line"
+}
+
+# µs of CPU per answer of each charged process between two `charged_ticks` lines.
+cpu_per_answer() { # before after answers
+    python3 -c '
+import sys
+b, a, n, tick_us = sys.argv[1].split(), sys.argv[2].split(), int(sys.argv[3]), int(sys.argv[4])
+print(" ".join(f"{(int(y) - int(x)) * tick_us / max(n, 1):.1f}" for x, y in zip(b, a)))
+' "$1" "$2" "$3" "$TICK_US"
+}
 
 # Polls until the server is idle (at most one 10 ms tick of CPU in 300 ms), for at most 30 s:
 # no round, of a path or of /healthz, may carry work the round before it left behind (the
@@ -229,8 +265,10 @@ settle() {
 # answer (ok: 2xx only; refused: no 2xx at all).
 measure() { # label url expect [lua]
     local label=$1 url=$2 expect=$3 lua=${4:-} ratios=() rates=() r h non total used=0
+    local before cpus=() hcpus=() htotal
     for _ in $(seq 1 "$ROUNDS"); do
         settle
+        before=$(charged_ticks)
         read -r r non total < <(wrk_run "$url" "$lua" "$used")
         # Every request the round made: those answered, and at most one unanswered per connection.
         used=$((used + total + CONNECTIONS))
@@ -243,9 +281,12 @@ measure() { # label url expect [lua]
             FAILED=1
         fi
         # The path's work done first (the persister storing a round's orders), so /healthz
-        # is not measured beside it.
+        # is not measured beside it, and the round's CPU counts that work too.
         settle
-        read -r h _ _ < <(wrk_run "$BASE/healthz")
+        cpus+=("$(cpu_per_answer "$before" "$(charged_ticks)" "$total")")
+        before=$(cpu_ticks)
+        read -r h _ htotal < <(wrk_run "$BASE/healthz")
+        hcpus+=("$(cpu_per_answer "$before" "$(cpu_ticks)" "$htotal")")
         ratios+=("$(python3 -c "print(f'{$r / $h:.3f}')")")
         rates+=("$r")
         RATES+=("$label $r/s, /healthz $h/s")
@@ -256,7 +297,28 @@ measure() { # label url expect [lua]
     local m
     m=$(printf '%s\n' "${ratios[@]}" | median)
     ROWS+=("| $label | $LEDGER_NAME | $m | ${ratios[*]} |")
+    cpu_row "$label" cpus hcpus
     LAST_RATES=("${rates[@]}")
+}
+
+# A row of the CPU table: the medians over the rounds of each charged process's µs per answer
+# of the path, the server's per /healthz answer, and the ratio of the server's two (the steadier
+# measure of the server's own cost: it does not move with the rate a round let through).
+cpu_row() { # label path-cpus-array healthz-cpus-array
+    local -n path_cpus=$2 health_cpus=$3
+    local row
+    row=$(python3 - "${#path_cpus[@]}" "${path_cpus[@]}" "${health_cpus[@]}" <<'EOF'
+import statistics, sys
+n = int(sys.argv[1])
+path = [list(map(float, r.split())) for r in sys.argv[2:2 + n]]
+health = [float(r) for r in sys.argv[2 + n:]]
+med = [statistics.median(col) for col in zip(*path)]
+h = statistics.median(health)
+others = " / ".join(f"{m:.1f}" for m in med[1:]) or "–"
+print(f"{med[0]:.1f} | {h:.1f} | {h / med[0]:.3f} | {others}")
+EOF
+)
+    CPU_ROWS+=("| $1 | $LEDGER_NAME | $row |")
 }
 
 # The accepted path with the relay on, after it was measured off: the median accepted rates
@@ -320,6 +382,7 @@ FAILED=0
 ROWS=()
 RELAY_ROWS=()
 JOIN_ROWS=()
+CPU_ROWS=()
 LAST_RATES=()
 ACCEPTED_RATES=()
 RATES=()
@@ -369,6 +432,10 @@ echo
 echo "| path | ledger | ratio to /healthz (median) | rounds |"
 echo "|---|---|---|---|"
 printf '%s\n' "${ROWS[@]}"
+echo
+echo "| path | ledger | server µs CPU per answer | per /healthz answer | /healthz ÷ path | redis-server / mariadbd µs per answer |"
+echo "|---|---|---|---|---|---|"
+printf '%s\n' "${CPU_ROWS[@]}"
 if [ ${#JOIN_ROWS[@]} -gt 0 ]; then
     echo
     echo "| ledger | join groups written | joins per group (mean) | µs per group write (mean) |"
