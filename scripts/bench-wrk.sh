@@ -219,32 +219,42 @@ median() { sort -g | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
 cpu_ticks() { awk '{print $14 + $15}' "/proc/${1:-$SERVER_PID}/stat"; }
 TICK_US=$((1000000 / $(getconf CLK_TCK)))
 
-# The processes whose CPU a round is charged with: the server, and on the Redis ledger the
-# Redis server and MariaDB server it talks to (both on this machine), as "name pid" lines.
+# The processes whose CPU a round is charged with, as "name pid" lines: the server, and on the
+# Redis ledger the Redis and MariaDB servers it talks to; the pid of one that is not a process of
+# that name on this machine (a server elsewhere) is "-".
 charged_pids() {
     echo "server $SERVER_PID"
     [ "$LEDGER" = redis ] || return 0
     local redis_pid maria_pid
     redis_pid=$(redis-cli -u "$REDIS_URL" info server | awk -F: '/^process_id:/ {print $2}' | tr -d '\r')
     maria_pid=$(cat "$(mariadb $MYSQL_ARGS -N -e 'SELECT @@pid_file')" 2>/dev/null || true)
-    [ -n "$redis_pid" ] && echo "redis-server $redis_pid"
-    [ -n "$maria_pid" ] && echo "mariadbd $maria_pid"
-    return 0
+    echo "redis-server $(local_pid redis-server "$redis_pid")"
+    echo "mariadbd $(local_pid mariadbd "$maria_pid")"
 }
 
-# Each charged process's CPU ticks, in the order of `charged_pids`, on one line.
+# `pid` when it is a process named `name` on this machine, else "-".
+local_pid() { # name pid
+    if [ -n "$2" ] && [ "$(cat "/proc/$2/comm" 2>/dev/null)" = "$1" ]; then echo "$2"; else echo -; fi
+}
+
+# Each charged process's CPU ticks ("-" for one not on this machine), in the order of
+# `charged_pids`, on one line.
 charged_ticks() {
     local name pid line=""
-    while read -r name pid; do line+="$(cpu_ticks "$pid") "; done < <(charged_pids)
+    while read -r name pid; do
+        if [ "$pid" = - ]; then line+="- "; else line+="$(cpu_ticks "$pid") "; fi
+    done < <(charged_pids)
     echo "$line"
 }
 
-# µs of CPU per answer of each charged process between two `charged_ticks` lines.
+# µs of CPU per answer of each charged process between two `charged_ticks` lines (nan for one
+# not on this machine).
 cpu_per_answer() { # before after answers
     python3 -c '
 import sys
 b, a, n, tick_us = sys.argv[1].split(), sys.argv[2].split(), int(sys.argv[3]), int(sys.argv[4])
-print(" ".join(f"{(int(y) - int(x)) * tick_us / max(n, 1):.1f}" for x, y in zip(b, a)))
+per = lambda x, y: (int(y) - int(x)) * tick_us / max(n, 1) if "-" not in (x, y) else float("nan")
+print(" ".join(f"{per(x, y):.1f}" for x, y in zip(b, a)))
 ' "$1" "$2" "$3" "$TICK_US"
 }
 
@@ -314,7 +324,7 @@ path = [list(map(float, r.split())) for r in sys.argv[2:2 + n]]
 health = [float(r) for r in sys.argv[2 + n:]]
 med = [statistics.median(col) for col in zip(*path)]
 h = statistics.median(health)
-others = " / ".join(f"{m:.1f}" for m in med[1:]) or "–"
+others = " / ".join("–" if m != m else f"{m:.1f}" for m in med[1:]) or "–"
 print(f"{med[0]:.1f} | {h:.1f} | {h / med[0]:.3f} | {others}")
 EOF
 )
