@@ -58,6 +58,7 @@ command -v wrk >/dev/null || scripts/apt-install.sh bench-wrk wrk
 WORK=$(mktemp -d)
 SERVER_PID=""
 DB=""
+CHARGED="" # "name pid" lines of the processes a round is charged with (charged_pids)
 TAG="fswrk$$"
 # Deletes every key under the run's prefix.
 drop_keys() { redis-cli -u "$REDIS_URL" --scan --pattern "$TAG:*" | xargs -r redis-cli -u "$REDIS_URL" del >/dev/null 2>&1; }
@@ -163,7 +164,10 @@ start_server() { # ledger
     SERVER_PID=$!
     BASE="http://127.0.0.1:$port"
     for _ in $(seq 1 300); do
-        curl -fs "$BASE/healthz" >/dev/null 2>&1 && return 0
+        if curl -fs "$BASE/healthz" >/dev/null 2>&1; then
+            CHARGED=$(charged_pids)
+            return 0
+        fi
         kill -0 "$SERVER_PID" 2>/dev/null || break
         sleep 0.1
     done
@@ -221,7 +225,8 @@ TICK_US=$((1000000 / $(getconf CLK_TCK)))
 
 # The processes whose CPU a round is charged with, as "name pid" lines: the server, and on the
 # Redis ledger the Redis and MariaDB servers it talks to; the pid of one that is not a process of
-# that name on this machine (a server elsewhere) is "-".
+# that name on this machine (a server elsewhere) is "-". Found once per server started
+# (`CHARGED`), so that no round is charged with the look-ups' own queries.
 charged_pids() {
     echo "server $SERVER_PID"
     [ "$LEDGER" = redis ] || return 0
@@ -238,12 +243,12 @@ local_pid() { # name pid
 }
 
 # Each charged process's CPU ticks ("-" for one not on this machine), in the order of
-# `charged_pids`, on one line.
+# `CHARGED`, on one line.
 charged_ticks() {
     local name pid line=""
     while read -r name pid; do
         if [ "$pid" = - ]; then line+="- "; else line+="$(cpu_ticks "$pid") "; fi
-    done < <(charged_pids)
+    done <<<"$CHARGED"
     echo "$line"
 }
 
