@@ -150,7 +150,7 @@ fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
 }
 
 pub(crate) fn bearer(parts: &Parts) -> Result<&str, AppError> {
-    let unauthorized = |m: &str| AppError::new(ErrorCode::Unauthorized, m);
+    let unauthorized = |m: &'static str| AppError::new(ErrorCode::Unauthorized, m);
     let value = parts
         .headers
         .get(AUTHORIZATION)

@@ -3,6 +3,7 @@
 //! `status`, `detail`, and the extension members `code` and `message` that clients read
 //! before Problem Details (the same strings as `title`'s code and `detail`).
 
+use std::borrow::Cow;
 use std::sync::LazyLock;
 
 use axum::body::Bytes;
@@ -22,7 +23,8 @@ pub const PROBLEM_BASE: &str = "https://flashsale.dev/problems/";
 #[derive(Debug)]
 pub struct AppError {
     pub code: ErrorCode,
-    pub message: String,
+    /// A literal for the refusals a spike repeats (no copy per answer), else the text made.
+    pub message: Cow<'static, str>,
     /// Seconds, sent as `Retry-After` (429, 503).
     pub retry_after_s: Option<u32>,
 }
@@ -102,7 +104,7 @@ pub fn problem_title(code: ErrorCode) -> &'static str {
 }
 
 impl AppError {
-    pub fn new(code: ErrorCode, message: impl Into<String>) -> AppError {
+    pub fn new(code: ErrorCode, message: impl Into<Cow<'static, str>>) -> AppError {
         let retry_after_s = match code {
             ErrorCode::RateLimited | ErrorCode::Busy | ErrorCode::Unavailable => Some(1),
             _ => None,
@@ -114,7 +116,7 @@ impl AppError {
         }
     }
 
-    pub fn invalid(message: impl Into<String>) -> AppError {
+    pub fn invalid(message: impl Into<Cow<'static, str>>) -> AppError {
         AppError::new(ErrorCode::InvalidRequest, message)
     }
 

@@ -91,7 +91,10 @@ impl Admission {
         Self::mode(sale, AdmissionMode::Draw)?;
         if quantity == 0 || quantity > sale.per_user_limit {
             let why = format!("quantity must be 1..={}", sale.per_user_limit);
-            return Err(AdmissionError::Refused(ErrorCode::InvalidRequest, why));
+            return Err(AdmissionError::Refused(
+                ErrorCode::InvalidRequest,
+                why.into(),
+            ));
         }
         self.seed(sale.sku_id).await?;
         let entry = Entry {
@@ -103,7 +106,7 @@ impl Admission {
             closes_at_ms: sale.admission.draw_at_ms,
             len_max: self.config.entries_max,
         };
-        let refuse = |code, why: &str| Err(AdmissionError::refused(code, why));
+        let refuse = |code, why: &'static str| Err(AdmissionError::refused(code, why));
         match self.book.enter(sale.sku_id, entry, window).await? {
             Entered::New(_) => Ok((entry, true)),
             Entered::Already(first) => Ok((first, false)),

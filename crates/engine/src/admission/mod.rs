@@ -17,6 +17,7 @@ pub mod draw;
 pub mod grouped;
 pub mod walker;
 
+use std::borrow::Cow;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -101,14 +102,14 @@ pub const DRAW_NEEDS_NO_PASS: &str = "a draw sale is bought through a won reserv
 #[derive(Debug, thiserror::Error)]
 pub enum AdmissionError {
     #[error("{1}")]
-    Refused(ErrorCode, String),
+    Refused(ErrorCode, Cow<'static, str>),
     #[error("admission state unavailable: {0}")]
     Store(#[from] StoreError),
 }
 
 impl AdmissionError {
-    fn refused(code: ErrorCode, why: &str) -> AdmissionError {
-        AdmissionError::Refused(code, why.to_owned())
+    fn refused(code: ErrorCode, why: impl Into<Cow<'static, str>>) -> AdmissionError {
+        AdmissionError::Refused(code, why.into())
     }
 
     /// The API's code of the refusal.
@@ -260,7 +261,10 @@ impl Admission {
             sale.sku_id.0,
             sale.admission.mode.as_str()
         );
-        Err(AdmissionError::Refused(ErrorCode::InvalidRequest, why))
+        Err(AdmissionError::Refused(
+            ErrorCode::InvalidRequest,
+            why.into(),
+        ))
     }
 
     /// Joins the queue (once: a second join answers the same ticket).
@@ -517,15 +521,16 @@ impl Admission {
         text: Option<&str>,
         now: i64,
     ) -> Result<(), AdmissionError> {
-        let refuse = |why: &str| AdmissionError::refused(ErrorCode::AdmissionRequired, why);
+        let refuse =
+            |why: Cow<'static, str>| AdmissionError::refused(ErrorCode::AdmissionRequired, why);
         match sale.admission.mode {
             AdmissionMode::Open => Ok(()),
-            AdmissionMode::Draw => Err(refuse(DRAW_NEEDS_NO_PASS)),
+            AdmissionMode::Draw => Err(refuse(DRAW_NEEDS_NO_PASS.into())),
             AdmissionMode::Queue => {
-                let text = text.ok_or_else(|| refuse(PASS_MISSING))?;
+                let text = text.ok_or_else(|| refuse(PASS_MISSING.into()))?;
                 pass::verify(&self.key, text, sale.sku_id, user, now)
                     .map(drop)
-                    .map_err(|e| refuse(&format!("admission pass refused: {e:?}")))
+                    .map_err(|e| refuse(format!("admission pass refused: {e:?}").into()))
             }
         }
     }

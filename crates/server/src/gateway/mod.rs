@@ -86,8 +86,8 @@ impl Gateway {
     }
 
     /// Every authenticated user request: blacklist (403), then IP, user and instance limits.
-    pub fn check_user(&self, parts: &Parts, user: UserId) -> Result<(), AppError> {
-        let ip = self.client_ip(parts);
+    /// `ip`: the request's [`Gateway::client_ip`].
+    pub fn check_user(&self, user: UserId, ip: Option<IpAddr>) -> Result<(), AppError> {
         if self.blacklist.user_blocked(user) || ip.is_some_and(|ip| self.blacklist.ip_blocked(ip)) {
             metrics::counter!(flashsale_core::metric_names::BLACKLISTED).increment(1);
             return Err(AppError::new(

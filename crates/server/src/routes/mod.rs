@@ -1,6 +1,7 @@
 //! HTTP handlers, one module per resource, what they share ([`sale`]: a sale through the
 //! shop's cache; [`OrderView`]), and the API's extractors: [`ApiPath`], [`ApiJson`], and the callers
-//! [`User`] (a user token, not blacklisted) and [`Admin`] (the admin token).
+//! [`User`] (a user token, not blacklisted; [`UserAt`]: with the client's address) and [`Admin`]
+//! (the admin token).
 
 pub mod admin;
 pub mod admission;
@@ -13,7 +14,6 @@ pub mod sales;
 use std::sync::Arc;
 
 use axum::body::Bytes;
-use axum::extract::rejection::JsonRejection;
 use axum::extract::{FromRequest, FromRequestParts, Request};
 use axum::http::header;
 use axum::http::request::Parts;
@@ -76,14 +76,48 @@ where
             let Json(value) = Json::<T>::from_request(req, state).await?;
             return Ok(ApiJson(value));
         }
-        let bytes = Bytes::from_request(req, state)
-            .await
-            .map_err(JsonRejection::from)?;
+        let bytes = body_bytes(req).await?;
         match serde_json::from_slice(&bytes) {
             Ok(value) => Ok(ApiJson(value)),
             Err(_) => Ok(ApiJson(Json::<T>::from_bytes(&bytes)?.0)),
         }
     }
+}
+
+/// A request's body, within the body limit (`DefaultBodyLimit`). A small body arrives in one
+/// frame and is taken as it came: gathering it through a list of buffers, as a general reader
+/// does, cost a purchase more than its JSON.
+async fn body_bytes(req: Request) -> Result<Bytes, AppError> {
+    use axum::RequestExt as _;
+    use http_body_util::BodyExt as _;
+    let mut body = req.into_limited_body();
+    let mut first: Option<Bytes> = None;
+    let mut more: Vec<u8> = Vec::new();
+    while let Some(frame) = body.frame().await {
+        let Ok(data) = frame.map_err(body_error)?.into_data() else {
+            continue; // trailers
+        };
+        match first.take() {
+            None if more.is_empty() => first = Some(data),
+            earlier => {
+                more.extend_from_slice(earlier.as_deref().unwrap_or_default());
+                more.extend_from_slice(&data);
+            }
+        }
+    }
+    Ok(first.unwrap_or_else(|| Bytes::from(more)))
+}
+
+/// A body that could not be read: too large (413), or cut off (400).
+fn body_error(e: axum::Error) -> AppError {
+    let mut source: Option<&(dyn std::error::Error + 'static)> = Some(&e);
+    while let Some(err) = source {
+        if err.is::<http_body_util::LengthLimitError>() {
+            return AppError::new(ErrorCode::PayloadTooLarge, "request body too large");
+        }
+        source = err.source();
+    }
+    AppError::invalid(format!("Failed to buffer the request body: {e}"))
 }
 
 /// A call on one resource: the state, the caller (`Admin` or `User`: its token checked),
@@ -197,6 +231,22 @@ impl FromRequestParts<AppState> for User {
     type Rejection = AppError;
 
     async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<User, AppError> {
+        let at = UserAt::from_request_parts(parts, state).await?;
+        Ok(User(at.user))
+    }
+}
+
+/// A request from a user (as [`User`]), with the client's address as the gateway saw it
+/// (`None` without a connection, in tests): found once, for the checks and the handler.
+pub struct UserAt {
+    pub user: UserId,
+    pub ip: Option<std::net::IpAddr>,
+}
+
+impl FromRequestParts<AppState> for UserAt {
+    type Rejection = AppError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<UserAt, AppError> {
         let token = bearer(parts)?;
         if state.auth.is_admin(token) {
             return Err(AppError::new(
@@ -205,22 +255,9 @@ impl FromRequestParts<AppState> for User {
             ));
         }
         let user = state.auth.verify(token).await?;
-        state.gateway.check_user(parts, user)?;
-        Ok(User(user))
-    }
-}
-
-/// The client's address as the gateway sees it (`None` without a connection, in tests).
-pub struct ClientIp(pub Option<std::net::IpAddr>);
-
-impl FromRequestParts<AppState> for ClientIp {
-    type Rejection = std::convert::Infallible;
-
-    async fn from_request_parts(
-        parts: &mut Parts,
-        state: &AppState,
-    ) -> Result<ClientIp, Self::Rejection> {
-        Ok(ClientIp(state.gateway.client_ip(parts)))
+        let ip = state.gateway.client_ip(parts);
+        state.gateway.check_user(user, ip)?;
+        Ok(UserAt { user, ip })
     }
 }
 

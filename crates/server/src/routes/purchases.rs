@@ -9,15 +9,14 @@ use std::time::Instant;
 
 use axum::extract::{FromRequestParts, State};
 use axum::http::request::Parts;
-use axum::http::{HeaderMap, HeaderName, StatusCode};
+use axum::http::{HeaderName, HeaderValue, StatusCode};
 use axum::Json;
 use flashsale_core::limits::PER_USER_LIMIT_MAX;
 use flashsale_core::{ErrorCode, PurchaseRequest, RequestId, SkuId, UserId};
 use serde::Deserialize;
 use utoipa::ToSchema;
 
-use super::{ApiJson, ApiPath, ClientIp, OrderView};
-use crate::auth::User;
+use super::{ApiJson, ApiPath, OrderView, UserAt};
 use crate::error::AppError;
 use crate::risk::gate::PurchaseGate;
 use crate::state::AppState;
@@ -52,19 +51,25 @@ pub struct PurchaseBody {
     pub admission_pass: Option<String>,
 }
 
-/// The request's `Idempotency-Key` lines, and no other header: the handler reads only these, and
-/// a copy of every header (what a `HeaderMap` argument is) cost an allocation per purchase.
-pub struct IdempotencyLines(pub HeaderMap);
+/// The request's `Idempotency-Key` lines, and no other header: the handler reads only these.
+/// The first line and whether there were more, found by one look-up of a name parsed once (a
+/// copy of every header, or a look-up by `&str`, which parses the name again, cost a purchase
+/// more than the rest of this).
+pub struct IdempotencyLines {
+    pub first: Option<HeaderValue>,
+    pub more: bool,
+}
+
+static IDEMPOTENCY_NAME: HeaderName = HeaderName::from_static(IDEMPOTENCY_KEY);
 
 impl<S: Send + Sync> FromRequestParts<S> for IdempotencyLines {
     type Rejection = std::convert::Infallible;
 
     async fn from_request_parts(parts: &mut Parts, _: &S) -> Result<Self, Self::Rejection> {
-        let mut lines = HeaderMap::new();
-        for value in parts.headers.get_all(IDEMPOTENCY_KEY) {
-            lines.append(HeaderName::from_static(IDEMPOTENCY_KEY), value.clone());
-        }
-        Ok(IdempotencyLines(lines))
+        let mut lines = parts.headers.get_all(&IDEMPOTENCY_NAME).iter();
+        let first = lines.next().cloned();
+        let more = lines.next().is_some();
+        Ok(IdempotencyLines { first, more })
     }
 }
 
@@ -78,12 +83,11 @@ pub enum KeySource {
 
 /// The `Idempotency-Key` header's value: one line, as a Structured Field string (`"abc"`,
 /// what the draft specifies) or bare (`abc`, what most clients send). `None` when absent.
-pub fn idempotency_header(headers: &HeaderMap) -> Result<Option<&str>, AppError> {
-    let mut values = headers.get_all(IDEMPOTENCY_KEY).iter();
-    let Some(value) = values.next() else {
+pub fn idempotency_header(lines: &IdempotencyLines) -> Result<Option<&str>, AppError> {
+    let Some(value) = &lines.first else {
         return Ok(None);
     };
-    if values.next().is_some() {
+    if lines.more {
         return Err(AppError::invalid("Idempotency-Key is given more than once"));
     }
     let text = value
@@ -165,16 +169,14 @@ impl PurchaseBody {
          body = crate::openapi::Error, content_type = "application/problem+json")))]
 pub async fn purchase(
     State(st): State<AppState>,
-    User(user): User,
-    ClientIp(ip): ClientIp,
+    UserAt { user, ip }: UserAt,
     ApiPath(p): ApiPath<u64>,
-    IdempotencyLines(headers): IdempotencyLines,
+    lines: IdempotencyLines,
     ApiJson(body): ApiJson<PurchaseBody>,
 ) -> Result<(StatusCode, Json<OrderView>), AppError> {
     let started = Instant::now();
     let sku = SkuId(p);
-    let (request_id, source) =
-        request_id(idempotency_header(&headers)?, body.request_id.as_deref())?;
+    let (request_id, source) = request_id(idempotency_header(&lines)?, body.request_id.as_deref())?;
     let req = body.validate(sku, user, request_id)?;
     let pass = body.admission_pass.as_deref();
     let stored = st.shop.sale_to_buy(sku, user, pass).await?;
