@@ -88,27 +88,37 @@ impl Reconciler {
     ) -> anyhow::Result<Vec<SaleReport>> {
         let skus: Vec<SkuId> = match sku {
             Some(sku) => vec![sku],
-            None => self
-                .store
-                .sales()
-                .await?
-                .into_iter()
-                .filter(|s| s.sale.state != SaleState::Scheduled)
-                .map(|s| s.sale.sku_id)
-                .filter(|&sku| !self.journal.is_settled(sku))
-                .collect(),
+            None => self.open_sales().await?,
         };
         let mut reports = Vec::with_capacity(skus.len());
         for sku in skus {
-            match self.run_sale(sku, repair, trigger).await {
-                Ok(report) => reports.push(report),
-                Err(e) => {
-                    tracing::warn!(%sku, error = %e, "reconcile run of one sale failed");
-                    reports.push(SaleReport::failed(sku, trigger, repair, &e));
-                }
-            }
+            reports.push(self.run_or_report(sku, repair, trigger).await);
         }
         Ok(reports)
+    }
+
+    /// The sales a run over every sale takes: neither scheduled nor settled.
+    pub async fn open_sales(&self) -> anyhow::Result<Vec<SkuId>> {
+        Ok(self
+            .store
+            .sales()
+            .await?
+            .into_iter()
+            .filter(|s| s.sale.state != SaleState::Scheduled)
+            .map(|s| s.sale.sku_id)
+            .filter(|&sku| !self.journal.is_settled(sku))
+            .collect())
+    }
+
+    /// [`Reconciler::run_sale`], a failure logged and reported as a failed run.
+    pub async fn run_or_report(&self, sku: SkuId, repair: bool, trigger: Trigger) -> SaleReport {
+        match self.run_sale(sku, repair, trigger).await {
+            Ok(report) => report,
+            Err(e) => {
+                tracing::warn!(%sku, error = %e, "reconcile run of one sale failed");
+                SaleReport::failed(sku, trigger, repair, &e)
+            }
+        }
     }
 
     /// One run of one sale: inspect, repair when asked, inspect again after repairs, store
