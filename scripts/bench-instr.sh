@@ -38,38 +38,14 @@ cleanup() {
 }
 trap cleanup EXIT
 
+source scripts/wrk-requests.sh
+
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 
 JWT=$(head -c 24 /dev/urandom | base64 | tr -d '/+=')
 ADMIN=$(head -c 24 /dev/urandom | base64 | tr -d '/+=')
-python3 - "$JWT" >"$WORK/tokens" <<'EOF'
-import base64, hashlib, hmac, json, sys, time
-secret = sys.argv[1].encode()
-b64 = lambda b: base64.urlsafe_b64encode(b).rstrip(b"=").decode()
-head = b64(json.dumps({"typ": "JWT", "alg": "HS256"}).encode())
-for u in range(1, 2001):
-    body = b64(json.dumps({"sub": str(u), "exp": int(time.time()) + 3600}).encode())
-    sig = b64(hmac.new(secret, f"{head}.{body}".encode(), hashlib.sha256).digest())
-    print(f"{head}.{body}.{sig}")
-EOF
-# bench-wrk's purchase request: each user's head formatted once, a new request id per request.
-cat >"$WORK/purchase.lua" <<EOF
-local heads, n, run = {}, 0, "0"
-init = function(args)
-    run = args[1]
-    local host = wrk.headers["Host"]
-    for line in io.lines("$WORK/tokens") do
-        heads[#heads + 1] = "POST " .. wrk.path .. " HTTP/1.1\r\nHost: " .. host
-            .. "\r\nauthorization: Bearer " .. line
-            .. "\r\ncontent-type: application/json\r\ncontent-length: "
-    end
-end
-request = function()
-    n = n + 1
-    local body = '{"request_id":"' .. run .. "-" .. n .. '","quantity":1}'
-    return heads[(n % #heads) + 1] .. #body .. "\r\n\r\n" .. body
-end
-EOF
+sign_tokens "$JWT" 2000 >"$WORK/tokens"
+purchase_lua "$WORK/tokens" >"$WORK/purchase.lua"
 
 start_server() { # bin
     local port data="$WORK/data"

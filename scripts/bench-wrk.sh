@@ -70,21 +70,9 @@ cleanup() {
 }
 trap cleanup EXIT
 
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+source scripts/wrk-requests.sh
 
-# HS256 tokens for users 1..N (default USERS), one a line, signed as `flashsale token` signs them.
-sign_tokens() { # secret [n]
-    python3 - "$1" "${2:-$USERS}" <<'EOF'
-import base64, hashlib, hmac, json, sys, time
-secret, users = sys.argv[1].encode(), int(sys.argv[2])
-b64 = lambda b: base64.urlsafe_b64encode(b).rstrip(b"=").decode()
-head = b64(json.dumps({"typ": "JWT", "alg": "HS256"}).encode())
-for u in range(1, users + 1):
-    body = b64(json.dumps({"sub": str(u), "exp": int(time.time()) + 3600}).encode())
-    sig = b64(hmac.new(secret, f"{head}.{body}".encode(), hashlib.sha256).digest())
-    print(f"{head}.{body}.{sig}")
-EOF
-}
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 
 # The wrk scripts. Each user's request is formatted once, at wrk's start (a `request` that
 # builds headers per request costs the client ~1.5 µs more an answer, which the server's share
@@ -94,23 +82,7 @@ EOF
 # counter: never sent before), args[2] is how many users earlier rounds of the path used (a
 # join round goes on with the next user).
 write_lua() {
-    cat >"$WORK/purchase.lua" <<EOF
-local heads, n, run = {}, 0, "0"
-init = function(args)
-    run = args[1]
-    local host = wrk.headers["Host"]
-    for line in io.lines("$WORK/tokens") do
-        heads[#heads + 1] = "POST " .. wrk.path .. " HTTP/1.1\r\nHost: " .. host
-            .. "\r\nauthorization: Bearer " .. line
-            .. "\r\ncontent-type: application/json\r\ncontent-length: "
-    end
-end
-request = function()
-    n = n + 1
-    local body = '{"request_id":"' .. run .. "-" .. n .. '","quantity":1}'
-    return heads[(n % #heads) + 1] .. #body .. "\r\n\r\n" .. body
-end
-EOF
+    purchase_lua "$WORK/tokens" >"$WORK/purchase.lua"
     cat >"$WORK/join.lua" <<EOF
 local reqs, n = {}, 0
 init = function(args)
@@ -343,7 +315,7 @@ measure_relay() {
     off=$(printf '%s\n' "${ACCEPTED_RATES[@]}" | median)
     stop_server
     RELAY=1 start_server "$LEDGER"
-    sign_tokens "$JWT" >"$WORK/tokens"
+    sign_tokens "$JWT" "$USERS" >"$WORK/tokens"
     write_lua
     open_sale 1 1000000000
     measure "accepted (202), relay to NATS on" "$BASE/api/v1/sales/1/purchases" ok "$WORK/purchase.lua"
@@ -408,7 +380,7 @@ for LEDGER in "${LEDGERS[@]}"; do
     *) echo "bench-wrk: unknown ledger $LEDGER (embedded, redis)" >&2; exit 2 ;;
     esac
     start_server "$LEDGER"
-    sign_tokens "$JWT" >"$WORK/tokens"
+    sign_tokens "$JWT" "$USERS" >"$WORK/tokens"
     sign_tokens "$JWT" "$JOIN_USERS" >"$WORK/join-tokens"
     write_lua
     open_sale 1 1000000000
