@@ -14,22 +14,26 @@ pub const CACHE_TTL_DEFAULT: Duration = Duration::from_secs(1);
 /// Entries kept at most; the map is cleared when full (a bound on memory under junk ids).
 const ENTRIES_MAX: usize = 10_000;
 
+/// A map by sale, hashed with aHash (seeded per process): every purchase looks a sale up in two
+/// of these, and SipHash of the key cost more than the rest of the look-up.
+type BySku<V> = HashMap<SkuId, V, ahash::RandomState>;
+
 /// When an entry was fetched, and the sale (`None`: known not to exist).
 type SaleEntry = (Instant, Option<Arc<StoredSale>>);
 
 /// Sales by sku, refreshed after `ttl`; unknown skus are remembered too (as `None`).
 pub struct SaleCache {
     ttl: Duration,
-    entries: Mutex<HashMap<SkuId, SaleEntry>>,
-    counters: Mutex<HashMap<SkuId, (Instant, Counters)>>,
+    entries: Mutex<BySku<SaleEntry>>,
+    counters: Mutex<BySku<(Instant, Counters)>>,
 }
 
 impl SaleCache {
     pub fn new(ttl: Duration) -> SaleCache {
         SaleCache {
             ttl,
-            entries: Mutex::new(HashMap::new()),
-            counters: Mutex::new(HashMap::new()),
+            entries: Mutex::default(),
+            counters: Mutex::default(),
         }
     }
 
@@ -94,11 +98,11 @@ enum Flag {
 /// Local sold-out flags, cleared by restock notices and by a short TTL.
 pub struct SoldOutFlags {
     ttl: Duration,
-    flags: Mutex<HashMap<SkuId, Flag>>,
+    flags: Mutex<BySku<Flag>>,
     /// The accepted keys last loaded per sale, with the `(epoch, count)` they were loaded
     /// at: while a sale stays sold out nothing new is accepted, so a flag that lapsed is set
     /// again from these without reading every key again. Dropped on restock.
-    loaded: Mutex<HashMap<SkuId, Loaded>>,
+    loaded: Mutex<BySku<Loaded>>,
 }
 
 /// Accepted request keys as last loaded, and the `(epoch, count)` of the copy they came from.
@@ -112,8 +116,8 @@ impl SoldOutFlags {
     pub fn new(ttl: Duration) -> SoldOutFlags {
         SoldOutFlags {
             ttl,
-            flags: Mutex::new(HashMap::new()),
-            loaded: Mutex::new(HashMap::new()),
+            flags: Mutex::default(),
+            loaded: Mutex::default(),
         }
     }
 

@@ -1,5 +1,5 @@
-//! The reconciler as a background worker: every sale, every interval (a large sale paced by
-//! what its passes cost), and at once a sale a request found fenced or missing (a nudge).
+//! The reconciler as a background worker: every sale, every interval (a large healthy sale
+//! paced by its size), and at once a sale a request found fenced or missing (a nudge).
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -9,7 +9,7 @@ use async_trait::async_trait;
 use flashsale_core::SkuId;
 use tokio::sync::mpsc;
 
-use super::{Reconciler, Trigger};
+use super::{Reconciler, SaleReport, Trigger};
 use crate::runner::{Pace, Worker, WorkerState};
 
 /// How the reconcile worker of a process runs (the CLI's `FLASHSALE_RECONCILE_*` settings).
@@ -70,40 +70,55 @@ impl Nudges {
     }
 }
 
-/// At least how many times as long as a sale's last pass took its next worker pass waits. A
-/// pass reads every order of the sale, so on a large sale under way it costs the machine much
-/// each interval (about a second of CPU at 300,000 orders here, every 5 s: a fifth of a core,
-/// growing with the sale). Paced so, the worker spends at most about a twenty-first of its time
-/// on one sale; a small sale's passes still come every interval, and nudged or asked-for runs
-/// are never held back.
-pub const PASS_COST_FACTOR: u32 = 20;
+/// How long a healthy sale's next worker pass waits, at least, per event of the sale (its
+/// `seq`). A pass reads every order of the sale, so on a large sale under way it costs the
+/// machine much every interval (about 7 µs of CPU per order here: a second at 137,000 orders,
+/// every 5 s). At 100 µs per event a pass takes at most about a fifteenth of a core: a sale of
+/// 10,000 events still passes every interval, one of 300,000 every 30 s. Measured in events,
+/// not in the time a pass took: a pass is slow in a partition too, and that is when its
+/// repairs must not wait.
+pub const PAUSE_PER_EVENT: Duration = Duration::from_micros(100);
+/// The longest pause, whatever the sale's size.
+pub const PAUSE_MAX: Duration = Duration::from_secs(300);
 /// Sales whose next pass is remembered; the memory is cleared when full (each then passes at
 /// its next interval).
 const PACED_SALES_MAX: usize = 4_096;
 
-/// When each sale's next worker pass is due ([`PASS_COST_FACTOR`]).
+/// When each healthy sale's next worker pass is due ([`PAUSE_PER_EVENT`]). A sale whose pass
+/// found anything (a mismatch, a repair, a copy behind, a failed run) is not paused.
 #[derive(Debug, Default)]
 pub struct Pacing {
     next: HashMap<SkuId, Instant>,
 }
 
 impl Pacing {
-    /// Whether `sku` may pass at `now`: never passed, or its pause is over.
+    /// Whether `sku` may pass at `now`: not paused, or its pause is over.
     pub fn due(&self, sku: SkuId, now: Instant) -> bool {
         self.next.get(&sku).is_none_or(|&at| now >= at)
     }
 
-    /// `sku` passed, taking `took`, ending at `now`.
-    pub fn passed(&mut self, sku: SkuId, took: Duration, now: Instant) {
+    /// `sku` passed at `now` with `report`.
+    pub fn passed(&mut self, sku: SkuId, report: &SaleReport, now: Instant) {
+        if !healthy(report) {
+            self.next.remove(&sku);
+            return;
+        }
         if self.next.len() >= PACED_SALES_MAX {
             self.next.clear();
         }
-        self.next.insert(sku, now + took * PASS_COST_FACTOR);
+        let events = u32::try_from(report.db.seq).unwrap_or(u32::MAX);
+        let pause = PAUSE_PER_EVENT.saturating_mul(events).min(PAUSE_MAX);
+        self.next.insert(sku, now + pause);
     }
 }
 
+/// A pass that found nothing to do: everything it checked agreed.
+fn healthy(r: &SaleReport) -> bool {
+    r.ok && r.repairs.is_empty() && !r.hot_behind && r.buckets_behind.is_empty()
+}
+
 /// Reconciles every sale every `interval` (repairing when `repair`), a large sale paced by its
-/// passes' cost ([`Pacing`]), and a nudged sale at once.
+/// size ([`Pacing`]), and a nudged sale at once.
 pub struct ReconcileWorker {
     pub reconciler: Arc<Reconciler>,
     pub settings: WorkerSettings,
@@ -190,11 +205,8 @@ impl Worker for ReconcileWorker {
             if !self.pacing.due(sku, Instant::now()) {
                 continue;
             }
-            let started = Instant::now();
-            self.reconciler
-                .run_or_report(sku, repair, Trigger::Worker)
-                .await;
-            self.pacing.passed(sku, started.elapsed(), Instant::now());
+            let report = (self.reconciler.run_or_report(sku, repair, Trigger::Worker)).await;
+            self.pacing.passed(sku, &report, Instant::now());
         }
         Ok(WorkerState::Idle)
     }
@@ -219,17 +231,52 @@ impl Worker for ReconcileWorker {
 mod tests {
     use super::*;
 
+    fn report(seq: u64, ok: bool) -> SaleReport {
+        let db = flashsale_core::Counters {
+            seq,
+            ..Default::default()
+        };
+        SaleReport {
+            ok,
+            db,
+            ..SaleReport::default()
+        }
+    }
+
     #[test]
-    fn a_sale_waits_the_factor_of_its_last_pass() {
+    fn a_healthy_sale_waits_by_its_events() {
         let mut pacing = Pacing::default();
         let (a, b) = (SkuId(1), SkuId(2));
         let t0 = Instant::now();
         assert!(pacing.due(a, t0), "never passed: due");
-        pacing.passed(a, Duration::from_millis(100), t0);
-        let pause = Duration::from_millis(100) * PASS_COST_FACTOR;
+        pacing.passed(a, &report(1_000, true), t0);
+        let pause = PAUSE_PER_EVENT * 1_000;
         assert!(!pacing.due(a, t0 + pause - Duration::from_millis(1)));
         assert!(pacing.due(a, t0 + pause));
         assert!(pacing.due(b, t0), "another sale is not held back");
+        pacing.passed(b, &report(u64::MAX, true), t0);
+        assert!(pacing.due(b, t0 + PAUSE_MAX), "the pause is bounded");
+    }
+
+    #[test]
+    fn a_sale_with_findings_is_not_paused() {
+        let mut pacing = Pacing::default();
+        let sku = SkuId(1);
+        let t0 = Instant::now();
+        pacing.passed(sku, &report(1_000_000, true), t0);
+        assert!(!pacing.due(sku, t0));
+        let mut behind = report(1_000_000, true);
+        behind.hot_behind = true;
+        pacing.passed(sku, &behind, t0);
+        assert!(
+            pacing.due(sku, t0),
+            "a copy behind passes again at the next interval"
+        );
+        pacing.passed(sku, &report(1_000_000, false), t0);
+        assert!(
+            pacing.due(sku, t0),
+            "a mismatch passes again at the next interval"
+        );
     }
 
     #[test]
@@ -237,7 +284,7 @@ mod tests {
         let mut pacing = Pacing::default();
         let t0 = Instant::now();
         for sku in 0..(PACED_SALES_MAX as u64 * 2) {
-            pacing.passed(SkuId(sku), Duration::from_secs(1), t0);
+            pacing.passed(SkuId(sku), &report(1_000, true), t0);
         }
         assert!(pacing.next.len() <= PACED_SALES_MAX);
     }
