@@ -91,10 +91,7 @@ impl Admission {
         Self::mode(sale, AdmissionMode::Draw)?;
         if quantity == 0 || quantity > sale.per_user_limit {
             let why = format!("quantity must be 1..={}", sale.per_user_limit);
-            return Err(AdmissionError::Refused(
-                ErrorCode::InvalidRequest,
-                why.into(),
-            ));
+            return Err(AdmissionError::refused(ErrorCode::InvalidRequest, why));
         }
         self.seed(sale.sku_id).await?;
         let entry = Entry {

@@ -261,10 +261,7 @@ impl Admission {
             sale.sku_id.0,
             sale.admission.mode.as_str()
         );
-        Err(AdmissionError::Refused(
-            ErrorCode::InvalidRequest,
-            why.into(),
-        ))
+        Err(AdmissionError::refused(ErrorCode::InvalidRequest, why))
     }
 
     /// Joins the queue (once: a second join answers the same ticket).

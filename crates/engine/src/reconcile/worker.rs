@@ -205,7 +205,10 @@ impl Worker for ReconcileWorker {
             if !self.pacing.due(sku, Instant::now()) {
                 continue;
             }
-            let report = (self.reconciler.run_or_report(sku, repair, Trigger::Worker)).await;
+            let report = self
+                .reconciler
+                .run_or_report(sku, repair, Trigger::Worker)
+                .await;
             self.pacing.passed(sku, &report, Instant::now());
         }
         Ok(WorkerState::Idle)

@@ -139,10 +139,9 @@ impl Live {
             .record(at_s, answer, latency);
     }
 
+    /// The ring of a sale [`Live::record`] did not find under the read lock: made under the
+    /// write lock (or found, when another answer made it meanwhile).
     fn ring(&self, sku: SkuId) -> Arc<Mutex<SaleRing>> {
-        if let Some(r) = self.sales.read().expect("live lock").get(&sku) {
-            return r.clone();
-        }
         let mut sales = self.sales.write().expect("live lock");
         if sales.len() >= SALES_MAX && !sales.contains_key(&sku) {
             evict_idlest(&mut sales);
