@@ -18,6 +18,10 @@ const ENTRIES_MAX: usize = 10_000;
 /// of these, and SipHash of the key cost more than the rest of the look-up.
 type BySku<V> = HashMap<SkuId, V, ahash::RandomState>;
 
+/// A sold-out sale's accepted request keys, hashed with aHash: a refusal looks its key up in
+/// them, at every request of a spike.
+pub type AcceptedKeys = HashSet<RequestKey, ahash::RandomState>;
+
 /// When an entry was fetched, and the sale (`None`: known not to exist).
 type SaleEntry = (Instant, Option<Arc<StoredSale>>);
 
@@ -92,7 +96,7 @@ enum Flag {
     /// Someone is loading the accepted keys; meanwhile ask the ledger.
     Loading(Instant),
     /// Sold out as of `Instant`; requests not in `accepted` are answered locally.
-    Set(Instant, Arc<HashSet<RequestKey>>),
+    Set(Instant, Arc<AcceptedKeys>),
 }
 
 /// Local sold-out flags, cleared by restock notices and by a short TTL.
@@ -109,7 +113,7 @@ pub struct SoldOutFlags {
 #[derive(Clone)]
 pub struct Loaded {
     pub version: (u64, usize),
-    pub keys: Arc<HashSet<RequestKey>>,
+    pub keys: Arc<AcceptedKeys>,
 }
 
 impl SoldOutFlags {
@@ -122,7 +126,7 @@ impl SoldOutFlags {
     }
 
     /// The keys last loaded for a sale when they are still of `version`.
-    pub fn loaded(&self, sku: SkuId, version: (u64, usize)) -> Option<Arc<HashSet<RequestKey>>> {
+    pub fn loaded(&self, sku: SkuId, version: (u64, usize)) -> Option<Arc<AcceptedKeys>> {
         let loaded = self.loaded.lock().expect("loaded lock");
         loaded
             .get(&sku)
@@ -164,7 +168,7 @@ impl SoldOutFlags {
     pub fn set(
         &self,
         sku: SkuId,
-        accepted: Arc<HashSet<RequestKey>>,
+        accepted: Arc<AcceptedKeys>,
         version: (u64, usize),
         loaded_at: Instant,
     ) {
@@ -201,7 +205,7 @@ mod tests {
         assert!(!flags.answers(sku, &key("1:a")));
         assert!(flags.begin_load(sku));
         assert!(!flags.begin_load(sku), "one loader at a time");
-        let keys = Arc::new(HashSet::from([key("1:a")]));
+        let keys = Arc::new(AcceptedKeys::from_iter([key("1:a")]));
         flags.set(sku, keys, (1, 1), Instant::now());
         assert!(flags.loaded(sku, (1, 1)).is_some());
         assert!(

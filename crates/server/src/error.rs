@@ -190,27 +190,32 @@ fn repeated() -> Vec<(ErrorCode, &'static str)> {
     list
 }
 
-/// The bodies of [`repeated`] answers, serialised once.
-static PREFORMATTED: LazyLock<Vec<(ErrorCode, &'static str, Bytes)>> = LazyLock::new(|| {
+/// The bodies of [`repeated`] answers, serialised once, by code (`code as usize`).
+static PREFORMATTED: LazyLock<Vec<Vec<(&'static str, Bytes)>>> = LazyLock::new(|| {
     let status = |code: ErrorCode| {
         StatusCode::from_u16(code.http_status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR)
     };
-    repeated()
-        .into_iter()
-        .map(|(code, m)| (code, m, serialise(code, status(code), m)))
-        .collect()
+    let mut by_code = vec![Vec::new(); ErrorCode::ALL.len()];
+    for (code, m) in repeated() {
+        by_code[code as usize].push((m, serialise(code, status(code), m)));
+    }
+    by_code
 });
 
 /// The body of an answer written before, if this is one (a clone of `Bytes` is a count).
 fn preformatted(code: ErrorCode, message: &str) -> Option<Bytes> {
-    PREFORMATTED
+    let bodies = PREFORMATTED.get(code as usize)?;
+    bodies
         .iter()
-        .find(|(c, m, _)| *c == code && *m == message)
-        .map(|(_, _, body)| body.clone())
+        .find(|(m, _)| *m == message)
+        .map(|(_, body)| body.clone())
 }
 
+/// A problem answer, built as it is sent (a body given as `Bytes` would first be labelled
+/// `application/octet-stream`, then relabelled).
 fn problem_response(status: StatusCode, body: Bytes) -> Response {
-    let mut response = (status, body).into_response();
+    let mut response = Response::new(axum::body::Body::from(body));
+    *response.status_mut() = status;
     let headers = response.headers_mut();
     headers.insert(header::CONTENT_TYPE, HeaderValue::from_static(PROBLEM_JSON));
     response

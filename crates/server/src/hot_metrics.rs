@@ -14,11 +14,14 @@ use metrics::{Counter, Histogram};
 /// map is emptied and refilled, so a flood of odd statuses cannot grow it.
 const LABEL_SETS_MAX: usize = 1_024;
 
+/// The maps of handles, hashed with aHash (looked up at every answer).
+type ByLabel<K, V> = HashMap<K, V, ahash::RandomState>;
+
 thread_local! {
     /// `http_requests_total` by status, then route template.
-    static REQUESTS: RefCell<HashMap<u16, HashMap<Box<str>, Counter>>> = RefCell::default();
+    static REQUESTS: RefCell<ByLabel<u16, ByLabel<Box<str>, Counter>>> = RefCell::default();
     /// The purchase latency histogram and counter by outcome.
-    static PURCHASE: RefCell<HashMap<&'static str, (Histogram, Counter)>> = RefCell::default();
+    static PURCHASE: RefCell<ByLabel<&'static str, (Histogram, Counter)>> = RefCell::default();
     /// Purchases answered SOLD_OUT by the local flag.
     static SOLD_OUT_HERE: Counter = metrics::counter!(SOLD_OUT_LOCAL);
 }
@@ -36,7 +39,7 @@ pub fn http_request(route: &str, status: u16) {
             c.increment(1);
             return;
         }
-        if by_status.values().map(HashMap::len).sum::<usize>() >= LABEL_SETS_MAX {
+        if by_status.values().map(ByLabel::len).sum::<usize>() >= LABEL_SETS_MAX {
             by_status.clear();
         }
         let c = metrics::counter!(HTTP_REQUESTS, "route" => route.to_owned(),

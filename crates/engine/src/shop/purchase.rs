@@ -25,7 +25,7 @@
 //!   [`Journal`] here, where every outcome is seen: whatever this instance may have promised,
 //!   a later loss of it is reported.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
@@ -38,7 +38,7 @@ use flashsale_core::{
 use tokio::sync::{mpsc, oneshot};
 
 use super::{Shop, ShopError};
-use crate::cache::SoldOutFlags;
+use crate::cache::{AcceptedKeys, SoldOutFlags};
 use crate::reconcile::Journal;
 
 /// The shop's risk check of one purchase, asked after the local refusals and before the
@@ -476,7 +476,7 @@ impl Bookkeeper {
             return Ok(());
         }
         if let Some(keys) = self.ledger.accepted_keys(sku, self.keys_max).await? {
-            let keys: HashSet<_> = keys.into_iter().collect();
+            let keys: AcceptedKeys = keys.into_iter().collect();
             // Keys read after the count: a count that moved meanwhile only costs a reload.
             self.flags.set(sku, Arc::new(keys), version, loaded_at);
         }

@@ -34,7 +34,7 @@ use std::sync::Arc;
 
 use axum::extract::ConnectInfo;
 use axum::http::request::Parts;
-use flashsale_core::{ErrorCode, SkuId, UserId};
+use flashsale_core::{ErrorCode, PurchaseRequest, UserId};
 
 pub use blacklist::Blacklist;
 pub use config::{GatewayConfig, TokenRate};
@@ -98,16 +98,15 @@ impl Gateway {
         self.rates.check_request(user, ip)
     }
 
-    /// A purchase of `sku`: the sale's rate, its purchase token when required, back-pressure
-    /// and the sale's in-flight limit. Hold the permit until the purchase is answered.
-    /// `request_key` is written out only for a sale that requires a purchase token.
+    /// A purchase: its sale's rate, the purchase token when the sale requires one, back-pressure
+    /// and the sale's in-flight limit. Hold the permit until the purchase is answered. The
+    /// request's key is written out only for a sale that requires a purchase token.
     pub async fn admit_purchase(
         &self,
-        sku: SkuId,
-        user: UserId,
-        request_key: &impl std::fmt::Display,
+        req: &PurchaseRequest,
         token: Option<&str>,
     ) -> Result<tokio::sync::OwnedSemaphorePermit, AppError> {
+        let (sku, user) = (req.sku_id, req.user_id);
         self.rates.check_sale(sku)?;
         let permit = self.gates.admit(sku)?;
         if self.blacklist.token_required(sku) {
@@ -122,7 +121,7 @@ impl Gateway {
                 .blacklist
                 .store
                 .once()
-                .consume_token(&verified.jti, &request_key.to_string(), verified.remaining)
+                .consume_token(&verified.jti, &req.key().to_string(), verified.remaining)
                 .await
                 .map_err(|e| AppError::new(ErrorCode::Unavailable, e))?;
             if !fresh {
@@ -152,6 +151,7 @@ pub fn forwarded_client<'a>(lines: impl Iterator<Item = &'a str>, hops: u32) -> 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use flashsale_core::SkuId;
 
     #[test]
     fn forwarded_client_counts_hops_from_the_right() {
@@ -190,10 +190,13 @@ mod tests {
             let ip: IpAddr = "127.0.0.1".parse().unwrap();
             assert!(!g.blacklist.ip_blocked(ip));
             g.rates.check_request(user, Some(ip)).unwrap();
-            let permit = g
-                .admit_purchase(SkuId(1), user, &"1:a", None)
-                .await
-                .unwrap();
+            let req = PurchaseRequest {
+                sku_id: SkuId(1),
+                user_id: user,
+                request_id: flashsale_core::RequestId::parse("a").unwrap(),
+                quantity: 1,
+            };
+            let permit = g.admit_purchase(&req, None).await.unwrap();
             drop(permit);
         }
         let ns = started.elapsed().as_nanos() as u64 / n;

@@ -36,14 +36,15 @@ impl SaleGate {
 }
 
 pub struct SaleGates {
-    gates: RwLock<HashMap<SkuId, Arc<SaleGate>>>,
+    /// Looked up at every purchase: hashed with aHash.
+    gates: RwLock<HashMap<SkuId, Arc<SaleGate>, ahash::RandomState>>,
     inflight_max: usize,
 }
 
 impl SaleGates {
     pub fn new(inflight_max: usize) -> SaleGates {
         SaleGates {
-            gates: RwLock::new(HashMap::new()),
+            gates: RwLock::default(),
             inflight_max: inflight_max.max(1),
         }
     }

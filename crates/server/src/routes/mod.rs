@@ -54,20 +54,16 @@ pub struct ApiPath<T>(pub T);
 /// `Json` whose rejection is the API's own error (`application/problem+json`: 413
 /// `PAYLOAD_TOO_LARGE` for a body too large, 400 `INVALID_REQUEST` otherwise).
 ///
-/// A body sent as plain `application/json` is read as `Json` reads it (the same body limit)
-/// and parsed straight into `T`; `Json` itself, which tracks the path of every field it
-/// parses (an allocation per key) so that a refusal can name it, runs only for another media
-/// type or a body that does not parse, and words the refusal exactly as before.
+/// A body sent as plain `application/json` is read here within the state's body limit and
+/// parsed straight into `T`; `Json` itself, which tracks the path of every field it parses
+/// (an allocation per key) so that a refusal can name it, runs only for another media type
+/// or a body that does not parse, and words the refusal exactly as before.
 pub struct ApiJson<T>(pub T);
 
-impl<T, S> FromRequest<S> for ApiJson<T>
-where
-    T: DeserializeOwned,
-    S: Send + Sync,
-{
+impl<T: DeserializeOwned> FromRequest<AppState> for ApiJson<T> {
     type Rejection = AppError;
 
-    async fn from_request(req: Request, state: &S) -> Result<Self, AppError> {
+    async fn from_request(req: Request, state: &AppState) -> Result<Self, AppError> {
         let plain = req
             .headers()
             .get(header::CONTENT_TYPE)
@@ -76,7 +72,7 @@ where
             let Json(value) = Json::<T>::from_request(req, state).await?;
             return Ok(ApiJson(value));
         }
-        let bytes = body_bytes(req).await?;
+        let bytes = body_bytes(req, state.tunables.body_bytes_max).await?;
         match serde_json::from_slice(&bytes) {
             Ok(value) => Ok(ApiJson(value)),
             Err(_) => Ok(ApiJson(Json::<T>::from_bytes(&bytes)?.0)),
@@ -84,19 +80,31 @@ where
     }
 }
 
-/// A request's body, within the body limit (`DefaultBodyLimit`). A small body arrives in one
-/// frame and is taken as it came: gathering it through a list of buffers, as a general reader
-/// does, cost a purchase more than its JSON.
-async fn body_bytes(req: Request) -> Result<Bytes, AppError> {
-    use axum::RequestExt as _;
+/// A request's body, at most `len_max` bytes (the limit `DefaultBodyLimit` sets for `Json`):
+/// a declared length past it is refused before a byte is read, a body that grows past it as
+/// it comes. A small body arrives in one frame and is taken as it came. The body is read as
+/// hyper hands it over: a general reader (a list of buffers) or axum's limited body (a layer
+/// and a box more per frame) cost a purchase more than its JSON.
+async fn body_bytes(req: Request, len_max: usize) -> Result<Bytes, AppError> {
     use http_body_util::BodyExt as _;
-    let mut body = req.into_limited_body();
+    let declared = req.headers().get(header::CONTENT_LENGTH);
+    if declared
+        .is_some_and(|v| v.to_str().ok().and_then(|v| v.parse::<u64>().ok()) > Some(len_max as u64))
+    {
+        return Err(body_too_large());
+    }
+    let mut body = req.into_body();
     let mut first: Option<Bytes> = None;
     let mut more: Vec<u8> = Vec::new();
+    let mut len = 0usize;
     while let Some(frame) = body.frame().await {
         let Ok(data) = frame.map_err(body_error)?.into_data() else {
             continue; // trailers
         };
+        len += data.len();
+        if len > len_max {
+            return Err(body_too_large());
+        }
         match first.take() {
             None if more.is_empty() => first = Some(data),
             earlier => {
@@ -108,15 +116,12 @@ async fn body_bytes(req: Request) -> Result<Bytes, AppError> {
     Ok(first.unwrap_or_else(|| Bytes::from(more)))
 }
 
-/// A body that could not be read: too large (413), or cut off (400).
+fn body_too_large() -> AppError {
+    AppError::new(ErrorCode::PayloadTooLarge, "request body too large")
+}
+
+/// A body that could not be read (cut off): 400.
 fn body_error(e: axum::Error) -> AppError {
-    let mut source: Option<&(dyn std::error::Error + 'static)> = Some(&e);
-    while let Some(err) = source {
-        if err.is::<http_body_util::LengthLimitError>() {
-            return AppError::new(ErrorCode::PayloadTooLarge, "request body too large");
-        }
-        source = err.source();
-    }
     AppError::invalid(format!("Failed to buffer the request body: {e}"))
 }
 

@@ -100,26 +100,27 @@ pub fn idempotency_header(lines: &IdempotencyLines) -> Result<Option<&str>, AppE
     Ok(Some(unquoted))
 }
 
-/// The attempt's request id from the header and the body: either, or both when equal.
+/// The attempt's request id from the header and the body: either, or both when equal. The
+/// body's string becomes the id as it is (no copy).
 pub fn request_id(
     header: Option<&str>,
-    body: Option<&str>,
+    body: Option<String>,
 ) -> Result<(RequestId, KeySource), AppError> {
-    let (text, source) = match (header, body) {
+    let (id, source) = match (header, body) {
         (Some(h), Some(b)) if h != b => {
             return Err(AppError::invalid(
                 "Idempotency-Key and request_id differ: send one, or the same value in both",
             ))
         }
-        (Some(h), _) => (h, KeySource::Header),
-        (None, Some(b)) => (b, KeySource::Body),
+        (Some(h), _) => (RequestId::parse(h), KeySource::Header),
+        (None, Some(b)) => (RequestId::parse_owned(b), KeySource::Body),
         (None, None) => {
             return Err(AppError::invalid(
                 "request_id is required unless the Idempotency-Key header is given",
             ))
         }
     };
-    let id = RequestId::parse(text).ok_or_else(|| AppError::invalid(REQUEST_ID_RULE))?;
+    let id = id.ok_or_else(|| AppError::invalid(REQUEST_ID_RULE))?;
     Ok((id, source))
 }
 
@@ -172,23 +173,22 @@ pub async fn purchase(
     UserAt { user, ip }: UserAt,
     ApiPath(p): ApiPath<u64>,
     lines: IdempotencyLines,
-    ApiJson(body): ApiJson<PurchaseBody>,
+    ApiJson(mut body): ApiJson<PurchaseBody>,
 ) -> Result<(StatusCode, Json<OrderView>), AppError> {
     let started = Instant::now();
     let sku = SkuId(p);
-    let (request_id, source) = request_id(idempotency_header(&lines)?, body.request_id.as_deref())?;
+    let (request_id, source) = request_id(idempotency_header(&lines)?, body.request_id.take())?;
     let req = body.validate(sku, user, request_id)?;
     let pass = body.admission_pass.as_deref();
     let stored = st.shop.sale_to_buy(sku, user, pass).await?;
-    let key = req.key();
     if source == KeySource::Header {
         let store = st.gateway.blacklist.store.as_ref();
         let per_user = st.gateway.config.idempotency_keys_per_user;
-        crate::gateway::idempotency::bind(store, &key, sku, per_user).await?;
+        crate::gateway::idempotency::bind(store, &req.key(), sku, per_user).await?;
     }
     let _permit = st
         .gateway
-        .admit_purchase(sku, user, &key, body.purchase_token.as_deref())
+        .admit_purchase(&req, body.purchase_token.as_deref())
         .await?;
     let gate = PurchaseGate {
         risk: &st.risk,
