@@ -100,6 +100,14 @@ impl From<LedgerError> for PurchaseRefusal {
 }
 
 impl Shop {
+    /// True when `req` is answered SOLD_OUT by this instance's flag, without the ledger (a
+    /// retry of an accepted request never is): what a caller may ask before it spends anything
+    /// that guards the ledger (a sale's rate, its in-flight permits) on a request that will
+    /// not reach it. [`Shop::purchase`] asks it again.
+    pub fn sold_out_here(&self, req: &PurchaseRequest) -> bool {
+        self.batcher.sold_out_here(req)
+    }
+
     /// The sale `user` asks to buy from: a queue or draw sale's purchase needs a valid
     /// admission pass for this user and sale (403 ADMISSION_REQUIRED without one), checked
     /// before anything else is spent on the request.

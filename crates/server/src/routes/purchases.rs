@@ -12,7 +12,7 @@ use axum::http::request::Parts;
 use axum::http::{HeaderName, HeaderValue, StatusCode};
 use axum::Json;
 use flashsale_core::limits::PER_USER_LIMIT_MAX;
-use flashsale_core::{ErrorCode, PurchaseRequest, RequestId, SkuId, UserId};
+use flashsale_core::{ErrorCode, PurchaseRequest, RequestId, Sale, SkuId, UserId};
 use serde::Deserialize;
 use utoipa::ToSchema;
 
@@ -181,21 +181,10 @@ pub async fn purchase(
     let req = body.validate(sku, user, request_id)?;
     let pass = body.admission_pass.as_deref();
     let stored = st.shop.sale_to_buy(sku, user, pass).await?;
-    if source == KeySource::Header {
-        let store = st.gateway.blacklist.store.as_ref();
-        let per_user = st.gateway.config.idempotency_keys_per_user;
-        crate::gateway::idempotency::bind(store, &req.key(), sku, per_user).await?;
-    }
-    let _permit = st
-        .gateway
-        .admit_purchase(&req, body.purchase_token.as_deref())
-        .await?;
-    let gate = PurchaseGate {
-        risk: &st.risk,
-        lists: &st.gateway.blacklist,
-        ip,
+    let result = match st.shop.sold_out_here(&req) {
+        true => Err(PurchaseRefusal::SoldOutHere),
+        false => buy(&st, req, source, &body, ip, &stored.sale).await?,
     };
-    let result = st.shop.purchase(req, &stored.sale, &gate).await;
     let result = result.map(answer).map_err(refusal);
     let label = match &result {
         Ok(view) if view.replayed == Some(true) => "replayed",
@@ -207,6 +196,33 @@ pub async fn purchase(
     let answer = crate::dashboard::live::Answer::from_label(label);
     st.dashboard.live.record(sku, answer, took);
     result.map(|view| (StatusCode::ACCEPTED, Json(view)))
+}
+
+/// A purchase the sold-out flag did not answer: the gateway's admission (a header key's
+/// binding, the sale's rate, its purchase token, back-pressure and in-flight permits; its
+/// refusals are the outer error), then the shop.
+async fn buy(
+    st: &AppState,
+    req: PurchaseRequest,
+    source: KeySource,
+    body: &PurchaseBody,
+    ip: Option<std::net::IpAddr>,
+    sale: &Sale,
+) -> Result<Result<Purchased, PurchaseRefusal>, AppError> {
+    let sku = req.sku_id;
+    if source == KeySource::Header {
+        let store = st.gateway.blacklist.store.as_ref();
+        let per_user = st.gateway.config.idempotency_keys_per_user;
+        crate::gateway::idempotency::bind(store, &req.key(), sku, per_user).await?;
+    }
+    let token = body.purchase_token.as_deref();
+    let _permit = st.gateway.admit_purchase(&req, token).await?;
+    let gate = PurchaseGate {
+        risk: &st.risk,
+        lists: &st.gateway.blacklist,
+        ip,
+    };
+    Ok(st.shop.purchase(req, sale, &gate).await)
 }
 
 fn answer(p: Purchased) -> OrderView {

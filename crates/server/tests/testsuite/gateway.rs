@@ -699,3 +699,39 @@ async fn idempotency_keys_are_capped_per_user_embedded() {
     let stack = embedded_with(keys_capped).await;
     idempotency_keys_are_capped_per_user(&stack).await;
 }
+
+/// A request the sale's sold-out flag answers never reaches the ledger, so it spends nothing
+/// that guards it: after the sell-out, a burst past the sale's rate hears SOLD_OUT, not 429.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sold_out_sale_spends_no_sale_rate() {
+    let stack = embedded_with(|c| {
+        c.tunables.gateway.rate_sale = TokenRate::new(1, 3);
+        // The flag lives as long as the cache's entries: long enough for the burst below.
+        c.tunables.cache_ttl = Duration::from_secs(60);
+    })
+    .await;
+    stack.live_sale(58, 1, 1).await;
+    stack.buy_ok(1, 58, "a", 1).await;
+    let (s, b) = stack.buy(2, 58, "a", json!(1)).await;
+    assert_eq!((s, code(&b)), (StatusCode::CONFLICT, "SOLD_OUT"), "{b}");
+    let shop = stack.server.as_ref().unwrap().state.shop.clone();
+    let other = flashsale_core::RequestKey::parse("99:z").unwrap();
+    flashsale_testkit::wait::until("the flag to be set", Duration::from_secs(10), || {
+        let (shop, other) = (shop.clone(), other.clone());
+        async move {
+            let sku = flashsale_core::SkuId(58);
+            shop.sold_out_answers(sku, &other).then_some(())
+        }
+    })
+    .await;
+    for user in 3..=22 {
+        let (s, b) = stack.buy(user, 58, "a", json!(1)).await;
+        assert_eq!((s, code(&b)), (StatusCode::CONFLICT, "SOLD_OUT"), "{b}");
+    }
+    let (s, b) = stack.buy(1, 58, "a", json!(1)).await;
+    assert_eq!(
+        s,
+        StatusCode::ACCEPTED,
+        "a retry still gets its first outcome: {b}"
+    );
+}
