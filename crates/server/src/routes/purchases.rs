@@ -4,6 +4,12 @@
 //! `request_id` (both: they must agree). A replay whose stored order has another quantity,
 //! or a header key already bound to another sale ([`crate::gateway::idempotency`]), answers
 //! 422 `IDEMPOTENCY_KEY_REUSED`, never the first outcome.
+//!
+//! The order of the checks: the caller (token, blacklist, the user's and the address's rates),
+//! the body, the sale (and a queue sale's admission pass), the sale's sold-out flag, then the
+//! gateway's per-sale checks and the shop. A request the flag answers SOLD_OUT (never a retry
+//! of an accepted one) does not reach the ledger, so it spends nothing that guards it: no sale
+//! rate, in-flight permit, purchase token or header-key binding.
 
 use std::time::Instant;
 
