@@ -106,18 +106,26 @@ struct Unsynced<B: Backend> {
 impl<B: Backend> Unsynced<B> {
     async fn acquire(pool: &Pool<B>) -> Result<Unsynced<B>, StoreError> {
         let conn = pool.acquire().await.map_err(db_error)?;
-        let mut this = Unsynced { conn, synced: true };
-        if let Some((unsync, _)) = B::UNSYNCED {
-            this.synced = false;
-            B::run(&mut this.conn, unsync, &[]).await?;
-        }
-        Ok(this)
+        // Unsynced from `begin` on (or closed on drop, whatever `begin` got to).
+        let synced = B::UNSYNCED.is_none();
+        Ok(Unsynced { conn, synced })
     }
 
+    /// The write transaction, its commit unsynced: where the database takes both in one
+    /// call (SQLite runs a `BEGIN` given as text statement by statement), the setting and
+    /// the `BEGIN` go together, one round trip to the connection's thread instead of two.
     async fn begin(&mut self) -> Result<Transaction<'_, B>, StoreError> {
-        match B::BEGIN_WRITE {
-            Some(statement) => self.conn.begin_with(statement).await,
-            None => self.conn.begin().await,
+        match (B::UNSYNCED, B::BEGIN_WRITE) {
+            (Some((unsync, _)), Some(begin)) => {
+                let both = format!("{unsync}; {begin}");
+                self.conn.begin_with(both).await
+            }
+            (Some((unsync, _)), None) => {
+                B::run(&mut self.conn, unsync, &[]).await?;
+                self.conn.begin().await
+            }
+            (None, Some(begin)) => self.conn.begin_with(begin).await,
+            (None, None) => self.conn.begin().await,
         }
         .map_err(db_error)
     }

@@ -99,9 +99,13 @@ impl Store<Sqlite> {
             .journal_mode(SqliteJournalMode::Wal)
             .synchronous(SqliteSynchronous::Full)
             .busy_timeout(BUSY_TIMEOUT);
+        // A connection to a file in this process cannot drop as a network one can: the pools
+        // do not ping a connection before handing it out (one round trip to its thread less
+        // per use).
         let writer = SqlitePoolOptions::new()
             .max_connections(1)
             .min_connections(1)
+            .test_before_acquire(false)
             .acquire_timeout(Duration::from_secs(30))
             .connect_with(opts.clone())
             .await
@@ -116,6 +120,7 @@ impl Store<Sqlite> {
         } else {
             SqlitePoolOptions::new()
                 .max_connections(READERS)
+                .test_before_acquire(false)
                 .acquire_timeout(Duration::from_secs(30))
                 .connect_with(opts)
                 .await
