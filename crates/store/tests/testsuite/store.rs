@@ -594,6 +594,33 @@ async fn sqlite_stream_pause_flag_and_reopen() {
     }
 }
 
+/// A group of queue joins commits unsynced on the store's one writer connection, and leaves it
+/// synced again (`synchronous = FULL`) for every other write; a second group keeps the first
+/// group's tickets and counts on from them.
+#[tokio::test]
+async fn sqlite_joins_leave_the_writer_synced() {
+    use flashsale_core::admission::{AdmissionBook, GroupJoin, Ticket};
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!("sqlite://{}", dir.path().join("fs.db").display());
+    let store = SqliteStore::open(&url).await.unwrap();
+    store.commit_seed(SKU, &[7; 32]).await.unwrap();
+    let join = |user| GroupJoin {
+        user: UserId(user),
+        starts_at_ms: i64::MAX,
+        len_max: 100,
+    };
+    let pre = |n| Some(Ticket { pre: true, n });
+    let first = store.join_group(SKU, &[join(1), join(2)]).await.unwrap();
+    assert_eq!(first, vec![pre(1), pre(2)]);
+    let second = store.join_group(SKU, &[join(2), join(3)]).await.unwrap();
+    assert_eq!(second, vec![pre(2), pre(3)]);
+    let sync: i64 = sqlx::query_scalar("PRAGMA synchronous")
+        .fetch_one(store.writer())
+        .await
+        .unwrap();
+    assert_eq!(sync, 2, "synchronous=FULL after the joins");
+}
+
 #[tokio::test]
 async fn unreachable_servers_are_unavailable() {
     let port = flashsale_testkit::free_port();
