@@ -106,7 +106,8 @@ struct Unsynced<B: Backend> {
 impl<B: Backend> Unsynced<B> {
     async fn acquire(pool: &Pool<B>) -> Result<Unsynced<B>, StoreError> {
         let conn = pool.acquire().await.map_err(db_error)?;
-        // Unsynced from `begin` on (or closed on drop, whatever `begin` got to).
+        // The setting goes with `begin`; from here the connection counts as unsynced (closed
+        // on drop) until `release` sets it back, however far `begin` got.
         let synced = B::UNSYNCED.is_none();
         Ok(Unsynced { conn, synced })
     }
