@@ -225,33 +225,19 @@ local function purchase_records()
   local rec_of = found_in(K_REC, users, m)
 --@stage records
   local letter = REC_LETTER[status_new]
-  -- Per buyer: its stored orders (parsed on first need), units held, and record to write.
-  local orders_of, held_of, new_rec, changed = {}, {}, {}, {}
-  local function orders(user)
-    local o = orders_of[user]
-    if not o then
-      o = rec_orders(rec_of[user])
-      orders_of[user] = o
-    end
-    return o
-  end
+  -- Per buyer: units held (read from its record on first need) and the record to write.
+  local held_of, new_rec, changed = {}, {}, {}
   local function held(user)
     local h = held_of[user]
     if not h then
-      h = rec_of[user] and rec_held(orders(user)) or 0
+      h = rec_of[user] and rec_held(rec_of[user]) or 0
       held_of[user] = h
     end
     return h
   end
-  local function prior(user, rid)
-    for _, o in ipairs(orders(user)) do
-      if o.rid == rid then return o end
-    end
-    return nil
-  end
   -- A buyer without a record (the first purchase: most of a spike) has no prior order.
   local function prior_answer(user, rid)
-    local o = rec_of[user] and prior(user, rid)
+    local o = rec_of[user] and rec_order_of(rec_of[user], rid)
     if not o then return nil end
     local _, at = rec_batch_of(K_SEQS, o.seq)
     return { sku .. '-' .. o.epoch .. '-' .. o.seq, rec_encode(user, o, at or '0', mode, timeout_ms) }

@@ -14,15 +14,17 @@ local REC_LETTER = { CREATED = 'C', RESERVED = 'R', PAID = 'P', CANCELLED = 'X',
   PENDING = 'N', REJECTED = 'J' }
 local REC_STATUS = {}
 for status, letter in pairs(REC_LETTER) do REC_STATUS[letter] = status end
--- Units of these count against the per-user limit.
-local REC_LIVE = { C = true, R = true, P = true, N = true }
+-- The letters of the statuses whose units count against the per-user limit (a pattern's class).
+local REC_LIVE = '[CRPN]'
+
+-- The pattern of one order, its fields captured (rec_orders), from where it starts.
+local REC_ORDER = '([%w_%-]+),(%d+),(%d+),(%d+),(%u),?(%-?%d*)'
 
 -- The orders of a record, in the order they were taken.
 local function rec_orders(rec)
   local out = {}
   if not rec then return out end
-  for rid, e, s, q, st, dl in string.gmatch(rec,
-      '([%w_%-]+),(%d+),(%d+),(%d+),(%u),?(%-?%d*)') do
+  for rid, e, s, q, st, dl in string.gmatch(rec, REC_ORDER) do
     out[#out + 1] = { rid = rid, epoch = e, seq = s, q = q, st = st, dl = dl }
   end
   return out
@@ -41,13 +43,31 @@ local function rec_join(orders)
   return table.concat(parts, ';')
 end
 
--- Units held in live orders.
-local function rec_held(orders)
+-- Units held in live orders, read from the record as it is: a purchase asks this of every
+-- buyer it judges, and a record keeps every order its buyer ever took (the replays), so no
+-- table is built per order. `,<quantity>,<letter>` occurs in a record only where an order's
+-- quantity meets its status (the request id comes after `;` or at the start, and the number
+-- after the epoch or the seq is never a letter); the matcher skips the orders that are not
+-- live without a step of Lua.
+local function rec_held(rec)
   local held = 0
-  for _, o in ipairs(orders) do
-    if REC_LIVE[o.st] then held = held + tonumber(o.q) end
-  end
+  for q in string.gmatch(rec, ',(%d+),' .. REC_LIVE) do held = held + tonumber(q) end
   return held
+end
+
+-- The order of a record taken for request id `rid`, or nil: a plain search for the id where
+-- an order starts (at the record's start or after `;`, followed by `,`), so a record of many
+-- orders is not parsed to answer one that is new.
+local function rec_order_of(rec, rid)
+  local key = rid .. ','
+  local at = (string.sub(rec, 1, #key) == key) and 1
+  if not at then
+    local sep = string.find(rec, ';' .. key, 1, true)
+    at = sep and sep + 1
+  end
+  if not at then return nil end
+  local r, e, s, q, st, dl = string.match(rec, '^' .. REC_ORDER, at)
+  return r and { rid = r, epoch = e, seq = s, q = q, st = st, dl = dl }
 end
 
 local function rec_find(orders, epoch, seq)

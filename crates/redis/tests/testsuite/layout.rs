@@ -86,6 +86,43 @@ async fn a_purchase_writes_one_record_per_buyer_and_one_batch_per_call() {
     t.cleanup().await;
 }
 
+/// A record is read as it is stored: a request id is found where an order starts (not inside
+/// another id: `b` is not `ab`), whichever order of the record it names, and the units held
+/// count the live orders only, wherever they sit.
+#[tokio::test]
+async fn a_record_answers_each_request_id_by_its_own_order() {
+    let t = TestLedger::with_records().await;
+    let l = t.ledger.as_ref();
+    let sku = warm(l, &live_sale(SaleMode::Reserve, 100, 3)).await;
+    let ab = buy_ok(l, sku, 7, "ab", 1).await;
+    let b = buy_ok(l, sku, 7, "b", 1).await;
+    buy_ok(l, sku, 7, "a", 1).await;
+    assert_ne!(ab.order_no, b.order_no);
+    assert!(matches!(
+        buy(l, sku, 7, "c", 1).await,
+        PurchaseOutcome::Rejected(flashsale_core::ErrorCode::LimitExceeded)
+    ));
+    // The first order cancelled: its unit comes back, the orders around it still count.
+    l.cancel(&ab.order_no, UserId(7)).await.unwrap().unwrap();
+    buy_ok(l, sku, 7, "c", 1).await;
+    assert!(matches!(
+        buy(l, sku, 7, "d", 1).await,
+        PurchaseOutcome::Rejected(flashsale_core::ErrorCode::LimitExceeded)
+    ));
+    // Replays of an order in the middle of the record and of the cancelled first one.
+    let replay = |rid: &'static str| async move { buy(l, sku, 7, rid, 1).await };
+    assert!(matches!(
+        replay("b").await,
+        PurchaseOutcome::Accepted { replayed: true, order } if order.order_no == b.order_no
+    ));
+    assert!(matches!(
+        replay("ab").await,
+        PurchaseOutcome::Accepted { replayed: true, order }
+            if order.order_no == ab.order_no && order.status == OrderStatus::Cancelled
+    ));
+    t.cleanup().await;
+}
+
 /// A copy loaded by a ledger of layout 1 (as a release before layout 2 loads it) is served by
 /// a ledger that loads layout 2 as it is; the next load (a rebuild) gives it layout 2, with
 /// the orders restored from the database.
