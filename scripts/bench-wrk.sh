@@ -34,6 +34,8 @@
 # BENCH_RELAY_NATS (unset: no relay run), WRK_PATHS (unset: every path; else some of `read
 # soldout accepted join pass`; the accepted path is always run with BENCH_RELAY_NATS),
 # FLASHSALE_BENCH_EXPAND (set: the database stays in its expand shape, two rows per purchase).
+# The server's own settings pass through the environment: FLASHSALE_REDIS_LAYOUT=2 measures the
+# Redis ledger with its copies in key layout 2 (one record per buyer; the server's default is 1).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
