@@ -20,12 +20,17 @@ local REC_LIVE = '[CRPN]'
 -- The pattern of one order, its fields captured (rec_orders), from where it starts.
 local REC_ORDER = '([%w_%-]+),(%d+),(%d+),(%d+),(%u),?(%-?%d*)'
 
+-- One order from the captures of REC_ORDER.
+local function rec_fields(rid, e, s, q, st, dl)
+  return { rid = rid, epoch = e, seq = s, q = q, st = st, dl = dl }
+end
+
 -- The orders of a record, in the order they were taken.
 local function rec_orders(rec)
   local out = {}
   if not rec then return out end
   for rid, e, s, q, st, dl in string.gmatch(rec, REC_ORDER) do
-    out[#out + 1] = { rid = rid, epoch = e, seq = s, q = q, st = st, dl = dl }
+    out[#out + 1] = rec_fields(rid, e, s, q, st, dl)
   end
   return out
 end
@@ -45,10 +50,10 @@ end
 
 -- Units held in live orders, read from the record as it is: a purchase asks this of every
 -- buyer it judges, and a record keeps every order its buyer ever took (the replays), so no
--- table is built per order. `,<quantity>,<letter>` occurs in a record only where an order's
--- quantity meets its status (the request id comes after `;` or at the start, and the number
--- after the epoch or the seq is never a letter); the matcher skips the orders that are not
--- live without a step of Lua.
+-- table is built per order. `,<digits>,<letter>` occurs in a record only where an order's
+-- quantity meets its status: a request id comes after `;` or at the record's start, never
+-- after `,`, and what follows the epoch and the seq is a number, not a letter. The matcher
+-- passes over the orders that are not live without a step of Lua.
 local function rec_held(rec)
   local held = 0
   for q in string.gmatch(rec, ',(%d+),' .. REC_LIVE) do held = held + tonumber(q) end
@@ -67,7 +72,7 @@ local function rec_order_of(rec, rid)
   end
   if not at then return nil end
   local r, e, s, q, st, dl = string.match(rec, '^' .. REC_ORDER, at)
-  return r and { rid = r, epoch = e, seq = s, q = q, st = st, dl = dl }
+  return r and rec_fields(r, e, s, q, st, dl)
 end
 
 local function rec_find(orders, epoch, seq)
