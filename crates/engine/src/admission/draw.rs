@@ -113,8 +113,13 @@ impl Admission {
         }
     }
 
-    /// The draw, once the window closed by the book's clock (then fixed: cached).
+    /// The draw, once the window closed by the book's clock (then fixed: cached). A sale of
+    /// another admission mode has none: its book is not sealed (a reader's question about a
+    /// draw changes nothing of a sale that has none), and it has no seed to draw with.
     pub async fn drawn(&self, sale: &Sale) -> Result<Option<Arc<Drawn>>, StoreError> {
+        if sale.admission.mode != AdmissionMode::Draw {
+            return Ok(None);
+        }
         let sku = sale.sku_id;
         if let Some(d) = self.draws.lock().unwrap().get(&sku) {
             return Ok(Some(d.clone()));

@@ -1,9 +1,10 @@
-//! Queue and draw sales over HTTP on both ledgers: bad admission settings are 400; a queue
-//! sale's purchase without a valid pass is 403 ADMISSION_REQUIRED; joins keep their place,
-//! the queue admits after the start, an admitted buyer buys with its pass and the rest hear
-//! SOLD_OUT (JSON and SSE); a draw publishes its commitment, then the seed and winners, which
-//! the independent script recomputes, and each winner reads its reservation; concurrent joins
-//! are written in groups, counted and timed in `/metrics`.
+//! Queue and draw sales over HTTP on both ledgers: bad admission settings are 400, and so are
+//! the draw routes of a live sale without a draw; a queue sale's purchase without a valid pass
+//! is 403 ADMISSION_REQUIRED; joins keep their place, the queue admits after the start, an
+//! admitted buyer buys with its pass and the rest hear SOLD_OUT (JSON and SSE); a draw
+//! publishes its commitment, then the seed and winners, which the independent script
+//! recomputes, and each winner reads its reservation; concurrent joins are written in groups,
+//! counted and timed in `/metrics`.
 
 use std::time::{Duration, Instant};
 
@@ -69,6 +70,37 @@ async fn bad_admission_settings_are_400(stack: &Stack) {
             .call("GET", &format!("/api/v1/sales/{sku}"), None, None)
             .await;
         assert_eq!(s, StatusCode::NOT_FOUND, "nothing stored");
+    }
+}
+
+both_ledgers!(a_sale_without_a_draw_answers_the_draw_routes_400);
+async fn a_sale_without_a_draw_answers_the_draw_routes_400(stack: &Stack) {
+    stack
+        .live_sale_with(json!({"sku_id": 905, "name": "open", "total_stock": 2}))
+        .await;
+    live_queue_sale(stack, 906, 60_000).await;
+    let user = stack.token(7);
+    for sku in [905, 906] {
+        // The draw asked twice: the first question leaves nothing the second would see.
+        let calls = [
+            ("GET", format!("/api/v1/sales/{sku}/draw"), None),
+            (
+                "GET",
+                format!("/api/v1/sales/{sku}/entries/me"),
+                Some(&user),
+            ),
+            ("GET", format!("/api/v1/sales/{sku}/draw"), None),
+        ];
+        for (method, path, token) in calls {
+            let (s, b) = stack
+                .call(method, &path, token.map(String::as_str), None)
+                .await;
+            assert_eq!(
+                (s, code(&b)),
+                (StatusCode::BAD_REQUEST, "INVALID_REQUEST"),
+                "{method} {path}: {b}"
+            );
+        }
     }
 }
 
