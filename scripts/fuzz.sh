@@ -4,6 +4,11 @@
 #   scripts/fuzz.sh [MAX_EXAMPLES]      # default 50 examples per operation
 #   FUZZ_CHECKS=all scripts/fuzz.sh 20  # every schemathesis check (stricter, informational)
 #   FUZZ_PROFILE=dev scripts/fuzz.sh    # fuzz the debug build (no release build needed)
+#   FUZZ_LEDGER=redis scripts/fuzz.sh   # the Redis ledger and MariaDB instead: the Redis at
+#                                       # FUZZ_REDIS_URL (redis://127.0.0.1:6379), a key prefix
+#                                       # and a database of MariaDB at FUZZ_MYSQL_URL
+#                                       # (mysql://root@127.0.0.1:3306) of the run's own, both
+#                                       # removed after
 #
 # Installs schemathesis into a venv (~/.cache/flashsale-fuzz-venv, or $FUZZ_VENV) when missing, builds the binary, starts it on a
 # free port with a fresh data dir, creates and warms sale 1, then runs schemathesis twice (a
@@ -35,6 +40,24 @@ export FLASHSALE_JWT_SECRET="fuzz-secret-$RANDOM$RANDOM" FLASHSALE_ADMIN_TOKEN="
 export FLASHSALE_RATE_USER=off FLASHSALE_RATE_INSTANCE=off FLASHSALE_RATE_SALE=off
 export FLASHSALE_LOG="${FLASHSALE_LOG:-warn}"
 unset FLASHSALE_REDIS_URL FLASHSALE_DATABASE_URL
+LEDGER="${FUZZ_LEDGER:-embedded}"
+REDIS_URL="${FUZZ_REDIS_URL:-redis://127.0.0.1:6379}"
+MYSQL_URL="${FUZZ_MYSQL_URL:-mysql://root@127.0.0.1:3306}"
+TAG="fsfuzz$$"
+case "$LEDGER" in
+embedded) ;;
+redis)
+    # The run's own database (created by the MariaDB client, which takes the URL's host, port
+    # and user) and key prefix.
+    read -r MY_HOST MY_PORT MY_USER < <(python3 -c 'import sys, urllib.parse as u
+p = u.urlparse(sys.argv[1]); print(p.hostname, p.port or 3306, p.username or "root")' "$MYSQL_URL")
+    mysql_run() { mariadb -h "$MY_HOST" -P "$MY_PORT" -u "$MY_USER" -e "$1"; }
+    mysql_run "DROP DATABASE IF EXISTS \`$TAG\`; CREATE DATABASE \`$TAG\`"
+    export FLASHSALE_REDIS_URL="$REDIS_URL" FLASHSALE_REDIS_PREFIX="$TAG"
+    export FLASHSALE_DATABASE_URL="$MYSQL_URL/$TAG"
+    ;;
+*) echo "fuzz: FUZZ_LEDGER is embedded or redis" >&2; exit 2 ;;
+esac
 
 "$BIN" serve >"$DATA/server.log" 2>&1 &
 SERVER=$!
@@ -42,6 +65,10 @@ cleanup() {
     kill -TERM "$SERVER" 2>/dev/null || true
     wait "$SERVER" 2>/dev/null || true
     rm -rf "$DATA"
+    if [ "$LEDGER" = redis ]; then
+        mysql_run "DROP DATABASE IF EXISTS \`$TAG\`" || true
+        redis-cli -u "$REDIS_URL" --scan --pattern "$TAG:*" | xargs -r redis-cli -u "$REDIS_URL" del >/dev/null || true
+    fi
 }
 trap cleanup EXIT
 
@@ -61,7 +88,7 @@ CHECKS="${FUZZ_CHECKS:-not_a_server_error,status_code_conformance,content_type_c
 status=0
 for who in user admin; do
     if [ "$who" = user ]; then token="$USER_TOKEN"; else token="$ADMIN"; fi
-    echo "== schemathesis as $who: $MAX_EXAMPLES examples per operation"
+    echo "== schemathesis as $who, $LEDGER ledger: $MAX_EXAMPLES examples per operation"
     # From the temp dir: schemathesis keeps a cache (.schemathesis/) in its working directory.
     (cd "$DATA" && "$VENV/bin/schemathesis" run "$BASE/openapi.json" \
         --url "$BASE" \
