@@ -63,7 +63,7 @@ pub async fn run(args: LedgerArgs) -> anyhow::Result<()> {
         accepted as f64 / secs
     );
     println!(
-        "batch {} × {} callers; database sold = {} (target >= 300000/s)",
+        "batch {} × {} callers; database sold = {} (target >= 250000/s)",
         args.batch, args.callers, stored.counters.sold
     );
     anyhow::ensure!(
