@@ -5,6 +5,14 @@
 //! new buyers against a sale of its own, and reads Redis's main-thread CPU (INFO cpu) and the
 //! script's command time (INFO commandstats) per purchase. The difference between two
 //! consecutive stages is what the part between them costs.
+//!
+//! Both are times, and on a shared machine they move by a µs or more from one run to the next.
+//! Given the pid of a Redis server running under valgrind's callgrind (`--callgrind-pid`),
+//! each stage also counts the instructions Redis's main thread ran per purchase (zeroed after
+//! the warm-up, read after the calls, with `callgrind_control`): a count that repeats to
+//! within a fraction of a percent, so a change of a few hundred instructions a purchase shows.
+//! The seed's script (one buyer a call, [`super::strategies::SEED_LUA`]) is counted the same
+//! way last, for reference.
 
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -28,13 +36,18 @@ pub struct ScriptArgs {
     /// requests, orders and buyers hashes (only the whole script is worth reading then).
     #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u8).range(1..=2))]
     pub layout: u8,
+    /// The pid of the Redis server at `--redis-url` when it runs under `valgrind
+    /// --tool=callgrind`: each stage also counts Redis's main-thread instructions per purchase.
+    #[arg(long)]
+    pub callgrind_pid: Option<u32>,
 }
 
-/// One stage's cost, µs per purchase.
+/// One stage's cost per purchase: µs, and instructions when counted.
 struct StageCost {
     stage: String,
     cpu_us: f64,
     script_us: f64,
+    instructions: Option<f64>,
 }
 
 pub async fn run(args: ScriptArgs) -> anyhow::Result<()> {
@@ -49,6 +62,9 @@ pub async fn run(args: ScriptArgs) -> anyhow::Result<()> {
     let mut rows = Vec::new();
     for (stage, text) in variants(script) {
         rows.push(measure(&mut conn, &stage, &text, &args).await?);
+    }
+    if let Some(pid) = args.callgrind_pid {
+        rows.push(measure_seed(&mut conn, pid, &args).await?);
     }
     print(&rows);
     Ok(())
@@ -91,9 +107,11 @@ async fn measure(
         .query_async(conn)
         .await?;
     let before = main_thread_cpu_us(conn).await?;
+    callgrind::zero(args.callgrind_pid)?;
     for _ in 0..args.calls {
         call(conn, &sha, &keys, &mut user, args.batch).await?;
     }
+    let instructions = callgrind::main_thread(args.callgrind_pid)?;
     let cpu = main_thread_cpu_us(conn).await? - before;
     let script_usec = evalsha_usec(conn).await?;
     let _: () = redis::cmd("DEL").arg(&keys).query_async(conn).await?;
@@ -102,7 +120,110 @@ async fn measure(
         stage: stage.to_string(),
         cpu_us: cpu / purchases,
         script_us: script_usec / purchases,
+        instructions: instructions.map(|n| n as f64 / purchases),
     })
+}
+
+/// The seed's script, one new buyer a call, as many purchases as a stage makes: its cost per
+/// purchase, counted as the stages are.
+async fn measure_seed(
+    conn: &mut MultiplexedConnection,
+    pid: u32,
+    args: &ScriptArgs,
+) -> anyhow::Result<StageCost> {
+    let sha: String = redis::cmd("SCRIPT")
+        .arg("LOAD")
+        .arg(super::strategies::SEED_LUA)
+        .query_async(conn)
+        .await?;
+    let keys = sale_keys();
+    let (stock, buyers, stream) = (&keys[0], &keys[1], &keys[5]);
+    let _: () = redis::cmd("SET")
+        .arg(stock)
+        .arg(1_000_000_000u64)
+        .query_async(conn)
+        .await?;
+    let purchases = args.calls * args.batch;
+    let seed_keys = [stock, buyers, stream];
+    let mut user = 1u64;
+    for _ in 0..WARM_BATCHES * args.batch {
+        seed_call(conn, &sha, &seed_keys, &mut user).await?;
+    }
+    let _: () = redis::cmd("CONFIG")
+        .arg("RESETSTAT")
+        .query_async(conn)
+        .await?;
+    let before = main_thread_cpu_us(conn).await?;
+    callgrind::zero(Some(pid))?;
+    for _ in 0..purchases {
+        seed_call(conn, &sha, &seed_keys, &mut user).await?;
+    }
+    let instructions = callgrind::main_thread(Some(pid))?;
+    let cpu = main_thread_cpu_us(conn).await? - before;
+    let script_usec = evalsha_usec(conn).await?;
+    let _: () = redis::cmd("DEL").arg(&keys).query_async(conn).await?;
+    let purchases = purchases as f64;
+    Ok(StageCost {
+        stage: "the seed's script".into(),
+        cpu_us: cpu / purchases,
+        script_us: script_usec / purchases,
+        instructions: instructions.map(|n| n as f64 / purchases),
+    })
+}
+
+/// One call of the seed's script by a new buyer.
+async fn seed_call(
+    conn: &mut MultiplexedConnection,
+    sha: &str,
+    keys: &[&String; 3],
+    user: &mut u64,
+) -> anyhow::Result<()> {
+    let mut cmd = redis::cmd("EVALSHA");
+    cmd.arg(sha).arg(3).arg(&keys[..]);
+    cmd.arg(*user).arg(format!("o{user}")).arg(1).arg(1).arg(format!("r{user}"));
+    *user += 1;
+    let _: redis::Value = cmd.query_async(conn).await?;
+    Ok(())
+}
+
+/// Counting a Redis server's instructions under callgrind, through `callgrind_control`.
+mod callgrind {
+    use std::process::Command;
+
+    use anyhow::Context as _;
+
+    /// Zeroes the counters of the process `pid` (nothing when `None`).
+    pub fn zero(pid: Option<u32>) -> anyhow::Result<()> {
+        if let Some(pid) = pid {
+            control(&["-z", &pid.to_string()])?;
+        }
+        Ok(())
+    }
+
+    /// The instructions the main thread of `pid` ran since its counters were zeroed.
+    pub fn main_thread(pid: Option<u32>) -> anyhow::Result<Option<u64>> {
+        let Some(pid) = pid else { return Ok(None) };
+        let out = control(&["-e", &pid.to_string()])?;
+        thread_one(&out)
+            .map(Some)
+            .with_context(|| format!("no main-thread total in callgrind_control's answer: {out}"))
+    }
+
+    fn control(args: &[&str]) -> anyhow::Result<String> {
+        let out = Command::new("callgrind_control")
+            .args(args)
+            .output()
+            .context("callgrind_control (valgrind) is needed with --callgrind-pid")?;
+        anyhow::ensure!(out.status.success(), "callgrind_control {args:?} failed");
+        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+    }
+
+    /// Thread 1's count in `callgrind_control -e`'s table (`   Th 1  31,516,173`).
+    pub(super) fn thread_one(out: &str) -> Option<u64> {
+        out.lines()
+            .find_map(|l| l.trim_start().strip_prefix("Th 1 "))
+            .and_then(|n| n.trim().replace(',', "").parse().ok())
+    }
 }
 
 /// The eight keys of a sale of its own (a prefix no other run uses).
@@ -204,22 +325,25 @@ fn info_field(info: &str, name: &str) -> Option<String> {
 
 fn print(rows: &[StageCost]) {
     println!(
-        "\n{:<22} {:>12} {:>12} {:>12}",
-        "returns after", "cpu µs", "script µs", "part µs"
+        "\n{:<22} {:>12} {:>12} {:>12} {:>14}",
+        "returns after", "cpu µs", "script µs", "part µs", "instructions"
     );
     let mut prev = 0.0;
     for r in rows {
+        let counted = r.instructions.map_or("-".into(), |n| format!("{n:.0}"));
         println!(
-            "{:<22} {:>12.2} {:>12.2} {:>12.2}",
+            "{:<22} {:>12.2} {:>12.2} {:>12.2} {:>14}",
             r.stage,
             r.cpu_us,
             r.script_us,
-            r.cpu_us - prev
+            r.cpu_us - prev,
+            counted
         );
         prev = r.cpu_us;
     }
     println!(
-        "(µs per purchase; cpu: Redis main thread, INFO cpu; part: this stage less the one before)"
+        "(per purchase; cpu: Redis main thread, INFO cpu; part: this stage less the one before; \
+         instructions: Redis main thread, callgrind, with --callgrind-pid)"
     );
 }
 
@@ -247,6 +371,13 @@ mod tests {
             assert!(!text.contains(&format!("--@stage {stage}\n")), "{stage}");
         }
         assert_eq!(cuts.last().map(|(_, t)| t.as_str()), Some(script));
+    }
+
+    #[test]
+    fn callgrind_totals_are_read_from_thread_one() {
+        let out = "PID 7: redis-server\n\n  Totals:        Ir \n   Th 1  31,516,173 \n   Th 10      33,391 \n";
+        assert_eq!(callgrind::thread_one(out), Some(31_516_173));
+        assert_eq!(callgrind::thread_one("  Totals:  Ir\n   Th 2  5\n"), None);
     }
 
     #[test]
