@@ -34,8 +34,13 @@ local function moved_from(opened_on)
   if was_run ~= run_id then return true end
   return was_repl ~= '' and was_repl ~= replid and replid2 ~= NO_REPLID
 end
-local function moved(k_sale)
-  if not moved_from(redis.call('HGET', k_sale, 'node')) then return false end
+-- Whether the copy at `k_sale`, opened on `opened_on` (its `node`, read by the caller with
+-- the sale's other fields), is on another node now; fenced if so.
+local function moved_with(k_sale, opened_on)
+  if not moved_from(opened_on) then return false end
   redis.call('HSET', k_sale, 'fenced_at_ms', '0')
   return true
+end
+local function moved(k_sale)
+  return moved_with(k_sale, redis.call('HGET', k_sale, 'node'))
 end

@@ -49,7 +49,7 @@ end
 
 local f = redis.call('HMGET', K_SALE, 'total', 'available', 'reserved', 'sold', 'seq',
   'epoch', 'limit', 'mode', 'timeout_ms', 'starts_at_ms', 'ends_at_ms', 'state', 'sku',
-  'fenced_at_ms', 'buckets', 'layout', 'accepted')
+  'fenced_at_ms', 'buckets', 'layout', 'accepted', 'node')
 if not f[1] then
   return redis.error_reply('NOT_WARMED sale is not in the hot ledger')
 end
@@ -62,7 +62,7 @@ local fenced = f[14]
 -- a reader from before buckets waits on instead of misreading; a sale of one bucket, 1.
 local entry_v = f[15] and '2' or '1'
 local records, accepted = f[16] == '2', tonumber(f[17] or '0')
-if not fenced and moved(K_SALE) then fenced = '0' end
+if not fenced and moved_with(K_SALE, f[18]) then fenced = '0' end
 if not (total and available and reserved and sold and seq and limit and timeout_ms
     and starts_at and ends_at and epoch and sku and state)
     or (mode ~= 'direct' and mode ~= 'reserve') then
@@ -108,19 +108,28 @@ for i = 1, n do
   end
 end
 
--- The well-formed requests in batch order, each as `pick(i)` names it, and how many.
-local function keyed(pick)
+-- The well-formed requests' users (or their request keys) in batch order, and how many.
+local function keyed_users()
   local list, m = {}, 0
   for i = 1, n do
     if rkeys[i] then
       m = m + 1
-      list[m] = pick(i)
+      list[m] = ARGV[3 * i - 1]
     end
   end
   return list, m
 end
-local function user_at(i) return ARGV[3 * i - 1] end
-local function rkey_at(i) return rkeys[i] end
+local function keyed_rkeys()
+  local list, m = {}, 0
+  for i = 1, n do
+    local rkey = rkeys[i]
+    if rkey then
+      m = m + 1
+      list[m] = rkey
+    end
+  end
+  return list, m
+end
 
 local status_new = (mode == 'reserve') and 'RESERVED' or 'CREATED'
 local deadline = (mode == 'reserve') and now + timeout_ms or 0
@@ -133,50 +142,53 @@ local out = { epoch, status_new, deadline_s, now_s }
 -- The stream entry's lists (one value per accepted request) and its first seq.
 local ev_users, ev_rids, ev_qs, ev_n, first_seq = {}, {}, {}, 0, nil
 
--- Counts the units and the event of a request; every check for it is done. Returns its seq.
-local function take(user, rid, rkey, qs, q)
-  seq = seq + 1
-  available = available - q
-  if mode == 'reserve' then reserved = reserved + q else sold = sold + q end
-  accepted_at[rkey] = seq
-  ev_n = ev_n + 1
-  ev_users[ev_n], ev_rids[ev_n], ev_qs[ev_n] = user, rid, qs
-  first_seq = first_seq or seq
-  return seq
-end
-
--- Judges request i once its replay is ruled out: the window, the quantity, the stock and the
--- buyer's units (`held`, a function of the user, read on first need). Returns the code of a
--- refusal, or nil and the quantity.
-local function judge(i, held)
-  if window then return window end
-  local user, qs = ARGV[3 * i - 1], ARGV[3 * i + 1]
-  if not (qs == '1' or find(qs, '^[1-9]%d*$')) then return 'INVALID_REQUEST' end
+-- The quantity a request asks for, or the code that refuses it before the buyer's units count:
+-- the window, the quantity's form, the per-user limit, the stock.
+local function judge(qs)
+  if window then return nil, window end
+  if not (qs == '1' or find(qs, '^[1-9]%d*$')) then return nil, 'INVALID_REQUEST' end
   local q = tonumber(qs)
-  if #qs > 12 or q > limit then return 'LIMIT_EXCEEDED' end
-  if available < q then return 'SOLD_OUT' end
-  if held(user) + q > limit then return 'LIMIT_EXCEEDED' end
-  return nil, q
+  if #qs > 12 or q > limit then return nil, 'LIMIT_EXCEEDED' end
+  if available < q then return nil, 'SOLD_OUT' end
+  return q
 end
 
 -- Answers every request in batch order into `out`: a repeat of a request accepted earlier in
 -- this call, the answer of its prior order (`prior_answer(user, rid, rkey)`, nil when there is
--- none), a refusal, or an acceptance (`accept(i, user, rid, rkey, q)` takes it and returns
--- the answer).
+-- none), a refusal, or an acceptance: the units and the event taken here, the order recorded
+-- by `accept(user, rid, qs, seq, units)` (units: what the buyer holds with it). `held(user)`:
+-- the units a buyer holds, asked once per request that reaches the limit check. The steps of
+-- an acceptance are written out in this loop, not in functions of their own: a Lua call costs
+-- Redis some hundreds of instructions (scripts/bench-script-instr.sh counts them per purchase).
 local function answer_all(held, prior_answer, accept)
   for i = 1, n do
     local rkey, answer = rkeys[i], 'INVALID_REQUEST'
     if rkey then
-      local user, rid = ARGV[3 * i - 1], ARGV[3 * i]
+      local user, rid, qs = ARGV[3 * i - 1], ARGV[3 * i], ARGV[3 * i + 1]
       local j = accepted_at[rkey]
       local p = not j and prior_answer(user, rid, rkey)
+      local q, code
       if j then
         answer = -j
       elseif p then
         answer = p
       else
-        local code, q = judge(i, held)
-        answer = code or accept(i, user, rid, rkey, q)
+        q, code = judge(qs)
+        answer = code
+      end
+      local units = q and held(user) + q
+      if units and units > limit then
+        answer = 'LIMIT_EXCEEDED'
+      elseif units then
+        seq = seq + 1
+        available = available - q
+        if mode == 'reserve' then reserved = reserved + q else sold = sold + q end
+        accepted_at[rkey] = seq
+        ev_n = ev_n + 1
+        ev_users[ev_n], ev_rids[ev_n], ev_qs[ev_n] = user, rid, qs
+        first_seq = first_seq or seq
+        accept(user, rid, qs, seq, units)
+        answer = seq
       end
     end
     out[HEAD + i] = answer
@@ -221,7 +233,7 @@ end
 -- Layout 2: one record per buyer (records.lua).
 local function purchase_records()
   -- One look-up of every buyer of the batch (a buyer twice is read twice: no dedup table).
-  local users, m = keyed(user_at)
+  local users, m = keyed_users()
   local rec_of = found_in(K_REC, users, m)
 --@stage records
   local letter = REC_LETTER[status_new]
@@ -242,10 +254,8 @@ local function purchase_records()
     local _, at = rec_batch_of(K_SEQS, o.seq)
     return { sku .. '-' .. o.epoch .. '-' .. o.seq, rec_encode(user, o, at or '0', mode, timeout_ms) }
   end
-  local function accept(i, user, rid, rkey, q)
-    local qs = ARGV[3 * i + 1]
-    local seq = take(user, rid, rkey, qs, q)
-    held_of[user] = held(user) + q
+  local function accept(user, rid, qs, seq, units)
+    held_of[user] = units
     local entry = rid .. ',' .. epoch .. ',' .. int(seq) .. ',' .. qs .. ',' .. letter
     local cur = new_rec[user]
     if not cur then
@@ -253,7 +263,6 @@ local function purchase_records()
       changed[#changed + 1] = user
     end
     new_rec[user] = cur and (cur .. ';' .. entry) or entry
-    return seq
   end
   answer_all(held, prior_answer, accept)
 --@stage judged
@@ -272,14 +281,14 @@ end
 -- Layout 1: the requests, orders and buyers hashes (a copy loaded by an older release, or
 -- while layout 2 is off).
 local function purchase_hashes()
-  local lookup, m = keyed(rkey_at)
+  local lookup, m = keyed_rkeys()
   local prior_of = found_in(K_REQUESTS, lookup, m)
   -- Units held per user, read on first need for every user of the batch at once.
   local held_of = nil
   local function held(user)
     if held_of == nil then
       held_of = {}
-      local users = keyed(user_at)
+      local users = keyed_users()
       local got = redis.call('HMGET', K_BUYERS, unpack(users))
       for j = 1, #users do
         held_of[users[j]] = tonumber(got[j] or '0') or 0
@@ -291,10 +300,8 @@ local function purchase_hashes()
     local prior = prior_of[rkey]
     return prior and { prior, redis.call('HGET', K_ORDERS, prior) or '' }
   end
-  local function accept(i, user, rid, rkey, q)
-    local seq = take(user, rid, rkey, ARGV[3 * i + 1], q)
-    held_of[user] = held_of[user] + q
-    return seq
+  local function accept(user, _, _, _, units)
+    held_of[user] = units
   end
   answer_all(held, prior_answer, accept)
   if ev_n == 0 then return end
