@@ -147,7 +147,8 @@ local ev_users, ev_rids, ev_qs, ev_n, first_seq = {}, {}, {}, 0, nil
 local function judge(qs)
   if window then return nil, window end
   if not (qs == '1' or find(qs, '^[1-9]%d*$')) then return nil, 'INVALID_REQUEST' end
-  local q = tonumber(qs)
+  -- '1' is most purchases, and tonumber (strtod) costs Redis some 1,500 instructions.
+  local q = qs == '1' and 1 or tonumber(qs)
   if #qs > 12 or q > limit then return nil, 'LIMIT_EXCEEDED' end
   if available < q then return nil, 'SOLD_OUT' end
   return q
@@ -291,7 +292,7 @@ local function purchase_hashes()
       local users = keyed_users()
       local got = redis.call('HMGET', K_BUYERS, unpack(users))
       for j = 1, #users do
-        held_of[users[j]] = tonumber(got[j] or '0') or 0
+        held_of[users[j]] = got[j] and tonumber(got[j]) or 0
       end
     end
     return held_of[user]
