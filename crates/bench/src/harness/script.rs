@@ -180,7 +180,11 @@ async fn seed_call(
 ) -> anyhow::Result<()> {
     let mut cmd = redis::cmd("EVALSHA");
     cmd.arg(sha).arg(3).arg(&keys[..]);
-    cmd.arg(*user).arg(format!("o{user}")).arg(1).arg(1).arg(format!("r{user}"));
+    cmd.arg(*user)
+        .arg(format!("o{user}"))
+        .arg(1)
+        .arg(1)
+        .arg(format!("r{user}"));
     *user += 1;
     let _: redis::Value = cmd.query_async(conn).await?;
     Ok(())
