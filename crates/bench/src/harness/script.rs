@@ -42,6 +42,9 @@ pub struct ScriptArgs {
     pub callgrind_pid: Option<u32>,
 }
 
+/// The row of the seed's script, counted after the stages.
+const SEED_STAGE: &str = "the seed's script";
+
 /// One stage's cost per purchase: µs, and instructions when counted.
 struct StageCost {
     stage: String,
@@ -164,7 +167,7 @@ async fn measure_seed(
     let _: () = redis::cmd("DEL").arg(&keys).query_async(conn).await?;
     let purchases = purchases as f64;
     Ok(StageCost {
-        stage: "the seed's script".into(),
+        stage: SEED_STAGE.into(),
         cpu_us: cpu / purchases,
         script_us: script_usec / purchases,
         instructions: instructions.map(|n| n as f64 / purchases),
@@ -349,6 +352,17 @@ fn print(rows: &[StageCost]) {
         "(per purchase; cpu: Redis main thread, INFO cpu; part: this stage less the one before; \
          instructions: Redis main thread, callgrind, with --callgrind-pid)"
     );
+    if let Some(ratio) = whole_to_seed(rows) {
+        println!("the whole script's instructions per purchase ÷ the seed's script's: {ratio:.3}");
+    }
+}
+
+/// The whole script's instructions per purchase over the seed's, when both were counted (the
+/// seed's row comes last, right after the whole script's).
+fn whole_to_seed(rows: &[StageCost]) -> Option<f64> {
+    let [.., whole, seed] = rows else { return None };
+    (seed.stage == SEED_STAGE).then_some(())?;
+    Some(whole.instructions? / seed.instructions?)
 }
 
 #[cfg(test)]
@@ -375,6 +389,23 @@ mod tests {
             assert!(!text.contains(&format!("--@stage {stage}\n")), "{stage}");
         }
         assert_eq!(cuts.last().map(|(_, t)| t.as_str()), Some(script));
+    }
+
+    #[test]
+    fn the_ratio_to_the_seed_needs_both_counts() {
+        let row = |stage: &str, n: Option<f64>| StageCost {
+            stage: stage.into(),
+            cpu_us: 0.0,
+            script_us: 0.0,
+            instructions: n,
+        };
+        let counted = [
+            row("reply (whole script)", Some(30.0)),
+            row(SEED_STAGE, Some(60.0)),
+        ];
+        assert_eq!(whole_to_seed(&counted), Some(0.5));
+        let timed = [row("reply (whole script)", None), row("judged", None)];
+        assert_eq!(whole_to_seed(&timed), None);
     }
 
     #[test]
