@@ -108,24 +108,14 @@ for i = 1, n do
   end
 end
 
--- The well-formed requests' users (or their request keys) in batch order, and how many.
-local function keyed_users()
-  local list, m = {}, 0
-  for i = 1, n do
-    if rkeys[i] then
-      m = m + 1
-      list[m] = ARGV[3 * i - 1]
-    end
-  end
-  return list, m
-end
-local function keyed_rkeys()
+-- The well-formed requests' users (`users`) or request keys, in batch order, and how many.
+local function keyed(users)
   local list, m = {}, 0
   for i = 1, n do
     local rkey = rkeys[i]
     if rkey then
       m = m + 1
-      list[m] = rkey
+      list[m] = users and ARGV[3 * i - 1] or rkey
     end
   end
   return list, m
@@ -159,8 +149,9 @@ end
 -- none), a refusal, or an acceptance: the units and the event taken here, the order recorded
 -- by `accept(user, rid, qs, seq, units)` (units: what the buyer holds with it). `held(user)`:
 -- the units a buyer holds, asked once per request that reaches the limit check. The steps of
--- an acceptance are written out in this loop, not in functions of their own: a Lua call costs
--- Redis some hundreds of instructions (scripts/bench-script-instr.sh counts them per purchase).
+-- an acceptance are written out in this loop, not in helpers of their own: each Lua call costs
+-- Redis about a hundred instructions, and a purchase made several (scripts/bench-script-instr.sh
+-- counts a purchase's instructions).
 local function answer_all(held, prior_answer, accept)
   for i = 1, n do
     local rkey, answer = rkeys[i], 'INVALID_REQUEST'
@@ -234,7 +225,7 @@ end
 -- Layout 2: one record per buyer (records.lua).
 local function purchase_records()
   -- One look-up of every buyer of the batch (a buyer twice is read twice: no dedup table).
-  local users, m = keyed_users()
+  local users, m = keyed(true)
   local rec_of = found_in(K_REC, users, m)
 --@stage records
   local letter = REC_LETTER[status_new]
@@ -282,14 +273,14 @@ end
 -- Layout 1: the requests, orders and buyers hashes (a copy loaded by an older release, or
 -- while layout 2 is off).
 local function purchase_hashes()
-  local lookup, m = keyed_rkeys()
+  local lookup, m = keyed(false)
   local prior_of = found_in(K_REQUESTS, lookup, m)
   -- Units held per user, read on first need for every user of the batch at once.
   local held_of = nil
   local function held(user)
     if held_of == nil then
       held_of = {}
-      local users = keyed_users()
+      local users = keyed(true)
       local got = redis.call('HMGET', K_BUYERS, unpack(users))
       for j = 1, #users do
         held_of[users[j]] = got[j] and tonumber(got[j]) or 0
