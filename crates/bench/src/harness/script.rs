@@ -94,37 +94,25 @@ async fn measure(
     text: &str,
     args: &ScriptArgs,
 ) -> anyhow::Result<StageCost> {
-    let sha: String = redis::cmd("SCRIPT")
-        .arg("LOAD")
-        .arg(text)
-        .query_async(conn)
-        .await?;
+    let sha = load(conn, text).await?;
     let keys = sale_keys();
     open_sale(conn, &keys, args.layout).await?;
-    let mut user = 1u64;
-    for _ in 0..WARM_BATCHES {
-        call(conn, &sha, &keys, &mut user, args.batch).await?;
-    }
-    let _: () = redis::cmd("CONFIG")
-        .arg("RESETSTAT")
-        .query_async(conn)
-        .await?;
-    let before = main_thread_cpu_us(conn).await?;
-    callgrind::zero(args.callgrind_pid)?;
-    for _ in 0..args.calls {
-        call(conn, &sha, &keys, &mut user, args.batch).await?;
-    }
-    let instructions = callgrind::main_thread(args.callgrind_pid)?;
-    let cpu = main_thread_cpu_us(conn).await? - before;
-    let script_usec = evalsha_usec(conn).await?;
+    let calls = Calls::Batches {
+        sha: &sha,
+        keys: &keys,
+        batch: args.batch,
+    };
+    let cost = measured(
+        conn,
+        stage,
+        &calls,
+        WARM_BATCHES,
+        args.calls,
+        args.callgrind_pid,
+    )
+    .await;
     let _: () = redis::cmd("DEL").arg(&keys).query_async(conn).await?;
-    let purchases = (args.calls * args.batch) as f64;
-    Ok(StageCost {
-        stage: stage.to_string(),
-        cpu_us: cpu / purchases,
-        script_us: script_usec / purchases,
-        instructions: instructions.map(|n| n as f64 / purchases),
-    })
+    cost
 }
 
 /// The seed's script, one new buyer a call, as many purchases as a stage makes: its cost per
@@ -134,63 +122,112 @@ async fn measure_seed(
     pid: u32,
     args: &ScriptArgs,
 ) -> anyhow::Result<StageCost> {
-    let sha: String = redis::cmd("SCRIPT")
-        .arg("LOAD")
-        .arg(super::strategies::SEED_LUA)
-        .query_async(conn)
-        .await?;
+    let sha = load(conn, super::strategies::SEED_LUA).await?;
     let keys = sale_keys();
-    let (stock, buyers, stream) = (&keys[0], &keys[1], &keys[5]);
     let _: () = redis::cmd("SET")
-        .arg(stock)
+        .arg(&keys[0])
         .arg(1_000_000_000u64)
         .query_async(conn)
         .await?;
-    let purchases = args.calls * args.batch;
-    let seed_keys = [stock, buyers, stream];
+    // The seed's stock, buyers' set and stream.
+    let calls = Calls::Seed {
+        sha: &sha,
+        keys: [&keys[0], &keys[1], &keys[5]],
+    };
+    let warm = WARM_BATCHES * args.batch;
+    let n = args.calls * args.batch;
+    let cost = measured(conn, SEED_STAGE, &calls, warm, n, Some(pid)).await;
+    let _: () = redis::cmd("DEL").arg(&keys).query_async(conn).await?;
+    cost
+}
+
+async fn load(conn: &mut MultiplexedConnection, text: &str) -> anyhow::Result<String> {
+    let sha = redis::cmd("SCRIPT")
+        .arg("LOAD")
+        .arg(text)
+        .query_async(conn)
+        .await?;
+    Ok(sha)
+}
+
+/// What a stage calls: the purchase script (or a cut of it) with batches of new buyers, or the
+/// seed's script with one new buyer a call.
+enum Calls<'a> {
+    Batches {
+        sha: &'a str,
+        keys: &'a [String],
+        batch: usize,
+    },
+    Seed {
+        sha: &'a str,
+        keys: [&'a String; 3],
+    },
+}
+
+impl Calls<'_> {
+    /// One call, by new buyers from `user` on; the purchases it asked for.
+    async fn one(&self, conn: &mut MultiplexedConnection, user: &mut u64) -> anyhow::Result<usize> {
+        let mut cmd = redis::cmd("EVALSHA");
+        let asked = match self {
+            Calls::Batches { sha, keys, batch } => {
+                cmd.arg(*sha).arg(keys.len()).arg(*keys).arg(*batch);
+                for _ in 0..*batch {
+                    cmd.arg(*user).arg(format!("r{user}")).arg(1);
+                    *user += 1;
+                }
+                *batch
+            }
+            Calls::Seed { sha, keys } => {
+                cmd.arg(*sha).arg(3).arg(&keys[..]);
+                let order = format!("o{user}");
+                cmd.arg(*user)
+                    .arg(order)
+                    .arg(1)
+                    .arg(1)
+                    .arg(format!("r{user}"));
+                *user += 1;
+                1
+            }
+        };
+        let _: redis::Value = cmd.query_async(conn).await?;
+        Ok(asked)
+    }
+}
+
+/// `warm` calls, then `n` calls measured: Redis's main-thread CPU and the scripts' command time
+/// per purchase, and its instructions when it runs under callgrind (`pid`).
+async fn measured(
+    conn: &mut MultiplexedConnection,
+    stage: &str,
+    calls: &Calls<'_>,
+    warm: usize,
+    n: usize,
+    pid: Option<u32>,
+) -> anyhow::Result<StageCost> {
     let mut user = 1u64;
-    for _ in 0..WARM_BATCHES * args.batch {
-        seed_call(conn, &sha, &seed_keys, &mut user).await?;
+    for _ in 0..warm {
+        calls.one(conn, &mut user).await?;
     }
     let _: () = redis::cmd("CONFIG")
         .arg("RESETSTAT")
         .query_async(conn)
         .await?;
     let before = main_thread_cpu_us(conn).await?;
-    callgrind::zero(Some(pid))?;
-    for _ in 0..purchases {
-        seed_call(conn, &sha, &seed_keys, &mut user).await?;
+    callgrind::zero(pid)?;
+    let mut purchases = 0;
+    for _ in 0..n {
+        purchases += calls.one(conn, &mut user).await?;
     }
-    let instructions = callgrind::main_thread(Some(pid))?;
+    let instructions = callgrind::main_thread(pid)?;
     let cpu = main_thread_cpu_us(conn).await? - before;
     let script_usec = evalsha_usec(conn).await?;
-    let _: () = redis::cmd("DEL").arg(&keys).query_async(conn).await?;
-    let purchases = purchases as f64;
+    let purchases = purchases.max(1) as f64;
     Ok(StageCost {
-        stage: SEED_STAGE.into(),
+        stage: stage.to_string(),
         cpu_us: cpu / purchases,
         script_us: script_usec / purchases,
         instructions: instructions.map(|n| n as f64 / purchases),
     })
-}
-
-/// One call of the seed's script by a new buyer.
-async fn seed_call(
-    conn: &mut MultiplexedConnection,
-    sha: &str,
-    keys: &[&String; 3],
-    user: &mut u64,
-) -> anyhow::Result<()> {
-    let mut cmd = redis::cmd("EVALSHA");
-    cmd.arg(sha).arg(3).arg(&keys[..]);
-    cmd.arg(*user)
-        .arg(format!("o{user}"))
-        .arg(1)
-        .arg(1)
-        .arg(format!("r{user}"));
-    *user += 1;
-    let _: redis::Value = cmd.query_async(conn).await?;
-    Ok(())
 }
 
 /// Counting a Redis server's instructions under callgrind, through `callgrind_control`.
@@ -278,24 +315,6 @@ async fn open_sale(
         .arg(&fields[..])
         .query_async(conn)
         .await?;
-    Ok(())
-}
-
-/// One call of `n` requests by new buyers.
-async fn call(
-    conn: &mut MultiplexedConnection,
-    sha: &str,
-    keys: &[String],
-    user: &mut u64,
-    n: usize,
-) -> anyhow::Result<()> {
-    let mut cmd = redis::cmd("EVALSHA");
-    cmd.arg(sha).arg(keys.len()).arg(keys).arg(n);
-    for _ in 0..n {
-        cmd.arg(*user).arg(format!("r{user}")).arg(1);
-        *user += 1;
-    }
-    let _: redis::Value = cmd.query_async(conn).await?;
     Ok(())
 }
 
