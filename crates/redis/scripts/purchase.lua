@@ -229,7 +229,8 @@ local function purchase_records()
   local rec_of = found_in(K_REC, users, m)
 --@stage records
   local letter = REC_LETTER[status_new]
-  -- Per buyer: units held (read from its record on first need) and the record to write.
+  -- Per buyer: units held (read from its record on first need) and the orders of the record
+  -- to write (headed as it is written).
   local held_of, new_rec, changed = {}, {}, {}
   local function held(user)
     local h = held_of[user]
@@ -251,7 +252,7 @@ local function purchase_records()
     local entry = rid .. ',' .. epoch .. ',' .. int(seq) .. ',' .. qs .. ',' .. letter
     local cur = new_rec[user]
     if not cur then
-      cur = rec_of[user]
+      cur = rec_of[user] and rec_body(rec_of[user])
       changed[#changed + 1] = user
     end
     new_rec[user] = cur and (cur .. ';' .. entry) or entry
@@ -261,7 +262,9 @@ local function purchase_records()
   if ev_n == 0 then return end
   local recs = {}
   for k, user in ipairs(changed) do
-    recs[2 * k - 1], recs[2 * k] = user, new_rec[user]
+    local body = new_rec[user]
+    recs[2 * k - 1] = user
+    recs[2 * k] = #body > REC_COUNTED_LEN and rec_headed(body, held_of[user]) or body
   end
   redis.call('HSET', K_REC, unpack(recs))
   local users_s = table.concat(ev_users, ',')

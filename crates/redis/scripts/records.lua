@@ -10,6 +10,11 @@
 -- of each seq and the creation time of its order; the deadline of a hold is its creation time
 -- plus the sale's timeout, stored with the order only when it is not (an order restored from
 -- the database). A restored order is a batch of one.
+-- A record longer than REC_COUNTED_LEN bytes starts with the units its live orders hold,
+-- `<units>#`, and every write keeps them: a purchase asks for its buyer's units, and a scan of
+-- a buyer's orders grows with each order it took (a buyer of a sale with a high per-user
+-- limit may take hundreds), where reading the head does not. A shorter record has no head:
+-- scanning a few orders costs Redis less than reading and writing a number.
 local REC_LETTER = { CREATED = 'C', RESERVED = 'R', PAID = 'P', CANCELLED = 'X', EXPIRED = 'E',
   PENDING = 'N', REJECTED = 'J' }
 local REC_STATUS = {}
@@ -19,6 +24,27 @@ local REC_LIVE = '[CRPN]'
 
 -- The pattern of one order, its fields captured (rec_orders), from where it starts.
 local REC_ORDER = '([%w_%-]+),(%d+),(%d+),(%d+),(%u),?(%-?%d*)'
+-- A record's body (its orders) longer than this carries the head of its live units.
+local REC_COUNTED_LEN = 128
+
+-- The live units a record's head gives (nil: it has none) and where its orders start.
+local function rec_head(rec)
+  local units = string.match(rec, '^(%d+)#')
+  if units then return tonumber(units), #units + 2 end
+  return nil, 1
+end
+
+-- A record's orders, without its head.
+local function rec_body(rec)
+  local _, from = rec_head(rec)
+  return from == 1 and rec or string.sub(rec, from)
+end
+
+-- The record to store of orders `body` whose live units are `units`: headed when long.
+local function rec_headed(body, units)
+  if #body <= REC_COUNTED_LEN then return body end
+  return string.format('%d', units) .. '#' .. body
+end
 
 -- One order from the captures of REC_ORDER.
 local function rec_fields(rid, e, s, q, st, dl)
@@ -29,7 +55,7 @@ end
 local function rec_orders(rec)
   local out = {}
   if not rec then return out end
-  for rid, e, s, q, st, dl in string.gmatch(rec, REC_ORDER) do
+  for rid, e, s, q, st, dl in string.gmatch(rec_body(rec), REC_ORDER) do
     out[#out + 1] = rec_fields(rid, e, s, q, st, dl)
   end
   return out
@@ -42,32 +68,39 @@ local function rec_order(o)
   return s
 end
 
+-- The record of `orders`, headed with their live units when long.
 local function rec_join(orders)
-  local parts = {}
-  for i, o in ipairs(orders) do parts[i] = rec_order(o) end
-  return table.concat(parts, ';')
+  local parts, held = {}, 0
+  for i, o in ipairs(orders) do
+    parts[i] = rec_order(o)
+    if string.find(o.st, REC_LIVE) then held = held + tonumber(o.q) end
+  end
+  return rec_headed(table.concat(parts, ';'), held)
 end
 
--- Units held in live orders, read from the record as it is: a purchase asks this of every
--- buyer it judges, and a record keeps every order its buyer ever took (the replays), so no
--- table is built per order. `,<digits>,<letter>` occurs in a record only where an order's
--- quantity meets its status: a request id comes after `;` or at the record's start, never
--- after `,`, and what follows the epoch and the seq is a number, not a letter. The matcher
--- passes over the orders that are not live without a step of Lua.
+-- Units held in live orders: a purchase asks this of every buyer it judges. A long record's
+-- head; a short one read as it is, no table built per order. `,<digits>,<letter>` occurs in a
+-- record only where an order's quantity meets its status: a request id comes after `;`, `#`
+-- or at the record's start, never after `,`, and what follows the epoch and the seq is a
+-- number, not a letter. The matcher passes over the orders that are not live without a step
+-- of Lua.
 local function rec_held(rec)
+  local units = rec_head(rec)
+  if units then return units end
   local held = 0
   for q in string.gmatch(rec, ',(%d+),' .. REC_LIVE) do held = held + tonumber(q) end
   return held
 end
 
 -- The order of a record taken for request id `rid`, or nil: a plain search for the id where
--- an order starts (at the record's start or after `;`, followed by `,`), so a record of many
+-- an order starts (where the orders start or after `;`, followed by `,`), so a record of many
 -- orders is not parsed to answer one that is new.
 local function rec_order_of(rec, rid)
   local key = rid .. ','
-  local at = (string.sub(rec, 1, #key) == key) and 1
+  local _, from = rec_head(rec)
+  local at = (string.sub(rec, from, from + #key - 1) == key) and from
   if not at then
-    local sep = string.find(rec, ';' .. key, 1, true)
+    local sep = string.find(rec, ';' .. key, from, true)
     at = sep and sep + 1
   end
   if not at then return nil end

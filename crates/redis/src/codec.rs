@@ -186,11 +186,29 @@ pub struct RecordOrder {
 }
 
 /// Decodes a buyer's record: `request_id,epoch,seq,quantity,S[,deadline_ms]` per order,
-/// orders joined by `;`.
+/// orders joined by `;`; a long record starts with its live units, `<units>#`, which must be
+/// what its orders hold.
 pub fn parse_record(record: &str) -> Result<Vec<RecordOrder>, String> {
+    let (head, body) = match record.split_once('#') {
+        Some((units, body)) => (Some(units), body),
+        None => (None, record),
+    };
+    let orders = parse_orders(record, body)?;
+    if let Some(units) = head {
+        let held: u64 = orders.iter().filter(|o| o.live).map(|o| o.quantity).sum();
+        if units.parse::<u64>() != Ok(held) {
+            return Err(format!(
+                "buyer record {record:?}: its head says {units} units, its orders hold {held}"
+            ));
+        }
+    }
+    Ok(orders)
+}
+
+/// The orders of a record's `body` (`record`: the whole, named in errors).
+fn parse_orders(record: &str, body: &str) -> Result<Vec<RecordOrder>, String> {
     let bad = |what: &str| format!("buyer record {record:?}: bad {what}");
-    record
-        .split(';')
+    body.split(';')
         .map(|order| {
             let parts: Vec<&str> = order.split(',').collect();
             let (rid, epoch, seq, q, status) = match parts[..] {
@@ -623,10 +641,25 @@ mod tests {
             "r,x,2,1,C",
             "r,1,2,1,C;",
             "r r,1,2,1,C",
+            "3#r,1,2,1,C",
+            "x#r,1,2,1,C",
+            "1#",
         ] {
             assert!(parse_record(bad).is_err(), "{bad:?}");
         }
         assert!(decode_order("bad", "9:req:2:CREATED:0:0").is_err());
+    }
+
+    /// A long record's head gives its live units; its orders must agree with it.
+    #[test]
+    fn a_headed_record_decodes_its_orders_after_the_head() {
+        let record = "3#r-1,3,17,2,R;r2,2,9,1,X,1700;r3,3,20,1,C";
+        let rids: Vec<String> = (parse_record(record).unwrap().iter())
+            .map(|o| o.request_id.as_str().to_string())
+            .collect();
+        assert_eq!(rids, ["r-1", "r2", "r3"]);
+        assert_eq!(record_held(record), Ok(3));
+        assert!(record_held("4#r-1,3,17,2,R;r3,3,20,1,C").is_err());
     }
 
     /// Entries written before events carried their epoch (no `epoch` field) still read: the

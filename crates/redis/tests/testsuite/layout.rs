@@ -123,6 +123,82 @@ async fn a_record_answers_each_request_id_by_its_own_order() {
     t.cleanup().await;
 }
 
+/// A buyer's raw record.
+async fn record_of(keys: &Keys, sku: flashsale_core::SkuId, user: u64) -> String {
+    redis::cmd("HGET")
+        .arg(keys.records(sku))
+        .arg(user)
+        .query_async(&mut raw().await)
+        .await
+        .unwrap()
+}
+
+/// The live units a record's head gives (`None`: it has none).
+fn head(record: &str) -> Option<u64> {
+    record
+        .split_once('#')
+        .map(|(units, _)| units.parse().unwrap())
+}
+
+/// A buyer of many orders: past a length the record starts with its live units, which every
+/// write keeps (a purchase, a cancel, an expiry, a restore), and the per-user limit is judged
+/// by them; its first order, right after the head, still answers its replay.
+#[tokio::test]
+async fn a_long_record_carries_its_live_units() {
+    let t = TestLedger::with_records().await;
+    let l = t.ledger.as_ref();
+    let keys = t.ledger.keys().clone();
+    let sale = live_sale(SaleMode::Reserve, 100, 30);
+    let sku = warm(l, &sale).await;
+    let first = buy_ok(l, sku, 5, "order-00", 2).await;
+    assert_eq!(
+        head(&record_of(&keys, sku, 5).await),
+        None,
+        "short: no head"
+    );
+    let batch: Vec<_> = (1..=27)
+        .map(|i| req(sku, 5, &format!("order-{i:02}"), 1))
+        .collect();
+    let out = l.purchase_batch(sku, &batch).await.unwrap();
+    let mut numbers: Vec<OrderNo> = (out.iter())
+        .map(|o| match o {
+            PurchaseOutcome::Accepted { order, .. } => order.order_no,
+            other => panic!("{other:?}"),
+        })
+        .collect();
+    numbers.push(first.order_no);
+    assert_eq!(head(&record_of(&keys, sku, 5).await), Some(29));
+    assert!(matches!(
+        buy(l, sku, 5, "order-00", 2).await,
+        PurchaseOutcome::Accepted { replayed: true, order } if order.order_no == first.order_no
+    ));
+    buy_ok(l, sku, 5, "order-28", 1).await;
+    assert!(matches!(
+        buy(l, sku, 5, "order-29", 1).await,
+        PurchaseOutcome::Rejected(flashsale_core::ErrorCode::LimitExceeded)
+    ));
+    l.cancel(&first.order_no, UserId(5)).await.unwrap().unwrap();
+    assert_eq!(head(&record_of(&keys, sku, 5).await), Some(28));
+    flashsale_testkit::conformance::expire_until(l, sku, 28).await;
+    assert_eq!(head(&record_of(&keys, sku, 5).await), Some(0));
+    numbers.push(buy_ok(l, sku, 5, "order-29", 30).await.order_no);
+    let record = record_of(&keys, sku, 5).await;
+    assert_eq!(head(&record), Some(30));
+    assert_eq!(flashsale_redis::codec::record_held(&record), Ok(30));
+
+    // Rebuilt from the orders as the database has them: the same units in the head.
+    let mut orders = Vec::new();
+    for no in &numbers {
+        orders.push(l.order(no).await.unwrap().unwrap());
+    }
+    let counters: Counters = l.counters(sku).await.unwrap().unwrap();
+    l.load(&sale, &counters, 2).await.unwrap();
+    let at = CopyAt { sku, epoch: 2 };
+    assert_eq!(t.ledger.restore_orders(at, &orders).await.unwrap(), 29);
+    assert_eq!(head(&record_of(&keys, sku, 5).await), Some(30));
+    t.cleanup().await;
+}
+
 /// A copy loaded by a ledger of layout 1 (as a release before layout 2 loads it) is served by
 /// a ledger that loads layout 2 as it is; the next load (a rebuild) gives it layout 2, with
 /// the orders restored from the database.
