@@ -1,8 +1,8 @@
 //! `flashsale bench script`: what the purchase script costs Redis per purchase, part by part.
 //!
 //! The script marks its parts with `--@stage NAME` lines. For each stage this loads a copy of
-//! the script that returns right there (and the whole script last), runs the same batches of
-//! new buyers against a sale of its own, and reads Redis's main-thread CPU (INFO cpu) and the
+//! the script that returns right there (and the whole script last), runs the same batches (of
+//! new buyers, or of `--buyers` buyers in turn) against a sale of its own, and reads Redis's main-thread CPU (INFO cpu) and the
 //! script's command time (INFO commandstats) per purchase. The difference between two
 //! consecutive stages is what the part between them costs.
 //!
@@ -21,6 +21,8 @@ use redis::aio::MultiplexedConnection;
 
 /// Batches run before measuring, so the sale's hashes are past their small encodings.
 const WARM_BATCHES: usize = 100;
+/// The sale's per-user limit: the most orders of one unit a buyer of `--buyers` may take.
+const LIMIT: u64 = 1_000;
 
 #[derive(Debug, Clone, Args)]
 pub struct ScriptArgs {
@@ -36,6 +38,11 @@ pub struct ScriptArgs {
     /// requests, orders and buyers hashes (only the whole script is worth reading then).
     #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u8).range(1..=2))]
     pub layout: u8,
+    /// Buyers the requests cycle through, each request a new request id: a buyer takes an
+    /// order every round, as in a sale of a high per-user limit, so its record (layout 2)
+    /// grows call by call. Unset: every request is a new buyer's.
+    #[arg(long)]
+    pub buyers: Option<u64>,
     /// The pid of the Redis server at `--redis-url` when it runs under `valgrind
     /// --tool=callgrind`: each stage also counts Redis's main-thread instructions per purchase.
     #[arg(long)]
@@ -55,11 +62,25 @@ struct StageCost {
 
 pub async fn run(args: ScriptArgs) -> anyhow::Result<()> {
     anyhow::ensure!((1..=1024).contains(&args.batch), "--batch must be 1..=1024");
+    let requests = ((WARM_BATCHES + args.calls) * args.batch) as u64;
+    let who = match args.buyers {
+        None => "new buyers".to_string(),
+        Some(n) => {
+            anyhow::ensure!(
+                n > 0 && requests.div_ceil(n) <= LIMIT,
+                "--buyers must be 1.. and leave each at most {LIMIT} orders"
+            );
+            format!(
+                "requests of {n} buyers in turn (up to {} orders each)",
+                requests.div_ceil(n)
+            )
+        }
+    };
     let client = redis::Client::open(args.redis_url.as_str())?;
     let mut conn = client.get_multiplexed_async_connection().await?;
     let script = flashsale_redis::scripts::PURCHASE;
     println!(
-        "bench script: the purchase script cut at each stage, {} calls of {} new buyers each",
+        "bench script: the purchase script cut at each stage, {} calls of {} {who} each",
         args.calls, args.batch
     );
     let mut rows = Vec::new();
@@ -101,6 +122,7 @@ async fn measure(
         sha: &sha,
         keys: &keys,
         batch: args.batch,
+        buyers: args.buyers,
     };
     let cost = measured(
         conn,
@@ -150,13 +172,15 @@ async fn load(conn: &mut MultiplexedConnection, text: &str) -> anyhow::Result<St
     Ok(sha)
 }
 
-/// What a stage calls: the purchase script (or a cut of it) with batches of new buyers, or the
+/// What a stage calls: the purchase script (or a cut of it) with batches of requests, or the
 /// seed's script with one new buyer a call.
 enum Calls<'a> {
     Batches {
         sha: &'a str,
         keys: &'a [String],
         batch: usize,
+        /// Buyers the requests cycle through (`None`: a new buyer each).
+        buyers: Option<u64>,
     },
     Seed {
         sha: &'a str,
@@ -165,14 +189,21 @@ enum Calls<'a> {
 }
 
 impl Calls<'_> {
-    /// One call, by new buyers from `user` on; the purchases it asked for.
+    /// One call, by the requests from the `user`-th on (each a new buyer, or of `buyers` in
+    /// turn); the purchases it asked for.
     async fn one(&self, conn: &mut MultiplexedConnection, user: &mut u64) -> anyhow::Result<usize> {
         let mut cmd = redis::cmd("EVALSHA");
         let asked = match self {
-            Calls::Batches { sha, keys, batch } => {
+            Calls::Batches {
+                sha,
+                keys,
+                batch,
+                buyers,
+            } => {
                 cmd.arg(*sha).arg(keys.len()).arg(*keys).arg(*batch);
                 for _ in 0..*batch {
-                    cmd.arg(*user).arg(format!("r{user}")).arg(1);
+                    let buyer = buyers.map_or(*user, |n| 1 + (*user - 1) % n);
+                    cmd.arg(buyer).arg(format!("r{user}")).arg(1);
                     *user += 1;
                 }
                 *batch
@@ -292,7 +323,7 @@ async fn open_sale(
     let info: String = redis::cmd("INFO").arg("server").query_async(conn).await?;
     let node = info_field(&info, "run_id").unwrap_or_default();
     let units = 1_000_000_000u64.to_string();
-    let layout = layout.to_string();
+    let (limit, layout) = (LIMIT.to_string(), layout.to_string());
     let fields: [(&str, &str); 15] = [
         ("total", &units),
         ("available", &units),
@@ -300,7 +331,7 @@ async fn open_sale(
         ("sold", "0"),
         ("seq", "0"),
         ("epoch", "1"),
-        ("limit", "1"),
+        ("limit", &limit),
         ("mode", "direct"),
         ("timeout_ms", "0"),
         ("starts_at_ms", "0"),
