@@ -229,8 +229,8 @@ local function purchase_records()
   local rec_of = found_in(K_REC, users, m)
 --@stage records
   local letter = REC_LETTER[status_new]
-  -- Per buyer: units held (read from its record on first need) and the orders of the record
-  -- to write (headed as it is written).
+  -- Per buyer: units held (read from its record on first need) and the orders this call
+  -- adds to its record.
   local held_of, new_rec, changed = {}, {}, {}
   local function held(user)
     local h = held_of[user]
@@ -250,21 +250,19 @@ local function purchase_records()
   local function accept(user, rid, qs, seq, units)
     held_of[user] = units
     local entry = rid .. ',' .. epoch .. ',' .. int(seq) .. ',' .. qs .. ',' .. letter
-    local cur = new_rec[user]
-    if not cur then
-      cur = rec_of[user] and rec_body(rec_of[user])
-      changed[#changed + 1] = user
-    end
-    new_rec[user] = cur and (cur .. ';' .. entry) or entry
+    local added = new_rec[user]
+    if not added then changed[#changed + 1] = user end
+    new_rec[user] = added and (added .. ';' .. entry) or entry
   end
   answer_all(held, prior_answer, accept)
 --@stage judged
   if ev_n == 0 then return end
   local recs = {}
   for k, user in ipairs(changed) do
-    local body = new_rec[user]
+    local rec, added = rec_of[user], new_rec[user]
     recs[2 * k - 1] = user
-    recs[2 * k] = #body > REC_COUNTED_LEN and rec_headed(body, held_of[user]) or body
+    recs[2 * k] = (rec or #added > REC_COUNTED_LEN) and rec_extended(rec, added, held_of[user])
+      or added
   end
   redis.call('HSET', K_REC, unpack(recs))
   local users_s = table.concat(ev_users, ',')

@@ -10,11 +10,15 @@
 -- of each seq and the creation time of its order; the deadline of a hold is its creation time
 -- plus the sale's timeout, stored with the order only when it is not (an order restored from
 -- the database). A restored order is a batch of one.
--- A record longer than REC_COUNTED_LEN bytes starts with the units its live orders hold,
--- `<units>#`, and every write keeps them: a purchase asks for its buyer's units, and a scan of
--- a buyer's orders grows with each order it took (a buyer of a sale with a high per-user
--- limit may take hundreds), where reading the head does not. A shorter record has no head:
--- scanning a few orders costs Redis less than reading and writing a number.
+-- A record longer than REC_COUNTED_LEN bytes ends with the units its live orders hold, a mark
+-- `#<units>` after its last order: a purchase asks for its buyer's units, and a scan of the
+-- orders grows with each order the buyer took (a buyer of a sale with a high per-user limit
+-- may take hundreds), where reading the mark does not. A purchase appends its orders and the
+-- mark after them, so a record is extended, never cut: Redis's Lua hashes every byte of every
+-- string it makes, and a purchase makes two of the record (the one read, the one written). An
+-- earlier mark stays where it was, read by no one; a rewrite of the orders (pay, cancel, expiry,
+-- restore) leaves one, at the end. A shorter record has no mark: scanning a few orders costs
+-- Redis less than reading and writing a number.
 local REC_LETTER = { CREATED = 'C', RESERVED = 'R', PAID = 'P', CANCELLED = 'X', EXPIRED = 'E',
   PENDING = 'N', REJECTED = 'J' }
 local REC_STATUS = {}
@@ -24,26 +28,26 @@ local REC_LIVE = '[CRPN]'
 
 -- The pattern of one order, its fields captured (rec_orders), from where it starts.
 local REC_ORDER = '([%w_%-]+),(%d+),(%d+),(%d+),(%u),?(%-?%d*)'
--- A record's body (its orders) longer than this carries the head of its live units.
+-- A record longer than this ends with the mark of its live units.
 local REC_COUNTED_LEN = 128
+-- The longest mark: `#` and a u64's digits.
+local REC_MARK_LEN_MAX = 21
 
--- The live units a record's head gives (nil: it has none) and where its orders start.
-local function rec_head(rec)
-  local units = string.match(rec, '^(%d+)#')
-  if units then return tonumber(units), #units + 2 end
-  return nil, 1
+-- The live units a record's mark gives; nil when it has none.
+local function rec_mark(rec)
+  if #rec <= REC_COUNTED_LEN then return nil end
+  local units = string.match(string.sub(rec, -REC_MARK_LEN_MAX), '#(%d+)$')
+  return units and tonumber(units)
 end
 
--- A record's orders, without its head.
-local function rec_body(rec)
-  local _, from = rec_head(rec)
-  return from == 1 and rec or string.sub(rec, from)
-end
-
--- The record to store of orders `body` whose live units are `units`: headed when long.
-local function rec_headed(body, units)
-  if #body <= REC_COUNTED_LEN then return body end
-  return string.format('%d', units) .. '#' .. body
+-- Record `rec` (nil: none yet) with the orders `added` (joined by `;`) after its own, marked
+-- with `units`, its live units with them, when long: one string made, not one per piece.
+local function rec_extended(rec, added, units)
+  local len = (rec and #rec + 1 or 0) + #added
+  if len <= REC_COUNTED_LEN then return rec and (rec .. ';' .. added) or added end
+  local mark = '#' .. string.format('%d', units)
+  if rec then return rec .. ';' .. added .. mark end
+  return added .. mark
 end
 
 -- One order from the captures of REC_ORDER.
@@ -55,7 +59,7 @@ end
 local function rec_orders(rec)
   local out = {}
   if not rec then return out end
-  for rid, e, s, q, st, dl in string.gmatch(rec_body(rec), REC_ORDER) do
+  for rid, e, s, q, st, dl in string.gmatch(rec, REC_ORDER) do
     out[#out + 1] = rec_fields(rid, e, s, q, st, dl)
   end
   return out
@@ -68,24 +72,23 @@ local function rec_order(o)
   return s
 end
 
--- The record of `orders`, headed with their live units when long.
+-- The record of `orders`, marked with their live units when long.
 local function rec_join(orders)
   local parts, held = {}, 0
   for i, o in ipairs(orders) do
     parts[i] = rec_order(o)
     if string.find(o.st, REC_LIVE) then held = held + tonumber(o.q) end
   end
-  return rec_headed(table.concat(parts, ';'), held)
+  return rec_extended(nil, table.concat(parts, ';'), held)
 end
 
 -- Units held in live orders: a purchase asks this of every buyer it judges. A long record's
--- head; a short one read as it is, no table built per order. `,<digits>,<letter>` occurs in a
--- record only where an order's quantity meets its status: a request id comes after `;`, `#`
--- or at the record's start, never after `,`, and what follows the epoch and the seq is a
--- number, not a letter. The matcher passes over the orders that are not live without a step
--- of Lua.
+-- mark; a short one read as it is, no table built per order. `,<digits>,<letter>` occurs in a
+-- record only where an order's quantity meets its status: a request id comes after `;` or at
+-- the record's start, never after `,`, and what follows the epoch and the seq is a number, not
+-- a letter. The matcher passes over the orders that are not live without a step of Lua.
 local function rec_held(rec)
-  local units = rec_head(rec)
+  local units = rec_mark(rec)
   if units then return units end
   local held = 0
   for q in string.gmatch(rec, ',(%d+),' .. REC_LIVE) do held = held + tonumber(q) end
@@ -93,14 +96,13 @@ local function rec_held(rec)
 end
 
 -- The order of a record taken for request id `rid`, or nil: a plain search for the id where
--- an order starts (where the orders start or after `;`, followed by `,`), so a record of many
+-- an order starts (at the record's start or after `;`, followed by `,`), so a record of many
 -- orders is not parsed to answer one that is new.
 local function rec_order_of(rec, rid)
   local key = rid .. ','
-  local _, from = rec_head(rec)
-  local at = (string.sub(rec, from, from + #key - 1) == key) and from
+  local at = (string.sub(rec, 1, #key) == key) and 1
   if not at then
-    local sep = string.find(rec, ';' .. key, from, true)
+    local sep = string.find(rec, ';' .. key, 1, true)
     at = sep and sep + 1
   end
   if not at then return nil end

@@ -186,30 +186,33 @@ pub struct RecordOrder {
 }
 
 /// Decodes a buyer's record: `request_id,epoch,seq,quantity,S[,deadline_ms]` per order,
-/// orders joined by `;`; a long record starts with its live units, `<units>#`, which must be
-/// what its orders hold.
+/// orders joined by `;`. An order may be followed by a mark, `#<units>`, the live units after
+/// it; a long record's last order carries one, which must be what its orders hold (an earlier
+/// mark is a purchase's of its time, and is not read).
 pub fn parse_record(record: &str) -> Result<Vec<RecordOrder>, String> {
-    let (head, body) = match record.split_once('#') {
-        Some((units, body)) => (Some(units), body),
-        None => (None, record),
-    };
-    let orders = parse_orders(record, body)?;
-    if let Some(units) = head {
+    let (orders, last_mark) = parse_orders(record)?;
+    if let Some(units) = last_mark {
         let held: u64 = orders.iter().filter(|o| o.live).map(|o| o.quantity).sum();
-        if units.parse::<u64>() != Ok(held) {
+        if units != held {
             return Err(format!(
-                "buyer record {record:?}: its head says {units} units, its orders hold {held}"
+                "buyer record {record:?}: its mark says {units} units, its orders hold {held}"
             ));
         }
     }
     Ok(orders)
 }
 
-/// The orders of a record's `body` (`record`: the whole, named in errors).
-fn parse_orders(record: &str, body: &str) -> Result<Vec<RecordOrder>, String> {
+/// The orders of a record, and the mark of its last order.
+fn parse_orders(record: &str) -> Result<(Vec<RecordOrder>, Option<u64>), String> {
     let bad = |what: &str| format!("buyer record {record:?}: bad {what}");
-    body.split(';')
-        .map(|order| {
+    let mut last_mark = None;
+    let orders = (record.split(';'))
+        .map(|marked| {
+            let (order, mark) = match marked.split_once('#') {
+                Some((order, mark)) => (order, Some(mark.parse::<u64>().map_err(|_| bad("mark"))?)),
+                None => (marked, None),
+            };
+            last_mark = mark;
             let parts: Vec<&str> = order.split(',').collect();
             let (rid, epoch, seq, q, status) = match parts[..] {
                 [rid, epoch, seq, q, status] | [rid, epoch, seq, q, status, _] => {
@@ -230,7 +233,8 @@ fn parse_orders(record: &str, body: &str) -> Result<Vec<RecordOrder>, String> {
                 live,
             })
         })
-        .collect()
+        .collect::<Result<Vec<_>, String>>()?;
+    Ok((orders, last_mark))
 }
 
 /// Units a buyer's record holds in live orders.
@@ -641,25 +645,28 @@ mod tests {
             "r,x,2,1,C",
             "r,1,2,1,C;",
             "r r,1,2,1,C",
-            "3#r,1,2,1,C",
-            "x#r,1,2,1,C",
-            "1#",
+            "r,1,2,1,C#2",
+            "r,1,2,1,C#x",
+            "r,1,2,1,C#",
+            "#1",
         ] {
             assert!(parse_record(bad).is_err(), "{bad:?}");
         }
         assert!(decode_order("bad", "9:req:2:CREATED:0:0").is_err());
     }
 
-    /// A long record's head gives its live units; its orders must agree with it.
+    /// A long record's last mark gives its live units; its orders must agree with it, and an
+    /// earlier mark (a purchase's of its time) is not read.
     #[test]
-    fn a_headed_record_decodes_its_orders_after_the_head() {
-        let record = "3#r-1,3,17,2,R;r2,2,9,1,X,1700;r3,3,20,1,C";
+    fn a_marked_record_decodes_its_orders_and_its_last_mark() {
+        let record = "r-1,3,17,2,R#2;r2,2,9,1,X,1700;r3,3,20,1,C#3";
         let rids: Vec<String> = (parse_record(record).unwrap().iter())
             .map(|o| o.request_id.as_str().to_string())
             .collect();
         assert_eq!(rids, ["r-1", "r2", "r3"]);
         assert_eq!(record_held(record), Ok(3));
-        assert!(record_held("4#r-1,3,17,2,R;r3,3,20,1,C").is_err());
+        assert_eq!(record_held("r-1,3,17,2,R#7;r3,3,20,1,C"), Ok(3));
+        assert!(record_held("r-1,3,17,2,R#2;r3,3,20,1,C#4").is_err());
     }
 
     /// Entries written before events carried their epoch (no `epoch` field) still read: the

@@ -133,16 +133,20 @@ async fn record_of(keys: &Keys, sku: flashsale_core::SkuId, user: u64) -> String
         .unwrap()
 }
 
-/// The live units a record's head gives (`None`: it has none).
-fn head(record: &str) -> Option<u64> {
-    record
-        .split_once('#')
-        .map(|(units, _)| units.parse().unwrap())
+/// The live units a record's last order is marked with (`None`: it has no mark).
+fn mark(record: &str) -> Option<u64> {
+    let (_, tail) = record.rsplit_once('#')?;
+    tail.parse().ok()
 }
 
-/// A buyer of many orders: past a length the record starts with its live units, which every
-/// write keeps (a purchase, a cancel, an expiry, a restore), and the per-user limit is judged
-/// by them; its first order, right after the head, still answers its replay.
+/// How many marks a record holds.
+fn marks(record: &str) -> usize {
+    record.matches('#').count()
+}
+
+/// A buyer of many orders: past a length the record ends with its live units, which every
+/// write keeps (a purchase appends its orders and the units after them; a cancel, an expiry,
+/// a restore rewrite it with one mark), and the per-user limit is judged by them.
 #[tokio::test]
 async fn a_long_record_carries_its_live_units() {
     let t = TestLedger::with_records().await;
@@ -151,11 +155,8 @@ async fn a_long_record_carries_its_live_units() {
     let sale = live_sale(SaleMode::Reserve, 100, 30);
     let sku = warm(l, &sale).await;
     let first = buy_ok(l, sku, 5, "order-00", 2).await;
-    assert_eq!(
-        head(&record_of(&keys, sku, 5).await),
-        None,
-        "short: no head"
-    );
+    let record = record_of(&keys, sku, 5).await;
+    assert_eq!((mark(&record), marks(&record)), (None, 0), "short: no mark");
     let batch: Vec<_> = (1..=27)
         .map(|i| req(sku, 5, &format!("order-{i:02}"), 1))
         .collect();
@@ -167,26 +168,30 @@ async fn a_long_record_carries_its_live_units() {
         })
         .collect();
     numbers.push(first.order_no);
-    assert_eq!(head(&record_of(&keys, sku, 5).await), Some(29));
+    let record = record_of(&keys, sku, 5).await;
+    assert_eq!((mark(&record), marks(&record)), (Some(29), 1));
     assert!(matches!(
         buy(l, sku, 5, "order-00", 2).await,
         PurchaseOutcome::Accepted { replayed: true, order } if order.order_no == first.order_no
     ));
     buy_ok(l, sku, 5, "order-28", 1).await;
+    let record = record_of(&keys, sku, 5).await;
+    assert_eq!((mark(&record), marks(&record)), (Some(30), 2), "appended");
     assert!(matches!(
         buy(l, sku, 5, "order-29", 1).await,
         PurchaseOutcome::Rejected(flashsale_core::ErrorCode::LimitExceeded)
     ));
     l.cancel(&first.order_no, UserId(5)).await.unwrap().unwrap();
-    assert_eq!(head(&record_of(&keys, sku, 5).await), Some(28));
+    let record = record_of(&keys, sku, 5).await;
+    assert_eq!((mark(&record), marks(&record)), (Some(28), 1), "rewritten");
     flashsale_testkit::conformance::expire_until(l, sku, 28).await;
-    assert_eq!(head(&record_of(&keys, sku, 5).await), Some(0));
+    assert_eq!(mark(&record_of(&keys, sku, 5).await), Some(0));
     numbers.push(buy_ok(l, sku, 5, "order-29", 30).await.order_no);
     let record = record_of(&keys, sku, 5).await;
-    assert_eq!(head(&record), Some(30));
+    assert_eq!(mark(&record), Some(30));
     assert_eq!(flashsale_redis::codec::record_held(&record), Ok(30));
 
-    // Rebuilt from the orders as the database has them: the same units in the head.
+    // Rebuilt from the orders as the database has them: the same units in the mark.
     let mut orders = Vec::new();
     for no in &numbers {
         orders.push(l.order(no).await.unwrap().unwrap());
@@ -195,7 +200,8 @@ async fn a_long_record_carries_its_live_units() {
     l.load(&sale, &counters, 2).await.unwrap();
     let at = CopyAt { sku, epoch: 2 };
     assert_eq!(t.ledger.restore_orders(at, &orders).await.unwrap(), 29);
-    assert_eq!(head(&record_of(&keys, sku, 5).await), Some(30));
+    let record = record_of(&keys, sku, 5).await;
+    assert_eq!((mark(&record), marks(&record)), (Some(30), 1));
     t.cleanup().await;
 }
 
