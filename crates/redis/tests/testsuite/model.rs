@@ -83,16 +83,20 @@ async fn run_seed(t: &TestLedger, seed: u64, mode: SaleMode, shape: &Shape) {
     model::same_end(l, &book, &orders, &format!("seed {seed}")).await;
 }
 
+/// Even seeds run a direct sale, odd ones a sale of holds.
+fn mode_of(seed: u64) -> SaleMode {
+    if seed % 2 == 0 {
+        SaleMode::Direct
+    } else {
+        SaleMode::Reserve
+    }
+}
+
 #[tokio::test]
 async fn redis_scripts_judge_like_the_sale_book() {
     let t = TestLedger::new().await;
     for seed in 0..40 {
-        let mode = if seed % 2 == 0 {
-            SaleMode::Direct
-        } else {
-            SaleMode::Reserve
-        };
-        run_seed(&t, seed, mode, &MIXED).await;
+        run_seed(&t, seed, mode_of(seed), &MIXED).await;
     }
     t.cleanup().await;
 }
@@ -102,13 +106,8 @@ async fn redis_scripts_judge_like_the_sale_book() {
 async fn buyer_records_judge_like_the_sale_book() {
     let t = TestLedger::with_records().await;
     for seed in 0..24 {
-        let mode = if seed % 2 == 0 {
-            SaleMode::Direct
-        } else {
-            SaleMode::Reserve
-        };
         let shape = if seed < 12 { &MIXED } else { &MANY_ORDERS };
-        run_seed(&t, seed, mode, shape).await;
+        run_seed(&t, seed, mode_of(seed), shape).await;
     }
     t.cleanup().await;
 }
