@@ -85,7 +85,7 @@ async fn run_seed(t: &TestLedger, seed: u64, mode: SaleMode, shape: &Shape) {
 
 /// Even seeds run a direct sale, odd ones a sale of holds.
 fn mode_of(seed: u64) -> SaleMode {
-    if seed % 2 == 0 {
+    if seed.is_multiple_of(2) {
         SaleMode::Direct
     } else {
         SaleMode::Reserve
