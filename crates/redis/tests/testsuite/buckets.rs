@@ -182,3 +182,28 @@ async fn a_buyer_at_the_limit_moves_no_stock() {
     assert!(t.ledger.bucket_stats().transfers > transfers);
     t.cleanup().await;
 }
+
+/// The same in layout 2 with a buyer of many orders: its record is long, so the per-user check
+/// before moving stock reads the units from the record's mark (and checks them against its
+/// orders).
+#[tokio::test]
+async fn a_buyer_of_many_orders_at_the_limit_moves_no_stock() {
+    let t = TestLedger::with_buckets_and_records().await;
+    let l = t.ledger.as_ref();
+    let sale = bucketed_sale(SaleMode::Direct, 90, 30, 3);
+    let sku = warm(l, &sale).await;
+    let users = buyers(2, 3, Spread::OneHome);
+    for i in 0..30 {
+        buy_ok(l, sku, users[0], &format!("order-{i:02}"), 1).await;
+    }
+    let transfers = t.ledger.bucket_stats().transfers;
+    buy_refused(l, sku, users[0], "one-more", 1, ErrorCode::LimitExceeded).await;
+    assert_eq!(
+        t.ledger.bucket_stats().transfers,
+        transfers,
+        "stock moved for nothing"
+    );
+    buy_ok(l, sku, users[1], "a", 1).await;
+    assert!(t.ledger.bucket_stats().transfers > transfers);
+    t.cleanup().await;
+}
