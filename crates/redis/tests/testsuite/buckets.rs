@@ -192,7 +192,7 @@ async fn a_buyer_of_many_orders_at_the_limit_moves_no_stock() {
     let l = t.ledger.as_ref();
     let sale = bucketed_sale(SaleMode::Direct, 90, 30, 3);
     let sku = warm(l, &sale).await;
-    let users = buyers(2, 3, Spread::OneHome);
+    let users = buyers(3, 2, Spread::OneHome);
     for i in 0..30 {
         buy_ok(l, sku, users[0], &format!("order-{i:02}"), 1).await;
     }
