@@ -2,9 +2,9 @@
 //!
 //! The script marks its parts with `--@stage NAME` lines. For each stage this loads a copy of
 //! the script that returns right there (and the whole script last), runs the same batches (of
-//! new buyers, or of `--buyers` buyers in turn) against a sale of its own, and reads Redis's main-thread CPU (INFO cpu) and the
-//! script's command time (INFO commandstats) per purchase. The difference between two
-//! consecutive stages is what the part between them costs.
+//! new buyers, or of `--buyers` buyers in turn) against a sale of its own, and reads Redis's
+//! main-thread CPU (INFO cpu) and the script's command time (INFO commandstats) per purchase.
+//! The difference between two consecutive stages is what the part between them costs.
 //!
 //! Both are times, and on a shared machine they move by a µs or more from one run to the next.
 //! Given the pid of a Redis server running under valgrind's callgrind (`--callgrind-pid`),
