@@ -192,7 +192,7 @@ pub struct RecordOrder {
 pub fn parse_record(record: &str) -> Result<Vec<RecordOrder>, String> {
     let (orders, last_mark) = parse_orders(record)?;
     if let Some(units) = last_mark {
-        let held: u64 = orders.iter().filter(|o| o.live).map(|o| o.quantity).sum();
+        let held = live_units(&orders);
         if units != held {
             return Err(format!(
                 "buyer record {record:?}: its mark says {units} units, its orders hold {held}"
@@ -239,11 +239,12 @@ fn parse_orders(record: &str) -> Result<(Vec<RecordOrder>, Option<u64>), String>
 
 /// Units a buyer's record holds in live orders.
 pub fn record_held(record: &str) -> Result<u64, String> {
-    Ok(parse_record(record)?
-        .iter()
-        .filter(|o| o.live)
-        .map(|o| o.quantity)
-        .sum())
+    Ok(live_units(&parse_record(record)?))
+}
+
+/// Units held in the live ones of `orders`.
+fn live_units(orders: &[RecordOrder]) -> u64 {
+    orders.iter().filter(|o| o.live).map(|o| o.quantity).sum()
 }
 
 /// The fields of one stream entry, read by name.
