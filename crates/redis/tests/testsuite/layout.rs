@@ -30,6 +30,16 @@ async fn sizes(keys: &Keys, sku: flashsale_core::SkuId) -> [i64; 5] {
     [got.0, got.1, got.2, got.3, got.4]
 }
 
+/// A buyer's raw record.
+async fn record_of(keys: &Keys, sku: flashsale_core::SkuId, user: u64) -> String {
+    redis::cmd("HGET")
+        .arg(keys.records(sku))
+        .arg(user)
+        .query_async(&mut raw().await)
+        .await
+        .unwrap()
+}
+
 #[tokio::test]
 async fn a_purchase_writes_one_record_per_buyer_and_one_batch_per_call() {
     let t = TestLedger::with_records().await;
@@ -53,14 +63,7 @@ async fn a_purchase_writes_one_record_per_buyer_and_one_batch_per_call() {
         PurchaseOutcome::Accepted { replayed: true, order } if order.request_id.as_str() == "r1"
     ));
     assert_eq!(sizes(&keys, sku).await, [0, 0, 0, 40, 1]);
-    let mut conn = raw().await;
-    let record: String = redis::cmd("HGET")
-        .arg(keys.records(sku))
-        .arg(1)
-        .query_async(&mut conn)
-        .await
-        .unwrap();
-    assert_eq!(record, format!("r1,1,1,1,R;again,1,41,2,R"));
+    assert_eq!(record_of(&keys, sku, 1).await, "r1,1,1,1,R;again,1,41,2,R");
 
     // The order's fields that follow from the request and the batch come back whole.
     let PurchaseOutcome::Accepted { order, .. } = &out[40] else {
@@ -121,16 +124,6 @@ async fn a_record_answers_each_request_id_by_its_own_order() {
             if order.order_no == ab.order_no && order.status == OrderStatus::Cancelled
     ));
     t.cleanup().await;
-}
-
-/// A buyer's raw record.
-async fn record_of(keys: &Keys, sku: flashsale_core::SkuId, user: u64) -> String {
-    redis::cmd("HGET")
-        .arg(keys.records(sku))
-        .arg(user)
-        .query_async(&mut raw().await)
-        .await
-        .unwrap()
 }
 
 /// The live units a record's last order is marked with (`None`: it has no mark).
