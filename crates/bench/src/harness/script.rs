@@ -320,8 +320,15 @@ async fn open_sale(
     keys: &[String],
     layout: u8,
 ) -> anyhow::Result<()> {
-    let info: String = redis::cmd("INFO").arg("server").query_async(conn).await?;
-    let node = info_field(&info, "run_id").unwrap_or_default();
+    // The node as load.lua writes it (`<run_id>/<replid>`): a value that long also makes the
+    // sale's hash a table, not a listpack, as the service's sales are.
+    let info: String = redis::cmd("INFO")
+        .arg("server")
+        .arg("replication")
+        .query_async(conn)
+        .await?;
+    let field = |name| info_field(&info, name).unwrap_or_default();
+    let node = format!("{}/{}", field("run_id"), field("master_replid"));
     let units = 1_000_000_000u64.to_string();
     let (limit, layout) = (LIMIT.to_string(), layout.to_string());
     let fields: [(&str, &str); 15] = [
