@@ -12,7 +12,8 @@
 -- node a new replication id and keeps the one it followed as `master_replid2`. A primary also
 -- takes a new replication id when its first replica attaches (it creates its backlog), which
 -- is no move: then it has no `master_replid2` (all zeros), and the copy stays.
-local NO_REPLID = string.rep('0', 40)
+-- Written out, not made by string.rep: every call of these scripts runs this prelude.
+local NO_REPLID = '0000000000000000000000000000000000000000'
 local function node_info()
   local info = redis.call('INFO', 'server', 'replication')
   local function field(name)

@@ -39,6 +39,9 @@ if #KEYS ~= 8 then
 end
 
 local find, format = string.find, string.format
+-- ARGV read as a local: each read of a global is a search of the globals' table, and a request
+-- reads its three arguments in several passes.
+local ARGV = ARGV
 local function int(x) return format('%d', x) end
 
 local n = tonumber(ARGV[1])
@@ -96,26 +99,31 @@ local function is_rid(s)
   return #s >= 1 and #s <= 64 and not find(s, '[^%w_%-]')
 end
 
--- Pass 1: the request key (user:request_id) of each well-formed request.
-local rkeys = {}
+-- Pass 1: which requests are well formed: `valid[i]` is request i's key (user:request_id) on
+-- layout 1, which looks requests up by it, and a true value on layout 2, which needs no key (its
+-- two arguments checked apart cost Redis less than the key made). Fast path: a user id under
+-- 10^19 and a plain request id pass one pattern (each).
+local valid = {}
 for i = 1, n do
   local user, rid = ARGV[3 * i - 1], ARGV[3 * i]
-  -- Fast path: a user id under 10^19 and a plain request id pass one pattern.
-  local rkey = user .. ':' .. rid
-  if (#user < 20 and #rid <= 64 and find(rkey, '^[1-9]%d*:[%w_%-]+$'))
-      or (is_user(user) and is_rid(rid)) then
-    rkeys[i] = rkey
+  local plain = #user < 20 and #rid <= 64
+  if records then
+    valid[i] = (plain and find(user, '^[1-9]%d*$') and find(rid, '^[%w_%-]+$'))
+      or (is_user(user) and is_rid(rid))
+  else
+    local rkey = user .. ':' .. rid
+    valid[i] = ((plain and find(rkey, '^[1-9]%d*:[%w_%-]+$')) or (is_user(user) and is_rid(rid)))
+      and rkey
   end
 end
 
--- The well-formed requests' users (`users`) or request keys, in batch order, and how many.
-local function keyed(users)
+-- The well-formed requests' users, in batch order, and how many.
+local function valid_users()
   local list, m = {}, 0
   for i = 1, n do
-    local rkey = rkeys[i]
-    if rkey then
+    if valid[i] then
       m = m + 1
-      list[m] = users and ARGV[3 * i - 1] or rkey
+      list[m] = ARGV[3 * i - 1]
     end
   end
   return list, m
@@ -125,7 +133,6 @@ local status_new = (mode == 'reserve') and 'RESERVED' or 'CREATED'
 local deadline = (mode == 'reserve') and now + timeout_ms or 0
 local now_s, deadline_s = int(now), int(deadline)
 local order_prefix = sku .. '-' .. epoch .. '-'
-local accepted_at = {}  -- request key -> seq of its acceptance in this call
 -- The reply: its head, then request i's answer at HEAD + i.
 local HEAD = 4
 local out = { epoch, status_new, deadline_s, now_s }
@@ -144,30 +151,22 @@ local function judge(qs)
   return q
 end
 
--- Answers every request in batch order into `out`: a repeat of a request accepted earlier in
--- this call, the answer of its prior order (`prior_answer(user, rid, rkey)`, nil when there is
--- none), a refusal, or an acceptance: the units and the event taken here, the order recorded
--- by `accept(user, rid, qs, seq, units)` (units: what the buyer holds with it). `held(user)`:
--- the units a buyer holds, asked once per request that reaches the limit check. The steps of
--- an acceptance are written out in this loop, not in helpers of their own: each Lua call costs
--- Redis about a hundred instructions, and a purchase made several (scripts/bench-script-instr.sh
--- counts a purchase's instructions).
+-- Answers every request in batch order into `out`: a replay (`prior_answer(user, rid, i)`: -seq
+-- for a request accepted earlier in this call, the answer of an order taken before it, nil for
+-- a new request), a refusal, or an acceptance: the units and the event taken here, the order
+-- recorded by `accept(user, rid, qs, seq, units, i)` (units: what the buyer holds with it).
+-- `held(user)`: the units a buyer holds, asked once per request that reaches the limit check.
+-- The steps of an acceptance are written out in this loop, not in helpers of their own: each
+-- Lua call costs Redis about a hundred instructions, and a purchase made several
+-- (scripts/bench-script-instr.sh counts a purchase's instructions).
 local function answer_all(held, prior_answer, accept)
   for i = 1, n do
-    local rkey, answer = rkeys[i], 'INVALID_REQUEST'
-    if rkey then
+    local answer = 'INVALID_REQUEST'
+    if valid[i] then
       local user, rid, qs = ARGV[3 * i - 1], ARGV[3 * i], ARGV[3 * i + 1]
-      local j = accepted_at[rkey]
-      local p = not j and prior_answer(user, rid, rkey)
-      local q, code
-      if j then
-        answer = -j
-      elseif p then
-        answer = p
-      else
-        q, code = judge(qs)
-        answer = code
-      end
+      local q
+      answer = prior_answer(user, rid, i)
+      if not answer then q, answer = judge(qs) end
       local units = q and held(user) + q
       if units and units > limit then
         answer = 'LIMIT_EXCEEDED'
@@ -175,11 +174,10 @@ local function answer_all(held, prior_answer, accept)
         seq = seq + 1
         available = available - q
         if mode == 'reserve' then reserved = reserved + q else sold = sold + q end
-        accepted_at[rkey] = seq
         ev_n = ev_n + 1
         ev_users[ev_n], ev_rids[ev_n], ev_qs[ev_n] = user, rid, qs
         first_seq = first_seq or seq
-        accept(user, rid, qs, seq, units)
+        accept(user, rid, qs, seq, units, i)
         answer = seq
       end
     end
@@ -225,24 +223,28 @@ end
 -- Layout 2: one record per buyer (records.lua).
 local function purchase_records()
   -- One look-up of every buyer of the batch (a buyer twice is read twice: no dedup table).
-  local users, m = keyed(true)
+  local users, m = valid_users()
   local rec_of = found_in(K_REC, users, m)
 --@stage records
   local letter = REC_LETTER[status_new]
-  -- Per buyer: units held (read from its record on first need) and the orders this call
-  -- adds to its record.
-  local held_of, new_rec, changed = {}, {}, {}
+  -- Per buyer of an order taken in this call: the units it holds with it (`held_of`) and the
+  -- orders added to its record (`new_rec`, in the record's format). Any other buyer holds what
+  -- its record says (nothing, for most of a spike), and asking it adds no table entry.
+  local held_of, new_rec, changed, n_changed = {}, {}, {}, 0
   local function held(user)
     local h = held_of[user]
-    if not h then
-      h = rec_of[user] and rec_held(rec_of[user]) or 0
-      held_of[user] = h
-    end
-    return h
+    if h then return h end
+    local rec = rec_of[user]
+    return rec and rec_held(rec) or 0
   end
-  -- A buyer without a record (the first purchase: most of a spike) has no prior order.
+  -- A request accepted earlier in this call is among the buyer's added orders; one accepted
+  -- before it, in its record.
   local function prior_answer(user, rid)
-    local o = rec_of[user] and rec_order_of(rec_of[user], rid)
+    local added = new_rec[user]
+    local o = added and rec_order_of(added, rid)
+    if o then return -tonumber(o.seq) end
+    local rec = rec_of[user]
+    o = rec and rec_order_of(rec, rid)
     if not o then return nil end
     local _, at = rec_batch_of(K_SEQS, o.seq)
     return { sku .. '-' .. o.epoch .. '-' .. o.seq, rec_encode(user, o, at or '0', mode, timeout_ms) }
@@ -251,7 +253,10 @@ local function purchase_records()
     held_of[user] = units
     local entry = rid .. ',' .. epoch .. ',' .. int(seq) .. ',' .. qs .. ',' .. letter
     local added = new_rec[user]
-    if not added then changed[#changed + 1] = user end
+    if not added then
+      n_changed = n_changed + 1
+      changed[n_changed] = user
+    end
     new_rec[user] = added and (added .. ';' .. entry) or entry
   end
   answer_all(held, prior_answer, accept)
@@ -260,7 +265,8 @@ local function purchase_records()
   local recs = {}
   -- A new buyer's short record is what rec_extended would give back as it is: taken here
   -- without the call, which counted some 470 instructions a purchase (bench-script-instr.sh).
-  for k, user in ipairs(changed) do
+  for k = 1, n_changed do
+    local user = changed[k]
     local rec, added = rec_of[user], new_rec[user]
     recs[2 * k - 1] = user
     recs[2 * k] = (rec or #added > REC_COUNTED_LEN) and rec_extended(rec, added, held_of[user])
@@ -276,14 +282,21 @@ end
 -- Layout 1: the requests, orders and buyers hashes (a copy loaded by an older release, or
 -- while layout 2 is off).
 local function purchase_hashes()
-  local lookup, m = keyed(false)
+  -- The well-formed requests' keys, in batch order.
+  local lookup, m = {}, 0
+  for i = 1, n do
+    if valid[i] then
+      m = m + 1
+      lookup[m] = valid[i]
+    end
+  end
   local prior_of = found_in(K_REQUESTS, lookup, m)
   -- Units held per user, read on first need for every user of the batch at once.
   local held_of = nil
   local function held(user)
     if held_of == nil then
       held_of = {}
-      local users = keyed(true)
+      local users = valid_users()
       local got = redis.call('HMGET', K_BUYERS, unpack(users))
       for j = 1, #users do
         held_of[users[j]] = got[j] and tonumber(got[j]) or 0
@@ -291,12 +304,17 @@ local function purchase_hashes()
     end
     return held_of[user]
   end
-  local function prior_answer(_, _, rkey)
+  local accepted_at = {}  -- request key -> seq of its acceptance in this call
+  local function prior_answer(_, _, i)
+    local rkey = valid[i]
+    local j = accepted_at[rkey]
+    if j then return -j end
     local prior = prior_of[rkey]
     return prior and { prior, redis.call('HGET', K_ORDERS, prior) or '' }
   end
-  local function accept(user, _, _, _, units)
+  local function accept(user, _, _, seq, units, i)
     held_of[user] = units
+    accepted_at[valid[i]] = seq
   end
   answer_all(held, prior_answer, accept)
   if ev_n == 0 then return end
@@ -308,7 +326,7 @@ local function purchase_hashes()
     if type(a) == 'number' and a > 0 then
       local user, rid, qs = ARGV[3 * i - 1], ARGV[3 * i], ARGV[3 * i + 1]
       local order_no = order_prefix .. int(a)
-      requests[w + 1], requests[w + 2] = rkeys[i], order_no
+      requests[w + 1], requests[w + 2] = valid[i], order_no
       orders[w + 1], orders[w + 2] = order_no, user .. ':' .. rid .. ':' .. qs .. ':'
         .. status_new .. ':' .. deadline_s .. ':' .. now_s
       buyers[w + 1], buyers[w + 2] = user, int(held_of[user])

@@ -21,8 +21,6 @@
 -- Redis less than reading and writing a number.
 local REC_LETTER = { CREATED = 'C', RESERVED = 'R', PAID = 'P', CANCELLED = 'X', EXPIRED = 'E',
   PENDING = 'N', REJECTED = 'J' }
-local REC_STATUS = {}
-for status, letter in pairs(REC_LETTER) do REC_STATUS[letter] = status end
 -- The letters of the statuses whose units count against the per-user limit (a pattern's class).
 local REC_LIVE = '[CRPN]'
 
@@ -132,6 +130,15 @@ local function rec_batch_of(k_seqs, seq)
   return nil
 end
 
+-- The status of letter `st`: REC_LETTER read backwards, when an order is read back (a table
+-- of it would be built by every call of these scripts, most of which read none).
+local function rec_status(st)
+  for status, letter in pairs(REC_LETTER) do
+    if letter == st then return status end
+  end
+  return nil
+end
+
 -- An order as the `orders` hash of layout 1 encodes it (what the service decodes):
 -- user:request_id:quantity:status:deadline_ms:created_at_ms. `mode`, `timeout_ms`: the sale's.
 local function rec_encode(user, o, created, mode, timeout_ms)
@@ -139,6 +146,6 @@ local function rec_encode(user, o, created, mode, timeout_ms)
   if dl == '' then
     dl = (mode == 'reserve') and string.format('%d', tonumber(created) + timeout_ms) or '0'
   end
-  return user .. ':' .. o.rid .. ':' .. o.q .. ':' .. REC_STATUS[o.st] .. ':' .. dl .. ':'
+  return user .. ':' .. o.rid .. ':' .. o.q .. ':' .. rec_status(o.st) .. ':' .. dl .. ':'
     .. created
 end
