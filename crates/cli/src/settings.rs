@@ -148,6 +148,10 @@ pub struct PersisterFlags {
     /// How long one read waits for new entries, ms.
     #[arg(long, env = "FLASHSALE_PERSISTER_BLOCK_MS", default_value_t = P.block_ms)]
     pub persister_block_ms: u64,
+    /// How long a read that found few entries waits for more before it is applied, ms (0:
+    /// never; at most the read wait).
+    #[arg(long, env = "FLASHSALE_PERSISTER_FILL_WAIT_MS", default_value_t = P.fill_wait_ms)]
+    pub persister_fill_wait_ms: u64,
     /// A sale's lease, ms (more than twice the block time).
     #[arg(long, env = "FLASHSALE_PERSISTER_LEASE_TTL_MS", default_value_t = P.lease_ttl_ms)]
     pub persister_lease_ttl_ms: u64,
@@ -284,6 +288,7 @@ impl PersisterFlags {
             run,
             batch_max: self.persister_batch_max,
             block_ms: self.persister_block_ms,
+            fill_wait_ms: self.persister_fill_wait_ms,
             lease_ttl_ms: self.persister_lease_ttl_ms,
             claim_idle_ms: self.persister_claim_idle_ms,
             attempts_max: self.persister_attempts_max.max(1),
@@ -291,6 +296,10 @@ impl PersisterFlags {
             format_wait_ms_max: self.persister_format_wait_ms_max,
             discover_every: Duration::from_millis(self.persister_discover_ms.max(10)),
         };
+        anyhow::ensure!(
+            s.fill_wait_ms <= s.block_ms,
+            "FLASHSALE_PERSISTER_FILL_WAIT_MS must be at most FLASHSALE_PERSISTER_BLOCK_MS"
+        );
         anyhow::ensure!(
             s.lease_ttl_ms > s.block_ms * 2,
             "FLASHSALE_PERSISTER_LEASE_TTL_MS must be more than twice FLASHSALE_PERSISTER_BLOCK_MS"
@@ -589,18 +598,20 @@ mod tests {
     }
 
     #[test]
-    fn the_persister_takes_todays_defaults_and_refuses_a_lease_shorter_than_two_reads() {
+    fn the_persister_takes_todays_defaults_and_refuses_a_lease_or_a_fill_out_of_a_reads_bounds() {
         assert_eq!(persister(&[]).unwrap(), PersisterSettings::DEFAULT);
         let set = persister(&[
             "--persister-batch-max",
             "64",
             "--persister-discover-ms",
             "50",
+            "--persister-fill-wait-ms",
+            "0",
         ]);
         let set = set.unwrap();
         assert_eq!(
-            (set.batch_max, set.discover_every),
-            (64, Duration::from_millis(50))
+            (set.batch_max, set.discover_every, set.fill_wait_ms),
+            (64, Duration::from_millis(50), 0)
         );
         assert!(persister(&["--persister-batch-max", "0"]).is_err());
         let short = [
@@ -610,6 +621,14 @@ mod tests {
             "1000",
         ];
         assert!(persister(&short).is_err());
+        let fill = [
+            "--persister-block-ms",
+            "50",
+            "--persister-fill-wait-ms",
+            "51",
+        ];
+        let err = persister(&fill).unwrap_err().to_string();
+        assert!(err.contains("FLASHSALE_PERSISTER_FILL_WAIT_MS"), "{err}");
     }
 
     fn identity(args: &[&str]) -> anyhow::Result<Option<IdentityConfig>> {

@@ -1,7 +1,5 @@
 //! Where a persister reads, who it is, its bounds, and how a step fails.
 
-use std::time::Duration;
-
 use flashsale_core::{LedgerError, StoreError};
 
 use crate::settings::PersisterSettings;
@@ -11,10 +9,10 @@ use crate::settings::PersisterSettings;
 /// `BATCH_LEN_MAX`), so a read is applied in transactions of at most this many.
 pub const EVENTS_PER_APPLY_MAX: usize = 16_384;
 
-/// Events a tail read must bring for the persister to apply them at once; fewer, and it waits
-/// [`FILL_WAIT`] for more (a bounded delay of the database copy, never of an answer).
-pub(super) const FILL_EVENTS: usize = 512;
-pub(super) const FILL_WAIT: Duration = Duration::from_millis(5);
+/// Entries a tail read must bring for the persister to apply them at once; fewer, and it waits
+/// the settings' `fill_wait_ms` for more (a bounded delay of the database copy, never of an
+/// answer).
+pub(super) const FILL_ENTRIES: usize = 512;
 
 /// Where a persister reads and who it is; its bounds are the process's persister settings.
 #[derive(Debug, Clone)]

@@ -71,7 +71,9 @@ pub struct Persister {
 impl Persister {
     pub fn new(config: PersisterConfig, store: Arc<dyn OrderStore>) -> Persister {
         assert!(
-            config.bounds.batch_max > 0 && config.bounds.lease_ttl_ms > config.bounds.block_ms * 2
+            config.bounds.batch_max > 0
+                && config.bounds.lease_ttl_ms > config.bounds.block_ms * 2
+                && config.bounds.fill_wait_ms <= config.bounds.block_ms
         );
         let pace = Pace::with_missed(config.bounds.discover_every, MissedTickBehavior::Burst);
         Persister {

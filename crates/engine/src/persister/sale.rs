@@ -13,7 +13,7 @@ use flashsale_core::{
 use flashsale_redis::{CopyTag, EntryError, Item, StreamReader};
 use tokio::sync::{broadcast, watch};
 
-use super::config::{PersistError, PersisterConfig, EVENTS_PER_APPLY_MAX, FILL_EVENTS, FILL_WAIT};
+use super::config::{PersistError, PersisterConfig, EVENTS_PER_APPLY_MAX, FILL_ENTRIES};
 use crate::runner::{Worker, WorkerState};
 
 /// What a sale's task does next.
@@ -177,16 +177,17 @@ impl SaleWorker {
         Ok(())
     }
 
-    /// New entries; a read that found a few is topped up once after [`FILL_WAIT`], so that
-    /// under load one transaction (and one round of lease, ack and trim commands) carries
-    /// many events rather than the few that arrived since the last.
+    /// New entries; a read that found a few is topped up once after the settings'
+    /// `fill_wait_ms`, so that under load one transaction (and one round of lease, ack and trim
+    /// commands) carries many events rather than the few that arrived since the last.
     async fn read_filled(&self, reader: &StreamReader) -> Result<Vec<Entry>, PersistError> {
         let count = self.config.bounds.batch_max;
         let mut entries = reader
             .read_new(self.copy, count, self.config.bounds.block_ms)
             .await?;
-        if !entries.is_empty() && entries.len() < FILL_EVENTS {
-            tokio::time::sleep(FILL_WAIT).await;
+        let fill_wait_ms = self.config.bounds.fill_wait_ms;
+        if !entries.is_empty() && entries.len() < FILL_ENTRIES && fill_wait_ms > 0 {
+            tokio::time::sleep(Duration::from_millis(fill_wait_ms)).await;
             // A failed top-up still applies what the first read took (now pending on us).
             if let Ok(more) = reader.read_new(self.copy, count, 0).await {
                 entries.extend(more);
