@@ -192,7 +192,7 @@ async fn sale_run(
     let before = cpu_us(nodes).await?;
     let started = Instant::now();
     let buyers = batches(n, args, one_home);
-    let (accepted, sold_out) = match args.batcher {
+    let (accepted, sold_out, flagged) = match args.batcher {
         true => spike_batched(ledger, sale.sku_id, buyers, args).await?,
         false => spike(ledger, sale.sku_id, buyers, args).await?,
     };
@@ -201,9 +201,12 @@ async fn sale_run(
     let calls = script_calls(nodes).await? - calls_before;
     let stats = ledger.bucket_stats();
     let counters = ledger.counters(sale.sku_id).await?.expect("warm");
+    let false_sold_outs = stats.false_sold_outs - stats_before.false_sold_outs;
     anyhow::ensure!(
         counters.sold == accepted && accepted == units.min(args.buyers),
-        "{n} buckets: {accepted} accepted, {counters:?}, {units} units"
+        "{n} buckets: {accepted} accepted, {counters:?}, {units} units; of the {sold_out} not \
+         accepted, {flagged} refused by the batcher's sold-out flag, the rest by the ledger \
+         ({false_sold_outs} SOLD_OUT while the buckets held stock)"
     );
     Ok(Run {
         buckets: n,
@@ -214,7 +217,7 @@ async fn sale_run(
         cpu_us: after.iter().zip(&before).map(|(a, b)| a - b).collect(),
         script_calls: calls,
         transfers: stats.transfers - stats_before.transfers,
-        false_sold_outs: stats.false_sold_outs - stats_before.false_sold_outs,
+        false_sold_outs,
     })
 }
 
@@ -264,19 +267,20 @@ fn batches(n: u16, args: &BucketsArgs, one_home: bool) -> Vec<Vec<UserId>> {
 }
 
 /// Every buyer of `batches` once, in arrival order, each request alone through a `Batcher` as
-/// the service sends it: (accepted, sold out).
+/// the service sends it: (accepted, not accepted, of which refused by the batcher's sold-out
+/// flag).
 async fn spike_batched(
     ledger: &Arc<RedisLedger>,
     sku: SkuId,
     batches: Vec<Vec<UserId>>,
     args: &BucketsArgs,
-) -> anyhow::Result<(u64, u64)> {
+) -> anyhow::Result<(u64, u64, u64)> {
     let users: Vec<UserId> = batches.concat();
     let (users, next) = (Arc::new(users), Arc::new(AtomicUsize::new(0)));
     let ledger: Arc<dyn flashsale_core::Ledger> = ledger.clone();
     let in_flight = args.concurrency * args.batch;
     let batcher = Arc::new(Batcher::new(ledger, args.batch, in_flight.max(args.batch)));
-    let counts = Arc::new([AtomicU64::new(0), AtomicU64::new(0)]);
+    let counts = Arc::new([AtomicU64::new(0), AtomicU64::new(0), AtomicU64::new(0)]);
     let rid = RequestId::parse("b").expect("request id");
     let mut tasks = Vec::new();
     for _ in 0..in_flight {
@@ -291,14 +295,14 @@ async fn spike_batched(
                     request_id: rid.clone(),
                     quantity: 1,
                 };
-                let accepted = match batcher.sold_out_here(&req) {
-                    true => false,
-                    false => matches!(
-                        batcher.purchase(req).await?,
-                        PurchaseOutcome::Accepted { .. }
-                    ),
+                let answer = match batcher.sold_out_here(&req) {
+                    true => 2,
+                    false => match batcher.purchase(req).await? {
+                        PurchaseOutcome::Accepted { .. } => 0,
+                        PurchaseOutcome::Rejected(_) => 1,
+                    },
                 };
-                counts[usize::from(!accepted)].fetch_add(1, Ordering::Relaxed);
+                counts[answer].fetch_add(1, Ordering::Relaxed);
             }
             Ok::<(), anyhow::Error>(())
         }));
@@ -306,20 +310,21 @@ async fn spike_batched(
     for task in tasks {
         task.await??;
     }
-    Ok((
-        counts[0].load(Ordering::Relaxed),
-        counts[1].load(Ordering::Relaxed),
-    ))
+    let [accepted, refused, flagged] = counts
+        .as_ref()
+        .each_ref()
+        .map(|c| c.load(Ordering::Relaxed));
+    Ok((accepted, refused + flagged, flagged))
 }
 
 /// Every buyer once, `batches` as they come, `args.concurrency` calls at a time: (accepted,
-/// sold out).
+/// not accepted, 0: no flag stands before the ledger here).
 async fn spike(
     ledger: &Arc<RedisLedger>,
     sku: SkuId,
     batches: Vec<Vec<UserId>>,
     args: &BucketsArgs,
-) -> anyhow::Result<(u64, u64)> {
+) -> anyhow::Result<(u64, u64, u64)> {
     let batches = Arc::new(batches);
     let next = Arc::new(AtomicUsize::new(0));
     let accepted = Arc::new(AtomicU64::new(0));
@@ -365,6 +370,7 @@ async fn spike(
     Ok((
         accepted.load(Ordering::Relaxed),
         sold_out.load(Ordering::Relaxed),
+        0,
     ))
 }
 
