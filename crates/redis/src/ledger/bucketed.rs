@@ -86,10 +86,10 @@ impl RedisLedger {
     }
 
     /// Whether the sale may still serve a request `out` answered SOLD_OUT: its buckets hold
-    /// the smallest such quantity, or do once the transfers in flight have landed. Read
-    /// before any lock, so a sale sold out answers at the cost of two reads per bucket and
-    /// one of its transfers (the service's local sold-out flag answers before the ledger is
-    /// asked at all).
+    /// the smallest such quantity, or do once the transfers left in flight (a carrier that
+    /// died, a destination fenced for a moment) are finished. Read before any lock, so a
+    /// sale sold out answers at the cost of one read per bucket (the service's local
+    /// sold-out flag answers before the ledger is asked at all).
     pub(super) async fn may_serve(
         &self,
         layout: &Layout,
@@ -100,31 +100,15 @@ impl RedisLedger {
             .map(|i| u64::from(reqs[i].quantity))
             .min()
             .unwrap_or(u64::MAX);
-        let all_units: u64 = self
-            .availables_landed(layout, least_units)
-            .await?
-            .iter()
-            .sum();
-        Ok(all_units >= least_units)
-    }
-
-    /// Each bucket's available units ([`RedisLedger::availables`]), read again once the
-    /// transfers in flight have landed when together they hold less than `least_units`.
-    /// Units that left one bucket and are not in another yet are the sale's: another
-    /// caller's transfer under way (its in may land before ours is tried, so a read after
-    /// is needed whether or not ours took one in), or one left pending (a carrier that died,
-    /// a destination fenced for a moment). A SOLD_OUT given while they fly would be false.
-    async fn availables_landed(
-        &self,
-        layout: &Layout,
-        least_units: u64,
-    ) -> Result<Vec<u64>, LedgerError> {
-        let available = self.availables(layout).await?;
-        if available.iter().sum::<u64>() >= least_units {
-            return Ok(available);
+        let all_units: u64 = self.availables(layout).await?.iter().sum();
+        if all_units >= least_units {
+            return Ok(true);
         }
-        self.finish_transfers(layout.sku).await?;
-        self.availables(layout).await
+        if self.finish_transfers(layout.sku).await? == 0 {
+            return Ok(false);
+        }
+        let all_units: u64 = self.availables(layout).await?.iter().sum();
+        Ok(all_units >= least_units)
     }
 
     /// Moves to `home` the units `short` asks for, or what the other buckets hold when that
@@ -136,14 +120,14 @@ impl RedisLedger {
         home: CopyTag,
         short: &[PurchaseRequest],
     ) -> Result<bool, LedgerError> {
+        let available = self.availables(layout).await?;
+        let all_units: u64 = available.iter().sum();
         let least_units = short
             .iter()
             .map(|r| u64::from(r.quantity))
             .min()
-            .unwrap_or(0)
-            .max(1);
-        let available = self.availables_landed(layout, least_units).await?;
-        if available.iter().sum::<u64>() < least_units {
+            .unwrap_or(0);
+        if all_units < least_units.max(1) {
             return Ok(false);
         }
         if available[usize::from(home.bucket)] >= least_units {
@@ -152,18 +136,9 @@ impl RedisLedger {
         }
         let want_units: u64 = short.iter().map(|r| u64::from(r.quantity)).sum();
         let home_units = self.move_home(layout, home, available, want_units).await;
-        if home_units >= least_units {
-            return Ok(true);
-        }
-        // Nothing came (every source fenced, lost, or emptied meanwhile by another caller,
-        // whose refill may have landed at a third bucket): another round tries again while
-        // the sale, fenced buckets aside, still holds the units.
-        let all_units: u64 = self
-            .availables_landed(layout, least_units)
-            .await?
-            .iter()
-            .sum();
-        Ok(all_units >= least_units)
+        // Nothing came (every source fenced, lost or emptied meanwhile): judging again
+        // would only repeat the answer.
+        Ok(home_units >= least_units)
     }
 
     /// Carries out transfer plans until home holds `want_units` or what the others hold. A
