@@ -280,6 +280,7 @@ async fn spike_batched(
     let ledger: Arc<dyn flashsale_core::Ledger> = ledger.clone();
     let in_flight = args.concurrency * args.batch;
     let batcher = Arc::new(Batcher::new(ledger, args.batch, in_flight.max(args.batch)));
+    // Accepted, refused by the ledger, refused by the batcher's flag (the ledger not asked).
     let counts = Arc::new([AtomicU64::new(0), AtomicU64::new(0), AtomicU64::new(0)]);
     let rid = RequestId::parse("b").expect("request id");
     let mut tasks = Vec::new();
