@@ -117,13 +117,14 @@ for i = 1, n do
   end
 end
 
--- The well-formed requests' users, in batch order, and how many.
-local function valid_users()
+-- The well-formed requests' users (`users`) or, on layout 1, request keys, in batch order, and
+-- how many.
+local function keyed(users)
   local list, m = {}, 0
   for i = 1, n do
     if valid[i] then
       m = m + 1
-      list[m] = ARGV[3 * i - 1]
+      list[m] = users and ARGV[3 * i - 1] or valid[i]
     end
   end
   return list, m
@@ -223,7 +224,7 @@ end
 -- Layout 2: one record per buyer (records.lua).
 local function purchase_records()
   -- One look-up of every buyer of the batch (a buyer twice is read twice: no dedup table).
-  local users, m = valid_users()
+  local users, m = keyed(true)
   local rec_of = found_in(K_REC, users, m)
 --@stage records
   local letter = REC_LETTER[status_new]
@@ -282,21 +283,14 @@ end
 -- Layout 1: the requests, orders and buyers hashes (a copy loaded by an older release, or
 -- while layout 2 is off).
 local function purchase_hashes()
-  -- The well-formed requests' keys, in batch order.
-  local lookup, m = {}, 0
-  for i = 1, n do
-    if valid[i] then
-      m = m + 1
-      lookup[m] = valid[i]
-    end
-  end
+  local lookup, m = keyed(false)
   local prior_of = found_in(K_REQUESTS, lookup, m)
   -- Units held per user, read on first need for every user of the batch at once.
   local held_of = nil
   local function held(user)
     if held_of == nil then
       held_of = {}
-      local users = valid_users()
+      local users = keyed(true)
       local got = redis.call('HMGET', K_BUYERS, unpack(users))
       for j = 1, #users do
         held_of[users[j]] = got[j] and tonumber(got[j]) or 0
